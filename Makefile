@@ -1,0 +1,43 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+PYTHON_VERSION := $(shell cat .python-version)
+PY ?= $(shell command -v $(HOME)/.pyenv/versions/$(PYTHON_VERSION)/bin/python3 2>/dev/null || command -v python3.12 2>/dev/null || echo python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
+
+.PHONY: demo test test-main test-embedded install lint bench clean
+
+$(STAMP): pyproject.toml
+	@$(PY) -c 'import sys; assert sys.version_info[:2] == (3, 12), f"Python 3.12 needed, found {sys.version}"'
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[test]"
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+install: $(STAMP)
+
+## make demo: the embedded default (SQLite + filesystem broker), simulator, worker and web.
+demo: $(STAMP)
+	DJANGO_DEBUG=1 $(BIN)/python manage.py benchmark demo
+
+## make test: every test, on PostgreSQL + Redis + real workers, then the embedded default.
+test: $(STAMP)
+	services=$$(scripts/ensure_services.sh) && eval "$$services" && $(MAKE) --no-print-directory test-main \
+		DATABASE_URL="$$DATABASE_URL" CELERY_BROKER_URL="$$CELERY_BROKER_URL"
+	$(MAKE) --no-print-directory test-embedded
+
+test-main:
+	DATABASE_URL="$(DATABASE_URL)" CELERY_BROKER_URL="$(CELERY_BROKER_URL)" \
+		$(BIN)/python -m pytest -p no:cacheprovider
+
+test-embedded:
+	rm -rf /tmp/srbench-embedded-test
+	DATABASE_URL=sqlite:////tmp/srbench-embedded-test/srbench.sqlite3 \
+	CELERY_BROKER_URL=filesystem:// SRBENCH_VAR_DIR=/tmp/srbench-embedded-test \
+		$(BIN)/python -m pytest -p no:cacheprovider -m embedded
+
+lint: $(STAMP)
+	$(BIN)/python -m ruff check . && $(BIN)/python -m ruff format --check .
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,497 @@
+"""Targets and the run ledger: runs, cells, calls, evidence, corrections, events, recovery.
+
+The invariants of DESIGN §3 are database constraints here; services are the second line.
+Evidence rows use PROTECT so nothing that cost money can be deleted by a cascade.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import F, Q
+
+from srbench.ledger import HEX64_REGEX, AppendOnlyModel
+
+SLUG_REGEX = r"^[a-z0-9][a-z0-9._-]*$"
+PRICE_BUCKETS = ("input", "cached_input", "cache_write", "output")
+
+
+def validate_price_table(prices: object) -> list[str]:
+    """Prices are USD per 1M tokens per bucket, keyed by the served model; input and output
+    are required, the cache buckets may be absent (then cached tokens make a cost unknown)."""
+    if not isinstance(prices, dict):
+        return ["prices must be a JSON object keyed by served model."]
+    errors = []
+    for model_name, row in prices.items():
+        if not isinstance(row, dict):
+            errors.append(f"{model_name}: expected an object of bucket prices.")
+            continue
+        unknown = set(row) - set(PRICE_BUCKETS)
+        if unknown:
+            errors.append(f"{model_name}: unknown bucket(s) {', '.join(sorted(unknown))}.")
+        for bucket in ("input", "output"):
+            if bucket not in row:
+                errors.append(f"{model_name}: '{bucket}' price is required.")
+        for bucket, value in row.items():
+            if bucket not in PRICE_BUCKETS:
+                continue
+            if isinstance(value, (bool, float)) or not isinstance(value, (str, int)):
+                errors.append(f"{model_name}.{bucket}: give the price as a decimal string.")
+                continue
+            try:
+                price = Decimal(str(value))
+            except InvalidOperation:
+                errors.append(f"{model_name}.{bucket}: {value!r} is not a decimal number.")
+                continue
+            if not price.is_finite() or price < 0:
+                errors.append(f"{model_name}.{bucket}: must be a finite price ≥ 0.")
+    return errors
+
+
+class Target(models.Model):
+    class Kind(models.TextChoices):
+        SINGLE = "single", "single model"
+        MOM = "mom", "MoM router"
+
+    slug = models.CharField(
+        max_length=64,
+        unique=True,
+        help_text="Stable ID; also the last tie-break when choosing a baseline (R5.2).",
+    )
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=8, choices=Kind, default=Kind.SINGLE)
+    base_url = models.URLField(max_length=500, help_text="OpenAI-compatible base, e.g. …/v1")
+    model = models.CharField(max_length=200)
+    api_key_env = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="Name of an environment variable holding the API key (alternative to a "
+        "stored key).",
+    )
+    fixed_params = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Request parameters that override run defaults (R8.6), e.g. {"temperature": 0}.',
+    )
+    prices = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="USD per 1M tokens keyed by served model: "
+        '{"model": {"input": "3", "cached_input": "0.3", "cache_write": "3.75", '
+        '"output": "15"}}.',
+    )
+    config_hash = models.CharField(max_length=64, blank=True)
+    preview_url = models.URLField(max_length=500, blank=True)
+    capture_recipe = models.BooleanField(default=False)
+    max_inference_calls = models.PositiveIntegerField(null=True, blank=True)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["slug"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=("single", "mom")), name="target_kind_known"
+            ),
+            models.CheckConstraint(condition=Q(slug__regex=SLUG_REGEX), name="target_slug_format"),
+            models.CheckConstraint(
+                condition=Q(config_hash="") | Q(config_hash__regex=HEX64_REGEX),
+                name="target_config_hash_hex",
+            ),
+            models.CheckConstraint(
+                condition=Q(kind="single") | ~Q(config_hash=""), name="target_mom_needs_hash"
+            ),
+            models.CheckConstraint(
+                condition=Q(capture_recipe=False) | (Q(kind="mom") & ~Q(preview_url="")),
+                name="target_capture_needs_mom_preview",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    def clean(self) -> None:
+        """Single-row rules with messages an operator can act on (the DB constraints hold
+        the same rules for every other writer)."""
+        errors: dict[str, list[str]] = {}
+        if self.config_hash and not re.fullmatch(HEX64_REGEX, self.config_hash):
+            errors.setdefault("config_hash", []).append(
+                "config_hash must be 64 lowercase hexadecimal characters."
+            )
+        if self.kind == self.Kind.MOM and not self.config_hash:
+            errors.setdefault("config_hash", []).append("A MoM target needs a pinned config_hash.")
+        if self.capture_recipe and self.kind != self.Kind.MOM:
+            errors.setdefault("capture_recipe", []).append(
+                "capture_recipe applies only to MoM targets."
+            )
+        if self.capture_recipe and not self.preview_url:
+            errors.setdefault("preview_url", []).append(
+                "capture_recipe needs the canonical preview_url (…/api/v1/routing/preview)."
+            )
+        if self.preview_url and not self.preview_url.rstrip("/").endswith(
+            "/api/v1/routing/preview"
+        ):
+            errors.setdefault("preview_url", []).append(
+                "preview_url must be the router's canonical …/api/v1/routing/preview URL."
+            )
+        if self.slug and not re.fullmatch(SLUG_REGEX, self.slug):
+            errors.setdefault("slug", []).append(
+                "Use lowercase letters, digits, '.', '_' and '-' (starting with a letter or digit)."
+            )
+        price_errors = validate_price_table(self.prices)
+        if price_errors:
+            errors["prices"] = price_errors
+        if not isinstance(self.fixed_params, dict):
+            errors["fixed_params"] = ["fixed_params must be a JSON object."]
+        if errors:
+            raise ValidationError(errors)
+
+
+class TargetSecret(models.Model):
+    """The stored API key, encrypted; write-only everywhere (admin, API, exports, logs)."""
+
+    target = models.OneToOneField(
+        Target, on_delete=models.CASCADE, primary_key=True, related_name="secret"
+    )
+    api_key_encrypted = models.BinaryField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __repr__(self) -> str:
+        return f"<TargetSecret target={self.target_id} (redacted)>"
+
+    __str__ = __repr__
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+
+TERMINAL_RUN_STATUSES = ("completed", "failed", "cancelled", "interrupted")
+
+
+class Run(models.Model):
+    class Mode(models.TextChoices):
+        LIVE = "live"
+        PREVIEW = "preview"
+
+    name = models.CharField(max_length=200)
+    mode = models.CharField(max_length=8, choices=Mode, default=Mode.LIVE)
+    status = models.CharField(max_length=12, choices=RunStatus, default=RunStatus.QUEUED)
+    profile = models.CharField(max_length=16, blank=True)
+    manifest = models.JSONField()
+    plan_sha256 = models.CharField(max_length=64)
+    dataset = models.ForeignKey(
+        "datasets.FrozenDataset", on_delete=models.PROTECT, related_name="runs"
+    )
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    stop_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status", "-created_at"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="run_idempotency_key_once_per_owner",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=RunStatus.values), name="run_status_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(mode__in=("live", "preview")), name="run_mode_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(plan_sha256__regex=HEX64_REGEX), name="run_plan_sha256_hex"
+            ),
+            models.CheckConstraint(
+                condition=Q(parent__isnull=True) | ~Q(parent=F("id")), name="run_not_own_parent"
+            ),
+            models.CheckConstraint(
+                condition=Q(finished_at__isnull=True) | Q(status__in=TERMINAL_RUN_STATUSES),
+                name="run_finished_only_when_terminal",
+            ),
+        ]
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_RUN_STATUSES
+
+    def __str__(self) -> str:
+        return f"run {self.pk} {self.name}"
+
+
+class CellStatus(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    SENT_UNKNOWN = "sent_unknown"
+
+
+class Cell(models.Model):
+    """One (question × target × attempt slot) unit of work."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="cells")
+    question = models.ForeignKey("datasets.Question", on_delete=models.PROTECT, related_name="+")
+    target = models.ForeignKey(Target, on_delete=models.PROTECT, related_name="cells")
+    slot = models.PositiveSmallIntegerField(default=0)
+    benchmark = models.CharField(max_length=32)
+    status = models.CharField(max_length=16, choices=CellStatus, default=CellStatus.PENDING)
+    # Fencing token: bumped by every claim, checked by every finish, so a zombie cannot write.
+    claim_token = models.PositiveIntegerField(default=0)
+    claimed_by = models.CharField(max_length=255, blank=True)
+    correct = models.BooleanField(null=True, blank=True)
+    scored = models.BooleanField(default=False)
+    grade = models.JSONField(null=True, blank=True)
+    final_answer = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["run", "status"]),
+            models.Index(fields=["run", "target", "benchmark"]),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "question", "target", "slot"], name="cell_unique_coordinate"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=CellStatus.values), name="cell_status_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(correct__isnull=True) | Q(scored=True), name="cell_correct_needs_score"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"cell {self.pk}"
+
+
+class CallStatus(models.TextChoices):
+    SENT = "sent"
+    STREAMING = "streaming"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    SENT_UNKNOWN = "sent_unknown"
+
+
+class Call(models.Model):
+    """One HTTP request to a model. Committed with status `sent` before the request leaves."""
+
+    class Role(models.TextChoices):
+        SUBJECT = "subject"
+        JUDGE = "judge"
+        SIMULATOR = "simulator"
+
+    class Stage(models.TextChoices):
+        PREPARING = "preparing"
+        WAITING = "waiting"
+        STREAMING = "streaming"
+        GRADING = "grading"
+        DONE = "done"
+
+    cell = models.ForeignKey(Cell, on_delete=models.PROTECT, related_name="calls")
+    role = models.CharField(max_length=10, choices=Role)
+    sequence = models.PositiveSmallIntegerField()
+    status = models.CharField(max_length=16, choices=CallStatus, default=CallStatus.SENT)
+    target = models.ForeignKey(Target, on_delete=models.PROTECT, related_name="calls")
+    request = models.JSONField()
+    worker = models.CharField(max_length=255, blank=True)
+    served_model = models.CharField(max_length=200, blank=True)
+    selected_model = models.CharField(max_length=200, blank=True)
+    selected_decision = models.CharField(max_length=200, blank=True)
+    config_hash_ack = models.CharField(max_length=64, blank=True)
+    inference_call_count = models.PositiveIntegerField(null=True, blank=True)
+    response_headers = models.JSONField(default=dict, blank=True)
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    finish_reason = models.CharField(max_length=32, blank=True)
+    content = models.TextField(blank=True)
+    reasoning = models.TextField(blank=True)
+    tool_calls = models.JSONField(null=True, blank=True)
+    # Usage: the raw object as received and the four exclusive buckets; null = unknown.
+    usage_raw = models.JSONField(null=True, blank=True)
+    input_tokens = models.BigIntegerField(null=True, blank=True)
+    cached_input_tokens = models.BigIntegerField(null=True, blank=True)
+    cache_write_tokens = models.BigIntegerField(null=True, blank=True)
+    output_tokens = models.BigIntegerField(null=True, blank=True)
+    cached_reported = models.BooleanField(null=True, blank=True)
+    cache_write_reported = models.BooleanField(null=True, blank=True)
+    cost_usd = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
+    cache_neutral_cost_usd = models.DecimalField(
+        max_digits=20, decimal_places=10, null=True, blank=True
+    )
+    cost_note = models.CharField(max_length=200, blank=True)
+    # Timings and live activity (R10.2, R10.3).
+    stage = models.CharField(max_length=10, choices=Stage, default=Stage.PREPARING)
+    sent_at = models.DateTimeField()
+    first_token_at = models.DateTimeField(null=True, blank=True)
+    last_activity_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    ttft_ms = models.FloatField(null=True, blank=True)
+    duration_ms = models.FloatField(null=True, blank=True)
+    bytes_received = models.BigIntegerField(default=0)
+    error_code = models.CharField(max_length=64, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["status"]), models.Index(fields=["cell", "role"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cell", "role", "sequence"], name="call_unique_sequence"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=CallStatus.values), name="call_status_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(role__in=("subject", "judge", "simulator")), name="call_role_known"
+            ),
+            models.CheckConstraint(
+                condition=(
+                    (Q(input_tokens__isnull=True) | Q(input_tokens__gte=0))
+                    & (Q(cached_input_tokens__isnull=True) | Q(cached_input_tokens__gte=0))
+                    & (Q(cache_write_tokens__isnull=True) | Q(cache_write_tokens__gte=0))
+                    & (Q(output_tokens__isnull=True) | Q(output_tokens__gte=0))
+                ),
+                name="call_tokens_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(cost_usd__isnull=True) | Q(cost_usd__gte=0),
+                name="call_cost_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(cost_usd__isnull=True) | Q(output_tokens__isnull=False),
+                name="call_cost_needs_usage",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"call {self.pk} ({self.role} #{self.sequence})"
+
+
+class CallEvidence(AppendOnlyModel):
+    """The raw SSE bytes of a call, zlib-compressed, written once."""
+
+    call = models.OneToOneField(
+        Call, on_delete=models.PROTECT, primary_key=True, related_name="evidence"
+    )
+    body = models.BinaryField()
+    raw_size = models.PositiveIntegerField()
+    sha256 = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(sha256__regex=HEX64_REGEX), name="evidence_sha256_hex"
+            ),
+        ]
+
+
+class UsageCorrection(AppendOnlyModel):
+    """An append-only, versioned cost correction rebuilt from saved evidence (R2)."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="usage_corrections")
+    version = models.PositiveIntegerField()
+    evidence_sha256 = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    verified_count = models.PositiveIntegerField()
+    changed_count = models.PositiveIntegerField()
+    unverifiable_count = models.PositiveIntegerField()
+    old_known_cost_usd = models.DecimalField(max_digits=20, decimal_places=10, null=True)
+    new_known_cost_usd = models.DecimalField(max_digits=20, decimal_places=10, null=True)
+    corrections = models.JSONField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "evidence_sha256"], name="correction_once_per_evidence"
+            ),
+            models.UniqueConstraint(fields=["run", "version"], name="correction_version_once"),
+            models.CheckConstraint(condition=Q(version__gte=1), name="correction_version_positive"),
+        ]
+
+
+class RunEvent(AppendOnlyModel):
+    """A readable, chronological record of every state change (R14); `seq` is the cursor."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
+    seq = models.PositiveBigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    type = models.CharField(max_length=64)
+    payload = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="event_seq_unique"),
+            models.CheckConstraint(condition=Q(seq__gte=1), name="event_seq_positive"),
+        ]
+
+
+class RecoveryRequest(models.Model):
+    class Mode(models.TextChoices):
+        UNDISPATCHED = "undispatched"
+        FAILED = "failed"
+
+    parent = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="recovery_requests")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    idempotency_key = models.CharField(max_length=255)
+    mode = models.CharField(max_length=16, choices=Mode)
+    plan_sha256 = models.CharField(max_length=64)
+    selected_cells_sha256 = models.CharField(max_length=64)
+    acknowledged_new_attempt = models.BooleanField(default=False)
+    child = models.OneToOneField(
+        Run, null=True, blank=True, on_delete=models.PROTECT, related_name="recovery_request"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["parent", "idempotency_key"], name="recovery_key_once_per_parent"
+            ),
+            models.CheckConstraint(
+                condition=Q(mode__in=("undispatched", "failed")), name="recovery_mode_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(mode="undispatched") | Q(acknowledged_new_attempt=True),
+                name="recovery_failed_needs_ack",
+            ),
+            models.CheckConstraint(
+                condition=Q(child__isnull=True) | ~Q(child=F("parent")),
+                name="recovery_child_not_parent",
+            ),
+        ]
+
+
+class RecoveryClaim(models.Model):
+    """A parent cell taken over by a recovery child; a cell can be claimed only once."""
+
+    cell = models.OneToOneField(Cell, on_delete=models.PROTECT, related_name="recovery_claim")
+    request = models.ForeignKey(RecoveryRequest, on_delete=models.PROTECT, related_name="claims")
+    created_at = models.DateTimeField(auto_now_add=True)

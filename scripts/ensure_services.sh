@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Make sure the PostgreSQL and Redis that the tests use answer; when they don't, start
+# throwaway local servers (installing Debian's packages if needed). Prints the URLs to use as
+# shell assignments, e.g. `eval "$(scripts/ensure_services.sh)"`. Fails loudly.
+set -euo pipefail
+
+DATABASE_URL="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/srbench}"
+CELERY_BROKER_URL="${TEST_BROKER_URL:-redis://127.0.0.1:6379/15}"
+STATE_DIR="${SRBENCH_SERVICES_DIR:-/tmp/srbench-services}"
+log() { echo "ensure_services: $*" >&2; }
+
+pg_host_port() { python3 - "$1" <<'PY'
+import sys, urllib.parse
+u = urllib.parse.urlparse(sys.argv[1]); print(u.hostname or "127.0.0.1", u.port or 5432)
+PY
+}
+redis_host_port() { python3 - "$1" <<'PY'
+import sys, urllib.parse
+u = urllib.parse.urlparse(sys.argv[1]); print(u.hostname or "127.0.0.1", u.port or 6379)
+PY
+}
+
+apt_install() {
+  if command -v apt-get >/dev/null 2>&1; then
+    log "installing $* from Debian's packages"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >&2 || {
+      apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >&2; }
+  else
+    log "cannot install $*: no apt-get"; exit 1
+  fi
+}
+
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+read -r PG_HOST PG_PORT < <(pg_host_port "$DATABASE_URL")
+if ! port_open "$PG_HOST" "$PG_PORT"; then
+  log "no PostgreSQL at $PG_HOST:$PG_PORT; starting a throwaway server"
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_install postgresql
+  BIN=$(dirname "$(ls /usr/lib/postgresql/*/bin/initdb | sort -V | tail -n 1)")
+  DATA="$STATE_DIR/pg"; mkdir -p "$STATE_DIR"
+  RUNAS=""; if [ "$(id -u)" = 0 ]; then id postgres >/dev/null 2>&1 || useradd -r postgres; chown -R postgres "$STATE_DIR"; RUNAS="runuser -u postgres --"; fi
+  [ -f "$DATA/PG_VERSION" ] || $RUNAS "$BIN/initdb" -D "$DATA" -U postgres --auth=trust >&2
+  $RUNAS "$BIN/pg_ctl" -D "$DATA" -o "-p $PG_PORT -k $STATE_DIR -h $PG_HOST" -l "$STATE_DIR/pg.log" -w start >&2
+fi
+for _ in $(seq 1 30); do port_open "$PG_HOST" "$PG_PORT" && break; sleep 1; done
+port_open "$PG_HOST" "$PG_PORT" || { log "PostgreSQL did not come up at $PG_HOST:$PG_PORT"; exit 1; }
+
+read -r R_HOST R_PORT < <(redis_host_port "$CELERY_BROKER_URL")
+if ! port_open "$R_HOST" "$R_PORT"; then
+  log "no Redis at $R_HOST:$R_PORT; starting a throwaway server"
+  command -v redis-server >/dev/null 2>&1 || apt_install redis-server
+  mkdir -p "$STATE_DIR"
+  redis-server --daemonize yes --bind "$R_HOST" --port "$R_PORT" --save "" --appendonly no \
+    --dir "$STATE_DIR" --logfile "$STATE_DIR/redis.log" >&2
+fi
+for _ in $(seq 1 30); do port_open "$R_HOST" "$R_PORT" && break; sleep 1; done
+port_open "$R_HOST" "$R_PORT" || { log "Redis did not come up at $R_HOST:$R_PORT"; exit 1; }
+
+echo "export DATABASE_URL='$DATABASE_URL'"
+echo "export CELERY_BROKER_URL='$CELERY_BROKER_URL'"

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class SrbenchConfig(AppConfig):
+    name = "srbench"
+    verbose_name = "srbench core"

@@ -1,0 +1,167 @@
+"""Verbs that run processes on this machine rather than talk to the API: the simulator, the
+demo supervisor and the broker/worker health check."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+ROOT = Path(settings.BASE_DIR)
+
+
+def free_port(preferred: int, host: str = "127.0.0.1") -> int:
+    """The preferred port when it is free, else any free one (a second demo must not collide)."""
+    for port in (preferred, 0):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
+    raise RuntimeError("no free port")
+
+
+def wait_http(url: str, *, timeout: float, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
+        try:
+            httpx.get(url, timeout=2.0)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer within {timeout:.0f}s")
+
+
+def demo_login(var_dir: Path) -> tuple[str, str]:
+    """The demo operator account; its password is generated once and kept in var/."""
+    path = var_dir / "demo-login.txt"
+    if path.exists():
+        username, password = path.read_text().split("\n")[:2]
+    else:
+        username, password = "demo", secrets.token_urlsafe(12)
+        path.write_text(f"{username}\n{password}\n")
+        path.chmod(0o600)
+    user, _ = get_user_model().objects.get_or_create(username=username)
+    user.is_staff = user.is_superuser = True
+    user.set_password(password)
+    user.save()
+    return username, password
+
+
+def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool = False) -> int:
+    """Bring up simulator, worker and web on the embedded default and print how to log in.
+
+    Children are started in their own session and stopped together on Ctrl-C.
+    """
+
+    def stop_on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop_on_term)
+    var_dir = Path(settings.VAR_DIR)
+    call_command("migrate", verbosity=0)
+    username, password = demo_login(var_dir)
+    env = {**os.environ, "DJANGO_DEBUG": os.environ.get("DJANGO_DEBUG", "1")}
+    logs = var_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    port = free_port(port)
+    simulator_port = free_port(simulator_port)
+    commands = {
+        "simulator": [sys.executable, "-m", "srbench.simulator", "--port", str(simulator_port)],
+        "worker": [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "srbench",
+            "worker",
+            "--loglevel=INFO",
+            "--pool=solo",
+            "--without-gossip",
+            "--without-mingle",
+        ],
+        "web": [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "srbench.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+    }
+    children: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for name, argv in commands.items():
+            log = open(logs / f"{name}.log", "ab")  # noqa: SIM115 - held by the child
+            children[name] = subprocess.Popen(
+                argv,
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait_http(
+            f"http://127.0.0.1:{simulator_port}/health", timeout=60, process=children["simulator"]
+        )
+        url = f"http://127.0.0.1:{port}/"
+        wait_http(f"{url}login/", timeout=60, process=children["web"])
+        print(f"srbench is running at {url}", flush=True)
+        print(f"log in as: {username} / {password}", flush=True)
+        print(f"simulator: http://127.0.0.1:{simulator_port}/v1   logs: {logs}", flush=True)
+        if exit_after_ready:
+            return 0
+        print("Press Ctrl-C to stop.", flush=True)
+        while all(p.poll() is None for p in children.values()):
+            time.sleep(1)
+        dead = [n for n, p in children.items() if p.poll() is not None]
+        print(f"stopped: {', '.join(dead)} exited; see {logs}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        for process in children.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in children.values():
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+
+
+def doctor(*, timeout: float = 30.0) -> int:
+    """Prove the whole chain: database write → broker → a worker → database write."""
+    from srbench.models import WorkerPing
+    from srbench.services import worker_ping_send
+
+    ping = worker_ping_send()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        answered = WorkerPing.objects.filter(pk=ping.pk, answered_at__isnull=False).first()
+        if answered is not None:
+            print(f"ok: worker {answered.worker_hostname} (pid {answered.worker_pid}) answered")
+            return 0
+        time.sleep(0.2)
+    print(
+        f"no worker answered within {timeout:.0f}s (broker {settings.CELERY_BROKER_URL})",
+        file=sys.stderr,
+    )
+    return 1

@@ -1,0 +1,107 @@
+"""Factories: plain functions that create valid ledger rows with overridable fields."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from datasets.models import FrozenDataset, Question, QuestionSecret
+from runs.models import Call, Cell, Run, Target
+from srbench.canonical import sha256_hex
+
+_seq = itertools.count(1)
+HASH_A = "a" * 64
+
+
+def user_create(*, username: str | None = None, staff: bool = False, password: str = "pw-123456"):  # type: ignore[no-untyped-def]
+    username = username or f"user{next(_seq)}"
+    return get_user_model().objects.create_user(
+        username=username, password=password, is_staff=staff, is_superuser=staff
+    )
+
+
+def target_create(**fields: Any) -> Target:
+    n = next(_seq)
+    defaults: dict[str, Any] = {
+        "slug": f"target-{n}",
+        "name": f"Target {n}",
+        "kind": "single",
+        "base_url": "http://127.0.0.1:8100/v1",
+        "model": "sim-strong",
+        "prices": {"sim-strong": {"input": "3", "cached_input": "0.3", "output": "15"}},
+    }
+    defaults.update(fields)
+    return Target.objects.create(**defaults)
+
+
+def question_create(
+    *, benchmark: str = "mmlu-pro", secret: dict | None = None, **fields: Any
+) -> Question:
+    n = next(_seq)
+    payload = fields.pop("payload", {"question": f"Q{n}?", "options": ["a", "b", "c", "d"]})
+    q = Question.objects.create(
+        benchmark=benchmark,
+        native_id=fields.pop("native_id", f"q{n}"),
+        subject=fields.pop("subject", "math"),
+        payload=payload,
+        content_sha256=fields.pop("content_sha256", hashlib.sha256(f"q{n}".encode()).hexdigest()),
+        **fields,
+    )
+    QuestionSecret.objects.create(question=q, data=secret or {"answer": "B"})
+    return q
+
+
+def dataset_create(**fields: Any) -> FrozenDataset:
+    n = next(_seq)
+    defaults: dict[str, Any] = {
+        "identity_sha256": hashlib.sha256(f"ds{n}".encode()).hexdigest(),
+        "name": f"dataset {n}",
+        "profile": "smoke",
+        "seed": 20260918,
+        "split": "dev",
+        "selection": {"benchmarks": ["mmlu-pro"]},
+    }
+    defaults.update(fields)
+    return FrozenDataset.objects.create(**defaults)
+
+
+def run_create(**fields: Any) -> Run:
+    manifest = fields.pop("manifest", {"plan": next(_seq)})
+    defaults: dict[str, Any] = {
+        "name": "run",
+        "manifest": manifest,
+        "plan_sha256": sha256_hex(manifest),
+        "profile": "smoke",
+    }
+    defaults.update(fields)
+    if "dataset" not in defaults:
+        defaults["dataset"] = dataset_create()
+    if "owner" not in defaults:
+        defaults["owner"] = user_create()
+    return Run.objects.create(**defaults)
+
+
+def cell_create(**fields: Any) -> Cell:
+    run = fields.pop("run", None) or run_create()
+    question = fields.pop("question", None) or question_create()
+    target = fields.pop("target", None) or target_create()
+    return Cell.objects.create(
+        run=run, question=question, target=target, benchmark=question.benchmark, **fields
+    )
+
+
+def call_create(**fields: Any) -> Call:
+    cell = fields.pop("cell", None) or cell_create()
+    defaults: dict[str, Any] = {
+        "role": "subject",
+        "sequence": 0,
+        "target": cell.target,
+        "request": {"model": cell.target.model, "messages": []},
+        "sent_at": timezone.now(),
+    }
+    defaults.update(fields)
+    return Call.objects.create(cell=cell, **defaults)
