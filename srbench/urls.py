@@ -12,9 +12,11 @@ router.register("runs", RunViewSet)
 
 urlpatterns = [
     path("", include("runs.urls")),
+    path("datasets/", include("datasets.urls")),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(router.urls)),
+    path("api/v1/", include("datasets.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]

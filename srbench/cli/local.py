@@ -3,6 +3,7 @@ demo supervisor and the broker/worker health check."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import secrets
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from django.conf import settings
@@ -165,3 +167,34 @@ def doctor(*, timeout: float = 30.0) -> int:
         file=sys.stderr,
     )
     return 1
+
+
+def register(verbs: Any) -> None:
+    p = verbs.add_parser("simulator", help="serve the OpenAI-compatible simulator")
+    p.add_argument("--config", default=None, help="TOML config (default: bundled)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8100)
+    p.set_defaults(handler=_simulator)
+
+    p = verbs.add_parser("demo", help="run the demo: simulator, worker and web")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--simulator-port", type=int, default=8100)
+    p.add_argument("--exit-after-ready", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(
+        handler=lambda o: demo(
+            port=o["port"],
+            simulator_port=o["simulator_port"],
+            exit_after_ready=o["exit_after_ready"],
+        )
+    )
+
+    p = verbs.add_parser("doctor", help="check database → broker → worker round trip")
+    p.add_argument("--timeout", type=float, default=30.0)
+    p.set_defaults(handler=lambda o: doctor(timeout=o["timeout"]))
+
+
+def _simulator(options: dict[str, Any]) -> int:
+    from srbench.simulator.server import serve
+
+    serve(options["config"], host=options["host"], port=options["port"])
+    return 0
