@@ -128,6 +128,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns about a missing root on every start
 STATICFILES_DIRS = [BASE_DIR / "static"]
 WHITENOISE_USE_FINDERS = True  # serve straight from the app folders; collectstatic optional
 
@@ -182,6 +183,11 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "srbench")
+
+# A worker renews the leases of the cells it holds; a lease that runs out means the worker died
+# and the reaper settles its cells (calls in flight become sent_unknown, never re-sent).
+SRBENCH_CELL_LEASE_SECONDS = float(os.environ.get("SRBENCH_CELL_LEASE_SECONDS", "60"))
+SRBENCH_REAPER_INTERVAL_SECONDS = float(os.environ.get("SRBENCH_REAPER_INTERVAL_SECONDS", "10"))
 
 LOGGING = {
     "version": 1,

@@ -1,0 +1,9 @@
+"""An OpenAI-compatible simulator of models, a judge, a user and a MoM router (DESIGN §8).
+
+Standalone: it imports neither Django nor the database. Start it with ``serve()`` or, in tests,
+``srbench.simulator.testing.running_simulator()``.
+"""
+
+from srbench.simulator.oracle import AnswerKey, judge_block, parse_judge_block
+
+__all__ = ["AnswerKey", "judge_block", "parse_judge_block"]

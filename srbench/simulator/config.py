@@ -1,0 +1,245 @@
+"""Simulator configuration: TOML in, frozen dataclasses out, plus the router's config hashes.
+
+Schema (see ``default.toml`` for a commented example)::
+
+    seed = 20260918              # default sampling seed when a request has no ``seed``
+    stall_seconds = 5.0          # default for the stall faults
+    [models.<name>]              # one physical model
+    [routers.<name>]             # one virtual MoM model routed to physical members
+    [answer_key] sources = [["mmlu-pro", "path/to/file"], ...]
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from srbench.canonical import sha256_hex
+
+DEFAULT_CONFIG_PATH = Path(__file__).with_name("default.toml")
+
+ModelRole = Literal["subject", "judge", "user"]
+UsageStyle = Literal["openai", "anthropic"]
+
+FAULTS = frozenset(
+    {
+        "429",
+        "500",
+        "stall-first-byte",
+        "stall-mid",
+        "disconnect",
+        "no-usage",
+        "no-done",
+        "malformed-chunk",
+        "u2028",
+        "wrong-config-hash",
+        "no-receipt",
+    }
+)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    role: ModelRole = "subject"
+    accuracy: float = 0.5
+    benchmark_accuracy: dict[str, float] = field(default_factory=dict)
+    ttft_s: float = 0.0
+    # 0 means "no pacing": every chunk is sent as soon as the previous one.
+    tokens_per_second: float = 0.0
+    chunk_tokens: int = 1
+    reasoning: str | None = None
+    usage_style: UsageStyle = "openai"
+    prefix_cache: bool = True
+    cache_block_tokens: int = 16
+    # When true the model calls the first offered tool whenever ``tools`` are present and the
+    # last message is not a tool result; ``tool_choice`` "required"/named forces it regardless.
+    use_tools: bool = False
+    faults: tuple[str, ...] = ()
+    stop_after_turns: int = 3
+
+    def accuracy_for(self, benchmark: str | None) -> float:
+        if benchmark is not None and benchmark in self.benchmark_accuracy:
+            return self.benchmark_accuracy[benchmark]
+        return self.accuracy
+
+
+@dataclass(frozen=True)
+class Decision:
+    name: str
+    # The models called, in order; the last one serves the reply. More than one = fan-out.
+    models: tuple[str, ...]
+    keywords: tuple[str, ...] = ()
+    # Session-dependent rule: matches sessions whose stable hash bucket (0-99) is below this.
+    session_percent: float | None = None
+
+    @property
+    def served_model(self) -> str:
+        return self.models[-1]
+
+
+@dataclass(frozen=True)
+class RouterSpec:
+    name: str
+    default_model: str
+    default_decision: str = "default"
+    aliases: tuple[str, ...] = ()
+    decisions: tuple[Decision, ...] = ()
+    faults: tuple[str, ...] = ()
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {self.default_model: None}
+        for decision in self.decisions:
+            seen.update(dict.fromkeys(decision.models))
+        return tuple(seen)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    raw: dict[str, Any]
+    seed: int
+    stall_seconds: float
+    models: dict[str, ModelSpec]
+    routers: dict[str, RouterSpec]
+    answer_key_sources: tuple[tuple[str, str], ...]
+
+    def resolve(self, name: str) -> ModelSpec | RouterSpec | None:
+        if name in self.models:
+            return self.models[name]
+        if name in self.routers:
+            return self.routers[name]
+        for router in self.routers.values():
+            if name in router.aliases:
+                return router
+        return None
+
+    def model_ids(self) -> list[str]:
+        ids = list(self.models)
+        for router in self.routers.values():
+            ids.append(router.name)
+            ids.extend(router.aliases)
+        return ids
+
+    @property
+    def source_hash(self) -> str:
+        """Hash of the document as written (what an operator edited)."""
+        return sha256_hex(self.raw)
+
+    @property
+    def generated_hash(self) -> str:
+        """Hash of the normalised runtime document (defaults filled in): two sources that mean
+        the same thing generate the same runtime hash."""
+        return sha256_hex(
+            {
+                "seed": self.seed,
+                "stall_seconds": self.stall_seconds,
+                "models": {k: asdict(v) for k, v in sorted(self.models.items())},
+                "routers": {k: asdict(v) for k, v in sorted(self.routers.items())},
+            }
+        )
+
+
+def _faults(value: Any, where: str) -> tuple[str, ...]:
+    faults = tuple(str(f) for f in (value or ()))
+    unknown = set(faults) - FAULTS
+    if unknown:
+        raise ConfigError(f"{where}: unknown faults {sorted(unknown)}")
+    return faults
+
+
+def _model(name: str, raw: dict[str, Any]) -> ModelSpec:
+    known = {f for f in ModelSpec.__dataclass_fields__ if f != "name"}
+    unknown = set(raw) - known
+    if unknown:
+        raise ConfigError(f"models.{name}: unknown keys {sorted(unknown)}")
+    values = dict(raw)
+    values["faults"] = _faults(raw.get("faults"), f"models.{name}")
+    values["benchmark_accuracy"] = {
+        str(k): float(v) for k, v in (raw.get("benchmark_accuracy") or {}).items()
+    }
+    spec = ModelSpec(name=name, **values)
+    if spec.role not in ("subject", "judge", "user"):
+        raise ConfigError(f"models.{name}: role must be subject, judge or user")
+    if spec.usage_style not in ("openai", "anthropic"):
+        raise ConfigError(f"models.{name}: usage_style must be openai or anthropic")
+    if spec.chunk_tokens < 1 or spec.cache_block_tokens < 1:
+        raise ConfigError(f"models.{name}: chunk_tokens and cache_block_tokens must be >= 1")
+    return spec
+
+
+def _router(name: str, raw: dict[str, Any], models: dict[str, ModelSpec]) -> RouterSpec:
+    decisions = []
+    for entry in raw.get("decisions") or []:
+        if "fanout" in entry:
+            members = tuple(entry["fanout"])
+        elif "model" in entry:
+            members = (entry["model"],)
+        else:
+            raise ConfigError(f"routers.{name}: decision needs model or fanout")
+        decisions.append(
+            Decision(
+                name=str(entry["name"]),
+                models=members,
+                keywords=tuple(str(k).lower() for k in entry.get("keywords") or ()),
+                session_percent=entry.get("session_percent"),
+            )
+        )
+    router = RouterSpec(
+        name=name,
+        default_model=str(raw["default_model"]),
+        default_decision=str(raw.get("default_decision", "default")),
+        aliases=tuple(raw.get("aliases") or ()),
+        decisions=tuple(decisions),
+        faults=_faults(raw.get("faults"), f"routers.{name}"),
+    )
+    missing = [m for m in router.members if m not in models]
+    if missing:
+        raise ConfigError(f"routers.{name}: unknown member models {missing}")
+    return router
+
+
+def parse_config(raw: dict[str, Any]) -> SimConfig:
+    models = {name: _model(name, body) for name, body in (raw.get("models") or {}).items()}
+    routers = {
+        name: _router(name, body, models) for name, body in (raw.get("routers") or {}).items()
+    }
+    clash = set(models) & set(routers)
+    if clash:
+        raise ConfigError(f"names used by both a model and a router: {sorted(clash)}")
+    sources = (raw.get("answer_key") or {}).get("sources") or []
+    return SimConfig(
+        raw=copy.deepcopy(raw),
+        seed=int(raw.get("seed", 20260918)),
+        stall_seconds=float(raw.get("stall_seconds", 5.0)),
+        models=models,
+        routers=routers,
+        answer_key_sources=tuple((str(k), str(p)) for k, p in sources),
+    )
+
+
+def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def load_config(
+    path: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> SimConfig:
+    """Read a TOML config (the bundled ``default.toml`` when ``path`` is None); ``overrides``
+    are deep-merged into the document before it is parsed, and so count in its hashes."""
+    with open(path or DEFAULT_CONFIG_PATH, "rb") as fh:
+        raw = tomllib.load(fh)
+    return parse_config(deep_merge(raw, overrides or {}))

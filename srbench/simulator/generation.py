@@ -1,0 +1,338 @@
+"""One simulated inference call: what the model says (``Completion``) and how it goes on the
+wire (OpenAI chat.completion JSON or SSE chunks). Everything is computed before the first byte
+so a MoM router can put the complete usage receipt in its response headers."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from srbench.canonical import canonical_json
+from srbench.simulator.config import ModelSpec
+from srbench.simulator.oracle import (
+    AnswerKey,
+    judge_reply,
+    prompt_text_of,
+    subject_answer,
+    user_reply,
+)
+from srbench.simulator.tokens import (
+    CacheOutcome,
+    PrefixCache,
+    count_tokens,
+    prompt_token_sequence,
+    split_into_pieces,
+    truncate_to_tokens,
+)
+
+U2028 = "\u2028"
+
+
+class SimulatedDisconnect(Exception):
+    """Raised inside a stream to drop the connection without finishing the HTTP body."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Completion:
+    spec: ModelSpec
+    reasoning: str
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str
+    cache: CacheOutcome
+    completion_tokens: int
+    reasoning_tokens: int
+    benchmark: str | None
+    correct: bool | None
+
+    @property
+    def model(self) -> str:
+        return self.spec.name
+
+    def wire_usage(self) -> dict[str, Any]:
+        """The usage object in the model's configured provider style."""
+        if self.spec.usage_style == "anthropic":
+            # Anthropic counts cache reads and writes outside input_tokens.
+            return {
+                "input_tokens": self.cache.prompt_tokens
+                - self.cache.cached_tokens
+                - self.cache.written_tokens,
+                "output_tokens": self.completion_tokens,
+                "cache_creation_input_tokens": self.cache.written_tokens,
+                "cache_read_input_tokens": self.cache.cached_tokens,
+            }
+        return {
+            "prompt_tokens": self.cache.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.cache.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cache.cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
+        }
+
+    def receipt_usage(self) -> dict[str, int]:
+        """Usage for the router's ``x-vsr-model-usage`` receipt; prompt_tokens is the total
+        prompt, cached and written tokens are parts of it."""
+        written = self.cache.written_tokens if self.spec.usage_style == "anthropic" else 0
+        return {
+            "prompt_tokens": self.cache.prompt_tokens,
+            "cached_input_tokens": self.cache.cached_tokens,
+            "cache_write_tokens": written,
+            "completion_tokens": self.completion_tokens,
+        }
+
+
+def _example_value(schema: Any) -> Any:
+    if not isinstance(schema, dict):
+        return "sim"
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        props = schema.get("properties") or {}
+        required = schema.get("required") or list(props)
+        return {name: _example_value(props.get(name)) for name in required}
+    return {"integer": 1, "number": 1.0, "boolean": True, "array": [], "null": None}.get(
+        str(kind), "sim"
+    )
+
+
+def _chosen_tool(spec: ModelSpec, body: dict[str, Any]) -> dict[str, Any] | None:
+    tools = [t for t in body.get("tools") or [] if isinstance(t, dict) and "function" in t]
+    messages = body.get("messages") or []
+    if not tools or (messages and messages[-1].get("role") == "tool"):
+        # After a tool result the model answers in text, so agent loops terminate.
+        return None
+    choice = body.get("tool_choice", "auto")
+    if choice == "none":
+        return None
+    if isinstance(choice, dict):
+        wanted = (choice.get("function") or {}).get("name")
+        return next((t for t in tools if t["function"].get("name") == wanted), None)
+    if choice == "required" or spec.use_tools:
+        return tools[0]
+    return None
+
+
+def build_completion(
+    spec: ModelSpec,
+    body: dict[str, Any],
+    *,
+    seed: int,
+    key: AnswerKey,
+    cache: PrefixCache,
+    faults: frozenset[str],
+) -> Completion:
+    messages: list[dict[str, Any]] = body.get("messages") or []
+    prompt_text = prompt_text_of(messages)
+    benchmark: str | None = None
+    correct: bool | None = None
+    reasoning = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool = _chosen_tool(spec, body) if spec.role == "subject" else None
+    if spec.role == "judge":
+        content = judge_reply(prompt_text)
+    elif spec.role == "user":
+        content = user_reply(messages, spec.stop_after_turns)
+    elif tool is not None:
+        content = ""
+        function = tool["function"]
+        arguments = json.dumps(_example_value(function.get("parameters")), sort_keys=True)
+        digest = hashlib.sha256(canonical_json([seed, spec.name, messages])).hexdigest()
+        tool_calls = (ToolCall(f"call_{digest[:24]}", str(function.get("name")), arguments),)
+    else:
+        answer = subject_answer(
+            key,
+            model=spec.name,
+            seed=seed,
+            prompt_text=prompt_text,
+            accuracy_for=spec.accuracy_for,
+        )
+        content, benchmark, correct = answer.content, answer.benchmark, answer.correct
+    if spec.reasoning and spec.role == "subject":
+        reasoning = spec.reasoning
+    if "u2028" in faults:
+        # U+2028 is whitespace to the tokeniser, so counts do not change.
+        head, sep, tail = content.partition(" ")
+        content = f"{head}{U2028}{tail}" if sep else f"{content}{U2028}"
+
+    finish = "tool_calls" if tool_calls else "stop"
+    budget = body.get("max_completion_tokens") or body.get("max_tokens")
+    if isinstance(budget, int) and budget >= 0:
+        reasoning, cut_r = truncate_to_tokens(reasoning, budget)
+        content, cut_c = truncate_to_tokens(content, budget - count_tokens(reasoning))
+        if cut_r or cut_c:
+            finish, tool_calls = "length", ()
+    reasoning_tokens = count_tokens(reasoning)
+    completion_tokens = (
+        reasoning_tokens
+        + count_tokens(content)
+        + sum(count_tokens(c.name) + count_tokens(c.arguments) for c in tool_calls)
+    )
+    sequence = prompt_token_sequence(messages, body.get("tools"))
+    if spec.prefix_cache:
+        outcome = cache.lookup_and_write(spec.name, sequence, spec.cache_block_tokens)
+    else:
+        outcome = CacheOutcome(len(sequence), 0, 0)
+    return Completion(
+        spec=spec,
+        reasoning=reasoning,
+        content=content,
+        tool_calls=tool_calls,
+        finish_reason=finish,
+        cache=outcome,
+        completion_tokens=completion_tokens,
+        reasoning_tokens=reasoning_tokens,
+        benchmark=benchmark,
+        correct=correct,
+    )
+
+
+@dataclass(frozen=True)
+class ResponseIdentity:
+    """``id``/``created``/fingerprint derived from the request, never from time or chance,
+    so that the same request gives byte-identical output."""
+
+    id: str
+    created: int
+    fingerprint: str
+
+    @classmethod
+    def of(cls, requested_model: str, body: dict[str, Any], seed: int) -> ResponseIdentity:
+        digest = hashlib.sha256(canonical_json([requested_model, body, seed])).hexdigest()
+        return cls(
+            id=f"chatcmpl-sim{digest[:24]}",
+            created=1_750_000_000 + int(digest[24:32], 16) % 10_000_000,
+            fingerprint=f"fp_sim{digest[32:40]}",
+        )
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def completion_body(
+    completion: Completion, ident: ResponseIdentity, *, include_usage: bool
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": completion.content or None}
+    if completion.reasoning:
+        message["reasoning_content"] = completion.reasoning
+    if completion.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in completion.tool_calls
+        ]
+    body: dict[str, Any] = {
+        "id": ident.id,
+        "object": "chat.completion",
+        "created": ident.created,
+        "model": completion.model,
+        "system_fingerprint": ident.fingerprint,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": completion.finish_reason,
+            }
+        ],
+    }
+    if include_usage:
+        body["usage"] = completion.wire_usage()
+    return body
+
+
+def total_generation_seconds(completion: Completion) -> float:
+    spec = completion.spec
+    if spec.tokens_per_second <= 0:
+        return spec.ttft_s
+    return spec.ttft_s + completion.completion_tokens / spec.tokens_per_second
+
+
+async def sse_stream(
+    completion: Completion,
+    ident: ResponseIdentity,
+    *,
+    include_usage: bool,
+    faults: frozenset[str],
+    stall_seconds: float,
+) -> AsyncIterator[bytes]:
+    """The SSE body. The role chunk goes out at once (headers and first byte are not the
+    first token); TTFT is the pause before the first reasoning/content/tool delta."""
+    spec = completion.spec
+    head = (
+        f'data: {{"id":"{ident.id}","object":"chat.completion.chunk",'
+        f'"created":{ident.created},"model":{_dumps(completion.model)},'
+        f'"system_fingerprint":"{ident.fingerprint}","choices":'
+    )
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = (
+            f'[{{"index":0,"delta":{_dumps(delta)},"logprobs":null,'
+            f'"finish_reason":{_dumps(finish)}}}]}}\n\n'
+        )
+        return (head + choice).encode("utf-8")
+
+    deltas: list[dict[str, Any]] = []
+    for piece in split_into_pieces(completion.reasoning, spec.chunk_tokens):
+        deltas.append({"reasoning_content": piece})
+    for piece in split_into_pieces(completion.content, spec.chunk_tokens):
+        deltas.append({"content": piece})
+    for index, call in enumerate(completion.tool_calls):
+        deltas.append(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": ""},
+                    }
+                ]
+            }
+        )
+        for piece in split_into_pieces(call.arguments, spec.chunk_tokens):
+            deltas.append({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+
+    interval = spec.chunk_tokens / spec.tokens_per_second if spec.tokens_per_second > 0 else 0.0
+    # Mid-stream faults fire halfway through the deltas (before the final chunk if none).
+    middle = len(deltas) // 2
+    loop = asyncio.get_running_loop()
+    yield chunk({"role": "assistant", "content": ""})
+    if spec.ttft_s > 0:
+        await asyncio.sleep(spec.ttft_s)
+    # Pace against a schedule, not by sleeping a fixed interval per chunk, so that sleep
+    # overshoot under load does not accumulate into a slower tokens/s than configured.
+    first_token_at = loop.time()
+    for i in range(len(deltas) + 1):
+        if i == middle:
+            if "stall-mid" in faults:
+                await asyncio.sleep(stall_seconds)
+            if "malformed-chunk" in faults:
+                yield (
+                    head[: -len(',"choices":')] + ',"choices":[{"index":0,"delta":{"cont\n\n'
+                ).encode("utf-8")
+            if "disconnect" in faults:
+                raise SimulatedDisconnect
+        if i == len(deltas):
+            break
+        if i and interval:
+            delay = first_token_at + i * interval - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        yield chunk(deltas[i])
+    yield chunk({}, completion.finish_reason)
+    if include_usage and "no-usage" not in faults:
+        yield (head + f'[],"usage":{_dumps(completion.wire_usage())}}}\n\n').encode("utf-8")
+    if "no-done" not in faults:
+        yield b"data: [DONE]\n\n"

@@ -1,0 +1,500 @@
+"""The simulator's HTTP server: an OpenAI-compatible listener, a MoM router on the same port,
+the router's management API and the test hooks. Standalone: no Django, no database.
+
+Endpoints:
+  POST /v1/chat/completions, GET /v1/models                 OpenAI-compatible
+  GET  /api/v1/config/hash (also /config/hash)              source/generated/active hashes
+  GET  /api/v1/config                                       the source document, ETag = source hash
+  PUT  /api/v1/config[?activate=false]                      test hook: replace (or stage) config
+  POST /api/v1/config/activate                              activate a staged config
+  POST /api/v1/routing/preview                              routing decision, no model call
+  GET  /_sim/stats, POST /_sim/reset                        counters for tests
+  GET  /health
+
+Faults (header ``x-sim-fault: a,b`` or ``faults = [...]`` on a model/router; stall length from
+``x-sim-stall-seconds``, else ``stall_seconds``): 429, 500, stall-first-byte, stall-mid,
+disconnect, no-usage, no-done, malformed-chunk, u2028, wrong-config-hash and no-receipt (the
+last two on routed models only). Non-streamed replies honour 429, 500, stall-first-byte,
+no-usage, malformed-chunk (a truncated JSON body) and u2028; the other faults are stream-only.
+
+Router requests may carry ``x-sr-bench-expected-config-hash`` (a mismatch is refused with 409
+before any model call), ``x-sr-bench-max-inference-calls`` (a route needing more is refused with
+409) and ``x-session-id`` (for session-dependent decisions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route as HttpRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from srbench.canonical import sha256_hex
+from srbench.simulator.config import (
+    FAULTS,
+    ConfigError,
+    ModelSpec,
+    RouterSpec,
+    SimConfig,
+    load_config,
+    parse_config,
+)
+from srbench.simulator.generation import (
+    Completion,
+    ResponseIdentity,
+    SimulatedDisconnect,
+    build_completion,
+    completion_body,
+    sse_stream,
+    total_generation_seconds,
+)
+from srbench.simulator.oracle import AnswerKey, prompt_text_of
+from srbench.simulator.router import Route, route
+from srbench.simulator.tokens import PrefixCache
+
+__all__ = ["create_app", "load_config", "serve"]
+
+CALL_ID_HEADER = "x-srbench-call-id"
+FAULT_HEADER = "x-sim-fault"
+STALL_HEADER = "x-sim-stall-seconds"
+EXPECTED_HASH_HEADER = "x-sr-bench-expected-config-hash"
+MAX_CALLS_HEADER = "x-sr-bench-max-inference-calls"
+SESSION_HEADER = "x-session-id"
+
+PREVIEW_FIELDS = frozenset(
+    {
+        "text",
+        "messages",
+        "model",
+        "tools",
+        "functions",
+        "tool_choice",
+        "function_call",
+        "response_format",
+        "metadata",
+        "max_tokens",
+        "max_completion_tokens",
+        "options",
+        "preview_context",
+    }
+)
+
+
+@dataclass
+class Counters:
+    total_requests: int = 0
+    chat_requests: int = 0
+    preview_requests: int = 0
+    # Internal inference calls (a fan-out request makes several): proves preview calls none.
+    model_calls: int = 0
+    by_call_id: dict[str, int] = field(default_factory=dict)
+    by_model: dict[str, int] = field(default_factory=dict)
+    # Streams whose body is being sent now, and the most at once: the load benchmark's proof
+    # that the streams really were concurrent.
+    open_streams: int = 0
+    max_open_streams: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "total_requests": self.total_requests,
+            "chat_requests": self.chat_requests,
+            "preview_requests": self.preview_requests,
+            "model_calls": self.model_calls,
+            "by_call_id": dict(self.by_call_id),
+            "by_model": dict(self.by_model),
+            "open_streams": self.open_streams,
+            "max_open_streams": self.max_open_streams,
+        }
+
+
+class SimState:
+    """Mutable server state; touched only from the server's event loop."""
+
+    def __init__(self, config: SimConfig, answer_key: AnswerKey) -> None:
+        self.active = config
+        self.staged: SimConfig | None = None
+        self.answer_key = answer_key
+        self.cache = PrefixCache()
+        self.counters = Counters()
+
+    @property
+    def source(self) -> SimConfig:
+        return self.staged or self.active
+
+    def hashes(self) -> dict[str, str]:
+        return {
+            "source_config_hash": self.source.source_hash,
+            "generated_runtime_hash": self.source.generated_hash,
+            "active_runtime_hash": self.active.generated_hash,
+            "activation_status": "pending" if self.staged else "active",
+        }
+
+
+class CountingMiddleware:
+    """Counts every request outside ``/_sim`` and, per call id, every one carrying the
+    ``x-srbench-call-id`` header: tests prove "never re-sent" by these counts."""
+
+    def __init__(self, app: ASGIApp, state: SimState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not scope["path"].startswith("/_sim"):
+            counters = self.state.counters
+            counters.total_requests += 1
+            for name, value in scope["headers"]:
+                if name == CALL_ID_HEADER.encode():
+                    call_id = value.decode("latin-1")
+                    counters.by_call_id[call_id] = counters.by_call_id.get(call_id, 0) + 1
+        await self.app(scope, receive, send)
+
+
+class SSEResponse(StreamingResponse):
+    """A streaming response whose body may end in a simulated disconnect: the connection is
+    closed without the chunked-encoding terminator, as a crashed upstream would."""
+
+    media_type = "text/event-stream"
+
+    async def stream_response(self, send: Send) -> None:
+        try:
+            await super().stream_response(send)
+        except SimulatedDisconnect:
+            return
+
+
+def openai_error(
+    status: int, message: str, code: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": None, "code": code}},
+        status_code=status,
+        headers=headers,
+    )
+
+
+def wrong_hash(active: str) -> str:
+    return sha256_hex(["wrong-config-hash", active])
+
+
+def request_faults(request: Request, *specs: ModelSpec | RouterSpec) -> frozenset[str]:
+    header = request.headers.get(FAULT_HEADER, "")
+    faults = {f.strip() for f in header.split(",") if f.strip()}
+    for spec in specs:
+        faults.update(spec.faults)
+    return frozenset(faults)
+
+
+def stall_seconds(request: Request, config: SimConfig) -> float:
+    try:
+        return float(request.headers.get(STALL_HEADER, config.stall_seconds))
+    except ValueError:
+        return config.stall_seconds
+
+
+def receipt(completions: list[Completion]) -> dict[str, Any]:
+    calls = []
+    for i, completion in enumerate(completions):
+        if len(completions) == 1:
+            role = "primary"
+        else:
+            role = "aggregator" if i == len(completions) - 1 else "candidate"
+        calls.append(
+            {
+                "model": completion.model,
+                "role": role,
+                "stage": "generation",
+                "status": "ok",
+                "usage": completion.receipt_usage(),
+            }
+        )
+    return {"version": 1, "complete": True, "calls": calls}
+
+
+async def counted_stream(state: SimState, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    counters = state.counters
+    counters.open_streams += 1
+    counters.max_open_streams = max(counters.max_open_streams, counters.open_streams)
+    try:
+        async for part in body:
+            yield part
+    finally:
+        # The counters object may have been replaced by a reset meanwhile; decrement the one
+        # that was incremented.
+        counters.open_streams -= 1
+
+
+async def chat_completions(request: Request) -> Response:
+    state: SimState = request.app.state.sim
+    config = state.active
+    state.counters.chat_requests += 1
+    try:
+        body = await request.json()
+    except ValueError:
+        return openai_error(400, "request body is not JSON", "invalid_json")
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        return openai_error(400, "messages must be a list", "invalid_request")
+    requested = str(body.get("model", ""))
+    target = config.resolve(requested)
+    if target is None:
+        return openai_error(404, f"model {requested!r} does not exist", "model_not_found")
+
+    prompt_text = prompt_text_of(body["messages"])
+    chosen: Route | None = None
+    if isinstance(target, RouterSpec):
+        chosen = route(target, prompt_text, request.headers.get(SESSION_HEADER))
+        members = [config.models[m] for m in chosen.models]
+        faults = request_faults(request, target, *members)
+    else:
+        members = [target]
+        faults = request_faults(request, target)
+    unknown = faults - FAULTS
+    if unknown:
+        return openai_error(400, f"unknown faults {sorted(unknown)}", "unknown_fault")
+    stall = stall_seconds(request, config)
+    if "stall-first-byte" in faults:
+        await asyncio.sleep(stall)
+    if "429" in faults:
+        return openai_error(
+            429, "simulated rate limit", "rate_limit_exceeded", {"retry-after": "1"}
+        )
+    if "500" in faults:
+        return openai_error(500, "simulated server error", "internal_error")
+
+    headers: dict[str, str] = {}
+    active_hash = config.generated_hash
+    if isinstance(target, RouterSpec) and chosen is not None:
+        ack = wrong_hash(active_hash) if "wrong-config-hash" in faults else active_hash
+        expected = request.headers.get(EXPECTED_HASH_HEADER)
+        # The router checks the expected hash before any generation; the wrong-config-hash
+        # fault models a router that ignores it and serves another generation.
+        if expected and expected != active_hash and "wrong-config-hash" not in faults:
+            return openai_error(
+                409,
+                "expected config hash does not match the active runtime",
+                "config_hash_mismatch",
+                {"x-vsr-config-hash": active_hash},
+            )
+        max_calls = request.headers.get(MAX_CALLS_HEADER)
+        if max_calls and max_calls.isdigit() and len(chosen.models) > int(max_calls):
+            return openai_error(
+                409,
+                "route needs more inference calls than allowed",
+                "max_inference_calls_exceeded",
+                {"x-vsr-config-hash": ack},
+            )
+        headers.update(
+            {
+                "x-vsr-selected-model": chosen.served_model,
+                "x-vsr-selected-decision": chosen.decision,
+                "x-vsr-config-hash": ack,
+                "x-vsr-inference-call-count": str(len(chosen.models)),
+                "x-vsr-response-path": "upstream",
+                "x-vsr-schema-version": "2",
+            }
+        )
+
+    seed = body["seed"] if isinstance(body.get("seed"), int) else config.seed
+    completions = []
+    for spec in members:
+        state.counters.model_calls += 1
+        state.counters.by_model[spec.name] = state.counters.by_model.get(spec.name, 0) + 1
+        completions.append(
+            build_completion(
+                spec, body, seed=seed, key=state.answer_key, cache=state.cache, faults=faults
+            )
+        )
+    final = completions[-1]
+    if chosen is not None and "no-receipt" not in faults:
+        headers["x-vsr-model-usage"] = json.dumps(receipt(completions), separators=(",", ":"))
+
+    ident = ResponseIdentity.of(requested, body, seed)
+    if body.get("stream"):
+        options = body.get("stream_options") or {}
+        headers["cache-control"] = "no-cache"
+        events = sse_stream(
+            final,
+            ident,
+            include_usage=bool(options.get("include_usage")),
+            faults=faults,
+            stall_seconds=stall,
+        )
+        return SSEResponse(counted_stream(state, events), headers=headers)
+    await asyncio.sleep(total_generation_seconds(final))
+    payload = completion_body(final, ident, include_usage="no-usage" not in faults)
+    raw = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    if "malformed-chunk" in faults:
+        raw = raw[: len(raw) // 2]
+    return Response(raw, media_type="application/json", headers=headers)
+
+
+async def list_models(request: Request) -> Response:
+    config: SimConfig = request.app.state.sim.active
+    data = [
+        {"id": name, "object": "model", "created": 1_750_000_000, "owned_by": "srbench-simulator"}
+        for name in config.model_ids()
+    ]
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def config_hash(request: Request) -> Response:
+    return JSONResponse(request.app.state.sim.hashes())
+
+
+async def get_config(request: Request) -> Response:
+    state: SimState = request.app.state.sim
+    etag = f'"{state.source.source_hash}"'
+    if request.headers.get("if-none-match") == etag:
+        return Response(status_code=304, headers={"etag": etag})
+    return JSONResponse(state.source.raw, headers={"etag": etag})
+
+
+async def put_config(request: Request) -> Response:
+    state: SimState = request.app.state.sim
+    try:
+        new = parse_config(await request.json())
+    except (ValueError, KeyError, TypeError, ConfigError) as exc:
+        return JSONResponse({"error": "invalid config", "detail": str(exc)}, status_code=400)
+    if request.query_params.get("activate", "true").lower() in ("0", "false", "no"):
+        state.staged = new
+    else:
+        state.active, state.staged = new, None
+    return JSONResponse(state.hashes(), headers={"etag": f'"{new.source_hash}"'})
+
+
+async def activate_config(request: Request) -> Response:
+    state: SimState = request.app.state.sim
+    if state.staged is not None:
+        state.active, state.staged = state.staged, None
+    return JSONResponse(state.hashes())
+
+
+async def routing_preview(request: Request) -> Response:
+    state: SimState = request.app.state.sim
+    config = state.active
+    state.counters.preview_requests += 1
+    try:
+        body = await request.json()
+    except ValueError:
+        return JSONResponse({"error": "request body is not JSON"}, status_code=400)
+    if not isinstance(body, dict):
+        return JSONResponse({"error": "request body must be an object"}, status_code=400)
+    unknown = set(body) - PREVIEW_FIELDS
+    if unknown:
+        return JSONResponse({"error": f"unknown fields {sorted(unknown)}"}, status_code=400)
+    requested = str(body.get("model") or "auto")
+    target = config.resolve(requested)
+    if not isinstance(target, RouterSpec):
+        return JSONResponse({"error": f"{requested!r} is not a routed model"}, status_code=400)
+    if isinstance(body.get("messages"), list):
+        prompt_text = prompt_text_of(body["messages"])
+    elif isinstance(body.get("text"), str):
+        prompt_text = body["text"]
+    else:
+        return JSONResponse({"error": "text or messages is required"}, status_code=400)
+    context = body.get("preview_context") or {}
+    options = body.get("options") or {}
+    chosen = route(target, prompt_text, context.get("session_id"))
+    active_hash = config.generated_hash
+    result: dict[str, Any] = {
+        "requested_model": requested,
+        "selected_model": chosen.served_model,
+        "selection_status": "selected",
+        "selection_method": chosen.method,
+        "recipe": target.name,
+        "routing_decision": chosen.decision,
+        "decision_result": {
+            "decision_name": chosen.decision,
+            "algorithm": chosen.method,
+            "plugins": [],
+            "matched_signals": list(chosen.matched_signals),
+        },
+        "recommended_models": list(chosen.models),
+        "config_hash": active_hash,
+        "selection_reason": chosen.reason,
+        "selection_provenance": {
+            "config_hash": active_hash,
+            "state_hash": sha256_hex(["stateless", active_hash]),
+            "sampled": False,
+            "seed": context.get("sampling_seed"),
+            "session_id": context.get("session_id"),
+            "conversation_id": context.get("conversation_id"),
+        },
+    }
+    if options.get("trace"):
+        result["eval_trace"] = [
+            {"decision": d.name, "selected": d.name == chosen.decision} for d in target.decisions
+        ]
+    return JSONResponse(result)
+
+
+async def sim_stats(request: Request) -> Response:
+    return JSONResponse(request.app.state.sim.counters.as_json())
+
+
+async def sim_reset(request: Request) -> Response:
+    state: SimState = request.app.state.sim
+    state.counters = Counters()
+    state.cache.clear()
+    return JSONResponse({"reset": True})
+
+
+async def health(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+def create_app(
+    config: SimConfig | str | Path | None = None, *, answer_key: AnswerKey | None = None
+) -> Starlette:
+    """The ASGI app. ``answer_key`` defaults to one built from the config's
+    ``[answer_key] sources`` (empty when there are none)."""
+    if not isinstance(config, SimConfig):
+        config = load_config(config)
+    if answer_key is None:
+        answer_key = (
+            AnswerKey.from_sources(config.answer_key_sources)
+            if (config.answer_key_sources)
+            else AnswerKey()
+        )
+    state = SimState(config, answer_key)
+    app = Starlette(
+        routes=[
+            HttpRoute("/v1/chat/completions", chat_completions, methods=["POST"]),
+            HttpRoute("/v1/models", list_models, methods=["GET"]),
+            HttpRoute("/api/v1/config/hash", config_hash, methods=["GET"]),
+            HttpRoute("/config/hash", config_hash, methods=["GET"]),
+            HttpRoute("/api/v1/config", get_config, methods=["GET"]),
+            HttpRoute("/api/v1/config", put_config, methods=["PUT"]),
+            HttpRoute("/api/v1/config/activate", activate_config, methods=["POST"]),
+            HttpRoute("/api/v1/routing/preview", routing_preview, methods=["POST"]),
+            HttpRoute("/_sim/stats", sim_stats, methods=["GET"]),
+            HttpRoute("/_sim/reset", sim_reset, methods=["POST"]),
+            HttpRoute("/health", health, methods=["GET"]),
+        ]
+    )
+    app.state.sim = state
+    app.add_middleware(CountingMiddleware, state=state)
+    return app
+
+
+def serve(config_path: str | Path | None = None, host: str = "127.0.0.1", port: int = 8100) -> None:
+    """Run the simulator in the foreground (blocks). Loopback by default: it has no auth."""
+    import uvicorn
+
+    uvicorn.run(
+        create_app(load_config(config_path)),
+        host=host,
+        port=port,
+        log_level="warning",
+        # A benchmark opens a thousand streams at once; keep them all in the accept queue.
+        backlog=4096,
+        timeout_keep_alive=30,
+    )

@@ -1,0 +1,220 @@
+"""The oracle's answers, the simulated judge and the simulated user."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from srbench.simulator.oracle import (
+    USER_STOP,
+    AnswerKey,
+    judge_block,
+    judge_verdict,
+    parse_judge_block,
+    subject_answer,
+)
+from tests.simulator.conftest import CODE_PROMPT, GRID_PROMPT, JUDGE_PROMPT, MCQ_PROMPT
+
+ANSWER_LINE = re.compile(r"Answer: ([A-Z])$")
+
+
+def answer(key: AnswerKey, prompt: str, *, model: str = "m", seed: int = 1, accuracy: float):
+    return subject_answer(
+        key, model=model, seed=seed, prompt_text=prompt, accuracy_for=lambda _benchmark: accuracy
+    )
+
+
+def mcq_key(n: int) -> tuple[AnswerKey, list[str]]:
+    key = AnswerKey()
+    prompts = [f"Question {i}: pick one." for i in range(n)]
+    for i, prompt in enumerate(prompts):
+        key.add(
+            prompt, "mmlu-pro", "mcq", {"answer": "ABCD"[i % 4]}, {"options": ["w", "x", "y", "z"]}
+        )
+    return key, prompts
+
+
+def test_mcq_accuracy_follows_the_configured_rate():
+    key, prompts = mcq_key(600)
+    for rate in (0.9, 0.55):
+        correct = sum(bool(answer(key, p, accuracy=rate).correct) for p in prompts)
+        assert abs(correct / len(prompts) - rate) < 0.06
+
+
+def test_mcq_answer_names_exactly_one_letter_which_is_right_only_when_correct():
+    key, prompts = mcq_key(50)
+    for i, prompt in enumerate(prompts):
+        result = answer(key, prompt, accuracy=0.5)
+        letters = ANSWER_LINE.findall(result.content)
+        assert len(letters) == 1 and letters[0] in "ABCD"
+        assert (letters[0] == "ABCD"[i % 4]) == result.correct
+
+
+def test_same_model_seed_and_question_always_decide_the_same_way():
+    key, prompts = mcq_key(40)
+    first = [answer(key, p, accuracy=0.5) for p in prompts]
+    assert first == [answer(key, p, accuracy=0.5) for p in prompts]
+    other_seed = [answer(key, p, accuracy=0.5, seed=2).correct for p in prompts]
+    assert other_seed != [a.correct for a in first]
+
+
+def test_judge_kind_answers_pass_or_fail_the_simulated_judge_as_decided():
+    key = AnswerKey()
+    key.add(JUDGE_PROMPT, "simpleqa", "judge", {"answer": "Bram Stoker"})
+    key.add("In what year did Apollo 11 land?", "simpleqa", "judge", {"answer": "1969"})
+    for prompt, reference in (
+        (JUDGE_PROMPT, "Bram Stoker"),
+        ("In what year did Apollo 11 land?", "1969"),
+    ):
+        right = answer(key, prompt, accuracy=1.0)
+        wrong = answer(key, prompt, accuracy=0.0)
+        assert right.correct is True and judge_verdict(reference, right.content) == "correct"
+        assert wrong.correct is False and judge_verdict(reference, wrong.content) == "incorrect"
+
+
+def test_grid_answer_is_the_outputs_json_and_a_wrong_one_differs_in_exactly_one_cell():
+    key = AnswerKey()
+    outputs = [[[0, 1, 2], [3, 4, 5]], [[9]]]
+    key.add(GRID_PROMPT, "arc-agi-2", "grid", {"outputs": outputs})
+    assert json.loads(answer(key, GRID_PROMPT, accuracy=1.0).content) == outputs
+    wrong = json.loads(answer(key, GRID_PROMPT, accuracy=0.0).content)
+    flat = lambda grids: [v for g in grids for row in g for v in row]  # noqa: E731
+    assert sum(a != b for a, b in zip(flat(wrong), flat(outputs), strict=True)) == 1
+
+
+def test_code_answer_with_a_solution_is_a_python_block():
+    key = AnswerKey()
+    key.add(CODE_PROMPT, "livecodebench", "code", {"solution": "def add(a, b):\n    return a+b"})
+    right = answer(key, CODE_PROMPT, accuracy=1.0).content
+    assert "```python\ndef add(a, b):\n    return a+b\n```" in right
+    assert "def add" not in answer(key, CODE_PROMPT, accuracy=0.0).content
+
+
+def test_unknown_prompt_gets_a_deterministic_generic_reply():
+    key = AnswerKey()
+    one = answer(key, "hello there", accuracy=1.0)
+    assert one.correct is None and one.benchmark is None
+    assert one == answer(key, "hello there", accuracy=1.0)
+
+
+@pytest.mark.parametrize(
+    ("reference", "response", "verdict"),
+    [
+        ("Bram Stoker", "It was written by bram stoker!", "correct"),
+        ("The Hague", "hague", "correct"),
+        ("4", "The answer is 42.", "incorrect"),
+        ("Paris", "Lyon", "incorrect"),
+        ("Paris", "", "not_attempted"),
+        ("Paris", "I don't know.", "not_attempted"),
+    ],
+)
+def test_judge_verdict_normalises_case_punctuation_articles_and_whitespace(
+    reference, response, verdict
+):
+    assert judge_verdict(reference, response) == verdict
+
+
+def test_judge_block_round_trips_through_the_parser():
+    text = "Grade this.\n\n" + judge_block('Q "quoted"?', "Réponse", "a\n```b```")
+    assert parse_judge_block(text) == {
+        "question": 'Q "quoted"?',
+        "reference": "Réponse",
+        "response": "a\n```b```",
+    }
+
+
+def judge(sim: httpx.Client, reference: str, response: str) -> str:
+    prompt = "Grade the response against the reference.\n\n" + judge_block(
+        "Q?", reference, response
+    )
+    body = {"model": "sim-judge", "messages": [{"role": "user", "content": prompt}]}
+    reply = sim.post("/v1/chat/completions", json=body).json()
+    return reply["choices"][0]["message"]["content"]
+
+
+def test_simulated_judge_replies_with_a_json_verdict(sim: httpx.Client):
+    assert json.loads(judge(sim, "Bram Stoker", "Bram Stoker wrote it.")) == {"verdict": "correct"}
+    assert json.loads(judge(sim, "Bram Stoker", "Mary Shelley")) == {"verdict": "incorrect"}
+    assert json.loads(judge(sim, "Bram Stoker", "I don't know")) == {"verdict": "not_attempted"}
+
+
+def test_simulated_judge_without_a_block_replies_with_no_verdict(sim: httpx.Client):
+    body = {"model": "sim-judge", "messages": [{"role": "user", "content": "Grade this."}]}
+    content = sim.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"]
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(content)
+
+
+def test_simulated_user_follows_the_scenario_and_stops_after_the_configured_turns(
+    sim: httpx.Client,
+):
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You want to cancel order 42. Your name is Mia."},
+        {"role": "user", "content": "Hello, how can I help?"},
+    ]
+    replies = []
+    for _ in range(3):  # sim-user stops after 3 turns in the default config
+        body = {"model": "sim-user", "messages": messages}
+        reply = sim.post("/v1/chat/completions", json=body).json()["choices"][0]["message"][
+            "content"
+        ]
+        replies.append(reply)
+        messages += [
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": "Anything else?"},
+        ]
+    assert "cancel order 42" in replies[0] and "Mia" in replies[1]
+    assert USER_STOP not in replies[0] + replies[1]
+    assert replies[2].endswith(USER_STOP)
+
+
+@dataclass
+class FakeQuestion:
+    benchmark: str
+    native_id: str
+    subject: str
+    payload: dict[str, Any]
+    secret: dict[str, Any]
+
+
+class FakeAdapter:
+    key = "mmlu-pro"
+    kind = "mcq"
+
+    def load(self, path: str) -> list[FakeQuestion]:
+        return [
+            FakeQuestion(
+                "mmlu-pro",
+                "q1",
+                "math",
+                {"question": f"From {path}: 1+1?", "options": ["1", "2"]},
+                {"answer": "B"},
+            )
+        ]
+
+    def messages(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
+        return [
+            {"role": "system", "content": "Answer."},
+            {"role": "user", "content": payload["question"]},
+        ]
+
+
+def test_answer_key_from_sources_reads_questions_through_the_adapters(monkeypatch):
+    import datasets.benchmarks as benchmarks
+
+    monkeypatch.setattr(benchmarks, "get_adapter", lambda key: FakeAdapter(), raising=False)
+    key = AnswerKey.from_sources([("mmlu-pro", "file.jsonl")])
+    assert len(key) == 1
+    result = answer(key, "From file.jsonl: 1+1?", accuracy=1.0)
+    assert result.benchmark == "mmlu-pro" and result.content.endswith("Answer: B")
+
+
+def test_streamed_mcq_reply_over_http_matches_the_oracle(sim: httpx.Client):
+    body = {"model": "sim-weak", "messages": [{"role": "user", "content": MCQ_PROMPT}]}
+    content = sim.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"]
+    assert len(ANSWER_LINE.findall(content)) == 1
