@@ -577,3 +577,29 @@ def sum_known(values: Iterable[Decimal | None]) -> KnownSum:
             else:
                 known += value
     return KnownSum(known if complete else None, known, complete)
+
+
+def mom_call_buckets(headers: Mapping[str, str], stream_usage: object) -> UsageBuckets | None:
+    """The token buckets of a MoM call, from the same evidence that may price it: the sum of a
+    complete receipt's children, or the stream usage of a proven direct call; else unknown."""
+    receipt_header = _header(headers, HEADER_MODEL_USAGE)
+    if receipt_header is not None:
+        receipt = parse_model_usage_receipt(receipt_header)
+        if receipt is None or not receipt.complete:
+            return None
+        children = [c.buckets for c in receipt.calls]
+        if any(b is None for b in children):
+            return None
+        known = [b for b in children if b is not None]
+        return UsageBuckets(
+            input=sum(b.input for b in known),
+            cached_input=sum(b.cached_input for b in known),
+            cache_write=sum(b.cache_write for b in known),
+            output=sum(b.output for b in known),
+            cached_reported=all(b.cached_reported for b in known),
+            cache_write_reported=all(b.cache_write_reported for b in known),
+            shape=known[0].shape if known else "openai",
+        )
+    if _call_count(headers) == 1 and (_header(headers, HEADER_SELECTED_MODEL) or "").strip():
+        return usage_buckets(stream_usage)
+    return None

@@ -203,7 +203,12 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # Why dispatch stopped early (fail-closed failure, budget, cancel, deadline); "" = it didn't.
     stop_reason = models.TextField(blank=True)
+    # Budget (DESIGN §4): Σ over calls of (known cost, else the worst-case reservation).
+    # Changed only under a row lock, so several workers share one budget.
+    budget_committed_usd = models.DecimalField(max_digits=20, decimal_places=10, default=0)
+    last_event_seq = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -261,6 +266,8 @@ class Cell(models.Model):
     # Fencing token: bumped by every claim, checked by every finish, so a zombie cannot write.
     claim_token = models.PositiveIntegerField(default=0)
     claimed_by = models.CharField(max_length=255, blank=True)
+    # Renewed by the worker while it holds the cell; an expired lease means the worker died.
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
     correct = models.BooleanField(null=True, blank=True)
     scored = models.BooleanField(default=False)
     grade = models.JSONField(null=True, blank=True)
@@ -346,6 +353,7 @@ class Call(models.Model):
         max_digits=20, decimal_places=10, null=True, blank=True
     )
     cost_note = models.CharField(max_length=200, blank=True)
+    reserved_cost_usd = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
     # Timings and live activity (R10.2, R10.3).
     stage = models.CharField(max_length=10, choices=Stage, default=Stage.PREPARING)
     sent_at = models.DateTimeField()

@@ -4,10 +4,13 @@ transaction). Interfaces (admin, API, CLI, tasks) call these, never the ORM dire
 from __future__ import annotations
 
 import os
+from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.utils import timezone
 
-from runs.models import Target, TargetSecret
+from runs.events import events_append
+from runs.models import Cell, Run, Target, TargetSecret
 from srbench.secrets import decrypt_secret, encrypt_secret
 
 
@@ -30,3 +33,106 @@ def target_api_key(*, target: Target) -> str | None:
     if target.api_key_env:
         return os.environ.get(target.api_key_env)
     return None
+
+
+# --- runs ------------------------------------------------------------------------------------
+
+
+class IdempotencyConflict(Exception):
+    """The idempotency key was used before with a different plan."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        super().__init__(
+            f"idempotency key already used for run {run.pk} with a different plan "
+            f"({run.plan_sha256[:12]}…)"
+        )
+
+
+def run_create(
+    *, owner: Any, plan: dict[str, Any], idempotency_key: str | None = None
+) -> tuple[Run, bool]:
+    """Freeze the plan, create the run with all its cells, and ring the doorbell after commit.
+
+    Idempotent by (owner, idempotency_key): the same key with the same plan returns the same
+    run (created=False); with a different plan it raises IdempotencyConflict.
+    """
+    from runs.plans import plan_freeze
+
+    frozen = plan_freeze(data=plan)
+    if idempotency_key:
+        existing = Run.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
+        if existing is not None:
+            if existing.plan_sha256 != frozen.plan_sha256:
+                raise IdempotencyConflict(existing)
+            return existing, False
+    try:
+        with transaction.atomic(durable=True):
+            run = Run.objects.create(
+                name=frozen.manifest["name"],
+                mode=frozen.manifest["mode"],
+                profile=frozen.dataset.profile,
+                manifest=frozen.manifest,
+                plan_sha256=frozen.plan_sha256,
+                dataset=frozen.dataset,
+                owner=owner,
+                idempotency_key=idempotency_key or None,
+            )
+            cases = frozen.manifest["cases"]
+            Cell.objects.bulk_create(
+                Cell(run=run, question_id=qid, target=target, slot=slot, benchmark=benchmark)
+                for target in frozen.targets
+                for qid, _sha, benchmark in cases
+                for slot in range(frozen.manifest["slots"])
+            )
+            events_append(
+                run_id=run.pk,
+                events=[
+                    (
+                        "run.created",
+                        {
+                            "plan_sha256": run.plan_sha256,
+                            "cells": len(cases) * len(frozen.targets) * frozen.manifest["slots"],
+                            "targets": [t.slug for t in frozen.targets],
+                        },
+                    )
+                ],
+            )
+            transaction.on_commit(lambda: run_dispatch(run_id=run.pk))
+    except IntegrityError:
+        # A concurrent request with the same key won the race: answer as a replay would.
+        existing = Run.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
+        if existing is None:
+            raise
+        if existing.plan_sha256 != frozen.plan_sha256:
+            raise IdempotencyConflict(existing) from None
+        return existing, False
+    return run, True
+
+
+def run_dispatch(*, run_id: int) -> None:
+    """Ring the doorbell: one drive task per run (more may be added to spread a large run)."""
+    from runs.tasks import run_drive
+
+    run_drive.delay(run_id)
+
+
+def run_cancel(*, run: Run, user: Any = None) -> bool:
+    """Request cancellation: new dispatch stops at once; in-flight calls finish and keep their
+    evidence. Idempotent: a second request changes nothing. Returns whether this call did it."""
+    with transaction.atomic(durable=True):
+        updated = Run.objects.filter(
+            pk=run.pk, cancel_requested_at__isnull=True, status__in=["queued", "running"]
+        ).update(cancel_requested_at=timezone.now())
+        if updated:
+            events_append(
+                run_id=run.pk,
+                events=[("run.cancel_requested", {"by": getattr(user, "username", None)})],
+            )
+            # A queued run that no worker has started ends here.
+            Cell.objects.filter(run=run, status="pending").update(status="cancelled")
+    if updated:
+        from runs.engine.finish import run_finish_if_done
+
+        run_finish_if_done(run_id=run.pk)
+    return bool(updated)

@@ -1,0 +1,603 @@
+"""The run driver: one asyncio loop per task holding many concurrent streams (DESIGN §4).
+
+The event loop only does network work; every database write goes to one dedicated thread
+(Django connections are per thread), in the order the ledger needs: the Call row commits
+before the request leaves, evidence and outcome commit together afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any, TypeVar
+
+import httpx
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from datasets.benchmarks import get_adapter
+from datasets.grading import MalformedVerdict
+from runs.accounting import (
+    cache_neutral_cost,
+    mom_call_buckets,
+    mom_call_cost,
+    price_for_model,
+    priced_call_cost,
+    usage_buckets,
+)
+from runs.engine import scoring, store
+from runs.engine.finish import run_finish_if_done
+from runs.engine.sse import (
+    ChatStreamAccumulator,
+    SSEDecoder,
+    SSEError,
+    output_cap_violation,
+    repeated_tail_block,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+EXPECTED_HASH_HEADER = "x-sr-bench-expected-config-hash"
+MAX_CALLS_HEADER = "x-sr-bench-max-inference-calls"
+CALL_ID_HEADER = "x-srbench-call-id"
+# Fields of a response worth keeping: routing decisions, receipts, rate limits, request ids.
+KEPT_HEADER_PREFIXES = ("x-vsr-", "x-request-id", "x-ratelimit-", "retry-after", "openai-")
+REPETITION_MIN_BLOCK = 64
+REPETITION_REPEATS = 8
+REPETITION_CHECK_BYTES = 8192
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class DbThread:
+    """All ORM work of one driver on one thread, so it keeps one connection and never blocks
+    the event loop."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="srbench-db")
+
+    async def __call__(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, lambda: fn(**kwargs))
+
+    def close(self) -> None:
+        self.pool.submit(connection.close).result()
+        self.pool.shutdown(wait=True)
+
+
+@dataclass
+class Activity:
+    stage: str
+    last: Any
+    bytes: int = 0
+    dirty: bool = True
+
+
+@dataclass
+class CallOutcome:
+    call_id: int | None  # None: refused by the budget, nothing sent
+    ok: bool = False
+    content: str = ""
+    truncated: bool = False
+    error_code: str = ""
+    error: str = ""
+    transport_failure: bool = False
+
+
+@dataclass
+class Driver:
+    ctx: store.RunContext
+    worker: str
+    db: DbThread
+    client: httpx.AsyncClient
+    limits: dict[str, Any]
+    max_cost: Decimal | None
+    activity: dict[int, Activity] = field(default_factory=dict)
+    stopping: str = ""
+
+    # --- one cell ---------------------------------------------------------------------------
+
+    async def run_cell(self, cell: store.ClaimedCell) -> None:
+        try:
+            async with asyncio.timeout(self.limits["case_timeout_s"]):
+                await self._run_cell(cell)
+        except TimeoutError:
+            await self.db(
+                store.cell_finish,
+                run_id=self.ctx.run_id,
+                cell_id=cell.cell_id,
+                token=cell.token,
+                status="failed",
+                correct=None,
+                grade=None,
+                final_answer="",
+                error=f"case timeout after {self.limits['case_timeout_s']}s",
+            )
+        except Exception as exc:  # a bug must fail the cell, not leave it running forever
+            log.exception("cell %s crashed", cell.cell_id)
+            await self.db(
+                store.cell_finish,
+                run_id=self.ctx.run_id,
+                cell_id=cell.cell_id,
+                token=cell.token,
+                status="failed",
+                correct=None,
+                grade=None,
+                final_answer="",
+                error=f"internal error: {type(exc).__name__}: {exc}",
+            )
+
+    async def _run_cell(self, cell: store.ClaimedCell) -> None:
+        target = self.ctx.targets[cell.target_id]
+        adapter = get_adapter(cell.benchmark)
+        subject = await self.call(
+            cell, role="subject", sequence=0, target=target, messages=adapter.messages(cell.payload)
+        )
+        if subject.call_id is None:
+            await self.db(store.cell_release, cell_id=cell.cell_id, token=cell.token)
+            await self.stop("budget: the next call could exceed max_cost_usd")
+            return
+        if not subject.ok:
+            await self.finish(
+                cell, "failed", None, None, "", f"{subject.error_code}: {subject.error}"
+            )
+            if subject.transport_failure and self.ctx.manifest["failure_policy"] == "stop":
+                await self.stop(f"first transport failure (fail closed): {subject.error_code}")
+            return
+        answer = subject.content
+        if subject.truncated:
+            # finish_reason "length": the answer was cut off. A wrong answer, not a failure.
+            await self.finish(
+                cell,
+                "completed",
+                False,
+                {"grader": "truncated", "finish_reason": "length"},
+                answer,
+                "",
+            )
+            return
+        if not scoring.needs_judge(cell.benchmark):
+            grade = scoring.grade_direct(
+                benchmark=cell.benchmark, payload=cell.payload, secret=cell.secret, answer=answer
+            )
+            await self.finish(cell, "completed", grade.correct, grade.detail, answer, "")
+            return
+        judge_target = self.ctx.judges[cell.benchmark]
+        judge = await self.call(
+            cell,
+            role="judge",
+            sequence=0,
+            target=judge_target,
+            messages=scoring.judge_request_messages(
+                payload=cell.payload, secret=cell.secret, answer=answer
+            ),
+        )
+        if judge.call_id is None:
+            await self.finish(
+                cell,
+                "failed",
+                None,
+                None,
+                answer,
+                "budget: the judge call could exceed max_cost_usd",
+            )
+            await self.stop("budget: the next call could exceed max_cost_usd")
+            return
+        if not judge.ok or judge.truncated:
+            await self.finish(
+                cell,
+                "failed",
+                None,
+                None,
+                answer,
+                f"judge {judge.error_code or 'truncated'}: {judge.error}",
+            )
+            if judge.transport_failure and self.ctx.manifest["failure_policy"] == "stop":
+                await self.stop(f"first transport failure (fail closed): judge {judge.error_code}")
+            return
+        try:
+            grade = scoring.grade_from_verdict(judge.content)
+        except MalformedVerdict as exc:
+            await self.finish(cell, "failed", None, None, answer, f"malformed judge verdict: {exc}")
+            return
+        await self.finish(cell, "completed", grade.correct, grade.detail, answer, "")
+
+    async def finish(
+        self,
+        cell: store.ClaimedCell,
+        status: str,
+        correct: bool | None,
+        grade: dict[str, Any] | None,
+        answer: str,
+        error: str,
+    ) -> None:
+        await self.db(
+            store.cell_finish,
+            run_id=self.ctx.run_id,
+            cell_id=cell.cell_id,
+            token=cell.token,
+            status=status,
+            correct=correct,
+            grade=grade,
+            final_answer=answer,
+            error=error,
+        )
+
+    async def stop(self, reason: str) -> None:
+        if not self.stopping:
+            self.stopping = reason
+            await self.db(store.run_stop, run_id=self.ctx.run_id, reason=reason)
+
+    # --- one call -------------------------------------------------------------------------
+
+    def request_body(self, target: store.TargetInfo, messages: list[dict[str, Any]]) -> dict:
+        body: dict[str, Any] = {"model": target.model, "messages": messages}
+        body.update(self.ctx.manifest["sampling"])
+        body["max_tokens"] = self.limits["max_output_tokens"]
+        # A registered target's fixed parameters override the run's defaults (R8.6) ...
+        body.update(target.fixed_params)
+        # ... but the transport contract is ours: always streamed, always with usage.
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        return body
+
+    def reservation(self, target: store.TargetInfo, body: dict[str, Any]) -> Decimal | None:
+        """Worst-case cost of a call: every request byte as an input token (tokens never
+        outnumber bytes for byte-level BPE), max_tokens of output, at the dearest priced model
+        the target could serve, times the router's internal call cap."""
+        if self.max_cost is None:
+            return None
+        models = [target.model] if target.kind == "single" else list(target.prices)
+        prices = [price_for_model(target.prices, m) for m in models]
+        if not prices or any(p is None for p in prices):
+            return None
+        input_upper = len(json.dumps(body["messages"]).encode()) + 64
+        output_upper = int(body.get("max_tokens") or self.limits["max_output_tokens"])
+        worst = max(
+            (p.input * input_upper + p.output * output_upper) / Decimal(1_000_000)
+            for p in prices
+            if p is not None
+        )
+        return worst * (target.max_inference_calls or 1)
+
+    async def call(
+        self,
+        cell: store.ClaimedCell,
+        *,
+        role: str,
+        sequence: int,
+        target: store.TargetInfo,
+        messages: list[dict[str, Any]],
+    ) -> CallOutcome:
+        body = self.request_body(target, messages)
+        call_id = await self.db(
+            store.call_open,
+            run_id=self.ctx.run_id,
+            cell_id=cell.cell_id,
+            role=role,
+            sequence=sequence,
+            target_id=target.target_id,
+            request=body,
+            reservation=self.reservation(target, body),
+            max_cost=self.max_cost,
+            worker=self.worker,
+        )
+        if call_id is None:
+            return CallOutcome(call_id=None)
+        # The row is committed: from here on the request may leave, and never a second time.
+        self.activity[call_id] = Activity(stage="waiting", last=timezone.now())
+        try:
+            return await self._stream(call_id, target, body)
+        finally:
+            self.activity.pop(call_id, None)
+
+    async def _stream(self, call_id: int, target: store.TargetInfo, body: dict) -> CallOutcome:
+        headers = {CALL_ID_HEADER: str(call_id)}
+        if target.api_key:
+            headers["authorization"] = f"Bearer {target.api_key}"
+        if target.kind == "mom" and target.config_hash:
+            headers[EXPECTED_HASH_HEADER] = target.config_hash
+            if target.max_inference_calls:
+                headers[MAX_CALLS_HEADER] = str(target.max_inference_calls)
+        url = target.base_url.rstrip("/") + "/chat/completions"
+        raw = bytearray()
+        decoder = SSEDecoder()
+        started = time.monotonic()
+        sent_wall = timezone.now()
+        acc = ChatStreamAccumulator(started_at=started)
+        http_status: int | None = None
+        kept: dict[str, str] = {}
+        error_code = error = ""
+        activity = self.activity[call_id]
+        max_chars = self.limits["max_output_chars"]
+        next_repetition_check = REPETITION_CHECK_BYTES
+        try:
+            async with asyncio.timeout(self.limits["total_timeout_s"]):
+                async with self.client.stream("POST", url, json=body, headers=headers) as resp:
+                    http_status = resp.status_code
+                    kept = {
+                        k: v
+                        for k, v in resp.headers.items()
+                        if k.lower().startswith(KEPT_HEADER_PREFIXES)
+                    }
+                    activity.stage, activity.last, activity.dirty = (
+                        "streaming",
+                        timezone.now(),
+                        True,
+                    )
+                    if resp.status_code != 200:
+                        async for chunk in resp.aiter_bytes():
+                            raw += chunk
+                            if len(raw) > 65536:
+                                break
+                        error_code = f"http_{resp.status_code}"
+                        error = bytes(raw[:500]).decode("utf-8", "replace")
+                    else:
+                        async for chunk in resp.aiter_bytes():
+                            raw += chunk
+                            activity.bytes, activity.last, activity.dirty = (
+                                len(raw),
+                                timezone.now(),
+                                True,
+                            )
+                            acc.feed_events(decoder.feed(chunk))
+                            violation = output_cap_violation(
+                                content_chars=acc.content_chars,
+                                reasoning_chars=acc.reasoning_chars,
+                                received_bytes=len(raw),
+                                max_output_chars=max_chars,
+                            )
+                            if violation:
+                                error_code, error = "output_cap", violation
+                                break
+                            if len(raw) >= next_repetition_check:
+                                next_repetition_check = len(raw) + REPETITION_CHECK_BYTES
+                                if repeated_tail_block(
+                                    acc.content,
+                                    min_block=REPETITION_MIN_BLOCK,
+                                    repeats=REPETITION_REPEATS,
+                                ):
+                                    error_code, error = "repetition", "the output repeats itself"
+                                    break
+                        else:
+                            acc.feed_events(decoder.close())
+        except TimeoutError:
+            error_code, error = (
+                "total_timeout",
+                f"no complete answer within {self.limits['total_timeout_s']}s",
+            )
+        except httpx.ReadTimeout:
+            error_code, error = "idle_timeout", f"no bytes for {self.limits['idle_timeout_s']}s"
+        except httpx.ConnectError as exc:
+            error_code, error = "connect_error", str(exc) or type(exc).__name__
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            error_code, error = "stream_disconnected", str(exc) or type(exc).__name__
+        except httpx.HTTPError as exc:
+            error_code, error = "transport_error", f"{type(exc).__name__}: {exc}"
+        except SSEError as exc:
+            error_code, error = "sse_error", str(exc)
+        except asyncio.CancelledError:
+            # A case timeout or shutdown cancelled us mid-stream: record what we have, then
+            # let the cancellation go on. Shielded so the record is written.
+            await asyncio.shield(
+                self._close(
+                    call_id,
+                    target,
+                    acc,
+                    raw,
+                    http_status,
+                    kept,
+                    "cancelled",
+                    "the case timed out or the worker stopped",
+                    started,
+                    sent_wall,
+                )
+            )
+            raise
+        return await self._close(
+            call_id, target, acc, raw, http_status, kept, error_code, error, started, sent_wall
+        )
+
+    async def _close(
+        self,
+        call_id: int,
+        target: store.TargetInfo,
+        acc: ChatStreamAccumulator,
+        raw: bytearray,
+        http_status: int | None,
+        kept: dict[str, str],
+        error_code: str,
+        error: str,
+        started: float,
+        sent_wall: Any,
+    ) -> CallOutcome:
+        result = acc.result()
+        if not error_code and not result.complete:
+            error_code = "incomplete_stream"
+            error = result.incomplete_reason or result.error or "the stream did not finish"
+        served = result.served_model or ""
+        usage = result.usage
+        fields: dict[str, Any] = {
+            "http_status": http_status,
+            "response_headers": kept,
+            "served_model": served,
+            "finish_reason": result.finish_reason or "",
+            "content": result.content,
+            "reasoning": result.reasoning,
+            "tool_calls": [dataclasses.asdict(t) for t in result.tool_calls] or None,
+            "usage_raw": usage,
+            "stage": "done",
+            "bytes_received": len(raw),
+            "finished_at": timezone.now(),
+            "duration_ms": (time.monotonic() - started) * 1000,
+            "ttft_ms": None if result.ttft_s is None else result.ttft_s * 1000,
+            "first_token_at": None
+            if result.ttft_s is None
+            else sent_wall + timedelta(seconds=result.ttft_s),
+            "last_activity_at": timezone.now(),
+        }
+        if target.kind == "mom":
+            lower = {k.lower(): v for k, v in kept.items()}
+            fields["selected_model"] = lower.get("x-vsr-selected-model", "")
+            fields["selected_decision"] = lower.get("x-vsr-selected-decision", "")
+            fields["config_hash_ack"] = lower.get("x-vsr-config-hash", "")[:64]
+            count = lower.get("x-vsr-inference-call-count", "")
+            fields["inference_call_count"] = int(count) if count.isdigit() else None
+            buckets = mom_call_buckets(lower, usage)
+            cost, note = (
+                mom_call_cost(lower, usage, target.prices) if http_status == 200 else (None, "")
+            )
+            cache_neutral = None
+            if (
+                http_status == 200
+                and not error_code
+                and fields["config_hash_ack"] != target.config_hash
+            ):
+                error_code = "config_hash_mismatch"
+                error = (
+                    f"router acknowledged config {fields['config_hash_ack'] or 'nothing'}, "
+                    f"expected {target.config_hash}"
+                )
+        else:
+            buckets = usage_buckets(usage)
+            cost, note = priced_call_cost(usage, served or None, target.prices)
+            price = price_for_model(target.prices, served) if served else None
+            cache_neutral = cache_neutral_cost(buckets, price)
+        if buckets is not None:
+            fields.update(
+                input_tokens=buckets.input,
+                cached_input_tokens=buckets.cached_input,
+                cache_write_tokens=buckets.cache_write,
+                output_tokens=buckets.output,
+                cached_reported=buckets.cached_reported,
+                cache_write_reported=buckets.cache_write_reported,
+            )
+        if cost is not None and buckets is None:
+            cost = None  # a cost without usage cannot be audited (and the DB refuses it)
+            note = "usage unknown"
+        fields.update(cost_usd=cost, cache_neutral_cost_usd=cache_neutral, cost_note=note[:200])
+        ok = not error_code
+        fields["status"] = (
+            "completed" if ok else ("cancelled" if error_code == "cancelled" else "failed")
+        )
+        fields["error_code"], fields["error"] = error_code, error
+        failure = None if ok else {"error_code": error_code, "error": error[:500]}
+        await self.db(
+            store.call_close,
+            run_id=self.ctx.run_id,
+            call_id=call_id,
+            fields=fields,
+            raw=bytes(raw),
+            max_cost=self.max_cost,
+            failure=failure,
+        )
+        return CallOutcome(
+            call_id=call_id,
+            ok=ok,
+            content=result.content,
+            truncated=result.truncated,
+            error_code=error_code,
+            error=error,
+            transport_failure=not ok and error_code not in ("cancelled",),
+        )
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    async def checkpoints(self, lease_seconds: float) -> None:
+        """At most once a second: live activity of in-flight calls; every third of a lease:
+        renew this worker's cell leases (a worker that stops renewing is presumed dead)."""
+        renew_every = max(lease_seconds / 3, 0.5)
+        next_renew = time.monotonic() + renew_every
+        while True:
+            await asyncio.sleep(1.0)
+            dirty = [
+                (pk, a.stage, a.last, a.bytes) for pk, a in list(self.activity.items()) if a.dirty
+            ]
+            for pk, *_ in dirty:
+                if pk in self.activity:
+                    self.activity[pk].dirty = False
+            if dirty:
+                await self.db(store.calls_checkpoint, activity=dirty)
+            if time.monotonic() >= next_renew:
+                next_renew = time.monotonic() + renew_every
+                await self.db(
+                    store.leases_renew,
+                    run_id=self.ctx.run_id,
+                    worker=self.worker,
+                    lease_seconds=lease_seconds,
+                )
+
+
+async def drive(run_id: int) -> str | None:
+    """Drive one run on this worker until nothing more can be dispatched here."""
+    db = DbThread()
+    try:
+        ctx = await db(store.run_begin, run_id=run_id)
+        if ctx is None:
+            return None
+        limits = ctx.manifest["limits"]
+        max_cost = None if limits.get("max_cost_usd") is None else Decimal(limits["max_cost_usd"])
+        concurrency = int(limits["concurrency"])
+        lease_seconds = float(settings.SRBENCH_CELL_LEASE_SECONDS)
+        timeout = httpx.Timeout(
+            connect=10.0, read=float(limits["idle_timeout_s"]), write=30.0, pool=None
+        )
+        pool = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency)
+        async with httpx.AsyncClient(timeout=timeout, limits=pool, trust_env=False) as client:
+            driver = Driver(
+                ctx=ctx, worker=worker_id(), db=db, client=client, limits=limits, max_cost=max_cost
+            )
+            ticker = asyncio.create_task(driver.checkpoints(lease_seconds))
+            deadline = ctx.started_at + timedelta(seconds=float(limits["max_run_seconds"]))
+            inflight: set[asyncio.Task[None]] = set()
+            try:
+                while not driver.stopping:
+                    if timezone.now() >= deadline:
+                        await driver.stop(f"max_run_seconds ({limits['max_run_seconds']}) reached")
+                        break
+                    free = concurrency - len(inflight)
+                    pending_left = None
+                    if free > 0:
+                        claimed = await db(
+                            store.cells_claim,
+                            run_id=run_id,
+                            worker=driver.worker,
+                            limit=free,
+                            concurrency=concurrency,
+                            lease_seconds=lease_seconds,
+                        )
+                        if claimed is None:
+                            break  # cancelled, stopped or ended elsewhere
+                        cells, pending_left = claimed
+                        for cell in cells:
+                            inflight.add(asyncio.create_task(driver.run_cell(cell)))
+                    if not inflight:
+                        if pending_left == 0:
+                            break
+                        await asyncio.sleep(0.5)  # other workers hold the concurrency
+                        continue
+                    _, inflight = await asyncio.wait(
+                        inflight, timeout=1.0, return_when=asyncio.FIRST_COMPLETED
+                    )
+                if inflight:
+                    await asyncio.wait(inflight)
+            finally:
+                ticker.cancel()
+        return await db(run_finish_if_done, run_id=run_id)
+    finally:
+        db.close()

@@ -1,0 +1,327 @@
+"""The engine's writes to the ledger: short, synchronous transactions run on the driver's
+database thread. The order matters and is the point of this module:
+
+- a Call row with status `sent` is committed before its request leaves (write-ahead);
+- cells are claimed with a fencing token and a lease, and finished only by their holder;
+- the budget is reserved under a lock on the run row before every call.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from datasets.models import Question
+from runs.events import events_append
+from runs.models import Call, CallEvidence, Cell, Run, Target
+from runs.services import target_api_key
+from srbench.canonical import sha256_bytes
+
+CLAIMABLE_RUN_STATUSES = ("running",)
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    slug: str
+    kind: str
+    base_url: str
+    model: str
+    fixed_params: dict[str, Any]
+    prices: dict[str, Any]
+    config_hash: str | None
+    max_inference_calls: int | None
+    api_key: str | None
+    target_id: int
+
+
+@dataclass(frozen=True)
+class RunContext:
+    run_id: int
+    manifest: dict[str, Any]
+    started_at: Any
+    targets: dict[int, TargetInfo]  # by target id
+    judges: dict[str, TargetInfo]  # by benchmark
+
+
+@dataclass(frozen=True)
+class ClaimedCell:
+    cell_id: int
+    token: int
+    target_id: int
+    benchmark: str
+    payload: dict[str, Any]
+    secret: dict[str, Any]
+
+
+def _target_info(target: Target, snapshot: dict[str, Any], prices: dict[str, Any]) -> TargetInfo:
+    """Requests use the frozen snapshot (never a later edit of the target); the key is read
+    live because it is a credential, not part of what is measured."""
+    return TargetInfo(
+        slug=snapshot["slug"],
+        kind=snapshot["kind"],
+        base_url=snapshot["base_url"],
+        model=snapshot["model"],
+        fixed_params=snapshot["fixed_params"],
+        prices=prices,
+        config_hash=snapshot["config_hash"],
+        max_inference_calls=snapshot["max_inference_calls"],
+        api_key=target_api_key(target=target),
+        target_id=target.pk,
+    )
+
+
+def run_begin(*, run_id: int) -> RunContext | None:
+    """Move a queued run to running (once) and load what a driver needs. None when the run
+    is not (or no longer) running: a redelivered or late task then does nothing."""
+    with transaction.atomic(durable=True):
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.status == "queued" and run.cancel_requested_at is None:
+            run.status = "running"
+            run.started_at = timezone.now()
+            run.save(update_fields=["status", "started_at", "updated_at"])
+            events_append(run_id=run_id, events=[("run.started", {})])
+        if run.status != "running":
+            return None
+    manifest = run.manifest
+    by_slug = {t.slug: t for t in Target.objects.filter(slug__in=_slugs(manifest))}
+    targets = {
+        by_slug[s["slug"]].pk: _target_info(
+            by_slug[s["slug"]], s, manifest["prices"].get(s["slug"], {})
+        )
+        for s in manifest["targets"]
+    }
+    judges = {
+        b: _target_info(by_slug[s["slug"]], s, manifest["prices"].get(s["slug"], {}))
+        for b, s in manifest["judges"].items()
+    }
+    return RunContext(run_id, manifest, run.started_at, targets, judges)
+
+
+def _slugs(manifest: dict[str, Any]) -> set[str]:
+    return {t["slug"] for t in manifest["targets"]} | {
+        j["slug"] for j in manifest["judges"].values()
+    }
+
+
+def cells_claim(
+    *, run_id: int, worker: str, limit: int, concurrency: int, lease_seconds: float
+) -> tuple[list[ClaimedCell], int] | None:
+    """Claim up to `limit` pending cells, never more than the run's concurrency across all
+    workers. Returns (claimed, pending left) or None when the run no longer dispatches."""
+    now = timezone.now()
+    with transaction.atomic(durable=True):
+        # The run row lock serialises claims of this run across workers, so the count of
+        # running cells below cannot be raced past the plan's concurrency.
+        run = (
+            Run.objects.select_for_update()
+            .only("status", "cancel_requested_at", "stop_reason")
+            .get(pk=run_id)
+        )
+        if run.status not in CLAIMABLE_RUN_STATUSES or run.cancel_requested_at or run.stop_reason:
+            return None
+        running = Cell.objects.filter(run_id=run_id, status="running").count()
+        n = min(limit, concurrency - running)
+        ids: list[int] = []
+        if n > 0:
+            ids = list(
+                Cell.objects.select_for_update(skip_locked=True)
+                .filter(run_id=run_id, status="pending")
+                .order_by("id")
+                .values_list("id", flat=True)[:n]
+            )
+            if ids:
+                Cell.objects.filter(pk__in=ids).update(
+                    status="running",
+                    claim_token=F("claim_token") + 1,
+                    claimed_by=worker,
+                    lease_expires_at=now + timedelta(seconds=lease_seconds),
+                    started_at=now,
+                )
+        pending_left = Cell.objects.filter(run_id=run_id, status="pending").count()
+    if not ids:
+        return [], pending_left
+    rows = list(
+        Cell.objects.filter(pk__in=ids).values_list(
+            "id", "claim_token", "target_id", "benchmark", "question_id"
+        )
+    )
+    questions = {
+        q.pk: q
+        for q in Question.objects.filter(pk__in={r[4] for r in rows}).select_related("secret")
+    }
+    return [
+        ClaimedCell(
+            cell_id, token, target_id, benchmark, questions[qid].payload, questions[qid].secret.data
+        )
+        for cell_id, token, target_id, benchmark, qid in rows
+    ], pending_left
+
+
+def call_open(
+    *,
+    run_id: int,
+    cell_id: int,
+    role: str,
+    sequence: int,
+    target_id: int,
+    request: dict[str, Any],
+    reservation: Decimal | None,
+    max_cost: Decimal | None,
+    worker: str,
+) -> int | None:
+    """Commit the Call row (status `sent`) before the request is sent. With a budget, reserve
+    the call's worst-case cost first; None = refused because it could exceed the budget."""
+    with transaction.atomic(durable=True):
+        if max_cost is not None:
+            committed = (
+                Run.objects.select_for_update()
+                .values_list("budget_committed_usd", flat=True)
+                .get(pk=run_id)
+            )
+            if reservation is None or committed + reservation > max_cost:
+                events_append(
+                    run_id=run_id,
+                    events=[
+                        (
+                            "budget.refused",
+                            {
+                                "cell": cell_id,
+                                "role": role,
+                                "committed_usd": str(committed),
+                                "reservation_usd": None
+                                if reservation is None
+                                else str(reservation),
+                                "max_cost_usd": str(max_cost),
+                            },
+                        )
+                    ],
+                )
+                return None
+            Run.objects.filter(pk=run_id).update(
+                budget_committed_usd=F("budget_committed_usd") + reservation
+            )
+        call = Call.objects.create(
+            cell_id=cell_id,
+            role=role,
+            sequence=sequence,
+            target_id=target_id,
+            request=request,
+            worker=worker,
+            status="sent",
+            stage="waiting",
+            sent_at=timezone.now(),
+            reserved_cost_usd=reservation,
+        )
+        events_append(
+            run_id=run_id,
+            events=[("call.sent", {"call": call.pk, "cell": cell_id, "role": role})],
+        )
+    return call.pk
+
+
+def calls_checkpoint(*, activity: list[tuple[int, str, Any, int]]) -> None:
+    """Live activity (R10.3) of in-flight calls in one statement: (call, stage, last, bytes)."""
+    if not activity:
+        return
+    calls = [
+        Call(pk=pk, stage=stage, last_activity_at=last, bytes_received=n)
+        for pk, stage, last, n in activity
+    ]
+    Call.objects.bulk_update(calls, ["stage", "last_activity_at", "bytes_received"])
+    streaming = [pk for pk, stage, _, _ in activity if stage == "streaming"]
+    if streaming:
+        Call.objects.filter(pk__in=streaming, status="sent").update(status="streaming")
+
+
+def call_close(
+    *,
+    run_id: int,
+    call_id: int,
+    fields: dict[str, Any],
+    raw: bytes,
+    max_cost: Decimal | None,
+    failure: dict[str, Any] | None,
+) -> None:
+    """Record a call's outcome and its evidence together; settle its budget reservation."""
+    with transaction.atomic(durable=True):
+        Call.objects.filter(pk=call_id, status__in=["sent", "streaming"]).update(**fields)
+        CallEvidence.objects.create(
+            call_id=call_id,
+            body=zlib.compress(raw, 6),
+            raw_size=len(raw),
+            sha256=sha256_bytes(raw),
+        )
+        if max_cost is not None and fields.get("cost_usd") is not None:
+            reserved = Call.objects.values_list("reserved_cost_usd", flat=True).get(pk=call_id)
+            if reserved is not None:
+                Run.objects.filter(pk=run_id).update(
+                    budget_committed_usd=F("budget_committed_usd") + (fields["cost_usd"] - reserved)
+                )
+        if failure is not None:
+            events_append(run_id=run_id, events=[("call.failed", {"call": call_id, **failure})])
+
+
+def cell_finish(
+    *,
+    run_id: int,
+    cell_id: int,
+    token: int,
+    status: str,
+    correct: bool | None,
+    grade: dict[str, Any] | None,
+    final_answer: str,
+    error: str,
+) -> bool:
+    """Finish a cell held with this fencing token; a zombie whose claim was taken over (its
+    lease expired) changes nothing."""
+    with transaction.atomic(durable=True):
+        done = (
+            Cell.objects.filter(pk=cell_id, status="running", claim_token=token).update(
+                status=status,
+                correct=correct,
+                scored=correct is not None,
+                grade=grade,
+                final_answer=final_answer,
+                error=error,
+                finished_at=timezone.now(),
+                lease_expires_at=None,
+            )
+            == 1
+        )
+        if done:
+            payload: dict[str, Any] = {"cell": cell_id}
+            if status == "completed":
+                payload["correct"] = correct
+            else:
+                payload["error"] = error[:500]
+            events_append(run_id=run_id, events=[(f"cell.{status}", payload)])
+    return done
+
+
+def cell_release(*, cell_id: int, token: int) -> None:
+    """Give back a cell that sent nothing (e.g. the budget refused its first call)."""
+    Cell.objects.filter(pk=cell_id, status="running", claim_token=token).update(
+        status="pending", claimed_by="", lease_expires_at=None, started_at=None
+    )
+
+
+def leases_renew(*, run_id: int, worker: str, lease_seconds: float) -> None:
+    Cell.objects.filter(run_id=run_id, claimed_by=worker, status="running").update(
+        lease_expires_at=timezone.now() + timedelta(seconds=lease_seconds)
+    )
+
+
+def run_stop(*, run_id: int, reason: str) -> bool:
+    """Stop new dispatch for the whole run (all workers); the first reason is kept."""
+    with transaction.atomic(durable=True):
+        stopped = Run.objects.filter(pk=run_id, stop_reason="").update(stop_reason=reason) == 1
+        if stopped:
+            events_append(run_id=run_id, events=[("run.dispatch_stopped", {"reason": reason})])
+    return stopped

@@ -1,0 +1,25 @@
+"""Run events (R14): append-only, chronological, cursor = per-run sequence number."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+
+from runs.models import Run, RunEvent
+
+
+def events_append(*, run_id: int, events: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    """Append events with consecutive sequence numbers. Must run inside a transaction: the
+    counter row is locked so concurrent workers never interleave or reuse numbers."""
+    if not events:
+        return
+    assert transaction.get_connection().in_atomic_block, "events_append needs a transaction"
+    last = Run.objects.select_for_update().values_list("last_event_seq", flat=True).get(pk=run_id)
+    Run.objects.filter(pk=run_id).update(last_event_seq=F("last_event_seq") + len(events))
+    RunEvent.objects.bulk_create(
+        RunEvent(run_id=run_id, seq=last + i, type=kind, payload=payload)
+        for i, (kind, payload) in enumerate(events, start=1)
+    )

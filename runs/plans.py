@@ -1,0 +1,244 @@
+"""Plans and their frozen manifests (R8.5–R8.8, DESIGN §4).
+
+A plan names a frozen dataset, targets, whitelisted sampling, limits, judges and a failure
+policy. Freezing resolves every reference into a canonical manifest — prices, case hashes,
+weights, grader versions — whose sha256 is the plan's identity. Freezing never calls a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rest_framework import serializers
+
+from datasets.benchmarks import ADAPTERS
+from datasets.models import DatasetQuestion, FrozenDataset
+from runs.models import Target
+from srbench.canonical import sha256_hex
+
+MANIFEST_VERSION = 1
+# Generation fields a plan may set; anything else (tools, response_format, logit_bias, …) would
+# change what is being measured and is refused rather than passed through.
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "reasoning_effort",
+    "stop",
+)
+# Benchmark kinds the engine can run today; code and agent tasks need the sandbox (issue 12).
+SUPPORTED_KINDS = ("mcq", "judge", "grid")
+
+
+class PlanError(Exception):
+    def __init__(self, errors: dict[str, Any]) -> None:
+        self.errors = errors
+        super().__init__(str(errors))
+
+
+class SamplingSerializer(serializers.Serializer):
+    temperature = serializers.FloatField(required=False, min_value=0, max_value=2)
+    top_p = serializers.FloatField(required=False, min_value=0, max_value=1)
+    top_k = serializers.IntegerField(required=False, min_value=1)
+    seed = serializers.IntegerField(required=False)
+    presence_penalty = serializers.FloatField(required=False, min_value=-2, max_value=2)
+    frequency_penalty = serializers.FloatField(required=False, min_value=-2, max_value=2)
+    reasoning_effort = serializers.ChoiceField(
+        required=False, choices=["minimal", "low", "medium", "high"]
+    )
+    stop = serializers.ListField(
+        required=False, child=serializers.CharField(max_length=64), max_length=4
+    )
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(SAMPLING_FIELDS))
+            if unknown:
+                raise serializers.ValidationError(
+                    {k: "not an allowed generation field" for k in unknown}
+                )
+        return super().to_internal_value(data)
+
+
+class LimitsSerializer(serializers.Serializer):
+    concurrency = serializers.IntegerField(default=8, min_value=1, max_value=4096)
+    total_timeout_s = serializers.FloatField(default=300, min_value=1)
+    idle_timeout_s = serializers.FloatField(default=60, min_value=0.5)
+    case_timeout_s = serializers.FloatField(default=900, min_value=1)
+    max_run_seconds = serializers.FloatField(default=86400, min_value=1)
+    max_output_tokens = serializers.IntegerField(default=4096, min_value=1, max_value=1_000_000)
+    max_output_chars = serializers.IntegerField(default=200_000, min_value=1)
+    max_calls_per_case = serializers.IntegerField(default=4, min_value=1, max_value=1000)
+    max_cost_usd = serializers.DecimalField(
+        max_digits=14, decimal_places=6, min_value=0, required=False, allow_null=True, default=None
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["idle_timeout_s"] > attrs["total_timeout_s"]:
+            raise serializers.ValidationError(
+                {"idle_timeout_s": "must be ≤ total_timeout_s (idle ≤ total ≤ run)"}
+            )
+        if attrs["total_timeout_s"] > attrs["max_run_seconds"]:
+            raise serializers.ValidationError(
+                {"total_timeout_s": "must be ≤ max_run_seconds (idle ≤ total ≤ run)"}
+            )
+        if not attrs["total_timeout_s"] <= attrs["case_timeout_s"] <= attrs["max_run_seconds"]:
+            raise serializers.ValidationError(
+                {"case_timeout_s": "must lie between total_timeout_s and max_run_seconds"}
+            )
+        return attrs
+
+
+class PlanSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    dataset = serializers.IntegerField(min_value=1)
+    targets = serializers.ListField(
+        child=serializers.CharField(max_length=64), min_length=1, max_length=64
+    )
+    benchmarks = serializers.ListField(
+        child=serializers.ChoiceField(choices=list(ADAPTERS)), required=False, allow_empty=False
+    )
+    sampling = SamplingSerializer(required=False, default=dict)
+    limits = LimitsSerializer(required=False, default=dict)
+    judges = serializers.DictField(
+        child=serializers.CharField(max_length=64), required=False, default=dict
+    )
+    failure_policy = serializers.ChoiceField(choices=["stop", "continue"], default="stop")
+    mode = serializers.ChoiceField(choices=["live"], default="live")
+    slots = serializers.IntegerField(default=1, min_value=1, max_value=16)
+
+    def validate_targets(self, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise serializers.ValidationError("a target is listed twice")
+        return value
+
+    def validate_limits(self, value: dict[str, Any]) -> dict[str, Any]:
+        if not value:  # `default=dict` skips the nested defaults
+            nested = LimitsSerializer(data={})
+            nested.is_valid(raise_exception=True)
+            return dict(nested.validated_data)
+        return value
+
+
+@dataclass(frozen=True)
+class FrozenPlan:
+    manifest: dict[str, Any]
+    plan_sha256: str
+    dataset: FrozenDataset
+    targets: list[Target]
+
+
+def _target_snapshot(target: Target) -> dict[str, Any]:
+    return {
+        "slug": target.slug,
+        "kind": target.kind,
+        "base_url": target.base_url,
+        "model": target.model,
+        "fixed_params": target.fixed_params,
+        "config_hash": target.config_hash or None,
+        "max_inference_calls": target.max_inference_calls,
+    }
+
+
+def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
+    """Validate a plan and resolve it into a canonical manifest. Reads only; no model call."""
+    serializer = PlanSerializer(data=data)
+    if not serializer.is_valid():
+        raise PlanError(serializer.errors)
+    plan = serializer.validated_data
+    errors: dict[str, Any] = {}
+
+    dataset = FrozenDataset.objects.filter(pk=plan["dataset"]).first()
+    if dataset is None:
+        raise PlanError({"dataset": f"frozen dataset {plan['dataset']} does not exist"})
+
+    targets = {t.slug: t for t in Target.objects.filter(slug__in=plan["targets"], active=True)}
+    missing = [s for s in plan["targets"] if s not in targets]
+    if missing:
+        errors["targets"] = f"unknown or inactive target(s): {', '.join(missing)}"
+
+    entries = list(
+        DatasetQuestion.objects.filter(dataset=dataset)
+        .order_by("position")
+        .values_list("question_id", "question__content_sha256", "question__benchmark")
+    )
+    present = sorted({b for _, _, b in entries}, key=list(ADAPTERS).index)
+    chosen = plan.get("benchmarks") or present
+    not_in_dataset = [b for b in chosen if b not in present]
+    if not_in_dataset:
+        errors["benchmarks"] = f"not in the dataset: {', '.join(not_in_dataset)}"
+    unsupported = [b for b in chosen if ADAPTERS[b].kind not in SUPPORTED_KINDS]
+    if unsupported:
+        errors["benchmarks"] = (
+            f"not runnable yet (code/agent tasks need the sandbox): {', '.join(unsupported)}"
+        )
+
+    judges: dict[str, dict[str, Any]] = {}
+    judge_targets: dict[str, Target] = {}
+    for benchmark in chosen:
+        if benchmark in ADAPTERS and ADAPTERS[benchmark].kind == "judge":
+            slug = plan["judges"].get(benchmark)
+            if not slug:
+                errors.setdefault("judges", {})[benchmark] = "a judge target is required"
+                continue
+            judge = Target.objects.filter(slug=slug, active=True).first()
+            if judge is None:
+                errors.setdefault("judges", {})[benchmark] = f"unknown judge target {slug}"
+            elif judge.kind != Target.Kind.SINGLE:
+                errors.setdefault("judges", {})[benchmark] = "a judge must be a single model"
+            else:
+                judges[benchmark] = _target_snapshot(judge)
+                judge_targets[slug] = judge
+    extra_judges = sorted(set(plan["judges"]) - set(chosen))
+    if extra_judges:
+        errors.setdefault("judges", {})["_"] = f"judge for unselected: {', '.join(extra_judges)}"
+    if errors:
+        raise PlanError(errors)
+
+    cases = [[qid, sha, b] for qid, sha, b in entries if b in chosen]
+    if not cases:
+        raise PlanError({"benchmarks": "the selection has no questions"})
+    ordered_targets = [targets[s] for s in plan["targets"]]
+    priced = {t.slug: t.prices for t in [*ordered_targets, *judge_targets.values()]}
+    manifest = {
+        "version": MANIFEST_VERSION,
+        "name": plan["name"],
+        "mode": plan["mode"],
+        "dataset": {
+            "id": dataset.pk,
+            "identity_sha256": dataset.identity_sha256,
+            "profile": dataset.profile,
+            "seed": dataset.seed,
+            "split": dataset.split,
+        },
+        "benchmarks": {
+            b: {
+                "weight": str(ADAPTERS[b].weight),
+                "kind": ADAPTERS[b].kind,
+                "grader_version": ADAPTERS[b].grader_version,
+                "cases": sum(1 for c in cases if c[2] == b),
+            }
+            for b in chosen
+        },
+        "cases": cases,
+        "targets": [_target_snapshot(t) for t in ordered_targets],
+        "judges": judges,
+        "prices": priced,
+        "sampling": dict(plan["sampling"]),
+        "limits": {
+            k: (str(v) if k == "max_cost_usd" and v is not None else v)
+            for k, v in plan["limits"].items()
+        },
+        "failure_policy": plan["failure_policy"],
+        "slots": plan["slots"],
+    }
+    return FrozenPlan(
+        manifest=manifest,
+        plan_sha256=sha256_hex(manifest),
+        dataset=dataset,
+        targets=ordered_targets,
+    )

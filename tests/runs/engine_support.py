@@ -1,0 +1,120 @@
+"""Shared set-up for engine tests: a frozen dataset from the bundled fixtures, a simulator
+that knows their answers, and targets pointing at it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from datasets.benchmarks import get_adapter
+from datasets.models import DatasetQuestion, FrozenDataset, Question, QuestionSecret
+from runs.models import Run, Target
+from srbench.canonical import sha256_hex
+from srbench.simulator.oracle import AnswerKey
+from srbench.simulator.testing import running_simulator
+
+FAST_MODELS = {
+    "sim-strong": {"ttft_s": 0.02, "tokens_per_second": 0.0},
+    "sim-weak": {"ttft_s": 0.01, "tokens_per_second": 0.0},
+    "sim-judge": {"ttft_s": 0.0, "tokens_per_second": 0.0},
+}
+PRICES = {
+    "sim-strong": {"input": "3", "cached_input": "0.3", "cache_write": "3.75", "output": "15"},
+    "sim-weak": {"input": "0.5", "cached_input": "0.05", "cache_write": "0.6", "output": "1.5"},
+    "sim-judge": {"input": "1", "cached_input": "0.1", "output": "2"},
+}
+
+
+def fixture_dataset(benchmarks: list[str], *, name: str = "fixtures") -> FrozenDataset:
+    hashes = []
+    rows = []
+    for benchmark in benchmarks:
+        adapter = get_adapter(benchmark)
+        for q in adapter.load(adapter.fixture_path()):
+            sha = sha256_hex([q.benchmark, q.native_id, q.subject, q.payload, q.secret])
+            question, created = Question.objects.get_or_create(
+                content_sha256=sha,
+                defaults={
+                    "benchmark": q.benchmark,
+                    "native_id": q.native_id,
+                    "subject": q.subject,
+                    "payload": q.payload,
+                },
+            )
+            if created:
+                QuestionSecret.objects.create(question=question, data=q.secret)
+            rows.append(question)
+            hashes.append(sha)
+    dataset = FrozenDataset.objects.create(
+        identity_sha256=sha256_hex([name, hashes]),
+        name=name,
+        profile="smoke",
+        seed=1,
+        split="dev",
+        selection={"benchmarks": benchmarks},
+    )
+    DatasetQuestion.objects.bulk_create(
+        DatasetQuestion(dataset=dataset, question=q, position=i) for i, q in enumerate(rows)
+    )
+    return dataset
+
+
+def answer_key(benchmarks: list[str]) -> AnswerKey:
+    return AnswerKey.from_sources([(b, str(get_adapter(b).fixture_path())) for b in benchmarks])
+
+
+@contextlib.contextmanager
+def simulator(benchmarks: list[str], **overrides: Any) -> Iterator[str]:
+    models = {**FAST_MODELS, **overrides.pop("models", {})}
+    with running_simulator(answer_key=answer_key(benchmarks), models=models, **overrides) as url:
+        yield url
+
+
+def sim_targets(url: str) -> dict[str, Target]:
+    config_hash = httpx.get(f"{url}/api/v1/config/hash").json()
+    active = config_hash["active_runtime_hash"]
+    base = f"{url}/v1"
+    return {
+        "strong": Target.objects.create(
+            slug="sim-strong",
+            name="strong",
+            model="sim-strong",
+            base_url=base,
+            prices={"sim-strong": PRICES["sim-strong"]},
+        ),
+        "weak": Target.objects.create(
+            slug="sim-weak",
+            name="weak",
+            model="sim-weak",
+            base_url=base,
+            prices={"sim-weak": PRICES["sim-weak"]},
+        ),
+        "router": Target.objects.create(
+            slug="sim-router",
+            name="router",
+            kind="mom",
+            model="auto",
+            base_url=base,
+            config_hash=active,
+            prices={k: PRICES[k] for k in ("sim-strong", "sim-weak")},
+        ),
+        "judge": Target.objects.create(
+            slug="sim-judge",
+            name="judge",
+            model="sim-judge",
+            base_url=base,
+            prices={"sim-judge": PRICES["sim-judge"]},
+        ),
+    }
+
+
+def sim_stats(url: str) -> dict[str, Any]:
+    return httpx.get(f"{url}/_sim/stats").json()
+
+
+def terminal(run: Run) -> Run | None:
+    run.refresh_from_db()
+    return run if run.is_terminal else None
