@@ -1,3 +1,11 @@
-from django.urls import path  # noqa: F401
+from rest_framework.routers import SimpleRouter
 
-urlpatterns: list = []
+from datasets.api import DatasetViewSet, QuestionViewSet, SourceViewSet
+
+# SimpleRouter: the project router in srbench/urls.py already serves the /api/v1/ root view.
+router = SimpleRouter()
+router.register("sources", SourceViewSet, basename="source")
+router.register("datasets", DatasetViewSet, basename="dataset")
+router.register("questions", QuestionViewSet, basename="question")
+
+urlpatterns = router.urls

@@ -1,0 +1,257 @@
+"""REST API for sources, frozen datasets and their public questions (SPEC R8.2–R8.4, R9).
+
+Read-only except `POST datasets/compose/`, which only freezes a selection of already prepared
+sources: no download, no re-sampling, no model call (the receipt says `model_requests: 0`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from datasets.benchmarks import ADAPTERS
+from datasets.models import FrozenDataset, Profile, Question, Source, Split
+from datasets.selectors import (
+    dataset_list,
+    dataset_questions,
+    profile_totals,
+    source_list,
+)
+from datasets.serializers import (
+    ComposeConflictSerializer,
+    ComposeReceiptSerializer,
+    ComposeRequestSerializer,
+    DatasetDetailSerializer,
+    DatasetListSerializer,
+    ProfileTotalSerializer,
+    QuestionSerializer,
+    SourceSerializer,
+)
+from datasets.services import CompositionConflict, CompositionInvalid, dataset_compose_receipt
+from srbench.api import error_response
+
+EXPORT_CHUNK = 200
+
+
+class PagePagination(PageNumberPagination):
+    """Page numbers (the dashboard links to page N); at most 100 rows per read (DESIGN §9)."""
+
+    page_size = 25
+    page_size_query_param = "page_size"
+    max_page_size = 100
+
+
+class JSONLinesRenderer(BaseRenderer):
+    """Lets a client ask for `application/x-ndjson`; the export streams its own body, so this
+    only renders the error document of a failed export, as one line."""
+
+    media_type = "application/x-ndjson"
+    format = "jsonl"
+    charset = "utf-8"
+
+    def render(self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None):  # type: ignore[no-untyped-def]
+        return json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+BENCHMARK_PARAM = OpenApiParameter("benchmark", str, enum=list(ADAPTERS))
+PROFILE_PARAM = OpenApiParameter("profile", str, enum=Profile.values)
+
+
+def _choice(request: Request, name: str, choices: list[str]) -> str | None:
+    value = request.query_params.get(name) or None
+    if value is not None and value not in choices:
+        raise ValidationError({name: [f"expected one of {', '.join(choices)}"]})
+    return value
+
+
+@extend_schema(tags=["datasets"])
+class SourceViewSet(viewsets.ReadOnlyModelViewSet):
+    """Prepared, frozen question sources (one benchmark under one profile, seed and split)."""
+
+    queryset = Source.objects.all()
+    serializer_class = SourceSerializer
+    pagination_class = PagePagination
+
+    def get_queryset(self) -> Any:
+        seed = self.request.query_params.get("seed") or None
+        if seed is not None and not seed.lstrip("-").isdigit():
+            raise ValidationError({"seed": ["must be an integer"]})
+        return source_list(
+            benchmark=_choice(self.request, "benchmark", list(ADAPTERS)),
+            profile=_choice(self.request, "profile", Profile.values),
+            seed=int(seed) if seed is not None else None,
+            split=_choice(self.request, "split", Split.values),
+        )
+
+    @extend_schema(
+        parameters=[
+            BENCHMARK_PARAM,
+            PROFILE_PARAM,
+            OpenApiParameter("seed", int),
+            OpenApiParameter("split", str, enum=Split.values),
+        ]
+    )
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+
+@extend_schema(tags=["datasets"])
+class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
+    """Frozen, content-addressed datasets and their public questions."""
+
+    queryset = FrozenDataset.objects.all()
+    pagination_class = PagePagination
+
+    def get_queryset(self) -> Any:
+        if self.action != "list":
+            return dataset_list()
+        return dataset_list(
+            search=self.request.query_params.get("q") or None,
+            profile=_choice(self.request, "profile", Profile.values),
+            benchmark=_choice(self.request, "benchmark", list(ADAPTERS)),
+        )
+
+    def get_serializer_class(self) -> Any:
+        if self.action == "retrieve":
+            return DatasetDetailSerializer
+        if self.action == "questions":
+            return QuestionSerializer
+        return DatasetListSerializer
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("q", str, description="name contains, or identity sha256 prefix"),
+            PROFILE_PARAM,
+            BENCHMARK_PARAM,
+        ]
+    )
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(
+        parameters=[
+            BENCHMARK_PARAM,
+            OpenApiParameter("subject", str),
+            OpenApiParameter("q", str, description="text in the id, subject or public payload"),
+        ],
+        responses=QuestionSerializer(many=True),
+    )
+    @action(detail=True, methods=["get"])
+    def questions(self, request: Request, pk: str | None = None) -> Response:
+        """The dataset's questions in frozen order; public payload only."""
+        dataset = self.get_object()
+        questions = dataset_questions(
+            dataset=dataset,
+            benchmark=_choice(request, "benchmark", list(ADAPTERS)),
+            subject=request.query_params.get("subject") or None,
+            text=request.query_params.get("q") or None,
+        )
+        page = self.paginate_queryset(questions)
+        return self.get_paginated_response(QuestionSerializer(page, many=True).data)
+
+    @extend_schema(
+        responses={
+            (200, "application/x-ndjson"): OpenApiResponse(
+                OpenApiTypes.STR,
+                description="One JSON object per line: position, benchmark, native_id, "
+                "subject and the public payload. Never answers or hidden tests.",
+            )
+        }
+    )
+    @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, JSONLinesRenderer])
+    def export(self, request: Request, pk: str | None = None) -> StreamingHttpResponse:
+        """The dataset's public questions as JSON Lines, streamed in frozen order."""
+        dataset = self.get_object()
+        response = StreamingHttpResponse(
+            _export_lines(dataset), content_type="application/x-ndjson; charset=utf-8"
+        )
+        response["Content-Disposition"] = (
+            f'attachment; filename="dataset-{dataset.pk}-{dataset.identity_sha256[:12]}.jsonl"'
+        )
+        return response
+
+    @extend_schema(
+        request=ComposeRequestSerializer,
+        responses={
+            201: ComposeReceiptSerializer,
+            200: ComposeReceiptSerializer,
+            400: OpenApiResponse(description="invalid request: {error, code, detail}"),
+            409: ComposeConflictSerializer,
+        },
+    )
+    @action(detail=False, methods=["post"])
+    def compose(self, request: Request) -> Response:
+        """Freeze whole benchmark groups of prepared sources into a dataset (R8.2–R8.4).
+
+        201 when a new dataset is frozen, 200 when this composition already exists (same
+        identity), 409 with every conflict when the sources cannot be combined.
+        """
+        form = ComposeRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        sources = list(Source.objects.filter(pk__in=form.validated_data["sources"]))
+        try:
+            receipt = dataset_compose_receipt(
+                sources=sources,
+                benchmarks=form.validated_data.get("benchmarks"),
+                name=form.validated_data.get("name"),
+                user=request.user,
+            )
+        except CompositionInvalid as exc:
+            return error_response(
+                http_status=status.HTTP_400_BAD_REQUEST,
+                code="invalid",
+                error=str(exc),
+            )
+        except CompositionConflict as exc:
+            return error_response(
+                http_status=status.HTTP_409_CONFLICT,
+                code="composition_conflict",
+                error="The selected sources cannot be composed; nothing was written.",
+                detail={"conflicts": exc.conflicts},
+            )
+        dataset = dataset_list().get(pk=receipt.dataset.pk)
+        body = {
+            "dataset": DatasetDetailSerializer(dataset).data,
+            "created": receipt.created,
+            "model_requests": receipt.model_requests,
+        }
+        return Response(body, status=status.HTTP_201_CREATED if receipt.created else 200)
+
+    @extend_schema(responses=ProfileTotalSerializer(many=True))
+    @action(detail=False, methods=["get"], pagination_class=None)
+    def totals(self, request: Request) -> Response:
+        """Per-profile sums of prepared sets, labelled as neither de-duplicated nor a run
+        denominator (R9.6)."""
+        return Response(ProfileTotalSerializer(profile_totals(), many=True).data)
+
+
+@extend_schema(tags=["datasets"])
+class QuestionViewSet(viewsets.GenericViewSet):
+    """One question's public payload: task text, options, full code/agent task input."""
+
+    queryset = Question.objects.all()
+    serializer_class = QuestionSerializer
+
+    def retrieve(self, request: Request, pk: str | None = None) -> Response:
+        return Response(QuestionSerializer(self.get_object()).data)
+
+
+def _export_lines(dataset: FrozenDataset) -> Iterator[bytes]:
+    # Fields are picked by name so nothing else on the row can slip into the file.
+    rows = dataset_questions(dataset=dataset).values(
+        "position", "benchmark", "native_id", "subject", "payload"
+    )
+    for row in rows.iterator(chunk_size=EXPORT_CHUNK):
+        yield json.dumps(row, ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n"
