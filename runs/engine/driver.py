@@ -60,6 +60,19 @@ REPETITION_REPEATS = 8
 REPETITION_CHECK_BYTES = 8192
 
 
+def http_error_text(status: int, phrase: str, body: bytes) -> str:
+    """A readable error for a non-200 answer: status, phrase and the provider's message."""
+    detail = body[:500].decode("utf-8", "replace")
+    try:
+        parsed = json.loads(body)
+        message = parsed.get("error", {}).get("message") if isinstance(parsed, dict) else None
+        if isinstance(message, str):
+            detail = message
+    except ValueError:
+        pass
+    return f"HTTP {status} {phrase}: {detail}".strip()
+
+
 def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -346,7 +359,7 @@ class Driver:
                             if len(raw) > 65536:
                                 break
                         error_code = f"http_{resp.status_code}"
-                        error = bytes(raw[:500]).decode("utf-8", "replace")
+                        error = http_error_text(resp.status_code, resp.reason_phrase, bytes(raw))
                     else:
                         async for chunk in resp.aiter_bytes():
                             raw += chunk
@@ -478,6 +491,11 @@ class Driver:
             cost, note = priced_call_cost(usage, served or None, target.prices)
             price = price_for_model(target.prices, served) if served else None
             cache_neutral = cache_neutral_cost(buckets, price)
+        if not result.complete or (error_code and error_code != "config_hash_mismatch"):
+            # Usage is trusted only from a finished stream (one [DONE], a finish_reason): a
+            # usage chunk in a broken stream stays in the evidence but is not a receipt.
+            buckets, cost, cache_neutral = None, None, None
+            note = "stream incomplete: usage unverified"
         if buckets is not None:
             fields.update(
                 input_tokens=buckets.input,

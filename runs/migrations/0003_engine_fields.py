@@ -4,30 +4,29 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0002_ledger_triggers'),
+        ("runs", "0002_ledger_triggers"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='call',
-            name='reserved_cost_usd',
+            model_name="call",
+            name="reserved_cost_usd",
             field=models.DecimalField(blank=True, decimal_places=10, max_digits=20, null=True),
         ),
         migrations.AddField(
-            model_name='cell',
-            name='lease_expires_at',
+            model_name="cell",
+            name="lease_expires_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='run',
-            name='budget_committed_usd',
+            model_name="run",
+            name="budget_committed_usd",
             field=models.DecimalField(decimal_places=10, default=0, max_digits=20),
         ),
         migrations.AddField(
-            model_name='run',
-            name='last_event_seq',
+            model_name="run",
+            name="last_event_seq",
             field=models.PositiveBigIntegerField(default=0),
         ),
     ]

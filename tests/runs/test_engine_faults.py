@@ -1,0 +1,139 @@
+"""Every simulator fault ends in a documented call state, with a readable error, and usage
+and cost stay null where they are unknown (issue 5, DESIGN §4–5)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runs.models import Call, Cell
+from runs.report import run_report
+from runs.services import run_create
+from tests import factories as f
+from tests.conftest import wait_until
+from tests.runs import engine_support as es
+
+pytestmark = pytest.mark.worker
+BENCHMARKS = ["mmlu-pro"]
+
+
+def run_with(url: str, target: str, **plan) -> object:
+    dataset = es.fixture_dataset(BENCHMARKS)
+    run, _ = run_create(
+        owner=f.user_create(),
+        plan={
+            "name": "fault",
+            "dataset": dataset.pk,
+            "targets": [target],
+            "limits": {"concurrency": 2, "idle_timeout_s": 1, "total_timeout_s": 20},
+            **plan,
+        },
+    )
+    wait_until(lambda: es.terminal(run), timeout=90)
+    return run
+
+
+FAILING = [
+    ("429", "http_429", "Too Many"),
+    ("500", "http_500", ""),
+    ("stall-first-byte", "idle_timeout", "no bytes for 1"),
+    ("stall-mid", "idle_timeout", "no bytes for 1"),
+    ("disconnect", "stream_disconnected", ""),
+    ("no-done", "incomplete_stream", "DONE"),
+    ("malformed-chunk", "incomplete_stream", "JSON"),
+]
+
+
+@pytest.mark.parametrize(("fault", "code", "message"), FAILING)
+def test_a_transport_fault_fails_the_call_keeps_usage_unknown_and_stops_dispatch(
+    celery_worker, fault, code, message
+):
+    with es.simulator(BENCHMARKS, models={"sim-strong": {"faults": [fault]}}) as url:
+        es.sim_targets(url)
+        run = run_with(url, "sim-strong")
+        stats = es.sim_stats(url)
+    call = Call.objects.filter(cell__run=run).order_by("id").first()
+    assert call.status == "failed"
+    assert call.error_code == code, (call.error_code, call.error)
+    assert message.lower() in call.error.lower()
+    assert call.output_tokens is None and call.cost_usd is None
+    assert call.evidence.raw_size >= 0  # evidence kept even for a failure
+    # Fail closed: the first transport failure stopped new dispatch for the run.
+    assert run.status == "failed" and "fail closed" in run.stop_reason
+    assert Cell.objects.filter(run=run, status="pending").exists()
+    assert all(n == 1 for n in stats["by_call_id"].values())
+    report = run_report(run=run)
+    assert report["complete"] is False
+    assert report["targets"][0]["subject_cost_usd"] is None
+
+
+def test_continue_policy_keeps_dispatching_after_a_failure(celery_worker):
+    with es.simulator(BENCHMARKS, models={"sim-strong": {"faults": ["500"]}}) as url:
+        es.sim_targets(url)
+        run = run_with(url, "sim-strong", failure_policy="continue")
+    assert run.status == "failed" and run.stop_reason == ""
+    assert not Cell.objects.filter(run=run, status="pending").exists()
+    assert (
+        Cell.objects.filter(run=run, status="failed").count()
+        == Cell.objects.filter(run=run).count()
+    )
+
+
+def test_missing_usage_chunk_completes_the_answer_with_unknown_usage_and_cost(celery_worker):
+    with es.simulator(BENCHMARKS, models={"sim-strong": {"faults": ["no-usage"]}}) as url:
+        es.sim_targets(url)
+        run = run_with(url, "sim-strong")
+    assert run.status == "completed"
+    calls = Call.objects.filter(cell__run=run)
+    assert not calls.exclude(status="completed").exists()
+    assert not calls.filter(output_tokens__isnull=False).exists()
+    assert not calls.filter(cost_usd__isnull=False).exists()
+    target = run_report(run=run)["targets"][0]
+    assert target["subject_cost_usd"] is None and target["tokens"]["output"] is None
+    assert target["known_cost_usd"] == "0"
+    assert target["correct"] > 0  # the answers themselves were graded
+
+
+def test_u2028_inside_content_is_content_not_a_line_break(celery_worker):
+    with es.simulator(BENCHMARKS, models={"sim-strong": {"faults": ["u2028"]}}) as url:
+        es.sim_targets(url)
+        run = run_with(url, "sim-strong")
+    assert run.status == "completed"
+    calls = Call.objects.filter(cell__run=run)
+    assert all("\u2028" in c.content for c in calls)
+    assert not calls.filter(cost_usd__isnull=True).exists()
+
+
+def test_wrong_config_hash_acknowledgement_fails_the_mom_call(celery_worker):
+    with es.simulator(BENCHMARKS, routers={"auto": {"faults": ["wrong-config-hash"]}}) as url:
+        targets = es.sim_targets(url)
+        run = run_with(url, "sim-router")
+    call = Call.objects.filter(cell__run=run).order_by("id").first()
+    assert call.status == "failed" and call.error_code == "config_hash_mismatch"
+    assert targets["router"].config_hash in call.error
+    assert call.config_hash_ack and call.config_hash_ack != targets["router"].config_hash
+    assert run.status == "failed"
+
+
+def test_router_call_with_receipt_is_priced_per_member_and_records_the_route(celery_worker):
+    with es.simulator(BENCHMARKS) as url:
+        targets = es.sim_targets(url)
+        run = run_with(url, "sim-router")
+    assert run.status == "completed"
+    for call in Call.objects.filter(cell__run=run):
+        assert call.selected_model in ("sim-strong", "sim-weak")
+        assert call.selected_decision
+        assert call.config_hash_ack == targets["router"].config_hash
+        assert call.cost_usd is not None and "receipt" in call.cost_note
+    report = run_report(run=run)["targets"][0]
+    assert sum(report["selected_models"].values()) == report["planned"]
+
+
+def test_missing_receipt_on_a_direct_route_is_priced_as_a_proven_direct_call(celery_worker):
+    with es.simulator(BENCHMARKS, routers={"auto": {"faults": ["no-receipt"]}}) as url:
+        es.sim_targets(url)
+        run = run_with(url, "sim-router")
+    assert run.status == "completed"
+    for call in Call.objects.filter(cell__run=run):
+        assert "x-vsr-model-usage" not in {k.lower() for k in call.response_headers}
+        assert call.inference_call_count == 1
+        assert call.cost_usd is not None and "proven direct" in call.cost_note
