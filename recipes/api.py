@@ -1,0 +1,103 @@
+"""REST API of recipes (R12.3, R12.5) and route preview (R8.7).
+
+Read-only except route preview, which asks the router's preview endpoint and never a model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics, status
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from recipes.preview import PreviewError, PreviewNotPossible, route_preview
+from recipes.selectors import recipe_list, run_recipe_availability
+from recipes.serializers import (
+    RecipeDetailSerializer,
+    RecipeSummarySerializer,
+    RoutePreviewRequestSerializer,
+)
+from recipes.views import recipe_download_response
+from runs.models import Run, Target
+from srbench.api import error_response
+
+
+class RecipePagination(PageNumberPagination):
+    page_size = 25
+    page_size_query_param = "page_size"
+    max_page_size = 100
+
+
+@extend_schema(tags=["recipes"])
+class RecipeListView(generics.ListAPIView):
+    """Frozen recipes, newest first."""
+
+    serializer_class = RecipeSummarySerializer
+    pagination_class = RecipePagination
+
+    def get_queryset(self):  # type: ignore[no-untyped-def]
+        return recipe_list()
+
+
+@extend_schema(tags=["recipes"])
+class RecipeDetailView(generics.RetrieveAPIView):
+    """One recipe: hashes, ETag, confirmations, the redacted recipe and its redaction list."""
+
+    serializer_class = RecipeDetailSerializer
+
+    def get_queryset(self):  # type: ignore[no-untyped-def]
+        return recipe_list()
+
+
+@extend_schema(tags=["recipes"], responses={(200, "application/json"): dict})
+class RecipeDownloadView(APIView):
+    """The recipe as a JSON file marked "recipe artefact, not a deployable configuration"."""
+
+    def get(self, request: Request, pk: int) -> HttpResponse:
+        return recipe_download_response(get_object_or_404(recipe_list(), pk=pk))
+
+
+@extend_schema(tags=["recipes"], responses=dict)
+class RunRecipeView(APIView):
+    """This run's own recipes, or `available: false` with the reason — never another run's
+    recipe, even of the same router (R12.5)."""
+
+    def get(self, request: Request, run_id: int) -> Response:
+        run = get_object_or_404(Run, pk=run_id)
+        availability = run_recipe_availability(run=run)
+        document: dict[str, Any] = {
+            "run": run.pk,
+            "available": availability.available,
+            "recipes": RecipeDetailSerializer(availability.recipes, many=True).data,
+            "not_captured": availability.not_captured,
+        }
+        if not availability.available:
+            document["reason"] = availability.reason
+        return Response(document)
+
+
+@extend_schema(tags=["recipes"], request=RoutePreviewRequestSerializer, responses=dict)
+class RoutePreviewView(APIView):
+    """Which model and decision the router would choose; `model_requests` is always 0."""
+
+    def post(self, request: Request, slug: str) -> Response:
+        target = get_object_or_404(Target, slug=slug)
+        serializer = RoutePreviewRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            result = route_preview(target=target, **serializer.validated_data)
+        except PreviewNotPossible as exc:
+            return error_response(
+                http_status=status.HTTP_400_BAD_REQUEST, code="preview_not_possible", error=str(exc)
+            )
+        except PreviewError as exc:
+            return error_response(
+                http_status=status.HTTP_502_BAD_GATEWAY, code="preview_failed", error=str(exc)
+            )
+        return Response(result)
