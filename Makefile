@@ -22,6 +22,7 @@ demo: $(STAMP)
 
 ## make test: every test, on PostgreSQL + Redis + real workers, then the embedded default.
 test: $(STAMP)
+	scripts/ensure_sandbox.sh
 	services=$$(scripts/ensure_services.sh) && eval "$$services" && $(MAKE) --no-print-directory test-main \
 		DATABASE_URL="$$DATABASE_URL" CELERY_BROKER_URL="$$CELERY_BROKER_URL"
 	$(MAKE) --no-print-directory test-embedded

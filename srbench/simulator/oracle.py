@@ -175,10 +175,43 @@ def grid_answer(entry: KeyEntry, correct: bool, salt: str) -> str:
 
 
 def code_answer(entry: KeyEntry, correct: bool) -> str | None:
+    """A reference solution when the key has one; otherwise, for LiveCodeBench rows (whose
+    secret holds only tests), a program that answers from the hidden tests it was built from —
+    the simulator is an oracle, so it may; it passes the real sandboxed grader exactly when
+    ``correct``. The wrong variant runs cleanly but prints or returns a wrong value."""
     solution = entry.secret.get("solution")
-    if not isinstance(solution, str):
+    tests = entry.secret.get("tests")
+    if isinstance(solution, str):
+        body = solution if correct else "raise NotImplementedError('simulated wrong answer')\n"
+    elif isinstance(tests, list) and tests and all(isinstance(t, dict) for t in tests):
+        func_name = entry.payload.get("func_name")
+        if all(t.get("testtype") == "stdin" for t in tests):
+            answers = {t["input"]: t["output"] if correct else "0\n-1\n" for t in tests}
+            body = (
+                "import sys\n"
+                f"ANSWERS = {answers!r}\n"
+                "sys.stdout.write(ANSWERS.get(sys.stdin.read(), ''))\n"
+            )
+        elif isinstance(func_name, str) and func_name.isidentifier():
+            # Keyed by the arguments re-encoded canonically, as the grader decodes each
+            # input line with json.loads before the call.
+            answers = {
+                json.dumps([json.loads(line) for line in t["input"].split("\n")], sort_keys=True): (
+                    json.loads(t["output"]) if correct else {"simulated": "wrong"}
+                )
+                for t in tests
+            }
+            body = (
+                "import json\n"
+                f"ANSWERS = json.loads({json.dumps(answers)!r})\n\n"
+                "class Solution:\n"
+                f"    def {func_name}(self, *args):\n"
+                "        return ANSWERS.get(json.dumps(list(args), sort_keys=True))\n"
+            )
+        else:
+            return None
+    else:
         return None
-    body = solution if correct else "raise NotImplementedError('simulated wrong answer')\n"
     return f"Here is my solution.\n\n```python\n{body.rstrip()}\n```"
 
 

@@ -218,3 +218,28 @@ def test_streamed_mcq_reply_over_http_matches_the_oracle(sim: httpx.Client):
     body = {"model": "sim-weak", "messages": [{"role": "user", "content": MCQ_PROMPT}]}
     content = sim.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"]
     assert len(ANSWER_LINE.findall(content)) == 1
+
+
+@pytest.mark.parametrize("correct", [True, False])
+def test_livecodebench_answers_pass_the_sandboxed_grader_exactly_when_correct(correct):
+    from pathlib import Path
+
+    from datasets.benchmarks.livecodebench import ADAPTER as LCB
+    from runs.engine.code_grading import grade_livecodebench
+    from runs.engine.sandbox import SandboxLimits, sandbox_available
+
+    if not sandbox_available():
+        pytest.skip("bubblewrap missing: run scripts/ensure_sandbox.sh")
+    fixture = Path(__file__).resolve().parents[2] / "datasets/fixtures/livecodebench/test.jsonl"
+    key = AnswerKey.from_sources([("livecodebench", str(fixture))])
+    for question in LCB.load(fixture):
+        prompt = LCB.messages(question.payload)[-1]["content"]
+        reply = answer(key, prompt, accuracy=1.0 if correct else 0.0)
+        assert reply.correct is correct
+        grade = grade_livecodebench(
+            answer=reply.content,
+            payload=question.payload,
+            secret=question.secret,
+            limits=SandboxLimits(wall_s=3.0, cpu_s=3.0),
+        )
+        assert grade["correct"] is correct, (question.native_id, grade)

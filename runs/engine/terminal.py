@@ -1,0 +1,188 @@
+"""Terminal-Bench pieces for the local runner (benchmarks.md §8): a task's environment
+materialised in a sandbox directory, one command at a time through the sandbox, and the task's
+own test script as the verifier. The agent loop (tool calls, step budget) lives in the driver.
+
+Each command is a fresh `bash -c` in the same directory (files persist; shell variables and
+`cd` do not), under the same isolation as every sandbox run: no network, no host files.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from runs.engine.sandbox import (
+    SANDBOX_WORKDIR,
+    SandboxLimits,
+    SandboxResult,
+    sandbox_run,
+    write_sandbox_files,
+)
+
+TERMINAL_GRADER_VERSION = "terminal-local/1"
+COMMAND_TIMEOUT_S = 30.0
+TAIL_CHARS = 4000
+DEFAULT_VERIFIER_TIMEOUT_S = 60.0
+TERMINAL_LIMITS = SandboxLimits(
+    wall_s=COMMAND_TIMEOUT_S,
+    cpu_s=COMMAND_TIMEOUT_S,
+    memory_bytes=2 * 1024 * 1024 * 1024,
+    max_processes=128,
+    file_size_bytes=64 * 1024 * 1024,
+    output_bytes=1024 * 1024,
+)
+REWARD_FILE = PurePosixPath("logs/verifier/reward.txt")
+# Image build files are not part of the task's working directory (upstream COPYs the data).
+BUILD_FILES = {"Dockerfile", "docker-compose.yaml", "docker-compose.yml"}
+
+
+class TerminalTaskError(RuntimeError):
+    """The task cannot be run locally (a file was left out of the payload, a bad path)."""
+
+
+def _decode(entry: dict[str, Any]) -> bytes:
+    if entry.get("omitted"):
+        raise TerminalTaskError(f"{entry['path']} was too large to inline in the payload")
+    if entry.get("encoding") == "base64":
+        return base64.b64decode(entry["content"])
+    return str(entry["content"]).encode("utf-8")
+
+
+def environment_files(payload: dict[str, Any]) -> dict[str, bytes]:
+    """The working directory's initial files: a Harbor task's `environment/` contents, or a
+    legacy task's top-level data files, without the image build files."""
+    files = {}
+    for entry in payload["environment_files"]:
+        path = PurePosixPath(entry["path"])
+        if payload.get("format") == "harbor" and path.parts[:1] == ("environment",):
+            path = PurePosixPath(*path.parts[1:])
+        if path.name in BUILD_FILES and len(path.parts) == 1:
+            continue
+        files[str(path)] = _decode(entry)
+    return files
+
+
+def _tail(data: bytes) -> str:
+    return data.decode("utf-8", "replace")[-TAIL_CHARS:]
+
+
+def _limit_note(result: SandboxResult, timeout: float) -> str:
+    if result.reason == "timeout":
+        return f"\n[killed: command exceeded {timeout:g} s]"
+    if result.reason == "output_cap":
+        return "\n[killed: output limit exceeded]"
+    if result.reason in ("memory", "file_size"):
+        return f"\n[{result.reason} limit reached]"
+    return ""
+
+
+@dataclass
+class TerminalSession:
+    """One task attempt. Not thread-safe; `close()` (or the context manager) removes the dir."""
+
+    task_id: str
+    workdir: Path
+    secret: dict[str, Any]
+    verifier_timeout_s: float
+    limits: SandboxLimits = TERMINAL_LIMITS
+    commands_run: int = field(default=0)
+
+    def __enter__(self) -> TerminalSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def run_command(self, cmd: str, timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str, str]:
+        """(exit code, stdout tail, stderr tail). A command killed by a limit reports 124 for a
+        timeout (as coreutils `timeout` does) or 137, with a bracketed note in the stderr tail."""
+        self.commands_run += 1
+        result = sandbox_run(
+            argv=["bash", "-c", cmd],
+            files={},
+            limits=replace(self.limits, wall_s=timeout, cpu_s=timeout),
+            workdir=self.workdir,
+        )
+        exit_code = result.exit_code
+        if exit_code is None:
+            exit_code = 124 if result.reason == "timeout" else 137
+        return exit_code, _tail(result.stdout), _tail(result.stderr) + _limit_note(result, timeout)
+
+    def verify(self) -> tuple[int, dict[str, Any]]:
+        """Copy the task's tests in (over anything the agent left at those paths), run its test
+        command and read the reward: Harbor tasks write `logs/verifier/reward.txt`; legacy tasks
+        (run-tests.sh + pytest) pass when the command exits 0. Reward 1 only for a full pass."""
+        # A reward the agent wrote itself must not count.
+        shutil.rmtree(self.workdir / "logs" / "verifier", ignore_errors=True)
+        tests = {entry["path"]: _decode(entry) for entry in self.secret["tests"]}
+        write_sandbox_files(self.workdir, tests, uid=self._uid())
+        result = sandbox_run(
+            argv=["bash", "-c", self.secret["test_command"]],
+            files={},
+            limits=replace(
+                self.limits, wall_s=self.verifier_timeout_s, cpu_s=self.verifier_timeout_s
+            ),
+            workdir=self.workdir,
+            env={"TEST_DIR": f"{SANDBOX_WORKDIR}/tests"},
+        )
+        detail: dict[str, Any] = {
+            "grader": "terminal-bench",
+            "version": TERMINAL_GRADER_VERSION,
+            "verifier_reason": result.reason,
+            "verifier_exit_code": result.exit_code,
+            "verifier_output_tail": _tail(result.stdout + result.stderr)[-1500:],
+            "commands_run": self.commands_run,
+        }
+        reward_file = self.workdir / REWARD_FILE
+        if reward_file.is_file() and not reward_file.is_symlink():
+            raw = reward_file.read_text(encoding="utf-8", errors="replace").strip()
+            try:
+                value = float(raw)
+            except ValueError:
+                return 0, detail | {"reward_source": "reward.txt", "reward_raw": raw[:100]}
+            return int(value >= 1.0), detail | {"reward_source": "reward.txt", "reward": value}
+        if self.secret["test_command"].endswith("run-tests.sh"):
+            passed = result.reason == "ok" and result.exit_code == 0
+            return int(passed), detail | {"reward_source": "exit_code"}
+        return 0, detail | {"reward_source": "missing"}
+
+    def _uid(self) -> int | None:
+        owner = self.workdir.stat().st_uid
+        return owner if owner != 0 else None
+
+
+def terminal_session_start(
+    task_payload: dict[str, Any],
+    secret: dict[str, Any],
+    *,
+    limits: SandboxLimits = TERMINAL_LIMITS,
+) -> TerminalSession:
+    """Materialise the task's environment files in a fresh directory (the sandbox's `/app`)."""
+    workdir = Path(tempfile.mkdtemp(prefix="srbench-terminal-"))
+    try:
+        # An empty first run makes the directory the session's: sandbox_run assigns it a
+        # sandbox uid and writes the files owned by it.
+        sandbox_run(
+            argv=["true"],
+            files=environment_files(task_payload),
+            limits=replace(limits, wall_s=10.0, cpu_s=5.0),
+            workdir=workdir,
+        )
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    return TerminalSession(
+        task_id=str(task_payload["task_id"]),
+        workdir=workdir,
+        secret=secret,
+        verifier_timeout_s=float(task_payload.get("verifier_timeout_sec") or 0)
+        or DEFAULT_VERIFIER_TIMEOUT_S,
+        limits=limits,
+    )
