@@ -568,6 +568,12 @@ async def drive(run_id: int) -> str | None:
         ctx = await db(store.run_begin, run_id=run_id)
         if ctx is None:
             return None
+        if ctx.started_now:
+            # Before any call: the recipe must describe the router that answers this run
+            # (R12.2). Only at the start, so a redelivered task never captures a later config.
+            from recipes.services import run_recipes_capture
+
+            await db(run_recipes_capture, run_id=run_id)
         limits = ctx.manifest["limits"]
         max_cost = None if limits.get("max_cost_usd") is None else Decimal(limits["max_cost_usd"])
         concurrency = int(limits["concurrency"])

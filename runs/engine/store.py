@@ -48,6 +48,7 @@ class RunContext:
     started_at: Any
     targets: dict[int, TargetInfo]  # by target id
     judges: dict[str, TargetInfo]  # by benchmark
+    started_now: bool  # this call moved the run from queued to running
 
 
 @dataclass(frozen=True)
@@ -80,9 +81,11 @@ def _target_info(target: Target, snapshot: dict[str, Any], prices: dict[str, Any
 def run_begin(*, run_id: int) -> RunContext | None:
     """Move a queued run to running (once) and load what a driver needs. None when the run
     is not (or no longer) running: a redelivered or late task then does nothing."""
+    started_now = False
     with transaction.atomic(durable=True):
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.status == "queued" and run.cancel_requested_at is None:
+            started_now = True
             run.status = "running"
             run.started_at = timezone.now()
             run.save(update_fields=["status", "started_at", "updated_at"])
@@ -101,7 +104,7 @@ def run_begin(*, run_id: int) -> RunContext | None:
         b: _target_info(by_slug[s["slug"]], s, manifest["prices"].get(s["slug"], {}))
         for b, s in manifest["judges"].items()
     }
-    return RunContext(run_id, manifest, run.started_at, targets, judges)
+    return RunContext(run_id, manifest, run.started_at, targets, judges, started_now)
 
 
 def _slugs(manifest: dict[str, Any]) -> set[str]:

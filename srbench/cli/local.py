@@ -64,10 +64,12 @@ def demo_login(var_dir: Path) -> tuple[str, str]:
 
 
 def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool = False) -> int:
-    """Bring up simulator, worker and web on the embedded default and print how to log in.
+    """Bring up simulator, worker and web on the embedded default, run a smoke evaluation of
+    the MCQ, judge and grid benchmarks, and print where to look.
 
     Children are started in their own session and stopped together on Ctrl-C.
     """
+    from srbench import demo as setup
 
     def stop_on_term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -76,13 +78,24 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
     var_dir = Path(settings.VAR_DIR)
     call_command("migrate", verbosity=0)
     username, password = demo_login(var_dir)
+    print("preparing the demo datasets (synthetic, official formats)…", flush=True)
+    dataset = setup.demo_dataset(var_dir)
+    simulator_config = setup.simulator_config(dataset, var_dir)
     env = {**os.environ, "DJANGO_DEBUG": os.environ.get("DJANGO_DEBUG", "1")}
     logs = var_dir / "logs"
     logs.mkdir(exist_ok=True)
     port = free_port(port)
     simulator_port = free_port(simulator_port)
     commands = {
-        "simulator": [sys.executable, "-m", "srbench.simulator", "--port", str(simulator_port)],
+        "simulator": [
+            sys.executable,
+            "-m",
+            "srbench.simulator",
+            "--port",
+            str(simulator_port),
+            "--config",
+            str(simulator_config),
+        ],
         "worker": [
             sys.executable,
             "-m",
@@ -91,7 +104,8 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
             "srbench",
             "worker",
             "--loglevel=INFO",
-            "--pool=solo",
+            "--pool=threads",
+            "--concurrency=4",
             "--without-gossip",
             "--without-mingle",
         ],
@@ -120,17 +134,20 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        wait_http(
-            f"http://127.0.0.1:{simulator_port}/health", timeout=60, process=children["simulator"]
-        )
+        simulator_url = f"http://127.0.0.1:{simulator_port}"
+        wait_http(f"{simulator_url}/health", timeout=60, process=children["simulator"])
         url = f"http://127.0.0.1:{port}/"
         wait_http(f"{url}login/", timeout=60, process=children["web"])
         print(f"srbench is running at {url}", flush=True)
         print(f"log in as: {username} / {password}", flush=True)
-        print(f"simulator: http://127.0.0.1:{simulator_port}/v1   logs: {logs}", flush=True)
+        print(f"simulator: {simulator_url}/v1   logs: {logs}", flush=True)
         if exit_after_ready:
             return 0
-        print("Press Ctrl-C to stop.", flush=True)
+        setup.demo_targets(simulator_url)
+        code = demo_evaluation(setup.demo_plan(dataset), username)
+        if code:
+            return code
+        print(f"open {url} to see it; Press Ctrl-C to stop.", flush=True)
         while all(p.poll() is None for p in children.values()):
             time.sleep(1)
         dead = [n for n, p in children.items() if p.poll() is not None]
@@ -147,6 +164,34 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
                 process.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
+
+
+def demo_evaluation(plan: dict[str, Any], username: str) -> int:
+    """Start the smoke evaluation through the API (as the CLI does) and wait for its report."""
+    import uuid
+
+    from runs.cli import report_text
+    from srbench.cli.client import ApiClient
+
+    client = ApiClient(user=username)
+    run = client.json(
+        "POST", "runs/", json=plan, headers={"Idempotency-Key": f"demo-{uuid.uuid4()}"}
+    )
+    print(
+        f"evaluation started: run {run['id']} ({run['progress']['denominator']} cells)", flush=True
+    )
+    deadline = time.monotonic() + 600
+    while run["status"] not in ("completed", "failed", "cancelled", "interrupted"):
+        if time.monotonic() > deadline:
+            print(f"run {run['id']} still {run['status']} after 10 minutes", file=sys.stderr)
+            return 1
+        time.sleep(1)
+        run = client.json("GET", f"runs/{run['id']}/")
+    report = client.json("GET", f"runs/{run['id']}/report/")
+    print(report_text(report), flush=True)
+    print(f"evaluation finished: run {run['id']} {run['status']}", flush=True)
+    print(f"  python manage.py benchmark report {run['id']} --user {username}", flush=True)
+    return 0 if run["status"] == "completed" else 1
 
 
 def doctor(*, timeout: float = 30.0) -> int:

@@ -33,6 +33,7 @@ def concrete_paths(patterns=None, prefix=""):
                 kind = type(conv).__name__.replace("Converter", "").lower()
                 route = re.sub(rf"<(?:\w+:)?{name}>", SAMPLE_ARGS.get(kind, "x"), route)
         route = route.lstrip("^").rstrip("$").replace("\\Z", "")
+        route = re.sub(r"\(\?P<\w+>\\d\+\)", "1", route)  # numeric groups get a number
         route = re.sub(r"\(\?P<\w+>[^)]*\)", "x", route).replace("\\.", ".").replace("/?", "/")
         if isinstance(p, URLResolver):
             yield from concrete_paths(p.url_patterns, prefix + route)

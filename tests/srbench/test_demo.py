@@ -1,5 +1,6 @@
 """`make demo` runs `manage.py benchmark demo`: on the embedded default (no DATABASE_URL, no
-broker server) it brings up simulator, worker and web and prints a URL and a login that work."""
+broker server) it brings up simulator, worker and web, prints a URL and a login that work, and
+runs a smoke evaluation against the simulator's strong model, weak model and router."""
 
 import os
 import re
@@ -45,6 +46,13 @@ def test_demo_prints_a_url_and_login_that_work_and_stops_cleanly(tmp_path):
     try:
         url = read_until(demo, r"running at (http://\S+)", lines).group(1)
         username, password = read_until(demo, r"log in as: (\S+) / (\S+)", lines).groups()
+        # The demo runs a real smoke evaluation of the MCQ, judge and grid benchmarks.
+        finished = read_until(demo, r"evaluation finished: run (\d+) (\w+)", lines)
+        assert finished.group(2) == "completed", "".join(lines)
+        text = "".join(lines)
+        for benchmark in ("mmlu-pro", "gpqa", "simpleqa", "hle", "arc"):
+            assert benchmark in text
+        assert "sim-router (mom)" in text and "subset macro average" in text
 
         with httpx.Client(base_url=url, follow_redirects=False, timeout=10) as web:
             assert web.get("/").status_code == 302  # login required

@@ -1,0 +1,305 @@
+"""CLI verbs of runs: plan, run, runs, show, report, cancel, targets — all through the API."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from srbench.cli.client import CliError, add_connection_arguments, client_from
+
+TERMINAL = {"completed", "failed", "cancelled", "interrupted"}
+
+
+def _plan_arguments(p: Any) -> None:
+    p.add_argument("--plan-file", help="a JSON plan (the other plan options override it)")
+    p.add_argument("--name")
+    p.add_argument("--dataset", type=int)
+    p.add_argument("--target", action="append", dest="targets", metavar="SLUG")
+    p.add_argument("--benchmark", action="append", dest="benchmarks", metavar="KEY")
+    p.add_argument("--judge", action="append", dest="judges", metavar="BENCHMARK=SLUG")
+    p.add_argument("--concurrency", type=int)
+    p.add_argument("--max-cost", dest="max_cost_usd")
+    p.add_argument("--max-output-tokens", type=int)
+    p.add_argument("--temperature", type=float)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--failure-policy", choices=["stop", "continue"])
+
+
+def plan_from(options: dict[str, Any]) -> dict[str, Any]:
+    plan: dict[str, Any] = {}
+    if options.get("plan_file"):
+        try:
+            plan = json.loads(Path(options["plan_file"]).read_text())
+        except (OSError, ValueError) as exc:
+            raise CliError(f"cannot read plan file {options['plan_file']}: {exc}") from exc
+        if not isinstance(plan, dict):
+            raise CliError("a plan file must hold a JSON object")
+    for key in ("name", "dataset", "targets", "benchmarks", "failure_policy"):
+        if options.get(key) is not None:
+            plan[key] = options[key]
+    if options.get("judges"):
+        judges = dict(plan.get("judges") or {})
+        for item in options["judges"]:
+            benchmark, sep, slug = item.partition("=")
+            if not sep:
+                raise CliError(f"--judge wants BENCHMARK=SLUG, got {item!r}")
+            judges[benchmark] = slug
+        plan["judges"] = judges
+    limits = dict(plan.get("limits") or {})
+    for key in ("concurrency", "max_cost_usd", "max_output_tokens"):
+        if options.get(key) is not None:
+            limits[key] = options[key]
+    if limits:
+        plan["limits"] = limits
+    sampling = dict(plan.get("sampling") or {})
+    for key in ("temperature", "seed"):
+        if options.get(key) is not None:
+            sampling[key] = options[key]
+    if sampling:
+        plan["sampling"] = sampling
+    plan.setdefault("name", f"cli {time.strftime('%Y-%m-%d %H:%M')}")
+    return plan
+
+
+def emit(options: dict[str, Any], data: Any, human: str) -> None:
+    print(json.dumps(data, indent=2, default=str) if options.get("json") else human)
+
+
+def fmt(value: Any, suffix: str = "") -> str:
+    return "unknown" if value is None else f"{value}{suffix}"
+
+
+def report_text(report: dict[str, Any]) -> str:
+    r = report["run"]
+    lines = [
+        f"run {r['id']} {r['name']!r}: {r['status']}"
+        + (
+            ""
+            if report["complete"]
+            else f" (not a complete evaluation: {'; '.join(report['incomplete_reasons'])})"
+        ),
+        f"denominator {report['denominator']}  completed {report['counts']['completed']}  "
+        f"correct {report['counts']['correct']}  failed {report['counts']['failed']}  "
+        f"pending {report['counts']['pending']}  wall {fmt(r['wall_seconds'], 's')}",
+    ]
+    for t in report["targets"]:
+        score = t["score"]
+        label = "sr-bench score" if score["kind"] == "sr-bench" else "subset macro average"
+        lines.append(
+            f"  {t['slug']} ({t['kind']}): {label} {fmt(score.get('value'))}  "
+            f"subject cost ${fmt(t['subject_cost_usd'])} (known ${t['known_cost_usd']})  "
+            f"judge ${fmt(t['evaluation_cost_usd'])}  cache-neutral ${fmt(t['cache_neutral_cost_usd'])}  "
+            f"TTFT p50 {fmt(t['ttft_p50_ms'] and round(t['ttft_p50_ms']), 'ms')}"
+        )
+        for b, v in t["benchmarks"].items():
+            interval = v["wilson_95"]
+            ci = "" if interval is None else f" [{interval[0]:.3f}, {interval[1]:.3f}]"
+            lines.append(
+                f"    {b:<15} {v['correct']}/{v['planned']} = {fmt(v['accuracy'] and round(v['accuracy'], 4))}{ci}"
+                f"  failed {v['failed']}  pending {v['pending']}"
+            )
+        tokens = t["tokens"]
+        lines.append("    tokens: " + "  ".join(f"{k} {fmt(v)}" for k, v in tokens.items()))
+    return "\n".join(lines)
+
+
+def _plan(options: dict[str, Any]) -> int:
+    client = client_from(options)
+    summary = client.json("POST", "plans/review/", json=plan_from(options))
+    if options.get("output"):
+        Path(options["output"]).write_text(json.dumps(summary["manifest"], indent=2))
+    emit(
+        options,
+        summary,
+        f"plan {summary['plan_sha256']}\n"
+        f"cells {summary['cells']}: "
+        + ", ".join(f"{b} {n}" for b, n in summary["cases_per_benchmark"].items())
+        + f"\ntargets: {', '.join(t['slug'] for t in summary['targets'])}\n"
+        "no model was called (model_requests: 0)",
+    )
+    return 0
+
+
+def _run(options: dict[str, Any]) -> int:
+    client = client_from(options)
+    key = options.get("idempotency_key") or f"cli-{uuid.uuid4()}"
+    response = client.request(
+        "POST", "runs/", json=plan_from(options), headers={"Idempotency-Key": key}
+    )
+    if response.status_code not in (200, 201):
+        from srbench.cli.client import api_error_text
+
+        raise CliError(api_error_text(response))
+    run = response.json()
+    replayed = response.headers.get("Idempotent-Replayed") == "true"
+    print(
+        f"run {run['id']} {'already existed for this idempotency key' if replayed else 'created'}"
+        f" (idempotency key {key})",
+        file=sys.stderr,
+    )
+    if options.get("detach"):
+        emit(options, run, f"run {run['id']}: {run['status']}")
+        return 0
+    last = None
+    while run["status"] not in TERMINAL:
+        time.sleep(options.get("poll") or 1.0)
+        run = client.json("GET", f"runs/{run['id']}/")
+        progress = (run["progress"]["completed"], run["progress"]["denominator"])
+        if progress != last and not options.get("json"):
+            print(f"  {run['status']}: {progress[0]}/{progress[1]} completed", file=sys.stderr)
+            last = progress
+    report = client.json("GET", f"runs/{run['id']}/report/")
+    emit(options, report, report_text(report))
+    return 0 if report["run"]["status"] == "completed" else 1
+
+
+def _runs(options: dict[str, Any]) -> int:
+    client = client_from(options)
+    params = {
+        k: options[k] for k in ("name", "model", "status", "mode", "profile") if options.get(k)
+    }
+    params["limit"] = options.get("limit") or 25
+    data = client.json("GET", "runs/", params=params)
+    rows = [
+        f"{r['id']:>6}  {r['status']:<11} {r['mode']:<7} {r['profile'] or '-':<8} "
+        f"{r['progress']['completed']}/{r['progress']['denominator']:<6} failed {r['progress']['failed']:<4} "
+        f"{'/'.join(r['target_types'])}  {r['name']}"
+        for r in data["results"]
+    ]
+    emit(options, data, "\n".join(rows) or "no runs")
+    return 0
+
+
+def _show(options: dict[str, Any]) -> int:
+    client = client_from(options)
+    run_id = options["run_id"]
+    params: dict[str, Any] = {}
+    if options.get("after") is not None:
+        params["after"] = options["after"]
+    if options.get("limit") is not None:
+        params["limit"] = options["limit"]
+    if options.get("calls"):
+        if options.get("active"):
+            params["active"] = "true"
+        data = client.json("GET", f"runs/{run_id}/calls/", params=params)
+        rows = [
+            f"{c['id']:>8} cell {c['cell']:<7} {c['role']:<9} {c['status']:<12} {c['live']['stage']:<9} "
+            f"{c['live']['elapsed_seconds']:.1f}s  {c['live']['bytes_received']} B  "
+            f"last activity {c['live']['last_activity_at'] or 'none'}  cost ${fmt(c['cost_usd'])}"
+            for c in data["results"]
+        ]
+        tail = f"\nnext: --after {data['next_after']}" if data["results"] else ""
+        emit(options, data, ("\n".join(rows) or "no calls") + tail)
+    elif options.get("events"):
+        data = client.json("GET", f"runs/{run_id}/events/", params=params)
+        rows = [
+            f"{e['seq']:>6} {e['created_at']} {e['type']:<22} {json.dumps(e['payload'])}"
+            for e in data["results"]
+        ]
+        emit(options, data, ("\n".join(rows) or "no events") + f"\n{data['loaded']} loaded")
+    elif options.get("results"):
+        data = client.json("GET", f"runs/{run_id}/results/", params=params)
+        rows = [
+            f"{c['id']:>8} {c['benchmark']:<15} {c['target']:<14} {c['status']:<12} "
+            f"correct {fmt(c['correct'])}  {c['question_native_id']}"
+            for c in data["results"]
+        ]
+        emit(options, data, "\n".join(rows) or "no results")
+    else:
+        run = client.json("GET", f"runs/{run_id}/")
+        emit(
+            options,
+            run,
+            f"run {run['id']} {run['name']!r}: {run['status']}  "
+            f"{run['progress']['completed']}/{run['progress']['denominator']} completed, "
+            f"{run['progress']['failed']} failed, elapsed {fmt(run['elapsed_seconds'], 's')}",
+        )
+    return 0
+
+
+def _report(options: dict[str, Any]) -> int:
+    report = client_from(options).json("GET", f"runs/{options['run_id']}/report/")
+    emit(options, report, report_text(report))
+    return 0
+
+
+def _cancel(options: dict[str, Any]) -> int:
+    data = client_from(options).json("POST", f"runs/{options['run_id']}/cancel/")
+    emit(
+        options,
+        data,
+        f"run {data['id']}: {'cancel requested' if data['cancel_requested'] else 'nothing to cancel'} "
+        f"(status {data['status']})",
+    )
+    return 0
+
+
+def _targets(options: dict[str, Any]) -> int:
+    data = client_from(options).json("GET", "targets/")
+    rows = [f"{t['slug']:<20} {t['kind']:<7} {t['model']:<20} {t['base_url']}" for t in data]
+    emit(options, data, "\n".join(rows) or "no targets")
+    return 0
+
+
+def _guard(handler: Any) -> Any:
+    def run(options: dict[str, Any]) -> int:
+        try:
+            return handler(options)
+        except CliError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+
+    return run
+
+
+def register(verbs: Any) -> None:
+    p = verbs.add_parser("plan", help="review a frozen plan (no model call)")
+    _plan_arguments(p)
+    p.add_argument("--output", help="write the frozen manifest here")
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(_plan))
+
+    p = verbs.add_parser("run", help="start a run (and wait for its report unless --detach)")
+    _plan_arguments(p)
+    p.add_argument("--idempotency-key", help="reuse to make a retried submission safe")
+    p.add_argument("--detach", action="store_true")
+    p.add_argument("--poll", type=float, default=1.0)
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(_run))
+
+    p = verbs.add_parser("runs", help="list runs")
+    for name in ("name", "model", "status", "mode", "profile"):
+        p.add_argument(f"--{name}")
+    p.add_argument("--limit", type=int)
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(_runs))
+
+    p = verbs.add_parser("show", help="a run, its results, calls (--active) or events")
+    p.add_argument("run_id", type=int)
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--results", action="store_true")
+    group.add_argument("--calls", action="store_true")
+    group.add_argument("--events", action="store_true")
+    p.add_argument("--active", action="store_true", help="with --calls: only calls in flight")
+    p.add_argument("--after", type=int)
+    p.add_argument("--limit", type=int)
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(_show))
+
+    p = verbs.add_parser("report", help="the run report")
+    p.add_argument("run_id", type=int)
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(_report))
+
+    p = verbs.add_parser("cancel", help="stop new dispatch of a run")
+    p.add_argument("run_id", type=int)
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(_cancel))
+
+    p = verbs.add_parser("targets", help="registered targets")
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(_targets))

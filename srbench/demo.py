@@ -1,0 +1,93 @@
+"""What `make demo` sets up beyond processes: demo data, simulator config and targets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from datasets.models import FrozenDataset
+from runs.models import Target
+from srbench.simulator.config import DEFAULT_CONFIG_PATH
+
+# Illustrative list prices (USD per 1M tokens) so the demo shows costs and savings.
+DEMO_PRICES = {
+    "sim-strong": {"input": "3", "cached_input": "0.3", "cache_write": "3.75", "output": "15"},
+    "sim-weak": {"input": "0.25", "cached_input": "0.025", "cache_write": "0.3", "output": "1.25"},
+    "sim-judge": {"input": "0.5", "cached_input": "0.05", "output": "1.5"},
+}
+DEMO_JUDGED = ("simpleqa", "hle")
+
+
+def demo_dataset(var_dir: Path) -> FrozenDataset:
+    from datasets.services import demo_datasets_prepare
+
+    return demo_datasets_prepare(profile="smoke", work_dir=var_dir / "demo-data")
+
+
+def simulator_config(dataset: FrozenDataset, var_dir: Path) -> Path:
+    """The bundled simulator config plus an answer key read from the demo's own files, so the
+    simulated models answer the demo questions with their configured accuracy."""
+    sources = [
+        [s.benchmark, s.provenance["source_path"]] for s in dataset.sources.order_by("benchmark")
+    ]
+    path = var_dir / "simulator.toml"
+    path.write_text(
+        DEFAULT_CONFIG_PATH.read_text() + "\n[answer_key]\nsources = " + json.dumps(sources) + "\n"
+    )
+    return path
+
+
+def demo_targets(simulator_url: str) -> list[Target]:
+    """Register (or point again) the demo targets at this demo's simulator."""
+    hashes = httpx.get(f"{simulator_url}/api/v1/config/hash", timeout=10).json()
+    base = f"{simulator_url}/v1"
+    specs: list[dict[str, Any]] = [
+        {
+            "slug": "sim-strong",
+            "name": "Simulated strong model",
+            "model": "sim-strong",
+            "prices": {"sim-strong": DEMO_PRICES["sim-strong"]},
+        },
+        {
+            "slug": "sim-weak",
+            "name": "Simulated cheap model",
+            "model": "sim-weak",
+            "prices": {"sim-weak": DEMO_PRICES["sim-weak"]},
+        },
+        {
+            "slug": "sim-router",
+            "name": "Simulated MoM router",
+            "model": "auto",
+            "kind": "mom",
+            "config_hash": hashes["active_runtime_hash"],
+            "preview_url": f"{simulator_url}/api/v1/routing/preview",
+            "prices": {k: DEMO_PRICES[k] for k in ("sim-strong", "sim-weak")},
+        },
+        {
+            "slug": "sim-judge",
+            "name": "Simulated judge",
+            "model": "sim-judge",
+            "prices": {"sim-judge": DEMO_PRICES["sim-judge"]},
+        },
+    ]
+    targets = []
+    for spec in specs:
+        slug = spec.pop("slug")
+        target, _ = Target.objects.update_or_create(
+            slug=slug, defaults={"base_url": base, "kind": "single", "active": True, **spec}
+        )
+        targets.append(target)
+    return targets
+
+
+def demo_plan(dataset: FrozenDataset) -> dict[str, Any]:
+    return {
+        "name": "demo smoke evaluation",
+        "dataset": dataset.pk,
+        "targets": ["sim-strong", "sim-weak", "sim-router"],
+        "judges": {b: "sim-judge" for b in DEMO_JUDGED},
+        "limits": {"concurrency": 16},
+    }
