@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-VERB_MODULES = ["srbench.cli.local", "datasets.cli", "runs.cli"]
+VERB_MODULES = ["srbench.cli.local", "datasets.cli", "runs.cli", "recipes.cli", "compare.cli"]
 
 
 class Command(BaseCommand):
