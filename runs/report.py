@@ -12,12 +12,13 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from compare.stats import accuracy, weighted_quality, wilson_interval
 from datasets.benchmarks import ADAPTERS
-from runs.models import Call, Cell, Run, UsageCorrection
+from runs.models import Call, Cell, Run
+from runs.reconcile import correction_summary, effective_call_sums, latest_corrections
 
 BUCKETS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
 CELL_STATES = ("pending", "running", "completed", "failed", "cancelled", "sent_unknown")
@@ -27,14 +28,14 @@ def _money(value: Decimal | None) -> str | None:
     return None if value is None else format(value.normalize(), "f")
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    return None if not values else float(np.percentile(np.asarray(values, dtype=float), q))
+def _percentile(values: np.ndarray, q: float) -> float | None:
+    return None if not values.size else float(np.percentile(values, q))
 
 
-def _cell_counts(run: Run) -> dict[tuple[int, str], dict[str, int]]:
+def _cell_counts(run_ids: list[int]) -> dict[tuple[int, int, str], dict[str, int]]:
     rows = (
-        Cell.objects.filter(run=run)
-        .values("target_id", "benchmark")
+        Cell.objects.filter(run_id__in=run_ids)
+        .values("run_id", "target_id", "benchmark")
         .annotate(
             planned=Count("id"),
             correct=Count("id", filter=Q(correct=True)),
@@ -42,35 +43,76 @@ def _cell_counts(run: Run) -> dict[tuple[int, str], dict[str, int]]:
             **{s: Count("id", filter=Q(status=s)) for s in CELL_STATES},
         )
     )
-    return {(r.pop("target_id"), r.pop("benchmark")): r for r in rows}
+    return {(r.pop("run_id"), r.pop("target_id"), r.pop("benchmark")): r for r in rows}
 
 
-def _call_sums(run: Run) -> dict[tuple[int, str], dict[str, Any]]:
-    """Per (target of the cell, role): sums of buckets and costs, and how many are unknown."""
+def _call_sums(run_ids: list[int]) -> dict[tuple[int, int, str], dict[str, Any]]:
+    """Per (run, target of the cell, role): sums of buckets and costs, and how many are unknown.
+
+    Effective usage (R2.2): the latest usage correction overrides a call where it has an entry.
+    """
+    sums: dict[tuple[int, int, str], dict[str, Any]] = {}
+    for r in effective_call_sums(run_ids=run_ids, group_by="target_role"):
+        sums[(r.pop("run_id"), r.pop("target_id"), r.pop("role"))] = r
+    return sums
+
+
+def _cells_without_subject_call(run_ids: list[int]) -> dict[tuple[int, int], int]:
     rows = (
-        Call.objects.filter(cell__run=run)
-        .values("cell__target_id", "role")
-        .annotate(
-            calls=Count("id"),
-            usage_unknown=Count("id", filter=Q(output_tokens__isnull=True)),
-            cost_unknown=Count("id", filter=Q(cost_usd__isnull=True)),
-            neutral_unknown=Count("id", filter=Q(cache_neutral_cost_usd__isnull=True)),
-            cost=Sum("cost_usd"),
-            neutral=Sum("cache_neutral_cost_usd"),
-            **{b: Sum(b) for b in BUCKETS},
-        )
-    )
-    return {(r.pop("cell__target_id"), r.pop("role")): r for r in rows}
-
-
-def _cells_without_subject_call(run: Run) -> dict[int, int]:
-    rows = (
-        Cell.objects.filter(run=run)
+        Cell.objects.filter(run_id__in=run_ids)
         .exclude(calls__role="subject")
-        .values("target_id")
+        .values("run_id", "target_id")
         .annotate(n=Count("id"))
     )
-    return {r["target_id"]: r["n"] for r in rows}
+    return {(r["run_id"], r["target_id"]): r["n"] for r in rows}
+
+
+def _timings(run_ids: list[int]) -> dict[tuple[int, int], dict[str, Any]]:
+    """Per (run, target): durations and TTFTs of completed subject calls, and the durations of
+    all calls, as numpy arrays from one query (no per-target round trips)."""
+    rows = list(
+        Call.objects.filter(cell__run_id__in=run_ids, duration_ms__isnull=False).values_list(
+            "cell__run_id", "cell__target_id", "role", "status", "duration_ms", "ttft_ms"
+        )
+    )
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    if not rows:
+        return out
+    run_col, target_col, role, status, duration, ttft = zip(*rows, strict=True)
+    keys = np.array([run_col, target_col], dtype=np.int64).T
+    duration_a = np.array(duration, dtype=float)
+    ttft_a = np.array([np.nan if t is None else t for t in ttft], dtype=float)
+    subject_done = (np.array(role) == "subject") & (np.array(status) == "completed")
+    pairs, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    for i, (run_id, target_id) in enumerate(pairs):
+        mine = inverse == i
+        chosen = mine & subject_done
+        ttfts = ttft_a[chosen]
+        out[(int(run_id), int(target_id))] = {
+            "durations": duration_a[chosen],
+            "ttfts": ttfts[~np.isnan(ttfts)],
+            "all_durations": duration_a[mine],
+        }
+    return out
+
+
+def _routing(runs: list[Run]) -> dict[tuple[int, int], list[dict[str, Any]]]:
+    """Selected models and decisions of the MoM targets (by their frozen snapshots)."""
+    mom = {t["slug"] for r in runs for t in r.manifest["targets"] if t["kind"] == "mom"}
+    if not mom:
+        return {}
+    rows = (
+        Call.objects.filter(
+            cell__run_id__in=[r.pk for r in runs], cell__target__slug__in=mom, role="subject"
+        )
+        .values("cell__run_id", "cell__target_id", "selected_model", "selected_decision")
+        .annotate(n=Count("id"))
+    )
+    out: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        out[(r.pop("cell__run_id"), r.pop("cell__target_id"))].append(r)
+    return out
 
 
 def _target_report(
@@ -80,6 +122,8 @@ def _target_report(
     counts: dict[str, dict[str, int]],
     sums: dict[str, dict[str, Any]],
     missing_subject: int,
+    timings: dict[str, Any],
+    routed: list[dict[str, Any]],
 ) -> dict[str, Any]:
     manifest = run.manifest
     weights = {b: Fraction(v["weight"]) for b, v in manifest["benchmarks"].items()}
@@ -125,18 +169,10 @@ def _target_report(
     subject_known = subject.get("cost") or Decimal(0)
     all_complete = cost_complete and evaluation_complete
 
-    latencies = list(
-        Call.objects.filter(
-            cell__run=run, cell__target_id=target_id, role="subject", status="completed"
-        ).values_list("duration_ms", "ttft_ms")
-    )
-    durations = [d for d, _ in latencies if d is not None]
-    ttfts = [t for _, t in latencies if t is not None]
-    all_durations = list(
-        Call.objects.filter(
-            cell__run=run, cell__target_id=target_id, duration_ms__isnull=False
-        ).values_list("duration_ms", flat=True)
-    )
+    empty = np.zeros(0)
+    durations = timings.get("durations", empty)
+    ttfts = timings.get("ttfts", empty)
+    all_durations = timings.get("all_durations", empty)
 
     run_complete = run.status == "completed" and all(v["complete"] for v in benchmarks.values())
     nine = set(manifest["benchmarks"]) == set(ADAPTERS)
@@ -187,14 +223,9 @@ def _target_report(
         "ttft_p50_ms": _percentile(ttfts, 50),
         "latency_p50_ms": _percentile(durations, 50),
         "latency_p95_ms": _percentile(durations, 95),
-        "request_seconds_sum": (sum(all_durations) / 1000) if all_durations else None,
+        "request_seconds_sum": float(all_durations.sum()) / 1000 if all_durations.size else None,
     }
     if snapshot["kind"] == "mom":
-        routed = (
-            Call.objects.filter(cell__run=run, cell__target_id=target_id, role="subject")
-            .values("selected_model", "selected_decision")
-            .annotate(n=Count("id"))
-        )
         models: dict[str, int] = defaultdict(int)
         decisions: dict[str, int] = defaultdict(int)
         for r in routed:
@@ -208,20 +239,57 @@ def _target_report(
 def run_report(*, run: Run) -> dict[str, Any]:
     """The full report of a run. Reads only; no model call."""
     run.refresh_from_db()
+    return run_reports(runs=[run])[run.pk]
+
+
+def run_reports(*, runs: list[Run]) -> dict[int, dict[str, Any]]:
+    """The reports of several runs from one set of queries (a comparison needs twenty-one)."""
+    run_ids = [r.pk for r in runs]
+    counts = _cell_counts(run_ids)
+    sums = _call_sums(run_ids)
+    missing = _cells_without_subject_call(run_ids)
+    timings = _timings(run_ids)
+    routing = _routing(runs)
+    target_ids = {
+        (run_id, slug): tid
+        for run_id, slug, tid in Cell.objects.filter(run_id__in=run_ids)
+        .values_list("run_id", "target__slug", "target_id")
+        .distinct()
+    }
+    corrections = latest_corrections(run_ids=run_ids)
+    return {
+        run.pk: _run_report(run, counts, sums, missing, timings, routing, target_ids, corrections)
+        for run in runs
+    }
+
+
+def _run_report(
+    run: Run,
+    counts: dict[tuple[int, int, str], dict[str, int]],
+    sums: dict[tuple[int, int, str], dict[str, Any]],
+    missing: dict[tuple[int, int], int],
+    timings: dict[tuple[int, int], dict[str, Any]],
+    routing: dict[tuple[int, int], list[dict[str, Any]]],
+    target_ids: dict[tuple[int, str], int],
+    corrections: dict[int, Any],
+) -> dict[str, Any]:
     manifest = run.manifest
-    counts = _cell_counts(run)
-    sums = _call_sums(run)
-    missing = _cells_without_subject_call(run)
-    target_ids = dict(
-        Cell.objects.filter(run=run).values_list("target__slug", "target_id").distinct()
-    )
     targets = []
     for snapshot in manifest["targets"]:
-        tid = target_ids.get(snapshot["slug"])
-        by_benchmark = {b: c for (t, b), c in counts.items() if t == tid}
-        by_role = {r: s for (t, r), s in sums.items() if t == tid}
+        tid = target_ids.get((run.pk, snapshot["slug"]))
+        by_benchmark = {b: c for (r, t, b), c in counts.items() if r == run.pk and t == tid}
+        by_role = {role: s for (r, t, role), s in sums.items() if r == run.pk and t == tid}
         targets.append(
-            _target_report(run, snapshot, tid, by_benchmark, by_role, missing.get(tid, 0))
+            _target_report(
+                run,
+                snapshot,
+                tid,
+                by_benchmark,
+                by_role,
+                missing.get((run.pk, tid), 0),
+                timings.get((run.pk, tid), {}),
+                routing.get((run.pk, tid), []),
+            )
         )
     totals = {
         k: sum(t[k] for t in targets)
@@ -241,7 +309,7 @@ def run_report(*, run: Run) -> dict[str, Any]:
             f"{totals['planned'] - totals['completed']} of {totals['planned']} "
             "planned cells have no completed result"
         )
-    correction = UsageCorrection.objects.filter(run=run).order_by("-version").first()
+    correction = corrections.get(run.pk)
     return {
         "run": {
             "id": run.pk,
@@ -262,12 +330,6 @@ def run_report(*, run: Run) -> dict[str, Any]:
         "denominator": totals["planned"],
         "counts": totals,
         "targets": targets,
-        "usage_correction": None
-        if correction is None
-        else {
-            "version": correction.version,
-            "evidence_sha256": correction.evidence_sha256,
-            "created_at": correction.created_at.isoformat(),
-        },
+        "usage_correction": correction_summary(correction),
         "model_requests": 0,
     }

@@ -1,0 +1,196 @@
+"""`benchmark compare | reconcile-usage | regrade | export`: thin verbs over the services.
+
+All four read saved evidence only and make no model call. Human tables by default, ``--json``
+for machines; an error is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from compare.services import ComparisonError, IncomparableRuns, comparison_build
+
+EXIT_INPUT_ERROR = 2
+
+
+def register(verbs: Any) -> None:
+    p = verbs.add_parser(
+        "compare", help="compare candidate runs with the strongest single model of a baseline run"
+    )
+    p.add_argument("baseline_run", type=int, metavar="BASELINE_RUN")
+    p.add_argument("candidate_runs", type=int, nargs="+", metavar="CANDIDATE_RUN")
+    p.add_argument(
+        "--baseline-target", default=None, help="one of the tied strongest single models"
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=compare)
+
+    p = verbs.add_parser(
+        "reconcile-usage", help="rebuild a finished run's usage from its saved SSE evidence"
+    )
+    p.add_argument("run_id", type=int, metavar="RUN_ID")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=reconcile_usage)
+
+    p = verbs.add_parser("regrade", help="re-grade saved mcq/grid answers with today's graders")
+    p.add_argument("run_id", type=int, metavar="RUN_ID")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=regrade)
+
+    p = verbs.add_parser("export", help="per-question answer matrix of a dev-split run")
+    p.add_argument("run_id", type=int, metavar="RUN_ID")
+    p.add_argument("--format", choices=["csv", "json"], default="csv")
+    p.add_argument("--output", default=None, metavar="FILE", help="default: standard output")
+    p.set_defaults(handler=export)
+
+
+def _error(message: str) -> int:
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    return EXIT_INPUT_ERROR
+
+
+def _fmt(value: Any, suffix: str = "") -> str:
+    if value is None:
+        return "unknown"
+    if isinstance(value, float):
+        return f"{value:+.4f}{suffix}"
+    return f"{value}{suffix}"
+
+
+def _pct(value: str | None) -> str:
+    return "unknown" if value is None else f"{float(value):.1f}%"
+
+
+def compare(options: dict[str, Any]) -> int:
+    try:
+        doc = comparison_build(
+            baseline_run_id=options["baseline_run"],
+            candidate_run_ids=options["candidate_runs"],
+            baseline_target=options["baseline_target"],
+        )
+    except IncomparableRuns as exc:
+        listed = "; ".join(d.text for d in exc.differences)
+        return _error(
+            f"run {exc.candidate_run} is not comparable with run {exc.baseline_run}: {listed}"
+        )
+    except ComparisonError as exc:
+        return _error(str(exc))
+    if options["json"]:
+        print(json.dumps(doc, indent=2))
+        return 0
+    b = doc["baseline"]
+    tied = ", ".join(b["tied"])
+    print(
+        f"Baseline: run {b['run']} / {b['target']}  quality {b['quality']:.4f} "
+        f"({b['quality_exact']})  subject cost {_fmt(b['subject_cost_usd'])} USD  tied: {tied}"
+    )
+    level = f"{1 - doc['alpha']:.0%}"
+    print(
+        f"{'candidate':<32} {'Δ':>8} {level + ' Hoeffding':>22} {'family':>22} "
+        f"{'W/L/T':>12} {'savings':>9} {'cache-neutral':>13}  verdict"
+    )
+    for c in doc["comparisons"]:
+        i, fam = c["interval"], c["family_interval"]
+        verdict = (
+            "improvement"
+            if c["improvement"]
+            else ("not an improvement" if c["not_an_improvement"] else "no improvement shown")
+        )
+        ni = c["non_inferiority"]
+        name = f"run {c['run']} / {c['target']}"
+        interval = f"[{i['lower']:+.4f}, {i['upper']:+.4f}]"
+        family = f"[{fam['lower']:+.4f}, {fam['upper']:+.4f}]"
+        wlt = f"{c['wins']}/{c['losses']}/{c['ties']}"
+        print(
+            f"{name:<32} {c['delta']:>+8.4f} {interval:>22} {family:>22} {wlt:>12} "
+            f"{_pct(c['savings']['subject_cost_pct']):>9} "
+            f"{_pct(c['savings']['cache_neutral_pct']):>13}  "
+            f"{verdict}; non-inferiority: {ni['verdict']}"
+        )
+        for why in (c["savings"]["subject_cost_unknown_reason"], c["not_an_improvement"]):
+            if why:
+                print(f"    {why}")
+    print()
+    for text in doc["statements"].values():
+        print(f"* {text}")
+    return 0
+
+
+def reconcile_usage(options: dict[str, Any]) -> int:
+    from runs.reconcile import ReconcileRefused, correction_summary, usage_reconcile
+
+    try:
+        result = usage_reconcile(run_id=options["run_id"])
+    except ReconcileRefused as exc:
+        return _error(str(exc))
+    summary = correction_summary(result.correction)
+    assert summary is not None
+    summary = {**summary, "created": result.created, "model_requests": 0}
+    if options["json"]:
+        print(json.dumps(summary, indent=2))
+        return 0
+    status = "appended" if result.created else "unchanged (same evidence)"
+    print(
+        f"{status}  correction v{summary['version']}  evidence sha256 {summary['evidence_sha256']}\n"
+        f"  verified {summary['verified']}  changed {summary['changed']}  "
+        f"unverifiable {summary['unverifiable']}\n"
+        f"  known cost {summary['old_known_cost_usd']} → {summary['new_known_cost_usd']} USD  "
+        "model requests: 0"
+    )
+    return 0
+
+
+def regrade(options: dict[str, Any]) -> int:
+    from runs.regrade import RegradeRefused, run_regrade
+
+    try:
+        result = run_regrade(run_id=options["run_id"])
+    except RegradeRefused as exc:
+        return _error(str(exc))
+    r = result.regrade
+    doc = {
+        "run": r.run_id,
+        "version": r.version,
+        "created": result.created,
+        "input_sha256": r.input_sha256,
+        "grader_versions": r.grader_versions,
+        "regraded": r.regraded_count,
+        "changed": r.changed_count,
+        "skipped": r.skipped_count,
+        "by_target": r.results["by_target"],
+        "model_requests": 0,
+    }
+    if options["json"]:
+        print(json.dumps(doc, indent=2))
+        return 0
+    status = "appended" if result.created else "unchanged (same answers and graders)"
+    print(
+        f"{status}  regrade v{r.version}  regraded {r.regraded_count}  changed {r.changed_count}  "
+        f"skipped {r.skipped_count}  model requests: 0"
+    )
+    for slug, benchmarks in r.results["by_target"].items():
+        for benchmark, t in benchmarks.items():
+            print(
+                f"  {slug:<24} {benchmark:<12} correct {t['old_correct']} → {t['new_correct']} "
+                f"of {t['regraded']}"
+            )
+    return 0
+
+
+def export(options: dict[str, Any]) -> int:
+    from runs.export import ExportRefused, export_csv, export_json, export_matrix
+
+    try:
+        matrix = export_matrix(run_id=options["run_id"])
+    except ExportRefused as exc:
+        return _error(str(exc))
+    text = export_json(matrix) if options["format"] == "json" else export_csv(matrix)
+    if options["output"]:
+        Path(options["output"]).write_text(text, encoding="utf-8")
+        print(f"wrote {len(matrix['rows'])} rows to {options['output']}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

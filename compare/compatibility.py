@@ -1,0 +1,178 @@
+"""Whether two runs measured the same thing (R11.2, DESIGN §6).
+
+Two runs are comparable only when their frozen manifests agree on the cases, sampling,
+benchmark options, weights, grader versions, limits, judge targets and the price of every model
+both priced. Targets within one run share one manifest. Every difference is listed field by
+field so a person can see why a pair was refused; nothing is reconciled silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from runs.models import TERMINAL_RUN_STATUSES, Run
+
+__all__ = [
+    "COMPARED_FIELDS",
+    "Difference",
+    "IncomparableRuns",
+    "run_comparison_problems",
+    "runs_differences",
+]
+
+# Manifest fields that define what was measured. Dataset identity, names, targets and the
+# failure policy are deliberately absent: identical cases on two datasets are the same test,
+# and targets are what a comparison compares.
+COMPARED_FIELDS = ("cases", "slots", "benchmarks", "sampling", "limits", "judges", "prices")
+_MAX_LISTED = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    field: str
+    baseline: Any
+    candidate: Any
+    text: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "field": self.field,
+            "baseline": self.baseline,
+            "candidate": self.candidate,
+            "text": self.text,
+        }
+
+
+class IncomparableRuns(Exception):
+    """A pair that must not be compared, with every reason."""
+
+    def __init__(self, baseline_run: int, candidate_run: int, differences: list[Difference]):
+        self.baseline_run = baseline_run
+        self.candidate_run = candidate_run
+        self.differences = differences
+        listed = "; ".join(d.text for d in differences)
+        super().__init__(f"run {candidate_run} is not comparable with run {baseline_run}: {listed}")
+
+
+def run_comparison_problems(run: Run) -> list[str]:
+    """Why a run cannot take part in any comparison, whatever it is paired with."""
+    problems = []
+    if run.mode != Run.Mode.LIVE:
+        problems.append(f"run {run.pk} is a {run.mode} run: preview runs are never comparable")
+    if run.status not in TERMINAL_RUN_STATUSES:
+        problems.append(f"run {run.pk} is {run.status}: its results are not final")
+    if run.parent_id is not None:
+        problems.append(
+            f"run {run.pk} is a recovery child of run {run.parent_id}: it covers only its "
+            "selection of cells"
+        )
+    return problems
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _diff_values(path: str, a: Any, b: Any, out: list[Difference]) -> None:
+    """Field-by-field differences of two JSON values (objects recursively, the rest whole)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        for key in sorted(set(a) | set(b), key=str):
+            sub = f"{path}.{key}"
+            if key not in b:
+                out.append(Difference(sub, a[key], None, f"{sub}: only in the baseline run"))
+            elif key not in a:
+                out.append(Difference(sub, None, b[key], f"{sub}: only in the candidate run"))
+            else:
+                _diff_values(sub, a[key], b[key], out)
+    elif a != b:
+        out.append(
+            Difference(
+                path, a, b, f"{path}: {_show(a)} in the baseline, {_show(b)} in the candidate"
+            )
+        )
+
+
+def _case_differences(a: list[Any], b: list[Any]) -> list[Difference]:
+    """Cases are compared as sets of (question, content hash, benchmark): the order of a plan
+    is not part of what was measured."""
+    left = {tuple(c) for c in a}
+    right = {tuple(c) for c in b}
+    if left == right:
+        return []
+    only_a = sorted(left - right)
+    only_b = sorted(right - left)
+    sample = [c[1][:12] for c in [*only_a, *only_b][:_MAX_LISTED]]
+    text = (
+        f"cases: {len(only_a)} case(s) only in the baseline and {len(only_b)} only in the "
+        f"candidate (content hashes {', '.join(sample)}…)"
+    )
+    return [Difference("cases", len(left), len(right), text)]
+
+
+def _decimal(value: Any) -> Any:
+    try:
+        return Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return value
+
+
+def _model_prices(manifest: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Price per served model across every target and judge of a run, with the models one run
+    prices two different ways (a comparison cannot say which price its costs used)."""
+    prices: dict[str, dict[str, Any]] = {}
+    conflicts = []
+    for slug, table in sorted(manifest.get("prices", {}).items()):
+        for model, entry in table.items():
+            # "3" and "3.0" are the same price; compare values, not spellings.
+            normal = {k: _decimal(v) for k, v in entry.items()}
+            if model in prices and prices[model] != normal:
+                conflicts.append(f"{model} (again under {slug})")
+            prices.setdefault(model, normal)
+    return prices, conflicts
+
+
+def _price_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Difference]:
+    out: list[Difference] = []
+    prices_a, conflicts_a = _model_prices(a)
+    prices_b, conflicts_b = _model_prices(b)
+    for side, conflicts in (("baseline", conflicts_a), ("candidate", conflicts_b)):
+        for model in conflicts:
+            out.append(
+                Difference("prices", None, None, f"prices: the {side} run prices {model} two ways")
+            )
+    for model in sorted(set(prices_a) & set(prices_b)):
+        if prices_a[model] != prices_b[model]:
+            found: list[Difference] = []
+            _diff_values(
+                f"prices[{model}]",
+                {k: str(v) for k, v in prices_a[model].items()},
+                {k: str(v) for k, v in prices_b[model].items()},
+                found,
+            )
+            out.extend(found)
+    return out
+
+
+def runs_differences(baseline: Run, candidate: Run) -> list[Difference]:
+    """Every reason the pair is not comparable; empty means comparable. Re-run on each
+    comparison, never cached: the server re-verifies every pair (R11.2)."""
+    out = [
+        Difference("run", None, None, problem)
+        for run in dict.fromkeys([baseline, candidate])
+        for problem in run_comparison_problems(run)
+    ]
+    if baseline.pk == candidate.pk:
+        return out
+    a, b = baseline.manifest, candidate.manifest
+    for name in COMPARED_FIELDS:
+        if name == "cases":
+            out.extend(_case_differences(a.get("cases", []), b.get("cases", [])))
+        elif name == "prices":
+            out.extend(_price_differences(a, b))
+        else:
+            _diff_values(name, a.get(name), b.get(name), out)
+    return out

@@ -1,0 +1,507 @@
+"""Comparisons: the strongest single-model baseline and every candidate against it (R5, R6, R11).
+
+A comparison is computed afresh on every request: each pair's compatibility is re-verified,
+the baseline is re-selected, and qualities, costs and tokens come from the runs' reports, which
+read the effective (reconciled) usage. Per-case outcomes are loaded once, as numpy arrays, and
+all differences are array arithmetic. Reads only; no model call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from django.db.models import Count
+
+from compare.compatibility import IncomparableRuns, runs_differences
+from compare.stats import (
+    DEFAULT_ALPHA,
+    BaselineCandidate,
+    BaselineChoice,
+    PairedResult,
+    paired_difference,
+    savings_pct,
+    select_baseline,
+)
+from runs.models import Cell, Run
+from runs.report import run_reports
+
+__all__ = [
+    "STATEMENTS",
+    "ComparisonError",
+    "IncomparableRuns",
+    "comparison_build",
+]
+
+# Fixed statements every comparison carries, whatever its numbers (R3.2, R5.5, R6.2, R6.3).
+STATEMENTS = {
+    "intervals_scope": (
+        "Neither interval covers the uncertainty of choosing the strongest baseline, of tuning "
+        "choices, or of data contamination."
+    ),
+    "small_samples": (
+        "Small samples show direction only. Claiming quality parity needs a non-inferiority "
+        "margin fixed before the run and a holdout-set interval."
+    ),
+    "bootstrap": (
+        "The stratified bootstrap interval is a diagnostic; a [0, 0] bootstrap on a small "
+        "sample does not prove parity."
+    ),
+    "cache_neutral": (
+        "Cache-neutral cost prices every input token at the ordinary input price: a "
+        "counterfactual token-equivalent cost, neither a bill nor a measured cache-free "
+        "execution."
+    ),
+    "token_prices": "A self-hosted token-equivalent price is not a GPU bill saving.",
+    "improvement": ("A positive point estimate whose interval crosses zero is not an improvement."),
+}
+
+# Cells with an outcome. Anything else (pending, running, cancelled, sent_unknown) is a case
+# without a result: counted wrong for a candidate, disqualifying for a baseline (R5.1).
+_OUTCOME_STATES = ("completed", "failed")
+
+
+class ComparisonError(Exception):
+    """The comparison cannot be built (bad input, no eligible baseline)."""
+
+
+@dataclass(frozen=True)
+class _Cases:
+    """The planned cases of the baseline run, in a fixed order: case i is (question, slot)."""
+
+    keys: npt.NDArray[np.int64]  # question_id * slots + slot, sorted
+    benchmark: npt.NDArray[np.int64]  # index into ``benchmarks``
+    benchmarks: tuple[str, ...]
+    slots: int
+
+    @classmethod
+    def from_manifest(cls, manifest: dict[str, Any]) -> _Cases:
+        slots = int(manifest.get("slots", 1))
+        benchmarks = tuple(manifest["benchmarks"])
+        position = {b: i for i, b in enumerate(benchmarks)}
+        qids = np.array([c[0] for c in manifest["cases"]], dtype=np.int64)
+        bench = np.array([position[c[2]] for c in manifest["cases"]], dtype=np.int64)
+        keys = (qids[:, None] * slots + np.arange(slots, dtype=np.int64)[None, :]).ravel()
+        bench = np.repeat(bench, slots)
+        order = np.argsort(keys, kind="stable")
+        return cls(keys[order], bench[order], benchmarks, slots)
+
+    def outcome(self, correct_keys: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]:
+        """1 where the case's cell is correct; a missing or failed cell stays 0 (wrong)."""
+        out = np.zeros(self.keys.size, dtype=np.int8)
+        if correct_keys.size:
+            idx = np.searchsorted(self.keys, correct_keys)
+            inside = idx < self.keys.size
+            idx, wanted = idx[inside], correct_keys[inside]
+            # A correct cell outside the planned cases (impossible for a compatible pair) is
+            # ignored rather than shifted onto a neighbouring case.
+            out[idx[self.keys[idx] == wanted]] = 1
+        return out
+
+
+@dataclass
+class _Entry:
+    """One (run, target) taking part, with its report and per-case outcomes."""
+
+    run: Run
+    report: dict[str, Any]
+    target: dict[str, Any]  # the target's block of the run report
+    target_id: int | None
+    outcome: npt.NDArray[np.int8] | None = None
+    states: dict[str, int] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"run {self.run.pk} / {self.target['slug']}"
+
+
+def _money(value: Decimal | None) -> str | None:
+    return None if value is None else format(value.normalize(), "f")
+
+
+def _dec(value: str | None) -> Decimal | None:
+    return None if value is None else Decimal(value)
+
+
+def _pct(value: Decimal | None) -> str | None:
+    return None if value is None else format(value.normalize(), "f")
+
+
+def _load_runs(baseline_run_id: int, candidate_run_ids: Sequence[int]) -> dict[int, Run]:
+    wanted = list(dict.fromkeys([baseline_run_id, *candidate_run_ids]))
+    runs = {r.pk: r for r in Run.objects.filter(pk__in=wanted)}
+    missing = [str(pk) for pk in wanted if pk not in runs]
+    if missing:
+        raise ComparisonError(f"unknown run(s): {', '.join(missing)}")
+    return runs
+
+
+def _target_ids(run_ids: Sequence[int]) -> dict[tuple[int, str], int]:
+    rows = (
+        Cell.objects.filter(run_id__in=run_ids)
+        .values_list("run_id", "target__slug", "target_id")
+        .distinct()
+    )
+    return {(run_id, slug): tid for run_id, slug, tid in rows}
+
+
+def _cell_states(run_ids: Sequence[int]) -> dict[tuple[int, int], dict[str, int]]:
+    states: dict[tuple[int, int], dict[str, int]] = {}
+    rows = (
+        Cell.objects.filter(run_id__in=run_ids)
+        .values_list("run_id", "target_id", "status")
+        .annotate(n=Count("id"))
+    )
+    for run_id, target_id, status, n in rows:
+        states.setdefault((run_id, target_id), {})[status] = n
+    return states
+
+
+def _correct_keys(
+    run_ids: Sequence[int], slots: int
+) -> dict[tuple[int, int], npt.NDArray[np.int64]]:
+    """The (question, slot) keys of every correct cell, per (run, target), in one query."""
+    rows = np.array(
+        list(
+            Cell.objects.filter(run_id__in=run_ids, correct=True).values_list(
+                "run_id", "target_id", "question_id", "slot"
+            )
+        ),
+        dtype=np.int64,
+    ).reshape(-1, 4)
+    out: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
+    if not rows.size:
+        return out
+    pairs, inverse = np.unique(rows[:, :2], axis=0, return_inverse=True)
+    keys = rows[:, 2] * slots + rows[:, 3]
+    order = np.argsort(inverse.ravel(), kind="stable")
+    bounds = np.searchsorted(inverse.ravel()[order], np.arange(len(pairs) + 1))
+    for i, (run_id, target_id) in enumerate(pairs):
+        out[(int(run_id), int(target_id))] = np.sort(keys[order[bounds[i] : bounds[i + 1]]])
+    return out
+
+
+def _quality(target_report: dict[str, Any]) -> Fraction | None:
+    exact = target_report["score"].get("exact")
+    return None if exact is None else Fraction(exact)
+
+
+def _baseline_pool(
+    entries: list[_Entry], cases: _Cases
+) -> tuple[list[BaselineCandidate], list[dict[str, Any]]]:
+    """Single-model targets of the baseline run with an outcome for every planned case."""
+    pool = []
+    listed = []
+    for e in entries:
+        t = e.target
+        states = e.states or {}
+        with_outcome = sum(states.get(s, 0) for s in _OUTCOME_STATES)
+        reason = None
+        if t["kind"] != "single":
+            reason = "not a single model"
+        elif t["planned"] != cases.keys.size:
+            reason = f"{t['planned']} cells planned for {cases.keys.size} cases"
+        elif with_outcome != cases.keys.size:
+            reason = f"{cases.keys.size - with_outcome} case(s) without a result"
+        quality = _quality(t)
+        listed.append(
+            {
+                "target": t["slug"],
+                "kind": t["kind"],
+                "quality": None if quality is None else float(quality),
+                "quality_exact": None if quality is None else str(quality),
+                "subject_cost_usd": t["subject_cost_usd"],
+                "eligible": reason is None,
+                "reason": reason,
+            }
+        )
+        if reason is None and quality is not None:
+            pool.append(BaselineCandidate(t["slug"], quality, _dec(t["subject_cost_usd"])))
+    return pool, listed
+
+
+def _interval(lower: float, upper: float, half: float, alpha: float) -> dict[str, Any]:
+    return {
+        "lower": lower,
+        "upper": upper,
+        "display_lower": max(lower, -1.0),
+        "display_upper": min(upper, 1.0),
+        "half_width": half,
+        "alpha": alpha,
+        "level": 1 - alpha,
+    }
+
+
+def _non_inferiority(
+    paired: PairedResult, margin: float | None, split: str | None
+) -> dict[str, Any]:
+    """A parity verdict only on the terms fixed before the run (R5.5): a margin in the plan and
+    holdout cases. With several candidates the family-wise bound decides, because the claim
+    is made about whichever candidate is picked."""
+    lower = paired.family_lower if paired.family_size > 1 else paired.lower
+    out: dict[str, Any] = {"margin": margin, "lower_bound": lower, "split": split}
+    if margin is None:
+        return {
+            **out,
+            "verdict": "not shown",
+            "reason": "no non-inferiority margin was fixed in the plan before the run",
+        }
+    if split != "holdout":
+        return {
+            **out,
+            "verdict": "not shown",
+            "reason": f"the cases are the {split or 'unknown'} split; parity needs holdout cases",
+        }
+    if lower > -margin:
+        return {
+            **out,
+            "verdict": "non-inferior",
+            "reason": f"lower bound {lower:+.4f} is above −{margin}",
+        }
+    return {
+        **out,
+        "verdict": "inconclusive",
+        "reason": f"lower bound {lower:+.4f} is not above −{margin}",
+    }
+
+
+def _savings(
+    choice: BaselineChoice, candidate: Decimal | None, baseline: Decimal | None
+) -> tuple[Decimal | None, str | None]:
+    """A savings rate, or why it is unknown (R5.3, R5.4)."""
+    if not choice.savings_known:
+        return None, "a tied strongest single model has incomplete cost"
+    if candidate is None:
+        return None, "the candidate's cost is incomplete"
+    if baseline is None:
+        return None, "the baseline's cost is incomplete"
+    value = savings_pct(candidate, baseline)
+    return value, None if value is not None else "the baseline cost is zero"
+
+
+def _usage_block(t: dict[str, Any], run_report_doc: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "subject_cost_usd": t["subject_cost_usd"],
+        "known_cost_usd": t["known_cost_usd"],
+        "total_spend_usd": t["total_spend_usd"],
+        "cache_neutral_cost_usd": t["cache_neutral_cost_usd"],
+        "tokens": t["tokens"],
+        "ttft_p50_ms": t["ttft_p50_ms"],
+        "latency_p50_ms": t["latency_p50_ms"],
+        "latency_p95_ms": t["latency_p95_ms"],
+        "request_seconds_sum": t["request_seconds_sum"],
+        "wall_seconds": run_report_doc["run"]["wall_seconds"],
+        "usage_correction": run_report_doc["usage_correction"],
+    }
+
+
+def comparison_build(
+    *,
+    baseline_run_id: int,
+    candidate_run_ids: Sequence[int],
+    baseline_target: str | None = None,
+    alpha: float = DEFAULT_ALPHA,
+) -> dict[str, Any]:
+    """Compare every target of the candidate runs with the strongest single model of the
+    baseline run, on identical cases (R5, R6, R11). JSON-serialisable: money and exact
+    fractions are strings, unknown is None.
+
+    ``baseline_target`` may name one of the tied strongest single models; any other choice
+    is refused, because the baseline is never weaker than the strongest (R5.1). A candidate
+    run may be the baseline run itself (its other targets are then candidates). Raises
+    :class:`IncomparableRuns` for an incompatible pair and :class:`ComparisonError` otherwise.
+    """
+    if not candidate_run_ids:
+        raise ComparisonError("name at least one candidate run")
+    runs = _load_runs(baseline_run_id, candidate_run_ids)
+    baseline_run = runs[baseline_run_id]
+    for run_id in dict.fromkeys(candidate_run_ids):
+        differences = runs_differences(baseline_run, runs[run_id])
+        if differences:
+            raise IncomparableRuns(baseline_run_id, run_id, differences)
+
+    run_ids = list(runs)
+    reports = run_reports(runs=list(runs.values()))
+    target_ids = _target_ids(run_ids)
+    states = _cell_states(run_ids)
+    cases = _Cases.from_manifest(baseline_run.manifest)
+    correct = _correct_keys(run_ids, cases.slots)
+    empty = np.zeros(0, dtype=np.int64)
+
+    def entries_of(run_id: int) -> list[_Entry]:
+        out = []
+        for t in reports[run_id]["targets"]:
+            tid = target_ids.get((run_id, t["slug"]))
+            e = _Entry(runs[run_id], reports[run_id], t, tid)
+            e.states = states.get((run_id, tid), {}) if tid is not None else {}
+            e.outcome = cases.outcome(correct.get((run_id, tid), empty) if tid else empty)
+            out.append(e)
+        return out
+
+    baseline_entries = entries_of(baseline_run_id)
+    pool, pool_listed = _baseline_pool(baseline_entries, cases)
+    if not pool:
+        raise ComparisonError(
+            f"run {baseline_run_id} has no single-model target with a result for every "
+            "planned case: there is no baseline"
+        )
+    choice = select_baseline(pool)
+    if baseline_target is not None and baseline_target != choice.slug:
+        if baseline_target not in choice.tied_slugs:
+            raise ComparisonError(
+                f"{baseline_target} is not among the strongest single models of run "
+                f"{baseline_run_id} ({', '.join(choice.tied_slugs)}): the baseline is never "
+                "weaker than the strongest measured single model"
+            )
+        chosen = next(c for c in pool if c.slug == baseline_target)
+        choice = BaselineChoice(
+            chosen.slug,
+            choice.quality,
+            chosen.subject_cost,
+            choice.tied_slugs,
+            choice.savings_known,
+        )
+    base = next(e for e in baseline_entries if e.target["slug"] == choice.slug)
+    assert base.outcome is not None
+
+    candidates: list[_Entry] = []
+    for run_id in dict.fromkeys(candidate_run_ids):
+        for e in entries_of(run_id) if run_id != baseline_run_id else baseline_entries:
+            if run_id == baseline_run_id and e.target["slug"] == choice.slug:
+                continue
+            candidates.append(e)
+    if not candidates:
+        raise ComparisonError("the candidate runs hold no target other than the baseline")
+
+    manifest = baseline_run.manifest
+    weights = {b: Fraction(manifest["benchmarks"][b]["weight"]) for b in cases.benchmarks}
+    raw_margin = manifest.get("non_inferiority_margin")
+    margin = None if raw_margin is None else float(raw_margin)
+    split = manifest.get("dataset", {}).get("split") or baseline_run.dataset.split
+    masks = {b: cases.benchmark == i for i, b in enumerate(cases.benchmarks)}
+    masks = {b: m for b, m in masks.items() if m.any()}
+
+    base_t = base.target
+    base_subject, base_total = _dec(base_t["subject_cost_usd"]), _dec(base_t["total_spend_usd"])
+    base_neutral = _dec(base_t["cache_neutral_cost_usd"])
+    comparisons = []
+    for e in candidates:
+        assert e.outcome is not None
+        d = e.outcome - base.outcome
+        paired = paired_difference(
+            {b: d[m] for b, m in masks.items()}, weights, alpha, family_size=len(candidates)
+        )
+        t = e.target
+        states_e = e.states or {}
+        without_result = cases.keys.size - sum(states_e.get(s, 0) for s in _OUTCOME_STATES)
+        subject, subject_why = _savings(choice, _dec(t["subject_cost_usd"]), base_subject)
+        total, total_why = _savings(choice, _dec(t["total_spend_usd"]), base_total)
+        neutral, neutral_why = _savings(choice, _dec(t["cache_neutral_cost_usd"]), base_neutral)
+        quality = _quality(t)
+        comparisons.append(
+            {
+                "run": e.run.pk,
+                "run_name": e.run.name,
+                "run_created_at": e.run.created_at.isoformat(),
+                "target": t["slug"],
+                "kind": t["kind"],
+                "quality": None if quality is None else float(quality),
+                "quality_exact": None if quality is None else str(quality),
+                "cases": int(cases.keys.size),
+                "cases_without_result": without_result,
+                "failed_or_missing_counted_wrong": True,
+                "delta": float(paired.delta),
+                "delta_exact": str(paired.delta),
+                "micro_delta": float(paired.micro_delta),
+                "micro_delta_exact": str(paired.micro_delta),
+                "interval": {
+                    **_interval(paired.lower, paired.upper, paired.half_width, alpha),
+                    "method": "weighted Hoeffding",
+                    "clipped": paired.clipped,
+                },
+                "family_interval": {
+                    **_interval(
+                        paired.family_lower,
+                        paired.family_upper,
+                        paired.family_half_width,
+                        paired.family_alpha,
+                    ),
+                    "method": f"weighted Hoeffding, Bonferroni over {paired.family_size}",
+                    "family_size": paired.family_size,
+                },
+                "bootstrap": None
+                if paired.bootstrap is None
+                else {
+                    "lower": paired.bootstrap.lower,
+                    "upper": paired.bootstrap.upper,
+                    "alpha": paired.bootstrap.alpha,
+                    "draws": paired.bootstrap.draws,
+                    "seed": paired.bootstrap.seed,
+                    "label": "diagnostic only",
+                },
+                "improvement": paired.improvement,
+                "family_improvement": paired.family_improvement,
+                "not_an_improvement": paired.not_an_improvement_reason,
+                "non_inferiority": _non_inferiority(paired, margin, split),
+                "wins": paired.wins,
+                "losses": paired.losses,
+                "ties": paired.ties,
+                "benchmarks": [
+                    {
+                        "benchmark": b.benchmark,
+                        "n": b.n,
+                        "weight": str(b.weight),
+                        "mean_difference": float(b.mean_difference),
+                        "mean_difference_exact": str(b.mean_difference),
+                        "wins": b.wins,
+                        "losses": b.losses,
+                        "ties": b.ties,
+                    }
+                    for b in paired.benchmarks
+                ],
+                "savings": {
+                    "subject_cost_pct": _pct(subject),
+                    "subject_cost_unknown_reason": subject_why,
+                    "total_spend_pct": _pct(total),
+                    "total_spend_unknown_reason": total_why,
+                    "cache_neutral_pct": _pct(neutral),
+                    "cache_neutral_unknown_reason": neutral_why,
+                    "cache_neutral_label": STATEMENTS["cache_neutral"],
+                },
+                "usage": _usage_block(t, e.report),
+            }
+        )
+
+    return {
+        "baseline": {
+            "run": baseline_run.pk,
+            "run_name": baseline_run.name,
+            "target": choice.slug,
+            "quality": float(choice.quality),
+            "quality_exact": str(choice.quality),
+            "subject_cost_usd": _money(choice.subject_cost),
+            "tied": list(choice.tied_slugs),
+            "savings_known": choice.savings_known,
+            "rule": (
+                "strongest single model by exact weighted quality on the identical complete "
+                "case set; ties: complete and lowest subject cost, then target slug"
+            ),
+            "candidates": pool_listed,
+            "usage": _usage_block(base.target, base.report),
+        },
+        "alpha": alpha,
+        "family_size": len(candidates),
+        "weights": {b: str(w) for b, w in weights.items() if b in masks},
+        "split": split,
+        "non_inferiority_margin": margin,
+        "comparisons": sorted(
+            comparisons, key=lambda c: (c["run_created_at"], c["run"], c["target"])
+        ),
+        "statements": STATEMENTS,
+        "model_requests": 0,
+    }

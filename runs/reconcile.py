@@ -1,0 +1,428 @@
+"""`reconcile-usage` (R2, DESIGN §5) and the effective usage every reader uses.
+
+Reconciliation re-parses each call's saved SSE evidence with the decoder the live engine used
+and re-prices what it proves with the manifest's frozen prices. Nothing recorded changes: the
+result is one appended, versioned :class:`~runs.models.UsageCorrection` whose ``corrections``
+JSON holds the corrected usage of every call. Readers (report, comparison, export) take a
+call's usage from the latest correction when it has an entry for the call, else from the call
+row: :func:`effective_call_sums` is that rule, in SQL.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Literal
+
+from django.db import connection, transaction
+from django.db.backends.utils import format_number
+from django.db.models import Max
+
+from runs.accounting import (
+    HEADER_CALL_COUNT,
+    HEADER_MODEL_USAGE,
+    HEADER_SELECTED_MODEL,
+    PriceError,
+    UsageBuckets,
+    cache_neutral_cost,
+    mom_call_buckets,
+    mom_call_cost,
+    parse_model_usage_receipt,
+    price_for_model,
+    priced_call_cost,
+    sum_known,
+    usage_buckets,
+)
+from runs.engine.sse import ChatStreamAccumulator, SSEError, decode_sse
+from runs.events import events_append
+from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run, UsageCorrection
+from srbench.canonical import sha256_bytes, sha256_hex
+
+__all__ = [
+    "RULES_VERSION",
+    "ReconcileRefused",
+    "ReconcileResult",
+    "correction_summary",
+    "effective_call_sums",
+    "latest_corrections",
+    "usage_reconcile",
+]
+
+# Part of the evidence hash: a change to these rules must produce a new correction version for
+# the same evidence, never be hidden behind the old one.
+RULES_VERSION = "reconcile-usage/1"
+
+BUCKET_COLUMNS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
+MONEY_COLUMNS = ("cost_usd", "cache_neutral_cost_usd")
+_COST_FIELD = Call._meta.get_field("cost_usd")
+
+
+class ReconcileRefused(Exception):
+    """The run cannot be reconciled (not terminal, preview mode, unknown)."""
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    correction: UsageCorrection
+    created: bool
+
+
+# --------------------------------------------------------------------------------------------
+# One call
+
+
+def _money_text(value: Decimal | None) -> str | None:
+    """The amount as the ledger column stores it (10 decimal places), so a recomputed cost is
+    compared with the recorded one at the precision the recorded one has."""
+    if value is None:
+        return None
+    return format_number(value, _COST_FIELD.max_digits, _COST_FIELD.decimal_places)
+
+
+def _lower(headers: Mapping[str, Any] | None) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in (headers or {}).items()}
+
+
+def _mom_proof(headers: dict[str, str]) -> str | None:
+    """Why a MoM call's usage cannot be attributed (None: it can). Only a proven direct call or
+    a complete per-call receipt says what the router's internal calls cost (R2.5)."""
+    if HEADER_MODEL_USAGE in headers:
+        receipt = parse_model_usage_receipt(headers[HEADER_MODEL_USAGE])
+        if receipt is None or not receipt.complete:
+            return "MoM usage receipt is missing, unparseable or incomplete"
+        return None
+    if (
+        headers.get(HEADER_CALL_COUNT, "").strip() == "1"
+        and headers.get(HEADER_SELECTED_MODEL, "").strip()
+    ):
+        return None
+    return "MoM call is neither a proven direct call nor covered by a complete receipt"
+
+
+def _unverifiable(call_id: int, reason: str) -> dict[str, Any]:
+    # Missing or conflicting evidence leaves the usage unknown (R2.4), whatever the receipt said.
+    return {
+        "call_id": call_id,
+        "outcome": "unverifiable",
+        "reason": reason,
+        **dict.fromkeys(BUCKET_COLUMNS),
+        **dict.fromkeys(MONEY_COLUMNS),
+    }
+
+
+def _reconcile_call(row: dict[str, Any], kind: str, prices: Mapping[str, Any]) -> dict[str, Any]:
+    call_id = row["id"]
+    body, digest = row["evidence__body"], row["evidence__sha256"]
+    if body is None:
+        return _unverifiable(call_id, "no saved evidence")
+    try:
+        raw = zlib.decompress(bytes(body))
+    except zlib.error as exc:
+        return _unverifiable(call_id, f"evidence does not decompress: {exc}")
+    if sha256_bytes(raw) != digest:
+        return _unverifiable(call_id, "evidence bytes do not match their recorded sha256")
+    accumulator = ChatStreamAccumulator(clock=lambda: 0.0)
+    try:
+        accumulator.feed_events(decode_sse([raw]))
+    except SSEError as exc:
+        return _unverifiable(call_id, f"evidence is not a decodable event stream: {exc}")
+    result = accumulator.result()
+    if result.done_count != 1:
+        return _unverifiable(call_id, f"evidence has {result.done_count} [DONE] markers, not 1")
+    if not result.complete:
+        return _unverifiable(call_id, f"evidence stream is incomplete: {result.incomplete_reason}")
+    if (result.served_model or "") != row["served_model"]:
+        return _unverifiable(
+            call_id,
+            f"model in evidence {result.served_model!r} differs from the receipt "
+            f"{row['served_model']!r}",
+        )
+    if (result.finish_reason or "") != row["finish_reason"]:
+        return _unverifiable(
+            call_id,
+            f"finish_reason in evidence {result.finish_reason!r} differs from the receipt "
+            f"{row['finish_reason']!r}",
+        )
+    if result.usage != row["usage_raw"]:
+        return _unverifiable(call_id, "usage in evidence differs from the recorded raw usage")
+
+    buckets: UsageBuckets | None
+    try:
+        if kind == "mom":
+            headers = _lower(row["response_headers"])
+            problem = _mom_proof(headers)
+            if problem:
+                return _unverifiable(call_id, problem)
+            buckets = mom_call_buckets(headers, result.usage)
+            cost, note = mom_call_cost(headers, result.usage, prices)
+            # As in the engine: a router call has no single input price to neutralise caching.
+            neutral = None
+        else:
+            buckets = usage_buckets(result.usage)
+            cost, note = priced_call_cost(result.usage, result.served_model, prices)
+            neutral = cache_neutral_cost(buckets, price_for_model(prices, result.served_model))
+    except PriceError as exc:
+        return _unverifiable(call_id, f"malformed frozen price: {exc}")
+    if buckets is None:
+        cost, neutral = None, None  # a cost without usage cannot be audited
+
+    entry: dict[str, Any] = {
+        "call_id": call_id,
+        "input_tokens": None if buckets is None else buckets.input,
+        "cached_input_tokens": None if buckets is None else buckets.cached_input,
+        "cache_write_tokens": None if buckets is None else buckets.cache_write,
+        "output_tokens": None if buckets is None else buckets.output,
+        "cost_usd": _money_text(cost),
+        "cache_neutral_cost_usd": _money_text(neutral),
+    }
+    changed = [c for c in BUCKET_COLUMNS if entry[c] != row[c]] + [
+        c
+        for c in MONEY_COLUMNS
+        if (None if entry[c] is None else Decimal(entry[c])) != row[c]  # numeric, not textual
+    ]
+    entry["outcome"] = "changed" if changed else "verified"
+    entry["reason"] = f"changed: {', '.join(changed)}" if changed else note
+    return entry
+
+
+# --------------------------------------------------------------------------------------------
+# One run
+
+
+def _call_rows(run: Run) -> Iterable[dict[str, Any]]:
+    return (
+        Call.objects.filter(cell__run=run)
+        .order_by("pk")
+        .values(
+            "id",
+            "target__slug",
+            "target__kind",
+            "served_model",
+            "finish_reason",
+            "usage_raw",
+            "response_headers",
+            "evidence__body",
+            "evidence__sha256",
+            *BUCKET_COLUMNS,
+            *MONEY_COLUMNS,
+        )
+        .iterator(chunk_size=500)
+    )
+
+
+def _target_kinds(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """Kinds as frozen in the plan, so a later edit of a target cannot change the rules."""
+    snapshots = [*manifest.get("targets", []), *manifest.get("judges", {}).values()]
+    return {s["slug"]: s["kind"] for s in snapshots}
+
+
+def usage_reconcile(*, run_id: int) -> ReconcileResult:
+    """Rebuild the run's usage from its saved evidence and append one correction (R2).
+
+    Makes no model call and changes no call, evidence or manifest. Idempotent: the correction
+    is keyed by a sha256 over every call's evidence hash and :data:`RULES_VERSION`, so running
+    it again on the same evidence returns the same correction (``created=False``) instead of a
+    new version.
+    """
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        raise ReconcileRefused(f"run {run_id} does not exist")
+    if run.mode != Run.Mode.LIVE:
+        raise ReconcileRefused(f"run {run_id} is a {run.mode} run: only live runs have usage")
+    if run.status not in TERMINAL_RUN_STATUSES:
+        raise ReconcileRefused(
+            f"run {run_id} is {run.status}: reconcile a run only once it has ended"
+        )
+    kinds = _target_kinds(run.manifest)
+    prices = run.manifest.get("prices", {})
+
+    entries: list[dict[str, Any]] = []
+    recorded_costs: list[Decimal | None] = []
+    evidence_ids: list[tuple[int, str | None]] = []
+    for row in _call_rows(run):
+        slug = row["target__slug"]
+        entries.append(
+            _reconcile_call(row, kinds.get(slug, row["target__kind"]), prices.get(slug, {}))
+        )
+        recorded_costs.append(row["cost_usd"])
+        evidence_ids.append((row["id"], row["evidence__sha256"]))
+    evidence_sha = sha256_hex({"rules": RULES_VERSION, "calls": evidence_ids})
+
+    verified = sum(1 for e in entries if e["outcome"] != "unverifiable")
+    changed = sum(1 for e in entries if e["outcome"] == "changed")
+    old_known = sum_known(recorded_costs).known_sum
+    new_known = sum_known(
+        None if e["cost_usd"] is None else Decimal(e["cost_usd"]) for e in entries
+    ).known_sum
+
+    with transaction.atomic(durable=True):
+        # The run row lock serialises concurrent reconciles of one run, so versions never race.
+        Run.objects.select_for_update().filter(pk=run.pk).values_list("pk").get()
+        existing = UsageCorrection.objects.filter(run=run, evidence_sha256=evidence_sha).first()
+        if existing is not None:
+            return ReconcileResult(existing, created=False)
+        latest = UsageCorrection.objects.filter(run=run).aggregate(v=Max("version"))["v"] or 0
+        correction = UsageCorrection.objects.create(
+            run=run,
+            version=latest + 1,
+            evidence_sha256=evidence_sha,
+            verified_count=verified,
+            changed_count=changed,
+            unverifiable_count=len(entries) - verified,
+            old_known_cost_usd=old_known,
+            new_known_cost_usd=new_known,
+            corrections={"rules_version": RULES_VERSION, "calls": entries},
+        )
+        events_append(
+            run_id=run.pk,
+            events=[
+                (
+                    "usage.reconciled",
+                    {
+                        "version": correction.version,
+                        "evidence_sha256": evidence_sha,
+                        "verified": verified,
+                        "changed": changed,
+                        "unverifiable": len(entries) - verified,
+                        "old_known_cost_usd": str(old_known),
+                        "new_known_cost_usd": str(new_known),
+                    },
+                )
+            ],
+        )
+    correction.refresh_from_db()  # the stored Decimal precision, as every later reader sees it
+    return ReconcileResult(correction, created=True)
+
+
+def correction_summary(correction: UsageCorrection | None) -> dict[str, Any] | None:
+    """What a report shows about the correction in effect (R2.3)."""
+    if correction is None:
+        return None
+
+    def money(value: Decimal | None) -> str | None:
+        return None if value is None else format(value.normalize(), "f")
+
+    return {
+        "version": correction.version,
+        "evidence_sha256": correction.evidence_sha256,
+        "created_at": correction.created_at.isoformat(),
+        "verified": correction.verified_count,
+        "changed": correction.changed_count,
+        "unverifiable": correction.unverifiable_count,
+        "old_known_cost_usd": money(correction.old_known_cost_usd),
+        "new_known_cost_usd": money(correction.new_known_cost_usd),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Effective usage, in SQL
+
+
+_ENTRY_COLUMNS_PG = (
+    '"call_id" bigint, "input_tokens" bigint, "cached_input_tokens" bigint, '
+    '"cache_write_tokens" bigint, "output_tokens" bigint, "cost_usd" numeric, '
+    '"cache_neutral_cost_usd" numeric'
+)
+
+
+def _entries_sql(vendor: str) -> str:
+    """One row per corrected call of each run's latest correction."""
+    if vendor == "postgresql":
+        return (
+            "SELECT x.* FROM latest l CROSS JOIN LATERAL jsonb_to_recordset("
+            f"l.corrections -> 'calls') AS x({_ENTRY_COLUMNS_PG})"
+        )
+    fields = ", ".join(
+        f"json_extract(j.value, '$.{c}') AS {c}"
+        for c in ("call_id", *BUCKET_COLUMNS, *MONEY_COLUMNS)
+    )
+    return f"SELECT {fields} FROM latest l, json_each(l.corrections, '$.calls') j"
+
+
+GroupBy = Literal["target_role", "cell_role"]
+
+
+def effective_call_sums(*, run_ids: Sequence[int], group_by: GroupBy) -> list[dict[str, Any]]:
+    """Sums of the effective usage of the runs' calls, grouped in SQL.
+
+    A call's usage and costs come from the latest correction of its run when that correction
+    has an entry for it (a null there is unknown, not "fall back"), else from the call row.
+    ``group_by`` is ``target_role`` (run, target of the cell, role) or ``cell_role`` (run,
+    cell, role). Each row carries ``calls``, ``usage_unknown``, ``cost_unknown``,
+    ``neutral_unknown``, the sums of the four buckets, ``cost`` and ``neutral``; sums over only
+    unknown values are None, and a sum is complete only when its ``*_unknown`` is 0.
+    """
+    if not run_ids:
+        return []
+    keys = {"target_role": "target_id", "cell_role": "cell_id"}[group_by]
+    call_t, cell_t = Call._meta.db_table, Cell._meta.db_table
+    correction_t = UsageCorrection._meta.db_table
+    marks = ", ".join(["%s"] * len(run_ids))
+    effective = ",\n".join(
+        f"CASE WHEN e.call_id IS NULL THEN c.{col} ELSE e.{col} END AS {col}"
+        for col in (*BUCKET_COLUMNS, *MONEY_COLUMNS)
+    )
+    sql = f"""
+        WITH latest AS (
+            SELECT uc.run_id, uc.corrections FROM {correction_t} uc
+            WHERE uc.run_id IN ({marks}) AND uc.version = (
+                SELECT MAX(v.version) FROM {correction_t} v WHERE v.run_id = uc.run_id)
+        ),
+        entries AS ({_entries_sql(connection.vendor)}),
+        eff AS (
+            SELECT cell.run_id, cell.target_id, cell.id AS cell_id, c.role, {effective}
+            FROM {call_t} c JOIN {cell_t} cell ON cell.id = c.cell_id
+            LEFT JOIN entries e ON e.call_id = c.id
+            WHERE cell.run_id IN ({marks})
+        )
+        SELECT run_id, {keys}, role, COUNT(*),
+            SUM(CASE WHEN output_tokens IS NULL THEN 1 ELSE 0 END),
+            SUM(CASE WHEN cost_usd IS NULL THEN 1 ELSE 0 END),
+            SUM(CASE WHEN cache_neutral_cost_usd IS NULL THEN 1 ELSE 0 END),
+            SUM(input_tokens), SUM(cached_input_tokens), SUM(cache_write_tokens),
+            SUM(output_tokens), SUM(cost_usd), SUM(cache_neutral_cost_usd)
+        FROM eff GROUP BY run_id, {keys}, role
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*run_ids, *run_ids])
+        rows = cursor.fetchall()
+    names = (
+        "run_id",
+        keys,
+        "role",
+        "calls",
+        "usage_unknown",
+        "cost_unknown",
+        "neutral_unknown",
+        *BUCKET_COLUMNS,
+        "cost",
+        "neutral",
+    )
+    out = []
+    for row in rows:
+        record = dict(zip(names, row, strict=True))
+        for name in ("cost", "neutral"):
+            value = record[name]
+            # SQLite hands back floats or text; PostgreSQL numeric arrives as an exact Decimal.
+            if value is not None and not isinstance(value, Decimal):
+                record[name] = Decimal(str(value))
+        for name in (*BUCKET_COLUMNS, "calls", "usage_unknown", "cost_unknown", "neutral_unknown"):
+            if record[name] is not None:
+                record[name] = int(record[name])
+        out.append(record)
+    return out
+
+
+def latest_corrections(*, run_ids: Sequence[int]) -> dict[int, UsageCorrection]:
+    """The correction in effect for each run that has one. The per-call JSON is not loaded: a
+    report shows only the summary, and the sums read the JSON in SQL."""
+    out: dict[int, UsageCorrection] = {}
+    for c in (
+        UsageCorrection.objects.filter(run_id__in=run_ids)
+        .defer("corrections")
+        .order_by("run_id", "-version")
+    ):
+        out.setdefault(c.run_id, c)
+    return out
