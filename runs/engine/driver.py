@@ -93,6 +93,61 @@ class DbThread:
         self.pool.shutdown(wait=True)
 
 
+class LedgerBatcher:
+    """Group commit: ledger writes submitted while a transaction is in flight are applied
+    together in the next one. Nobody is told "your call is open" before its row committed."""
+
+    def __init__(self, db: DbThread, run_id: int, max_cost: Decimal | None) -> None:
+        self.db = db
+        self.run_id = run_id
+        self.max_cost = max_cost
+        self.pending: list[tuple[store.LedgerOp, asyncio.Future[Any]]] = []
+        self.wakeup = asyncio.Event()
+        self.busy = False
+        self.task = asyncio.create_task(self._loop())
+
+    async def submit(self, op: store.LedgerOp) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.pending.append((op, future))
+        self.wakeup.set()
+        # Shielded: a cancelled caller (case timeout) must not lose a write already queued.
+        return await asyncio.shield(future)
+
+    async def _apply(self, ops: list[store.LedgerOp]) -> list[Any]:
+        return await self.db(
+            store.ledger_apply, run_id=self.run_id, max_cost=self.max_cost, ops=ops
+        )
+
+    async def _loop(self) -> None:
+        while True:
+            await self.wakeup.wait()
+            self.wakeup.clear()
+            batch, self.pending = self.pending, []
+            if not batch:
+                continue
+            self.busy = True
+            try:
+                results = await self._apply([op for op, _ in batch])
+            except Exception:
+                # One bad write must not fail its neighbours: apply them one by one.
+                log.exception("ledger batch failed; retrying its writes one by one")
+                for op, future in batch:
+                    try:
+                        future.set_result((await self._apply([op]))[0])
+                    except Exception as exc:
+                        future.set_exception(exc)
+                self.busy = False
+                continue
+            for (_, future), result in zip(batch, results, strict=True):
+                future.set_result(result)
+            self.busy = False
+
+    async def close(self) -> None:
+        while self.pending or self.wakeup.is_set() or self.busy:
+            await asyncio.sleep(0.01)
+        self.task.cancel()
+
+
 @dataclass
 class Activity:
     stage: str
@@ -120,7 +175,9 @@ class Driver:
     client: httpx.AsyncClient
     limits: dict[str, Any]
     max_cost: Decimal | None
+    ledger: LedgerBatcher
     activity: dict[int, Activity] = field(default_factory=dict)
+    reserved: dict[int, Decimal | None] = field(default_factory=dict)
     stopping: str = ""
 
     # --- one cell ---------------------------------------------------------------------------
@@ -130,29 +187,18 @@ class Driver:
             async with asyncio.timeout(self.limits["case_timeout_s"]):
                 await self._run_cell(cell)
         except TimeoutError:
-            await self.db(
-                store.cell_finish,
-                run_id=self.ctx.run_id,
-                cell_id=cell.cell_id,
-                token=cell.token,
-                status="failed",
-                correct=None,
-                grade=None,
-                final_answer="",
-                error=f"case timeout after {self.limits['case_timeout_s']}s",
+            await self.finish(
+                cell,
+                "failed",
+                None,
+                None,
+                "",
+                f"case timeout after {self.limits['case_timeout_s']}s",
             )
         except Exception as exc:  # a bug must fail the cell, not leave it running forever
             log.exception("cell %s crashed", cell.cell_id)
-            await self.db(
-                store.cell_finish,
-                run_id=self.ctx.run_id,
-                cell_id=cell.cell_id,
-                token=cell.token,
-                status="failed",
-                correct=None,
-                grade=None,
-                final_answer="",
-                error=f"internal error: {type(exc).__name__}: {exc}",
+            await self.finish(
+                cell, "failed", None, None, "", f"internal error: {type(exc).__name__}: {exc}"
             )
 
     async def _run_cell(self, cell: store.ClaimedCell) -> None:
@@ -239,16 +285,8 @@ class Driver:
         answer: str,
         error: str,
     ) -> None:
-        await self.db(
-            store.cell_finish,
-            run_id=self.ctx.run_id,
-            cell_id=cell.cell_id,
-            token=cell.token,
-            status=status,
-            correct=correct,
-            grade=grade,
-            final_answer=answer,
-            error=error,
+        await self.ledger.submit(
+            store.FinishCell(cell.cell_id, cell.token, status, correct, grade, answer, error)
         )
 
     async def stop(self, reason: str) -> None:
@@ -298,20 +336,15 @@ class Driver:
         messages: list[dict[str, Any]],
     ) -> CallOutcome:
         body = self.request_body(target, messages)
-        call_id = await self.db(
-            store.call_open,
-            run_id=self.ctx.run_id,
-            cell_id=cell.cell_id,
-            role=role,
-            sequence=sequence,
-            target_id=target.target_id,
-            request=body,
-            reservation=self.reservation(target, body),
-            max_cost=self.max_cost,
-            worker=self.worker,
+        reservation = self.reservation(target, body)
+        call_id = await self.ledger.submit(
+            store.OpenCall(
+                cell.cell_id, role, sequence, target.target_id, body, reservation, self.worker
+            )
         )
         if call_id is None:
             return CallOutcome(call_id=None)
+        self.reserved[call_id] = reservation
         # The row is committed: from here on the request may leave, and never a second time.
         self.activity[call_id] = Activity(stage="waiting", last=timezone.now())
         try:
@@ -515,14 +548,8 @@ class Driver:
         )
         fields["error_code"], fields["error"] = error_code, error
         failure = None if ok else {"error_code": error_code, "error": error[:500]}
-        await self.db(
-            store.call_close,
-            run_id=self.ctx.run_id,
-            call_id=call_id,
-            fields=fields,
-            raw=bytes(raw),
-            max_cost=self.max_cost,
-            failure=failure,
+        await self.ledger.submit(
+            store.CloseCall(call_id, fields, bytes(raw), self.reserved.pop(call_id, None), failure)
         )
         return CallOutcome(
             call_id=call_id,
@@ -584,11 +611,18 @@ async def drive(run_id: int) -> str | None:
         pool = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency)
         async with httpx.AsyncClient(timeout=timeout, limits=pool, trust_env=False) as client:
             driver = Driver(
-                ctx=ctx, worker=worker_id(), db=db, client=client, limits=limits, max_cost=max_cost
+                ctx=ctx,
+                worker=worker_id(),
+                db=db,
+                client=client,
+                limits=limits,
+                max_cost=max_cost,
+                ledger=LedgerBatcher(db, run_id, max_cost),
             )
             ticker = asyncio.create_task(driver.checkpoints(lease_seconds))
             deadline = ctx.started_at + timedelta(seconds=float(limits["max_run_seconds"]))
             inflight: set[asyncio.Task[None]] = set()
+            refill = max(1, concurrency // 8)
             try:
                 while not driver.stopping:
                     if timezone.now() >= deadline:
@@ -596,7 +630,9 @@ async def drive(run_id: int) -> str | None:
                         break
                     free = concurrency - len(inflight)
                     pending_left = None
-                    if free > 0:
+                    # Claim in batches: a claim is a transaction under the run row lock, so
+                    # refilling one slot at a time would cost a claim per call.
+                    if free >= refill or (free > 0 and not inflight):
                         claimed = await db(
                             store.cells_claim,
                             run_id=run_id,
@@ -618,10 +654,15 @@ async def drive(run_id: int) -> str | None:
                     _, inflight = await asyncio.wait(
                         inflight, timeout=1.0, return_when=asyncio.FIRST_COMPLETED
                     )
+                    if concurrency - len(inflight) < refill:
+                        # Let a few more slots free up before the next claim.
+                        await asyncio.sleep(0.02)
+                        inflight = {t for t in inflight if not t.done()}
                 if inflight:
                     await asyncio.wait(inflight)
             finally:
                 ticker.cancel()
+                await driver.ledger.close()
         return await db(run_finish_if_done, run_id=run_id)
     finally:
         db.close()

@@ -115,7 +115,7 @@ def _slugs(manifest: dict[str, Any]) -> set[str]:
 
 def cells_claim(
     *, run_id: int, worker: str, limit: int, concurrency: int, lease_seconds: float
-) -> tuple[list[ClaimedCell], int] | None:
+) -> tuple[list[ClaimedCell], int | None] | None:
     """Claim up to `limit` pending cells, never more than the run's concurrency across all
     workers. Returns (claimed, pending left) or None when the run no longer dispatches."""
     now = timezone.now()
@@ -147,7 +147,11 @@ def cells_claim(
                     lease_expires_at=now + timedelta(seconds=lease_seconds),
                     started_at=now,
                 )
-        pending_left = Cell.objects.filter(run_id=run_id, status="pending").count()
+        # Only worth a count when nothing was claimed: then the caller decides whether the
+        # run is drained or other workers hold the concurrency.
+        pending_left = (
+            Cell.objects.filter(run_id=run_id, status="pending").count() if not ids else None
+        )
     if not ids:
         return [], pending_left
     rows = list(
@@ -167,66 +171,162 @@ def cells_claim(
     ], pending_left
 
 
-def call_open(
-    *,
-    run_id: int,
-    cell_id: int,
-    role: str,
-    sequence: int,
-    target_id: int,
-    request: dict[str, Any],
-    reservation: Decimal | None,
-    max_cost: Decimal | None,
-    worker: str,
-) -> int | None:
-    """Commit the Call row (status `sent`) before the request is sent. With a budget, reserve
-    the call's worst-case cost first; None = refused because it could exceed the budget."""
+@dataclass(frozen=True)
+class OpenCall:
+    """Commit a Call row (status `sent`) before its request leaves; with a budget, reserve its
+    worst-case cost first. Result: the call id, or None when the budget refuses it."""
+
+    cell_id: int
+    role: str
+    sequence: int
+    target_id: int
+    request: dict[str, Any]
+    reservation: Decimal | None
+    worker: str
+
+
+@dataclass(frozen=True)
+class CloseCall:
+    """Record a call's outcome and its evidence together and settle its reservation."""
+
+    call_id: int
+    fields: dict[str, Any]
+    raw: bytes
+    reserved: Decimal | None
+    failure: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class FinishCell:
+    """Finish a cell held with this fencing token; a zombie whose claim was taken over (its
+    lease expired) changes nothing. Result: whether it finished the cell."""
+
+    cell_id: int
+    token: int
+    status: str
+    correct: bool | None
+    grade: dict[str, Any] | None
+    final_answer: str
+    error: str
+
+
+LedgerOp = OpenCall | CloseCall | FinishCell
+
+
+def ledger_apply(*, run_id: int, max_cost: Decimal | None, ops: list[LedgerOp]) -> list[Any]:
+    """Apply a batch of ledger writes in ONE transaction (group commit) and return one result
+    per op. Opens are applied first, then closes, then finishes, so a batch that holds a
+    call's close and its cell's finish writes them in the right order. The transaction commits
+    before any caller is told its call is open: write-ahead holds for every call of the batch.
+    """
+    results: list[Any] = [None] * len(ops)
+    events: list[tuple[str, dict[str, Any]]] = []
+    now = timezone.now()
     with transaction.atomic(durable=True):
-        if max_cost is not None:
+        opens = [(i, op) for i, op in enumerate(ops) if isinstance(op, OpenCall)]
+        allowed: list[tuple[int, OpenCall]] = []
+        if opens and max_cost is not None:
             committed = (
                 Run.objects.select_for_update()
                 .values_list("budget_committed_usd", flat=True)
                 .get(pk=run_id)
             )
-            if reservation is None or committed + reservation > max_cost:
-                events_append(
-                    run_id=run_id,
-                    events=[
+            reserved = Decimal(0)
+            for i, op in opens:
+                if op.reservation is None or committed + reserved + op.reservation > max_cost:
+                    events.append(
                         (
                             "budget.refused",
                             {
-                                "cell": cell_id,
-                                "role": role,
-                                "committed_usd": str(committed),
+                                "cell": op.cell_id,
+                                "role": op.role,
+                                "committed_usd": str(committed + reserved),
                                 "reservation_usd": None
-                                if reservation is None
-                                else str(reservation),
+                                if op.reservation is None
+                                else str(op.reservation),
                                 "max_cost_usd": str(max_cost),
                             },
                         )
-                    ],
+                    )
+                    continue
+                reserved += op.reservation
+                allowed.append((i, op))
+            if reserved:
+                Run.objects.filter(pk=run_id).update(
+                    budget_committed_usd=F("budget_committed_usd") + reserved
                 )
-                return None
-            Run.objects.filter(pk=run_id).update(
-                budget_committed_usd=F("budget_committed_usd") + reservation
+        else:
+            allowed = opens
+        if allowed:
+            calls = Call.objects.bulk_create(
+                Call(
+                    cell_id=op.cell_id,
+                    role=op.role,
+                    sequence=op.sequence,
+                    target_id=op.target_id,
+                    request=op.request,
+                    worker=op.worker,
+                    status="sent",
+                    stage="waiting",
+                    sent_at=now,
+                    reserved_cost_usd=op.reservation,
+                )
+                for _, op in allowed
             )
-        call = Call.objects.create(
-            cell_id=cell_id,
-            role=role,
-            sequence=sequence,
-            target_id=target_id,
-            request=request,
-            worker=worker,
-            status="sent",
-            stage="waiting",
-            sent_at=timezone.now(),
-            reserved_cost_usd=reservation,
-        )
-        events_append(
-            run_id=run_id,
-            events=[("call.sent", {"call": call.pk, "cell": cell_id, "role": role})],
-        )
-    return call.pk
+            for (i, op), call in zip(allowed, calls, strict=True):
+                results[i] = call.pk
+                events.append(("call.sent", {"call": call.pk, "cell": op.cell_id, "role": op.role}))
+
+        closes = [(i, op) for i, op in enumerate(ops) if isinstance(op, CloseCall)]
+        budget_delta = Decimal(0)
+        for _, op in closes:
+            Call.objects.filter(pk=op.call_id, status__in=["sent", "streaming"]).update(**op.fields)
+            cost = op.fields.get("cost_usd")
+            if max_cost is not None and cost is not None and op.reserved is not None:
+                budget_delta += cost - op.reserved
+            if op.failure is not None:
+                events.append(("call.failed", {"call": op.call_id, **op.failure}))
+        if closes:
+            CallEvidence.objects.bulk_create(
+                CallEvidence(
+                    call_id=op.call_id,
+                    body=zlib.compress(op.raw, 6),
+                    raw_size=len(op.raw),
+                    sha256=sha256_bytes(op.raw),
+                )
+                for _, op in closes
+            )
+        if budget_delta:
+            Run.objects.filter(pk=run_id).update(
+                budget_committed_usd=F("budget_committed_usd") + budget_delta
+            )
+
+        for i, op in enumerate(ops):
+            if not isinstance(op, FinishCell):
+                continue
+            done = (
+                Cell.objects.filter(pk=op.cell_id, status="running", claim_token=op.token).update(
+                    status=op.status,
+                    correct=op.correct,
+                    scored=op.correct is not None,
+                    grade=op.grade,
+                    final_answer=op.final_answer,
+                    error=op.error,
+                    finished_at=now,
+                    lease_expires_at=None,
+                )
+                == 1
+            )
+            results[i] = done
+            if done:
+                payload: dict[str, Any] = {"cell": op.cell_id}
+                if op.status == "completed":
+                    payload["correct"] = op.correct
+                else:
+                    payload["error"] = op.error[:500]
+                events.append((f"cell.{op.status}", payload))
+        events_append(run_id=run_id, events=events)
+    return results
 
 
 def calls_checkpoint(*, activity: list[tuple[int, str, Any, int]]) -> None:
@@ -241,71 +341,6 @@ def calls_checkpoint(*, activity: list[tuple[int, str, Any, int]]) -> None:
     streaming = [pk for pk, stage, _, _ in activity if stage == "streaming"]
     if streaming:
         Call.objects.filter(pk__in=streaming, status="sent").update(status="streaming")
-
-
-def call_close(
-    *,
-    run_id: int,
-    call_id: int,
-    fields: dict[str, Any],
-    raw: bytes,
-    max_cost: Decimal | None,
-    failure: dict[str, Any] | None,
-) -> None:
-    """Record a call's outcome and its evidence together; settle its budget reservation."""
-    with transaction.atomic(durable=True):
-        Call.objects.filter(pk=call_id, status__in=["sent", "streaming"]).update(**fields)
-        CallEvidence.objects.create(
-            call_id=call_id,
-            body=zlib.compress(raw, 6),
-            raw_size=len(raw),
-            sha256=sha256_bytes(raw),
-        )
-        if max_cost is not None and fields.get("cost_usd") is not None:
-            reserved = Call.objects.values_list("reserved_cost_usd", flat=True).get(pk=call_id)
-            if reserved is not None:
-                Run.objects.filter(pk=run_id).update(
-                    budget_committed_usd=F("budget_committed_usd") + (fields["cost_usd"] - reserved)
-                )
-        if failure is not None:
-            events_append(run_id=run_id, events=[("call.failed", {"call": call_id, **failure})])
-
-
-def cell_finish(
-    *,
-    run_id: int,
-    cell_id: int,
-    token: int,
-    status: str,
-    correct: bool | None,
-    grade: dict[str, Any] | None,
-    final_answer: str,
-    error: str,
-) -> bool:
-    """Finish a cell held with this fencing token; a zombie whose claim was taken over (its
-    lease expired) changes nothing."""
-    with transaction.atomic(durable=True):
-        done = (
-            Cell.objects.filter(pk=cell_id, status="running", claim_token=token).update(
-                status=status,
-                correct=correct,
-                scored=correct is not None,
-                grade=grade,
-                final_answer=final_answer,
-                error=error,
-                finished_at=timezone.now(),
-                lease_expires_at=None,
-            )
-            == 1
-        )
-        if done:
-            payload: dict[str, Any] = {"cell": cell_id}
-            if status == "completed":
-                payload["correct"] = correct
-            else:
-                payload["error"] = error[:500]
-            events_append(run_id=run_id, events=[(f"cell.{status}", payload)])
-    return done
 
 
 def cell_release(*, cell_id: int, token: int) -> None:
