@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
 from runs.api import PlanReviewView, RunViewSet, TargetViewSet
+from runs.recovery_api import LineageView, RecoverView, RecoveryPlanView
 
 router = DefaultRouter()
 router.register("targets", TargetViewSet)
@@ -18,6 +19,11 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/plans/review/", PlanReviewView.as_view(), name="plan-review"),
+    path(
+        "api/v1/runs/<int:pk>/recovery-plan/", RecoveryPlanView.as_view(), name="run-recovery-plan"
+    ),
+    path("api/v1/runs/<int:pk>/recover/", RecoverView.as_view(), name="run-recover"),
+    path("api/v1/runs/<int:pk>/lineage/", LineageView.as_view(), name="run-lineage"),
     path("api/v1/", include(router.urls)),
     path("api/v1/", include("datasets.api_urls")),
     path("api/v1/", include("recipes.api_urls")),

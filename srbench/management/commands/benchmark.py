@@ -13,7 +13,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-VERB_MODULES = ["srbench.cli.local", "datasets.cli", "runs.cli", "recipes.cli", "compare.cli"]
+VERB_MODULES = [
+    "srbench.cli.local",
+    "datasets.cli",
+    "runs.cli",
+    "recipes.cli",
+    "compare.cli",
+    "runs.recovery_cli",
+]
 
 
 class Command(BaseCommand):

@@ -1,0 +1,132 @@
+"""Recovery API (R15): review a plan, submit it under an idempotency key, read the lineage.
+
+Thin views over runs.recovery; every refusal is {error, code, detail} with the status the
+service chose (400 invalid, 409 ledger conflicts, 422 key reuse or unmet conditions).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from runs import selectors
+from runs.api import IDEMPOTENCY_HEADER, int_param
+from runs.models import Run
+from runs.recovery import (
+    MAX_RECOVERY_PAGE,
+    RecoveryError,
+    recovery_plan,
+    recovery_plan_page,
+    recovery_submit,
+    run_lineage,
+)
+from runs.serializers import RunSerializer
+from srbench.api import error_response
+
+
+def _refusal(exc: RecoveryError) -> Response:
+    return error_response(
+        http_status=exc.http_status, code=exc.code, error=exc.message, detail=exc.detail
+    )
+
+
+class RecoveryPlanView(APIView):
+    """Reconcile the run, then show what a recovery in `mode` would run and what it would
+    not, with a reason per excluded cell. Never calls a model (model_requests: 0)."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("mode", str, enum=["undispatched", "failed"], required=True),
+            OpenApiParameter("eligible_after", int, description="cursor: cell id"),
+            OpenApiParameter("excluded_after", int, description="cursor: cell id"),
+            OpenApiParameter("limit", int, description=f"≤ {MAX_RECOVERY_PAGE}"),
+        ],
+        responses=dict,
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        run = get_object_or_404(Run, pk=pk)
+        try:
+            plan = recovery_plan(run=run, mode=request.query_params.get("mode", ""))
+        except RecoveryError as exc:
+            return _refusal(exc)
+        return Response(
+            recovery_plan_page(
+                plan,
+                eligible_after=int_param(request, "eligible_after", 0),
+                excluded_after=int_param(request, "excluded_after", 0),
+                limit=int_param(request, "limit", MAX_RECOVERY_PAGE, low=1, high=MAX_RECOVERY_PAGE),
+            )
+        )
+
+
+class RecoverView(APIView):
+    """Create the child run of a reviewed plan: 201 new child, 200 replay of the same key,
+    plan and cells (header Idempotent-Replayed), 409 when the ledger or the claims changed,
+    422 when the key was used for something else or a condition is not met."""
+
+    @extend_schema(request=dict, responses=RunSerializer)
+    def post(self, request: Request, pk: int) -> Response:
+        run = get_object_or_404(Run, pk=pk)
+        data: Any = request.data
+        if not isinstance(data, dict):
+            return error_response(
+                http_status=400, code="invalid", error="The body must be a JSON object."
+            )
+        # The full reviewed plan, or just its hash, mode and the selected cells.
+        # A top-level selected_cells overrides the one in the plan.
+        source = data["plan"] if isinstance(data.get("plan"), dict) else data
+        plan = {k: source.get(k) for k in ("plan_sha256", "mode", "selected_cells")}
+        if "selected_cells" in data:
+            plan["selected_cells"] = data["selected_cells"]
+        key = request.headers.get(IDEMPOTENCY_HEADER) or data.get("idempotency_key") or ""
+        ack = data.get("acknowledge_new_attempt", False)
+        if not isinstance(ack, bool):
+            return error_response(
+                http_status=400,
+                code="invalid",
+                error="acknowledge_new_attempt must be true or false.",
+            )
+        try:
+            child, created = recovery_submit(
+                run=run,
+                plan=plan,
+                idempotency_key=key,
+                acknowledge_new_attempt=ack,
+                user=request.user,
+            )
+        except RecoveryError as exc:
+            return _refusal(exc)
+        child = selectors.runs_with_progress(Run.objects.filter(pk=child.pk)).get()
+        body = {**RunSerializer(child).data, "recovery": child.manifest.get("recovery")}
+        response = Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        if not created:
+            response["Idempotent-Replayed"] = "true"
+        return response
+
+
+class LineageView(APIView):
+    """The run's parent and its recovery children (paginated), each with its own status,
+    progress and known cost; the original's known cost separately."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("children_after", int, description="cursor: child run id"),
+            OpenApiParameter("limit", int, description=f"≤ {MAX_RECOVERY_PAGE}"),
+        ],
+        responses=dict,
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        run = get_object_or_404(Run, pk=pk)
+        return Response(
+            run_lineage(
+                run=run,
+                children_after=int_param(request, "children_after", 0),
+                limit=int_param(request, "limit", 25, low=1, high=MAX_RECOVERY_PAGE),
+            )
+        )

@@ -1,0 +1,180 @@
+"""CLI verbs of recovery (R15.6): recover-plan, recover, lineage — all through the API.
+
+    benchmark recover-plan RUN_ID --mode undispatched --output recovery.json
+    # review; `selected_cells` in the file may be cut down to a reviewed subset
+    benchmark recover RUN_ID --plan recovery.json --idempotency-key recovery-1
+
+When the outcome of `recover` is uncertain (a lost response), run the same command again: the
+same plan, cells and key return the same child run and dispatch nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from runs.cli import _guard, emit, fmt
+from srbench.cli.client import CliError, add_connection_arguments, api_error_text, client_from
+
+PAGE = 100
+
+
+def _plan_all_pages(client: Any, run_id: int, mode: str) -> dict[str, Any]:
+    """Read every page of the plan. Each page is recomputed from the ledger, so all pages
+    must carry the same plan_sha256; otherwise the ledger moved while reading."""
+    eligible: list[dict[str, Any]] = []
+    excluded: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"mode": mode, "limit": PAGE}
+    first: dict[str, Any] | None = None
+    while True:
+        page = client.json("GET", f"runs/{run_id}/recovery-plan/", params=params)
+        if first is None:
+            first = page
+        elif page["plan_sha256"] != first["plan_sha256"]:
+            raise CliError("the run's ledger changed while the plan was read; ask again")
+        eligible += page["eligible_cells"]
+        excluded += page["excluded"]
+        if page["next_eligible_after"] is None and page["next_excluded_after"] is None:
+            break
+        params["eligible_after"] = page["next_eligible_after"] or 10**18
+        params["excluded_after"] = page["next_excluded_after"] or 10**18
+    assert first is not None
+    skip = {
+        "eligible_cells",
+        "excluded",
+        "next_eligible_after",
+        "next_excluded_after",
+        "selected_cells_count",
+    }
+    plan = {k: v for k, v in first.items() if k not in skip}
+    plan["eligible_cells"] = eligible
+    plan["excluded"] = excluded
+    plan["selected_cells"] = [e["cell"] for e in eligible]
+    return plan
+
+
+def _plan_text(plan: dict[str, Any], output: str | None) -> str:
+    parent = plan["parent"]
+    p = parent["progress"]
+    lines = [
+        f"recovery plan {plan['plan_sha256']} ({plan['mode']}) for run {plan['parent_run']}",
+        f"parent: {parent['status']}, {p['completed']}/{p['denominator']} completed, "
+        f"known spend ${fmt(parent['known_spend_usd'])}"
+        + ("" if parent["spend_complete"] else " (incomplete: some costs are unknown)"),
+        f"cells to run: {len(plan['eligible_cells'])}   excluded: {len(plan['excluded'])}",
+    ]
+    for reason, n in sorted(plan["counts"]["excluded_by_reason"].items()):
+        lines.append(f"  excluded {n:>5}  {reason}")
+    if plan["mode"] == "failed":
+        lines.append(
+            "failed mode sends NEW model calls (extra cost); `recover` needs "
+            "--acknowledge-new-attempt"
+        )
+    if output:
+        lines.append(f"written to {output}; edit selected_cells there to recover a subset")
+    lines.append("no model was called (model_requests: 0)")
+    return "\n".join(lines)
+
+
+def _recover_plan(options: dict[str, Any]) -> int:
+    client = client_from(options)
+    plan = _plan_all_pages(client, options["run_id"], options["mode"])
+    if options.get("output"):
+        Path(options["output"]).write_text(json.dumps(plan, indent=2) + "\n")
+    emit(options, plan, _plan_text(plan, options.get("output")))
+    return 0
+
+
+def _recover(options: dict[str, Any]) -> int:
+    try:
+        plan = json.loads(Path(options["plan"]).read_text())
+    except (OSError, ValueError) as exc:
+        raise CliError(f"cannot read recovery plan {options['plan']}: {exc}") from exc
+    if not isinstance(plan, dict):
+        raise CliError("a recovery plan file must hold a JSON object")
+    if plan.get("parent_run") not in (None, options["run_id"]):
+        raise CliError(f"this plan is for run {plan['parent_run']}, not run {options['run_id']}")
+    body = {
+        "plan_sha256": plan.get("plan_sha256"),
+        "mode": plan.get("mode"),
+        "selected_cells": plan.get("selected_cells"),
+        "acknowledge_new_attempt": bool(options.get("acknowledge_new_attempt")),
+    }
+    client = client_from(options)
+    key = options["idempotency_key"]
+    response = client.request(
+        "POST",
+        f"runs/{options['run_id']}/recover/",
+        json=body,
+        headers={"Idempotency-Key": key},
+    )
+    if response.status_code not in (200, 201):
+        raise CliError(api_error_text(response))
+    child = response.json()
+    replayed = response.headers.get("Idempotent-Replayed") == "true"
+    print(
+        f"child run {child['id']} "
+        + ("already existed for this idempotency key" if replayed else "created")
+        + f" (idempotency key {key})",
+        file=sys.stderr,
+    )
+    emit(
+        options,
+        child,
+        f"run {child['id']}: {child['status']}, {child['progress']['denominator']} cells "
+        f"(recovery of run {options['run_id']}, {plan.get('mode')} mode)",
+    )
+    return 0
+
+
+def _lineage(options: dict[str, Any]) -> int:
+    data = client_from(options).json("GET", f"runs/{options['run_id']}/lineage/")
+
+    def line(r: dict[str, Any]) -> str:
+        p = r["progress"]
+        cost = f"${fmt(r['known_cost_usd'])}" + ("" if r["cost_complete"] else " (partial)")
+        return (
+            f"run {r['id']} {r['status']:<11} {p['completed']}/{p['denominator']} completed  "
+            f"known cost {cost}  {r['name']}"
+        )
+
+    rows = [line(data["run"])]
+    if data["parent"]:
+        rows.append("parent:   " + line(data["parent"]))
+    rows += ["child:    " + line(c) for c in data["children"]]
+    emit(options, data, "\n".join(rows))
+    return 0
+
+
+def register(verbs: Any) -> None:
+    p = verbs.add_parser(
+        "recover-plan", help="review which cells of a finished run can be recovered"
+    )
+    p.add_argument("run_id", type=int)
+    p.add_argument("--mode", choices=["undispatched", "failed"], required=True)
+    p.add_argument("--output", help="write the plan here (then edit selected_cells)")
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(_recover_plan))
+
+    p = verbs.add_parser("recover", help="create a child run from a reviewed recovery plan")
+    p.add_argument("run_id", type=int)
+    p.add_argument("--plan", required=True, help="the file written by recover-plan")
+    p.add_argument(
+        "--idempotency-key",
+        required=True,
+        help="reuse with the same plan and cells when the outcome is uncertain",
+    )
+    p.add_argument(
+        "--acknowledge-new-attempt",
+        action="store_true",
+        help="failed mode: confirm new model calls and their extra cost",
+    )
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(_recover))
+
+    p = verbs.add_parser("lineage", help="a run's parent and recovery children with costs")
+    p.add_argument("run_id", type=int)
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(_lineage))
