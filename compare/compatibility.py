@@ -26,7 +26,16 @@ __all__ = [
 # Manifest fields that define what was measured. Dataset identity, names, targets and the
 # failure policy are deliberately absent: identical cases on two datasets are the same test,
 # and targets are what a comparison compares.
-COMPARED_FIELDS = ("cases", "slots", "benchmarks", "sampling", "limits", "judges", "prices")
+COMPARED_FIELDS = (
+    "cases",
+    "slots",
+    "benchmarks",
+    "sampling",
+    "limits",
+    "judges",
+    "simulators",
+    "prices",
+)
 _MAX_LISTED = 5
 
 

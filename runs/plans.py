@@ -30,8 +30,10 @@ SAMPLING_FIELDS = (
     "reasoning_effort",
     "stop",
 )
-# Benchmark kinds the engine can run today; code and agent tasks need the sandbox (issue 12).
-SUPPORTED_KINDS = ("mcq", "judge", "grid")
+# Benchmark kinds the engine can run (all of them; kept as a guard for new adapters).
+# Benchmarks whose user is played by a simulator target (role `simulator`).
+USER_SIMULATED = ("tau3",)
+SUPPORTED_KINDS = ("mcq", "judge", "grid", "code", "agent")
 
 
 class PlanError(Exception):
@@ -72,7 +74,8 @@ class LimitsSerializer(serializers.Serializer):
     max_run_seconds = serializers.FloatField(default=86400, min_value=1)
     max_output_tokens = serializers.IntegerField(default=4096, min_value=1, max_value=1_000_000)
     max_output_chars = serializers.IntegerField(default=200_000, min_value=1)
-    max_calls_per_case = serializers.IntegerField(default=4, min_value=1, max_value=1000)
+    # Multi-turn tasks (SciCode steps, agent loops) make many calls per case.
+    max_calls_per_case = serializers.IntegerField(default=40, min_value=1, max_value=1000)
     max_cost_usd = serializers.DecimalField(
         max_digits=14, decimal_places=6, min_value=0, required=False, allow_null=True, default=None
     )
@@ -107,8 +110,15 @@ class PlanSerializer(serializers.Serializer):
     judges = serializers.DictField(
         child=serializers.CharField(max_length=64), required=False, default=dict
     )
+    # Who plays the user in agent benchmarks that need one (τ³): a single-model target.
+    simulators = serializers.DictField(
+        child=serializers.CharField(max_length=64), required=False, default=dict
+    )
     failure_policy = serializers.ChoiceField(choices=["stop", "continue"], default="stop")
-    mode = serializers.ChoiceField(choices=["live"], default="live")
+    # preview: every case goes to the MoM target's routing preview instead of being answered
+    # (no model call); the report gives the routing distribution, never accuracy or cost.
+    mode = serializers.ChoiceField(choices=["live", "preview"], default="live")
+    preview_context = serializers.DictField(required=False, default=dict)
     slots = serializers.IntegerField(default=1, min_value=1, max_value=16)
 
     def validate_targets(self, value: list[str]) -> list[str]:
@@ -141,6 +151,7 @@ def _target_snapshot(target: Target) -> dict[str, Any]:
         "fixed_params": target.fixed_params,
         "config_hash": target.config_hash or None,
         "max_inference_calls": target.max_inference_calls,
+        "preview_url": target.preview_url or None,
     }
 
 
@@ -171,15 +182,32 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
     not_in_dataset = [b for b in chosen if b not in present]
     if not_in_dataset:
         errors["benchmarks"] = f"not in the dataset: {', '.join(not_in_dataset)}"
+    preview = plan["mode"] == "preview"
+    if preview:
+        not_previewable = [
+            s for s, t in targets.items() if t.kind != Target.Kind.MOM or not t.preview_url
+        ]
+        if not_previewable:
+            errors["targets"] = (
+                "a preview run needs MoM targets with a preview_url: "
+                f"{', '.join(sorted(not_previewable))}"
+            )
+        unknown_context = set(plan["preview_context"]) - {
+            "session_id",
+            "conversation_id",
+            "sampling_seed",
+        }
+        if unknown_context:
+            errors["preview_context"] = f"unknown field(s): {', '.join(sorted(unknown_context))}"
+    elif plan["preview_context"]:
+        errors["preview_context"] = "only a preview run takes a preview_context"
     unsupported = [b for b in chosen if ADAPTERS[b].kind not in SUPPORTED_KINDS]
-    if unsupported:
-        errors["benchmarks"] = (
-            f"not runnable yet (code/agent tasks need the sandbox): {', '.join(unsupported)}"
-        )
+    if unsupported and not preview:
+        errors["benchmarks"] = f"not runnable yet (agent tasks): {', '.join(unsupported)}"
 
     judges: dict[str, dict[str, Any]] = {}
     judge_targets: dict[str, Target] = {}
-    for benchmark in chosen:
+    for benchmark in [] if preview else chosen:
         if benchmark in ADAPTERS and ADAPTERS[benchmark].kind == "judge":
             slug = plan["judges"].get(benchmark)
             if not slug:
@@ -193,6 +221,27 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
             else:
                 judges[benchmark] = _target_snapshot(judge)
                 judge_targets[slug] = judge
+    simulators: dict[str, dict[str, Any]] = {}
+    for benchmark in [] if preview else chosen:
+        if benchmark not in USER_SIMULATED:
+            continue
+        slug = plan["simulators"].get(benchmark)
+        if not slug:
+            errors.setdefault("simulators", {})[benchmark] = "a user-simulator target is required"
+            continue
+        user = Target.objects.filter(slug=slug, active=True).first()
+        if user is None:
+            errors.setdefault("simulators", {})[benchmark] = f"unknown simulator target {slug}"
+        elif user.kind != Target.Kind.SINGLE:
+            errors.setdefault("simulators", {})[benchmark] = "a simulator must be a single model"
+        else:
+            simulators[benchmark] = _target_snapshot(user)
+            judge_targets[slug] = user
+    extra_simulators = sorted(set(plan["simulators"]) - set(chosen))
+    if extra_simulators:
+        errors.setdefault("simulators", {})["_"] = (
+            f"simulator for unselected: {', '.join(extra_simulators)}"
+        )
     extra_judges = sorted(set(plan["judges"]) - set(chosen))
     if extra_judges:
         errors.setdefault("judges", {})["_"] = f"judge for unselected: {', '.join(extra_judges)}"
@@ -227,6 +276,7 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
         "cases": cases,
         "targets": [_target_snapshot(t) for t in ordered_targets],
         "judges": judges,
+        "simulators": simulators,
         "prices": priced,
         "sampling": dict(plan["sampling"]),
         "limits": {
@@ -234,6 +284,7 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
             for k, v in plan["limits"].items()
         },
         "failure_policy": plan["failure_policy"],
+        "preview_context": dict(plan["preview_context"]),
         "slots": plan["slots"],
     }
     return FrozenPlan(

@@ -225,6 +225,9 @@ def _target_report(
         "latency_p95_ms": _percentile(durations, 95),
         "request_seconds_sum": float(all_durations.sum()) / 1000 if all_durations.size else None,
     }
+    if run.mode == "preview":
+        _preview_only(report, run, target_id)
+        return report
     if snapshot["kind"] == "mom":
         models: dict[str, int] = defaultdict(int)
         decisions: dict[str, int] = defaultdict(int)
@@ -234,6 +237,47 @@ def _target_report(
         report["selected_models"] = dict(models)
         report["selected_decisions"] = dict(decisions)
     return report
+
+
+def _preview_only(report: dict[str, Any], run: Run, target_id: int) -> None:
+    """A preview run answered nothing: accuracy, score, tokens and costs are absent (None,
+    never 0); what it has is the routing distribution per benchmark (R12, issue 11)."""
+    routing: dict[str, dict[str, dict[str, int]]] = {}
+    rows = Cell.objects.filter(run=run, target_id=target_id, grade__isnull=False).values_list(
+        "benchmark", "grade"
+    )
+    for benchmark, grade in rows:
+        preview = (grade or {}).get("preview") or {}
+        bucket = routing.setdefault(
+            benchmark, {"selected_models": {}, "decisions": {}, "selection_statuses": {}}
+        )
+        for key, field in (
+            ("selected_models", "selected_model"),
+            ("decisions", "decision"),
+            ("selection_statuses", "selection_status"),
+        ):
+            value = preview.get(field) or "unknown"
+            bucket[key][value] = bucket[key].get(value, 0) + 1
+    for benchmark, entry in report["benchmarks"].items():
+        entry.update(accuracy=None, wilson_95=None, routing=routing.get(benchmark))
+    totals: dict[str, dict[str, int]] = {"selected_models": {}, "decisions": {}}
+    for entry in routing.values():
+        for key in totals:
+            for value, n in entry[key].items():
+                totals[key][value] = totals[key].get(value, 0) + n
+    report.update(
+        score={"kind": "none", "value": None, "label": "preview run: routing only, no answers"},
+        correct=None,
+        scored=None,
+        tokens=dict.fromkeys(report["tokens"]),
+        subject_cost_usd=None,
+        known_cost_usd=None,
+        evaluation_cost_usd=None,
+        total_spend_usd=None,
+        cache_neutral_cost_usd=None,
+        selected_models=totals["selected_models"],
+        selected_decisions=totals["decisions"],
+    )
 
 
 def run_report(*, run: Run) -> dict[str, Any]:
@@ -291,8 +335,9 @@ def _run_report(
                 routing.get((run.pk, tid), []),
             )
         )
+    # A count a target leaves unknown (a preview run grades nothing) keeps the total unknown.
     totals = {
-        k: sum(t[k] for t in targets)
+        k: None if any(t[k] is None for t in targets) else sum(t[k] for t in targets)
         for k in ("planned", "completed", "correct", "scored", "failed", "pending", "sent_unknown")
     }
     now = timezone.now()

@@ -187,6 +187,9 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "srbench
 # A worker renews the leases of the cells it holds; a lease that runs out means the worker died
 # and the reaper settles its cells (calls in flight become sent_unknown, never re-sent).
 SRBENCH_CELL_LEASE_SECONDS = float(os.environ.get("SRBENCH_CELL_LEASE_SECONDS", "60"))
+# SciCode's numeric test targets (the official test_data.h5, not bundled); unset = SciCode
+# cells fail with a message saying so rather than being graded wrong.
+SRBENCH_SCICODE_H5 = os.environ.get("SRBENCH_SCICODE_H5") or None
 SRBENCH_REAPER_INTERVAL_SECONDS = float(os.environ.get("SRBENCH_REAPER_INTERVAL_SECONDS", "10"))
 
 LOGGING = {

@@ -103,7 +103,7 @@ class LiveCodeBenchAdapter(BenchmarkAdapter):
     title = "LiveCodeBench"
     weight = Fraction(1, 10)
     kind = "code"
-    grader_version = "code-sandbox/pending"
+    grader_version = "lcb-sandbox/1"
     loader_version = "livecodebench/1"
     licence_note = (
         "LiveCodeBench (Jain et al. 2024), code MIT; problem statements are third-party contest "

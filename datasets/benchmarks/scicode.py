@@ -63,7 +63,7 @@ class SciCodeAdapter(BenchmarkAdapter):
     title = "SciCode"
     weight = Fraction(1, 10)
     kind = "code"
-    grader_version = "code-sandbox/pending"
+    grader_version = "scicode-sandbox/1"
     loader_version = "scicode/1"
     licence_note = (
         "SciCode (Tian et al. 2024, github.com/scicode-bench/SciCode), Apache-2.0; test targets "

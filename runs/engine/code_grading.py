@@ -18,12 +18,14 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from datasets.benchmarks import get_adapter
 from datasets.benchmarks.scicode import ADAPTER as SCICODE
 from datasets.grading import strip_reasoning
 from runs.engine.sandbox import SandboxLimits, SandboxResult, sandbox_python, sandbox_run
 
-LCB_GRADER_VERSION = "lcb-sandbox/1"
-SCICODE_GRADER_VERSION = "scicode-sandbox/1"
+# The adapters carry the versions (they go into plan manifests); one place for each.
+LCB_GRADER_VERSION = get_adapter("livecodebench").grader_version
+SCICODE_GRADER_VERSION = get_adapter("scicode").grader_version
 
 # Upstream's per-test limit (lcb_runner --timeout 6).
 LCB_TEST_TIMEOUT_S = 6.0

@@ -58,6 +58,9 @@ KEPT_HEADER_PREFIXES = ("x-vsr-", "x-request-id", "x-ratelimit-", "retry-after",
 REPETITION_MIN_BLOCK = 64
 REPETITION_REPEATS = 8
 REPETITION_CHECK_BYTES = 8192
+# Agent episodes (benchmarks.md §8–9): step cap per case and per terminal command time.
+AGENT_MAX_STEPS = 30
+TERMINAL_COMMAND_S = 30
 
 
 def http_error_text(status: int, phrase: str, body: bytes) -> str:
@@ -165,6 +168,7 @@ class CallOutcome:
     error_code: str = ""
     error: str = ""
     transport_failure: bool = False
+    tool_calls: tuple[Any, ...] = ()
 
 
 @dataclass
@@ -178,6 +182,9 @@ class Driver:
     ledger: LedgerBatcher
     activity: dict[int, Activity] = field(default_factory=dict)
     reserved: dict[int, Decimal | None] = field(default_factory=dict)
+    sandbox_slots: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(max(1, os.cpu_count() or 1))
+    )
     stopping: str = ""
 
     # --- one cell ---------------------------------------------------------------------------
@@ -204,6 +211,18 @@ class Driver:
     async def _run_cell(self, cell: store.ClaimedCell) -> None:
         target = self.ctx.targets[cell.target_id]
         adapter = get_adapter(cell.benchmark)
+        if self.ctx.manifest["mode"] == "preview":
+            await self._run_preview(cell, target)
+            return
+        if cell.benchmark == "scicode":
+            await self._run_scicode(cell, target)
+            return
+        if cell.benchmark == "terminal-bench":
+            await self._run_terminal(cell, target)
+            return
+        if cell.benchmark == "tau3":
+            await self._run_tau(cell, target)
+            return
         subject = await self.call(
             cell, role="subject", sequence=0, target=target, messages=adapter.messages(cell.payload)
         )
@@ -229,6 +248,16 @@ class Driver:
                 answer,
                 "",
             )
+            return
+        if adapter.kind == "code":
+            grade = await self.sandboxed(
+                scoring.grade_code,
+                benchmark=cell.benchmark,
+                payload=cell.payload,
+                secret=cell.secret,
+                answers=[answer],
+            )
+            await self.finish(cell, "completed", grade.correct, grade.detail, answer, "")
             return
         if not scoring.needs_judge(cell.benchmark):
             grade = scoring.grade_direct(
@@ -276,6 +305,312 @@ class Driver:
             return
         await self.finish(cell, "completed", grade.correct, grade.detail, answer, "")
 
+    async def sandboxed(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        """Run a grader that executes code in the sandbox on a thread, a few at a time: it is
+        CPU work and subprocesses, which must not stall the streams on the event loop."""
+        async with self.sandbox_slots:
+            return await asyncio.to_thread(lambda: fn(**kwargs))
+
+    async def _run_preview(self, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
+        """A preview run asks the router where it would send the case; nothing is answered,
+        nothing is billed. The config hash must be the target's pin (R12.3)."""
+        from types import SimpleNamespace
+
+        from recipes.preview import PreviewError, PreviewNotPossible, route_preview
+
+        context = self.ctx.manifest.get("preview_context") or {}
+        as_target = SimpleNamespace(
+            slug=target.slug,
+            kind=target.kind,
+            model=target.model,
+            preview_url=target.preview_url,
+            config_hash=target.config_hash or "",
+        )
+        messages = get_adapter(cell.benchmark).messages(cell.payload)
+        try:
+            result = await asyncio.to_thread(
+                lambda: route_preview(target=as_target, messages=messages, **context)
+            )
+        except (PreviewError, PreviewNotPossible) as exc:
+            await self.finish(cell, "failed", None, None, "", f"route preview: {exc}")
+            return
+        routing = {
+            k: result.get(k)
+            for k in (
+                "selected_model",
+                "decision",
+                "selection_status",
+                "config_hash",
+                "config_hash_matches",
+            )
+        }
+        if result.get("config_hash_matches") is not True:
+            await self.finish(
+                cell,
+                "failed",
+                None,
+                {"preview": routing},
+                "",
+                f"router config {result.get('config_hash')} is not the pinned {target.config_hash}",
+            )
+            return
+        await self.finish(cell, "completed", None, {"preview": routing}, "", "")
+
+    async def _turn(
+        self,
+        cell: store.ClaimedCell,
+        *,
+        role: str,
+        sequence: int,
+        target: store.TargetInfo,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        calls_made: int,
+    ) -> CallOutcome | None:
+        """One call of a multi-turn case; on any stop (call cap, budget, failure) it finishes
+        the cell itself and returns None."""
+        if calls_made >= self.limits["max_calls_per_case"]:
+            await self.finish(
+                cell,
+                "failed",
+                None,
+                None,
+                "",
+                f"max_calls_per_case ({self.limits['max_calls_per_case']}) reached",
+            )
+            return None
+        outcome = await self.call(
+            cell, role=role, sequence=sequence, target=target, messages=messages, tools=tools
+        )
+        if outcome.call_id is None:
+            if calls_made == 0:
+                await self.db(store.cell_release, cell_id=cell.cell_id, token=cell.token)
+            else:
+                await self.finish(
+                    cell,
+                    "failed",
+                    None,
+                    None,
+                    "",
+                    "budget: the next call could exceed max_cost_usd",
+                )
+            await self.stop("budget: the next call could exceed max_cost_usd")
+            return None
+        if not outcome.ok:
+            await self.finish(
+                cell,
+                "failed",
+                None,
+                None,
+                "",
+                f"{role} call {sequence + 1}: {outcome.error_code}: {outcome.error}",
+            )
+            if outcome.transport_failure and self.ctx.manifest["failure_policy"] == "stop":
+                await self.stop(f"first transport failure (fail closed): {outcome.error_code}")
+            return None
+        return outcome
+
+    async def _run_terminal(self, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
+        """Terminal-Bench: the subject drives one `terminal` tool inside the task's sandboxed
+        directory; its first text-only reply ends the episode; the task's own tests decide."""
+        from runs.engine.tau import assistant_message, terminal_tool_content, tool_message
+        from runs.engine.terminal import terminal_session_start
+
+        adapter = get_adapter(cell.benchmark)
+        try:
+            session = await asyncio.to_thread(terminal_session_start, cell.payload, cell.secret)
+        except Exception as exc:  # a task that cannot be set up is not a wrong answer
+            await self.finish(cell, "failed", None, None, "", f"task set-up failed: {exc}")
+            return
+        try:
+            messages = adapter.messages(cell.payload)
+            tools = cell.payload["tools"]
+            steps = 0
+            for step in range(AGENT_MAX_STEPS):
+                outcome = await self._turn(
+                    cell,
+                    role="subject",
+                    sequence=step,
+                    target=target,
+                    messages=messages,
+                    tools=tools,
+                    calls_made=step,
+                )
+                if outcome is None:
+                    return
+                steps = step + 1
+                messages = [*messages, assistant_message(outcome.content, outcome.tool_calls)]
+                if not outcome.tool_calls:
+                    break
+                for call in outcome.tool_calls:
+                    try:
+                        command = json.loads(call.arguments)["command"]
+                        if not isinstance(command, str):
+                            raise TypeError
+                    except (ValueError, KeyError, TypeError):
+                        content = "Error: arguments must be a JSON object with a `command` string"
+                    else:
+                        result = await self.sandboxed(
+                            lambda c=command: session.run_command(c, timeout=TERMINAL_COMMAND_S)
+                        )
+                        content = terminal_tool_content(*result)
+                    messages = [*messages, tool_message(call.id, content)]
+            reward, detail = await self.sandboxed(session.verify)
+        finally:
+            await asyncio.to_thread(session.close)
+        await self.finish(
+            cell,
+            "completed",
+            reward == 1,
+            {"grader": "terminal-bench", "reward": reward, "steps": steps, "detail": detail},
+            messages[-1].get("content") or "",
+            "",
+        )
+
+    async def _run_tau(self, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
+        """τ³: the subject uses the domain's tools under its policy while the plan's simulator
+        target plays the user; the reward compares the final database and required outputs."""
+        from runs.engine import tau
+
+        try:
+            environment = tau.TauEnvironment.from_payload(cell.payload)
+        except tau.TauError as exc:
+            await self.finish(cell, "failed", None, None, "", f"τ³ task not runnable: {exc}")
+            return
+        user_target = self.ctx.simulators[cell.benchmark]
+        messages = tau.first_messages(cell.payload)
+        tools = environment.tool_schemas()
+        termination = "max_steps"
+        subject_calls = user_calls = 0
+        for _ in range(tau.MAX_STEPS):
+            outcome = await self._turn(
+                cell,
+                role="subject",
+                sequence=subject_calls,
+                target=target,
+                messages=messages,
+                tools=tools,
+                calls_made=subject_calls + user_calls,
+            )
+            if outcome is None:
+                return
+            subject_calls += 1
+            messages = [*messages, tau.assistant_message(outcome.content, outcome.tool_calls)]
+            if outcome.tool_calls:
+                for call in outcome.tool_calls:
+                    result = environment.call_tool(call.name, call.arguments)
+                    messages = [*messages, tau.tool_message(call.id, result)]
+                continue
+            user = await self._turn(
+                cell,
+                role="simulator",
+                sequence=user_calls,
+                target=user_target,
+                messages=tau.user_simulator_messages(cell.payload, messages),
+                calls_made=subject_calls + user_calls,
+            )
+            if user is None:
+                return
+            user_calls += 1
+            messages = [*messages, {"role": "user", "content": user.content}]
+            if tau.is_conversation_end(user.content):
+                termination = "user_stop"
+                break
+        reward = tau.tau_reward(
+            payload=cell.payload,
+            secret=cell.secret,
+            environment=environment,
+            agent_outputs=tau.agent_texts(messages),
+            termination=termination,
+        )
+        detail = {"grader": "tau3", "termination": termination, **reward}
+        if not reward.get("complete", True):
+            # Natural-language assertions need a judge we do not run yet: unknown, not wrong.
+            await self.finish(
+                cell,
+                "failed",
+                None,
+                detail,
+                "",
+                "τ³ task has assertions this grader does not evaluate yet (not scored)",
+            )
+            return
+        await self.finish(cell, "completed", reward["reward"] == 1, detail, "", "")
+
+    async def _run_scicode(self, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
+        """One user turn per sub-step, each reply kept in the conversation; graded once every
+        step has an answer (the main problem is correct only if every step passes)."""
+        from runs.engine.code_grading import scicode_step_prompts
+
+        adapter = get_adapter(cell.benchmark)
+        messages = adapter.messages(cell.payload)
+        prompts = scicode_step_prompts(cell.payload)
+        replies: list[str | None] = []
+        for step, prompt in enumerate(prompts):
+            if step:
+                messages = [*messages, {"role": "user", "content": prompt}]
+            if step >= self.limits["max_calls_per_case"]:
+                await self.finish(
+                    cell,
+                    "failed",
+                    None,
+                    None,
+                    "",
+                    f"max_calls_per_case ({self.limits['max_calls_per_case']}) "
+                    f"reached before step {step + 1} of {len(prompts)}",
+                )
+                return
+            outcome = await self.call(
+                cell, role="subject", sequence=step, target=target, messages=messages
+            )
+            if outcome.call_id is None:
+                if step == 0:
+                    await self.db(store.cell_release, cell_id=cell.cell_id, token=cell.token)
+                else:
+                    await self.finish(
+                        cell,
+                        "failed",
+                        None,
+                        None,
+                        "",
+                        "budget: the next step could exceed max_cost_usd",
+                    )
+                await self.stop("budget: the next call could exceed max_cost_usd")
+                return
+            if not outcome.ok:
+                await self.finish(
+                    cell,
+                    "failed",
+                    None,
+                    None,
+                    "",
+                    f"step {step + 1}: {outcome.error_code}: {outcome.error}",
+                )
+                if outcome.transport_failure and self.ctx.manifest["failure_policy"] == "stop":
+                    await self.stop(f"first transport failure (fail closed): {outcome.error_code}")
+                return
+            replies.append(outcome.content)
+            messages = [*messages, {"role": "assistant", "content": outcome.content}]
+        try:
+            grade = await self.sandboxed(
+                scoring.grade_code,
+                benchmark=cell.benchmark,
+                payload=cell.payload,
+                secret=cell.secret,
+                answers=replies,
+            )
+        except scoring.GradingUnavailable as exc:
+            await self.finish(cell, "failed", None, None, replies[-1] if replies else "", str(exc))
+            return
+        await self.finish(
+            cell,
+            "completed",
+            grade.correct,
+            grade.detail,
+            "\n\n".join(r or "" for r in replies),
+            "",
+        )
+
     async def finish(
         self,
         cell: store.ClaimedCell,
@@ -296,8 +631,15 @@ class Driver:
 
     # --- one call -------------------------------------------------------------------------
 
-    def request_body(self, target: store.TargetInfo, messages: list[dict[str, Any]]) -> dict:
+    def request_body(
+        self,
+        target: store.TargetInfo,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+    ) -> dict:
         body: dict[str, Any] = {"model": target.model, "messages": messages}
+        if tools:
+            body["tools"] = tools
         body.update(self.ctx.manifest["sampling"])
         body["max_tokens"] = self.limits["max_output_tokens"]
         # A registered target's fixed parameters override the run's defaults (R8.6) ...
@@ -334,8 +676,9 @@ class Driver:
         sequence: int,
         target: store.TargetInfo,
         messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
     ) -> CallOutcome:
-        body = self.request_body(target, messages)
+        body = self.request_body(target, messages, tools)
         reservation = self.reservation(target, body)
         call_id = await self.ledger.submit(
             store.OpenCall(
@@ -559,6 +902,7 @@ class Driver:
             error_code=error_code,
             error=error,
             transport_failure=not ok and error_code not in ("cancelled",),
+            tool_calls=result.tool_calls,
         )
 
     # --- the loop ---------------------------------------------------------------------------

@@ -39,6 +39,34 @@ def grade_direct(*, benchmark: str, payload: dict, secret: dict, answer: str) ->
     raise ValueError(f"{benchmark} ({kind}) is not graded directly")
 
 
+class GradingUnavailable(Exception):
+    """The grader cannot run here (e.g. SciCode's test data is not configured): the cell fails
+    with this message; it is not a wrong answer."""
+
+
+def grade_code(*, benchmark: str, payload: dict, secret: dict, answers: list[str | None]) -> Grade:
+    """Code benchmarks: the hidden tests run in the sandbox (runs.engine.sandbox)."""
+    from django.conf import settings
+
+    from runs.engine import code_grading
+
+    if benchmark == "livecodebench":
+        detail = code_grading.grade_livecodebench(answer=answers[0], payload=payload, secret=secret)
+        return Grade(bool(detail["correct"]), detail)
+    if benchmark == "scicode":
+        h5 = settings.SRBENCH_SCICODE_H5
+        try:
+            detail = code_grading.grade_scicode(
+                step_replies=answers, payload=payload, secret=secret, h5_path=h5
+            )
+        except code_grading.TargetsUnavailable as exc:
+            raise GradingUnavailable(
+                f"{exc}; set SRBENCH_SCICODE_H5 to the official test_data.h5"
+            ) from exc
+        return Grade(bool(detail["correct"]), detail)
+    raise ValueError(f"{benchmark} is not a code benchmark")
+
+
 def needs_judge(benchmark: str) -> bool:
     return get_adapter(benchmark).kind == "judge"
 

@@ -37,6 +37,7 @@ class TargetInfo:
     prices: dict[str, Any]
     config_hash: str | None
     max_inference_calls: int | None
+    preview_url: str | None
     api_key: str | None
     target_id: int
 
@@ -48,6 +49,7 @@ class RunContext:
     started_at: Any
     targets: dict[int, TargetInfo]  # by target id
     judges: dict[str, TargetInfo]  # by benchmark
+    simulators: dict[str, TargetInfo]  # by benchmark: who plays the user (τ³)
     started_now: bool  # this call moved the run from queued to running
 
 
@@ -73,6 +75,7 @@ def _target_info(target: Target, snapshot: dict[str, Any], prices: dict[str, Any
         prices=prices,
         config_hash=snapshot["config_hash"],
         max_inference_calls=snapshot["max_inference_calls"],
+        preview_url=snapshot.get("preview_url"),
         api_key=target_api_key(target=target),
         target_id=target.pk,
     )
@@ -104,13 +107,19 @@ def run_begin(*, run_id: int) -> RunContext | None:
         b: _target_info(by_slug[s["slug"]], s, manifest["prices"].get(s["slug"], {}))
         for b, s in manifest["judges"].items()
     }
-    return RunContext(run_id, manifest, run.started_at, targets, judges, started_now)
+    simulators = {
+        b: _target_info(by_slug[s["slug"]], s, manifest["prices"].get(s["slug"], {}))
+        for b, s in manifest.get("simulators", {}).items()
+    }
+    return RunContext(run_id, manifest, run.started_at, targets, judges, simulators, started_now)
 
 
 def _slugs(manifest: dict[str, Any]) -> set[str]:
-    return {t["slug"] for t in manifest["targets"]} | {
-        j["slug"] for j in manifest["judges"].values()
-    }
+    return (
+        {t["slug"] for t in manifest["targets"]}
+        | {j["slug"] for j in manifest["judges"].values()}
+        | {u["slug"] for u in manifest.get("simulators", {}).values()}
+    )
 
 
 def cells_claim(

@@ -14,7 +14,9 @@ from typing import Any
 from srbench.canonical import canonical_json
 from srbench.simulator.config import ModelSpec
 from srbench.simulator.oracle import (
+    AgentTurn,
     AnswerKey,
+    agent_turn,
     judge_reply,
     prompt_text_of,
     subject_answer,
@@ -124,6 +126,32 @@ def _chosen_tool(spec: ModelSpec, body: dict[str, Any]) -> dict[str, Any] | None
     return None
 
 
+def _call_id(seed: int, model: str, messages: list[dict[str, Any]]) -> str:
+    # Derived from the request, like the response id, so a replayed request repeats it.
+    return "call_" + hashlib.sha256(canonical_json([seed, model, messages])).hexdigest()[:24]
+
+
+def _agent_turn(
+    spec: ModelSpec, body: dict[str, Any], *, seed: int, key: AnswerKey
+) -> AgentTurn | None:
+    """A subject model offered tools on a known agent task plays it from the answer key
+    (gold actions or solution commands, or a wrong variant) instead of the generic tool use.
+    ``tool_choice: "none"`` or a named tool keeps the generic behaviour, which honours them."""
+    tools = body.get("tools")
+    if spec.role != "subject" or not isinstance(tools, list) or not tools:
+        return None
+    if body.get("tool_choice", "auto") not in ("auto", "required", None):
+        return None
+    return agent_turn(
+        key,
+        model=spec.name,
+        seed=seed,
+        messages=body.get("messages") or [],
+        tools=tools,
+        accuracy_for=spec.accuracy_for,
+    )
+
+
 def build_completion(
     spec: ModelSpec,
     body: dict[str, Any],
@@ -139,17 +167,23 @@ def build_completion(
     correct: bool | None = None
     reasoning = ""
     tool_calls: tuple[ToolCall, ...] = ()
-    tool = _chosen_tool(spec, body) if spec.role == "subject" else None
+    agent = _agent_turn(spec, body, seed=seed, key=key)
+    tool = _chosen_tool(spec, body) if spec.role == "subject" and agent is None else None
     if spec.role == "judge":
         content = judge_reply(prompt_text)
     elif spec.role == "user":
         content = user_reply(messages, spec.stop_after_turns)
+    elif agent is not None:
+        content, benchmark, correct = agent.content, agent.benchmark, agent.correct
+        if agent.tool_name is not None:
+            call_id = _call_id(seed, spec.name, messages)
+            tool_calls = (ToolCall(call_id, agent.tool_name, agent.arguments or "{}"),)
     elif tool is not None:
         content = ""
         function = tool["function"]
         arguments = json.dumps(_example_value(function.get("parameters")), sort_keys=True)
-        digest = hashlib.sha256(canonical_json([seed, spec.name, messages])).hexdigest()
-        tool_calls = (ToolCall(f"call_{digest[:24]}", str(function.get("name")), arguments),)
+        call_id = _call_id(seed, spec.name, messages)
+        tool_calls = (ToolCall(call_id, str(function.get("name")), arguments),)
     else:
         answer = subject_answer(
             key,

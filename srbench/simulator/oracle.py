@@ -5,6 +5,10 @@ A question is recognised by sha256 of the **last user message's content string**
 joined by newlines) looked up in an ``AnswerKey``. Correctness is a seeded hash of
 (seed, model, question) compared with the model's accuracy, so a model answers a given question
 the same way whether it is called directly, streamed or not, or routed to by a MoM router.
+
+Agent tasks (τ³, Terminal-Bench) are multi-turn: the last user message changes as the simulated
+user speaks, so they are recognised by the **first** user message (the task's opening) and the
+agent's progress is read from the tool calls already in the conversation (``agent_turn``).
 """
 
 from __future__ import annotations
@@ -45,6 +49,14 @@ def prompt_text_of(messages: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def first_user_text(messages: list[dict[str, Any]]) -> str | None:
+    """The content string of the first user message: an agent task's opening."""
+    for message in messages:
+        if message.get("role") == "user":
+            return content_text(message.get("content"))
+    return None
+
+
 def prompt_sha256(prompt_text: str) -> str:
     return hashlib.sha256(prompt_text.encode("utf-8")).hexdigest()
 
@@ -61,6 +73,9 @@ class KeyEntry:
 class AnswerKey:
     def __init__(self) -> None:
         self._entries: dict[str, KeyEntry] = {}
+        # Agent tasks sharing an opening message cannot be told apart by the simulated agent;
+        # it plays none of them rather than the wrong one.
+        self._ambiguous: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -74,13 +89,20 @@ class AnswerKey:
         payload: dict[str, Any] | None = None,
     ) -> str:
         sha = prompt_sha256(prompt_text)
-        self._entries[sha] = KeyEntry(benchmark, kind, dict(secret), dict(payload or {}))
+        entry = KeyEntry(benchmark, kind, dict(secret), dict(payload or {}))
+        previous = self._entries.get(sha)
+        if kind == "agent" and previous is not None and previous != entry:
+            self._ambiguous.add(sha)
+        self._entries[sha] = entry
         return sha
 
     def lookup(self, prompt_text: str | None) -> KeyEntry | None:
         if prompt_text is None:
             return None
-        return self._entries.get(prompt_sha256(prompt_text))
+        sha = prompt_sha256(prompt_text)
+        if sha in self._ambiguous:
+            return None
+        return self._entries.get(sha)
 
     @classmethod
     def from_sources(cls, sources: Iterable[tuple[str, str]]) -> AnswerKey:
@@ -92,7 +114,13 @@ class AnswerKey:
         for benchmark_key, path in sources:
             adapter = get_adapter(benchmark_key)
             for question in adapter.load(Path(path)):
-                text = prompt_text_of(adapter.messages(question.payload))
+                messages = adapter.messages(question.payload)
+                # Agent tasks are looked up by their opening message (see agent_turn).
+                text = (
+                    first_user_text(messages)
+                    if adapter.kind == "agent"
+                    else prompt_text_of(messages)
+                )
                 if text is not None:
                     key.add(
                         text, question.benchmark, adapter.kind, question.secret, question.payload
@@ -254,6 +282,245 @@ def subject_answer(
     return Answer(content, entry.benchmark, correct)
 
 
+# -- agents (τ³, Terminal-Bench) ---------------------------------------------------------------
+
+# The simulated agent ends its final answer with this sentence, and the simulated user ends the
+# episode when it reads it: a real agent's closing offer of more help is the same cue.
+AGENT_CLOSING = "Is there anything else I can help you with?"
+# Tools named like this only read (τ² naming); the wrong τ³ path needs a tool that writes.
+READ_ONLY_PREFIXES = ("get_", "search_", "find_", "list_", "lookup_", "calculate", "think")
+READ_ONLY_NAMES = frozenset({"transfer_to_human_agents"})
+TERMINAL_TOOL_NAME = "terminal"
+SOLUTION_SCRIPTS = ("solve.sh", "solution.sh")
+_HEREDOC_RE = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+
+
+@dataclass(frozen=True)
+class AgentAction:
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AgentPlan:
+    """Everything one simulated model does on one agent task: its tool calls in order, then a
+    final text answer."""
+
+    actions: tuple[AgentAction, ...]
+    final: str
+
+
+@dataclass(frozen=True)
+class AgentTurn:
+    """The next turn: a single tool call, or (``tool_name`` None) the final text."""
+
+    content: str
+    tool_name: str | None
+    arguments: str | None
+    benchmark: str
+    correct: bool
+
+
+def _looks_read_only(name: str) -> bool:
+    return name in READ_ONLY_NAMES or name.startswith(READ_ONLY_PREFIXES)
+
+
+def _values_by_key(data: Any, found: dict[str, list[Any]] | None = None) -> dict[str, list[Any]]:
+    """Every scalar in a τ³ database under each field name, in document order: the pool the
+    wrong agent draws plausible ids from (``loan_id`` -> ["L-1", "L-2", ...])."""
+    found = {} if found is None else found
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(value, str | int | float) and not isinstance(value, bool):
+                bucket = found.setdefault(str(key), [])
+                if value not in bucket:
+                    bucket.append(value)
+            else:
+                _values_by_key(value, found)
+    elif isinstance(data, list):
+        for item in data:
+            _values_by_key(item, found)
+    return found
+
+
+def _tool_params(tool: dict[str, Any]) -> tuple[str, list[str]]:
+    function = tool.get("function") or {}
+    params = function.get("parameters") or {}
+    props = params.get("properties") or {}
+    return str(function.get("name")), list(params.get("required") or props)
+
+
+def _perturbed(action: AgentAction, pool: dict[str, list[Any]]) -> AgentAction:
+    """The same call on a different record: the first argument with another value of the same
+    field in the database takes it; otherwise the first argument is made unrecognisable."""
+    for name, value in action.arguments.items():
+        others = [v for v in pool.get(name, []) if v != value]
+        if others:
+            return AgentAction(action.name, action.arguments | {name: others[0]})
+    for name, value in action.arguments.items():
+        changed = f"{value}-X" if isinstance(value, str) else 0 if value else 1
+        return AgentAction(action.name, action.arguments | {name: changed})
+    return action
+
+
+def _unrequested_write(
+    gold: list[AgentAction], tools: list[dict[str, Any]], pool: dict[str, list[Any]]
+) -> AgentAction | None:
+    """A change nobody asked for: the first offered write-looking tool the task does not use,
+    its arguments taken from the task's own calls or else the first value in the database."""
+    known: dict[str, Any] = {}
+    for action in gold:
+        for name, value in action.arguments.items():
+            known.setdefault(name, value)
+    used = {a.name for a in gold}
+    for tool in tools:
+        name, required = _tool_params(tool)
+        if name in used or _looks_read_only(name):
+            continue
+        arguments = {}
+        for param in required:
+            if param in known:
+                arguments[param] = known[param]
+            elif pool.get(param):
+                arguments[param] = pool[param][0]
+            else:
+                break
+        else:
+            return AgentAction(name, arguments)
+    return None
+
+
+def tau_plan(entry: KeyEntry, correct: bool, tools: list[dict[str, Any]]) -> AgentPlan:
+    """Correct: the gold assistant actions, then a final answer with every required output.
+    Wrong: the gold actions with the last write sent to another record (or, when the task
+    writes nothing, one unrequested write), then a final answer without the required outputs —
+    so the reward is 0 whether the task is graded on the database or on what is said."""
+    criteria = entry.secret.get("evaluation_criteria") or {}
+    gold = [
+        AgentAction(str(a.get("name")), dict(a.get("arguments") or {}))
+        for a in criteria.get("actions") or []
+        if a.get("requestor", "assistant") == "assistant"
+    ]
+    info = [str(i) for i in criteria.get("communicate_info") or []]
+    if correct:
+        summary = f" For your records: {'; '.join(info)}." if info else ""
+        return AgentPlan(tuple(gold), f"All done.{summary} {AGENT_CLOSING}")
+    pool = _values_by_key(entry.payload.get("db") or {})
+    actions = list(gold)
+    writes = [i for i, a in enumerate(actions) if not _looks_read_only(a.name)]
+    if writes:
+        actions[writes[-1]] = _perturbed(actions[writes[-1]], pool)
+    else:
+        extra = _unrequested_write(gold, tools, pool)
+        if extra is not None:
+            actions.append(extra)
+    return AgentPlan(tuple(actions), f"I have updated your account as requested. {AGENT_CLOSING}")
+
+
+def split_shell_script(script: str) -> list[str]:
+    """A solution script as the commands an agent would type one at a time: blank lines,
+    comments and the shebang dropped; a heredoc or a backslash-continued line kept whole."""
+    commands: list[str] = []
+    current: list[str] = []
+    terminator: str | None = None
+    for line in script.splitlines():
+        if terminator is not None:
+            current.append(line)
+            if line.strip() == terminator:
+                terminator = None
+                commands.append("\n".join(current))
+                current = []
+            continue
+        if not current and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        current.append(line)
+        heredoc = _HEREDOC_RE.search(line)
+        if heredoc:
+            terminator = heredoc.group(2)
+        elif not line.endswith("\\"):
+            commands.append("\n".join(current))
+            current = []
+    if current:
+        commands.append("\n".join(current))
+    return commands
+
+
+def solution_commands(secret: dict[str, Any]) -> list[str]:
+    """The commands of a Terminal-Bench task's reference solution (solve.sh / solution.sh, or a
+    legacy solution.yaml's keystroke entries)."""
+    files = [f for f in secret.get("solution") or [] if isinstance(f, dict) and "content" in f]
+    # Base64 entries are binary files, never a script to type.
+    files = [f for f in files if f.get("encoding", "utf-8") == "utf-8"]
+    for file in files:
+        if str(file.get("path", "")).rsplit("/", 1)[-1] in SOLUTION_SCRIPTS:
+            return split_shell_script(str(file["content"]))
+    for file in files:
+        if str(file.get("path", "")).endswith("solution.yaml"):
+            import yaml  # the dataset loaders' dependency; only legacy tasks need it here
+
+            steps = yaml.safe_load(str(file["content"])) or []
+            return [str(s["command"]).rstrip("\n") for s in steps if isinstance(s, dict)]
+    return []
+
+
+def terminal_plan(entry: KeyEntry, correct: bool) -> AgentPlan:
+    """Correct: the reference solution, one command per call. Wrong: a look around, then the
+    first solution command inside a subshell that is never closed — bash rejects it as a syntax
+    error before running any of it, so the task is left unsolved."""
+    commands = solution_commands(entry.secret)
+    if correct:
+        actions = [AgentAction(TERMINAL_TOOL_NAME, {"command": c}) for c in commands]
+        return AgentPlan(tuple(actions), "The task is complete.")
+    broken = ["ls -la"] + ([f"(\n{commands[0]}"] if commands else [])
+    actions = [AgentAction(TERMINAL_TOOL_NAME, {"command": c}) for c in broken]
+    return AgentPlan(tuple(actions), "I could not get the commands to work.")
+
+
+def _calls_made(messages: list[dict[str, Any]]) -> int:
+    """The agent's progress through its plan: the tool calls it has already made."""
+    count = 0
+    for message in messages:
+        calls = message.get("tool_calls")
+        if message.get("role") == "assistant" and isinstance(calls, list):
+            count += len(calls)
+    return count
+
+
+def agent_turn(
+    key: AnswerKey,
+    *,
+    model: str,
+    seed: int,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    accuracy_for: Any,
+) -> AgentTurn | None:
+    """The simulated agent's next turn on a known agent task, or None (not an agent task: the
+    caller falls back to its generic tool behaviour). Correctness is rolled once per (seed,
+    model, task), as for single-turn questions, so every turn of one conversation follows the
+    same plan — provided the driver sends the same ``seed`` on every call of the episode."""
+    opening = first_user_text(messages)
+    entry = key.lookup(opening)
+    if entry is None or opening is None or entry.kind != "agent":
+        return None
+    offered = [t for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+    names = {str(t["function"].get("name")) for t in offered}
+    sha = prompt_sha256(opening)
+    correct = is_correct(seed, model, sha, float(accuracy_for(entry.benchmark)))
+    if "evaluation_criteria" in entry.secret:
+        plan = tau_plan(entry, correct, offered)
+    elif TERMINAL_TOOL_NAME in names and "solution" in entry.secret:
+        plan = terminal_plan(entry, correct)
+    else:
+        return None
+    done = _calls_made(messages)
+    if done < len(plan.actions):
+        action = plan.actions[done]
+        arguments = json.dumps(action.arguments, ensure_ascii=False, sort_keys=True)
+        return AgentTurn("", action.name, arguments, entry.benchmark, correct)
+    return AgentTurn(plan.final, None, None, entry.benchmark, correct)
+
+
 # -- judge -------------------------------------------------------------------------------------
 
 JUDGE_FENCE = "```json\n"
@@ -331,20 +598,71 @@ def judge_reply(prompt_text: str | None) -> str:
 # -- user simulator ----------------------------------------------------------------------------
 
 _SENTENCE_RE = re.compile(r"[^.!?\n]+[.!?]?")
+_WORD_RE = re.compile(r"[a-z0-9][a-z0-9-]{2,}")
+# "What you know: ..." — the field labels of a τ³ scenario (runs.engine.tau.user_system_prompt).
+_LABEL_RE = re.compile(r"^[A-Z][A-Za-z ]{0,40}:\s+")
+# The heading after which runs.engine.tau puts the task's scenario; without it the whole
+# system prompt is the scenario (the original, harness-independent behaviour).
+SCENARIO_HEADING = "## Scenario"
+_FIRST_PERSON = (
+    (re.compile(r"^You are\b"), "I am"),
+    (re.compile(r"^You\b"), "I"),
+    (re.compile(r"\bYour\b"), "My"),
+    (re.compile(r"\byour\b"), "my"),
+)
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_RE.findall(text) if s.strip()]
+
+
+def _first_person(sentence: str) -> str:
+    for pattern, replacement in _FIRST_PERSON:
+        sentence = pattern.sub(replacement, sentence)
+    return sentence
+
+
+def _most_relevant(sentences: list[str], question: str) -> str | None:
+    """The scenario sentence sharing most words with the agent's last message (first on a tie),
+    so that asked for an id the simulated user gives the sentence with the id."""
+    asked = set(_WORD_RE.findall(question.lower()))
+    best, best_overlap = None, 0
+    for sentence in sentences:
+        overlap = len(asked & set(_WORD_RE.findall(sentence.lower())))
+        if overlap > best_overlap:
+            best, best_overlap = sentence, overlap
+    return best
 
 
 def user_reply(messages: list[dict[str, Any]], stop_after_turns: int) -> str:
-    """Reply as the user of a scenario given in the system prompt: turn k states the scenario's
-    k-th sentence; turn ``stop_after_turns`` thanks and ends with ``###STOP###``. The turn is the
-    number of the simulator's own earlier replies, which arrive as ``assistant`` messages."""
-    scenario = " ".join(
-        content_text(m.get("content")) for m in messages if m.get("role") == "system"
-    )
-    sentences = [s.strip() for s in _SENTENCE_RE.findall(scenario) if s.strip()]
+    """Reply as the user of a scenario given in the system prompt. The turn is the number of the
+    simulator's own earlier replies, which arrive as ``assistant`` messages (roles flipped).
+    It ends with ``###STOP###`` once the agent closes with ``AGENT_CLOSING`` or at turn
+    ``stop_after_turns``. Otherwise, with a ``## Scenario`` section, it answers with the
+    scenario sentence most relevant to the agent's last message, in the first person; without
+    one, turn k states the system prompt's k-th sentence."""
+    system = " ".join(content_text(m.get("content")) for m in messages if m.get("role") == "system")
     turn = sum(1 for m in messages if m.get("role") == "assistant")
+    last_agent = next(
+        (content_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"),
+        "",
+    )
+    if turn and AGENT_CLOSING.lower() in last_agent.lower():
+        return f"No, that is all. Thank you! {USER_STOP}"
     if turn + 1 >= max(1, stop_after_turns):
         return f"Thank you, that is everything I needed. {USER_STOP}"
+    _, heading, scenario = system.partition(SCENARIO_HEADING)
+    if heading:
+        lines = [_LABEL_RE.sub("", line.strip()) for line in scenario.splitlines()]
+        sentences = _sentences("\n".join(lines))
+        chosen = _most_relevant(sentences, last_agent)
+        if chosen is not None:
+            return _first_person(chosen)
+    else:
+        sentences = _sentences(system)
     if not sentences:
         return "Could you help me with my request?"
     sentence = sentences[turn % len(sentences)]
+    if heading:
+        sentence = _first_person(sentence)
     return f"Hi. {sentence}" if turn == 0 else sentence

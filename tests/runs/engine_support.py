@@ -108,6 +108,13 @@ def sim_targets(url: str) -> dict[str, Target]:
             base_url=base,
             prices={"sim-judge": PRICES["sim-judge"]},
         ),
+        "user": Target.objects.create(
+            slug="sim-user",
+            name="user simulator",
+            model="sim-user",
+            base_url=base,
+            prices={"sim-user": PRICES["sim-judge"]},
+        ),
     }
 
 

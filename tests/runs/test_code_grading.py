@@ -20,9 +20,9 @@ from runs.engine.code_grading import (
 )
 from runs.engine.sandbox import SandboxLimits, sandbox_available
 
-pytestmark = pytest.mark.skipif(
-    not sandbox_available(), reason="bubblewrap missing: run scripts/ensure_sandbox.sh"
-)
+# make test installs bubblewrap (scripts/ensure_sandbox.sh); without it these tests must fail,
+# not skip: a skipped escape test proves nothing.
+assert sandbox_available(), "bubblewrap missing: run scripts/ensure_sandbox.sh"
 
 FIXTURES = Path(__file__).resolve().parents[2] / "datasets" / "fixtures"
 FAST = SandboxLimits(wall_s=2.0, cpu_s=2.0, memory_bytes=1024**3)

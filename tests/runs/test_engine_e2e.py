@@ -117,3 +117,94 @@ def test_report_counts_costs_and_intervals_match_an_independent_computation(cele
     )
     assert Fraction(t["score"]["exact"]) == expected_score
     assert report["complete"] is True and report["denominator"] == sum(n.values())
+
+
+def test_livecodebench_answers_are_graded_in_the_sandbox(celery_worker):
+    from datasets.benchmarks import get_adapter
+    from srbench.simulator import oracle
+    from srbench.simulator.config import load_config
+
+    benchmarks = ["livecodebench"]
+    with es.simulator(benchmarks) as url:
+        es.sim_targets(url)
+        dataset = es.fixture_dataset(benchmarks)
+        run, _ = run_create(
+            owner=f.user_create(),
+            plan={"name": "code", "dataset": dataset.pk, "targets": ["sim-strong", "sim-weak"]},
+        )
+        wait_until(lambda: es.terminal(run), timeout=180)
+    assert run.status == "completed", run.stop_reason
+    adapter = get_adapter("livecodebench")
+    config = load_config(None)
+    for slug in ("sim-strong", "sim-weak"):
+        expected = {}
+        for q in adapter.load(adapter.fixture_path()):
+            sha = oracle.prompt_sha256(oracle.prompt_text_of(adapter.messages(q.payload)))
+            expected[q.native_id] = oracle.is_correct(
+                20260918, slug, sha, config.models[slug].accuracy_for("livecodebench")
+            )
+        got = {
+            c.question.native_id: c.correct
+            for c in Cell.objects.filter(run=run, target__slug=slug).select_related("question")
+        }
+        assert got == expected, slug
+        for c in Cell.objects.filter(run=run, target__slug=slug):
+            assert c.grade["grader"] == "livecodebench"
+            assert all(set(t) <= {"index", "status", "wall_s"} for t in c.grade["tests"])
+
+
+def test_scicode_without_its_test_data_fails_cells_with_the_reason_not_as_wrong(celery_worker):
+    benchmarks = ["scicode"]
+    with es.simulator(benchmarks) as url:
+        es.sim_targets(url)
+        dataset = es.fixture_dataset(benchmarks)
+        run, _ = run_create(
+            owner=f.user_create(),
+            plan={"name": "scicode", "dataset": dataset.pk, "targets": ["sim-strong"]},
+        )
+        wait_until(lambda: es.terminal(run), timeout=180)
+    cells = Cell.objects.filter(run=run)
+    assert run.status == "failed"
+    assert cells.count() > 0 and not cells.exclude(status="failed").exists()
+    for cell in cells:
+        assert "test_data.h5" in cell.error and cell.correct is None
+        # one subject call per sub-step, each kept
+        steps = len(cell.question.payload["sub_steps"])
+        assert cell.calls.filter(role="subject").count() == steps
+
+
+def test_agent_benchmarks_run_their_tool_loops_through_the_ledger(celery_worker):
+    """Terminal-Bench drives the task's sandboxed terminal; τ³ uses the domain tools while the
+    simulator target plays the user; every call is a ledger row, none sent twice."""
+    from datasets.benchmarks import get_adapter
+    from srbench.simulator import oracle
+    from srbench.simulator.config import load_config
+
+    benchmarks = ["terminal-bench", "tau3"]
+    with es.simulator(benchmarks) as url:
+        es.sim_targets(url)
+        dataset = es.fixture_dataset(benchmarks)
+        run, _ = run_create(
+            owner=f.user_create(),
+            plan={"name": "agents", "dataset": dataset.pk, "targets": ["sim-strong"],
+                  "simulators": {"tau3": "sim-user"}, "failure_policy": "continue"},
+        )
+        wait_until(lambda: es.terminal(run), timeout=240)
+        stats = es.sim_stats(url)
+    calls = Call.objects.filter(cell__run=run)
+    assert stats["by_call_id"] == {str(c.pk): 1 for c in calls}
+    assert calls.filter(role="simulator").exists()
+    assert calls.filter(role="subject", tool_calls__isnull=False).exists()
+    config = load_config(None)
+    for cell in Cell.objects.filter(run=run).select_related("question"):
+        adapter = get_adapter(cell.benchmark)
+        sha = oracle.prompt_sha256(oracle.prompt_text_of(adapter.messages(cell.question.payload)))
+        expected = oracle.is_correct(
+            20260918, "sim-strong", sha, config.models["sim-strong"].accuracy_for(cell.benchmark)
+        )
+        if cell.status == "failed":
+            # only τ³ tasks whose assertions need a judge may end unscored, and they say so
+            assert cell.benchmark == "tau3" and "not evaluate" in cell.error, cell.error
+            continue
+        assert cell.status == "completed", (cell.benchmark, cell.error)
+        assert cell.correct == expected, (cell.benchmark, cell.question.native_id, cell.grade)

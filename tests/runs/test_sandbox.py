@@ -18,9 +18,9 @@ from runs.engine.sandbox import (
     sandbox_run,
 )
 
-pytestmark = pytest.mark.skipif(
-    not sandbox_available(), reason="bubblewrap missing: run scripts/ensure_sandbox.sh"
-)
+# make test installs bubblewrap (scripts/ensure_sandbox.sh); without it these tests must fail,
+# not skip: a skipped escape test proves nothing.
+assert sandbox_available(), "bubblewrap missing: run scripts/ensure_sandbox.sh"
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = SandboxLimits(

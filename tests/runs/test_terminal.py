@@ -11,9 +11,9 @@ from datasets.benchmarks.terminal_bench import ADAPTER
 from runs.engine.sandbox import sandbox_available
 from runs.engine.terminal import terminal_session_start
 
-pytestmark = pytest.mark.skipif(
-    not sandbox_available(), reason="bubblewrap missing: run scripts/ensure_sandbox.sh"
-)
+# make test installs bubblewrap (scripts/ensure_sandbox.sh); without it these tests must fail,
+# not skip: a skipped escape test proves nothing.
+assert sandbox_available(), "bubblewrap missing: run scripts/ensure_sandbox.sh"
 
 TASKS = Path(__file__).resolve().parents[2] / "datasets" / "fixtures" / "terminal-bench" / "tasks"
 QUESTIONS = {q.native_id: q for q in ADAPTER.load(TASKS)}

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from srbench.simulator import oracle
 from srbench.simulator.oracle import (
     USER_STOP,
     AnswerKey,
@@ -228,8 +229,7 @@ def test_livecodebench_answers_pass_the_sandboxed_grader_exactly_when_correct(co
     from runs.engine.code_grading import grade_livecodebench
     from runs.engine.sandbox import SandboxLimits, sandbox_available
 
-    if not sandbox_available():
-        pytest.skip("bubblewrap missing: run scripts/ensure_sandbox.sh")
+    assert sandbox_available(), "bubblewrap missing: run scripts/ensure_sandbox.sh"
     fixture = Path(__file__).resolve().parents[2] / "datasets/fixtures/livecodebench/test.jsonl"
     key = AnswerKey.from_sources([("livecodebench", str(fixture))])
     for question in LCB.load(fixture):
@@ -243,3 +243,165 @@ def test_livecodebench_answers_pass_the_sandboxed_grader_exactly_when_correct(co
             limits=SandboxLimits(wall_s=3.0, cpu_s=3.0),
         )
         assert grade["correct"] is correct, (question.native_id, grade)
+
+
+# -- agent tasks (τ³, Terminal-Bench); end-to-end loops are in test_agents.py ---------------------
+
+
+def _fixture(*parts: str) -> str:
+    from pathlib import Path
+
+    return str(Path(__file__).resolve().parents[2].joinpath("datasets", "fixtures", *parts))
+
+
+def test_answer_key_indexes_agent_tasks_by_their_opening_message():
+    from pathlib import Path
+
+    from datasets.benchmarks.tau3 import ADAPTER as TAU3
+    from datasets.benchmarks.terminal_bench import ADAPTER as TB
+
+    sources = [
+        (TAU3, _fixture("tau3", "domains")),
+        (TB, _fixture("terminal-bench", "tasks")),
+    ]
+    key = AnswerKey.from_sources([(adapter.key, path) for adapter, path in sources])
+    assert len(key) == 7
+    for adapter, path in sources:
+        for question in adapter.load(Path(path)):
+            entry = key.lookup(oracle.first_user_text(adapter.messages(question.payload)))
+            assert entry is not None and entry.kind == "agent"
+            assert entry.secret == question.secret and entry.payload == question.payload
+
+
+def _agent_key(secret: dict[str, Any], payload: dict[str, Any] | None = None) -> AnswerKey:
+    key = AnswerKey()
+    key.add("Open the task.", "tau3", "agent", secret, payload or {})
+    return key
+
+
+def _turn(key: AnswerKey, messages: list[dict[str, Any]], tools: list[Any], accuracy: float):
+    return oracle.agent_turn(
+        key, model="m", seed=1, messages=messages, tools=tools, accuracy_for=lambda _b: accuracy
+    )
+
+
+TOOLS = [
+    {"type": "function", "function": {"name": n, "parameters": {"properties": {p: {}}}}}
+    for n, p in (("get_thing", "thing_id"), ("change_thing", "thing_id"))
+]
+SECRET = {
+    "evaluation_criteria": {
+        "actions": [
+            {"name": "get_thing", "arguments": {"thing_id": "T-1"}},
+            {"name": "change_thing", "arguments": {"thing_id": "T-1"}},
+        ],
+        "communicate_info": ["code 42"],
+    }
+}
+
+
+def test_agent_turns_follow_the_gold_actions_then_answer_with_the_required_outputs():
+    key = _agent_key(SECRET)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Open the task."}]
+    seen = []
+    for _ in range(3):
+        turn = _turn(key, messages, TOOLS, 1.0)
+        assert turn is not None and turn.correct is True and turn.benchmark == "tau3"
+        seen.append((turn.tool_name, turn.arguments))
+        if turn.tool_name is None:
+            break
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "x"}]},
+            {"role": "tool", "tool_call_id": "x", "content": "{}"},
+            # A user turn in between changes nothing: the opening still identifies the task.
+            {"role": "user", "content": "ok"},
+        ]
+    assert seen[:2] == [
+        ("get_thing", '{"thing_id": "T-1"}'),
+        ("change_thing", '{"thing_id": "T-1"}'),
+    ]
+    assert seen[2] == (None, None)
+    final = _turn(key, messages, TOOLS, 1.0)
+    assert "code 42" in final.content and final.content.endswith(oracle.AGENT_CLOSING)
+
+
+def test_the_wrong_agent_sends_its_last_write_to_another_record_and_omits_outputs():
+    db = {"things": {"T-1": {"thing_id": "T-1"}, "T-2": {"thing_id": "T-2"}}}
+    plan = oracle.tau_plan(oracle.KeyEntry("tau3", "agent", SECRET, {"db": db}), False, TOOLS)
+    assert [(a.name, a.arguments) for a in plan.actions] == [
+        ("get_thing", {"thing_id": "T-1"}),
+        ("change_thing", {"thing_id": "T-2"}),
+    ]
+    assert "code 42" not in plan.final
+
+
+def test_the_wrong_agent_on_a_read_only_task_makes_an_unrequested_write():
+    secret = {"evaluation_criteria": {"actions": [SECRET["evaluation_criteria"]["actions"][0]]}}
+    plan = oracle.tau_plan(oracle.KeyEntry("tau3", "agent", secret, {"db": {}}), False, TOOLS)
+    assert [(a.name, a.arguments) for a in plan.actions][-1] == (
+        "change_thing",
+        {"thing_id": "T-1"},
+    )
+
+
+def test_agent_turn_ignores_unknown_and_non_agent_prompts():
+    key = _agent_key(SECRET)
+    key.add("A question.", "simpleqa", "judge", {"answer": "x"})
+    for opening in ("Something else.", "A question."):
+        assert _turn(key, [{"role": "user", "content": opening}], TOOLS, 1.0) is None
+
+
+def test_agent_tasks_sharing_an_opening_are_not_played():
+    key = _agent_key(SECRET)
+    key.add("Open the task.", "tau3", "agent", {"evaluation_criteria": {"actions": []}})
+    assert _turn(key, [{"role": "user", "content": "Open the task."}], TOOLS, 1.0) is None
+
+
+def test_solution_scripts_split_into_typed_commands():
+    script = (
+        "#!/usr/bin/env bash\n"
+        "# set up\n"
+        "set -e\n\n"
+        "python3 - <<'PY'\nprint('a')\n\nprint('b')\nPY\n"
+        "cat <<-EOF > out.txt\n\tx\n\tEOF\n"
+        "echo one \\\n  two\n"
+    )
+    assert oracle.split_shell_script(script) == [
+        "set -e",
+        "python3 - <<'PY'\nprint('a')\n\nprint('b')\nPY",
+        "cat <<-EOF > out.txt\n\tx\n\tEOF",
+        "echo one \\\n  two",
+    ]
+
+
+def test_legacy_solution_yaml_gives_its_keystroke_commands():
+    secret = {
+        "solution": [
+            {
+                "path": "solution.yaml",
+                "encoding": "utf-8",
+                "content": "- command: ls\n  min_timeout_sec: 1\n- command: make all\n",
+            }
+        ]
+    }
+    assert oracle.solution_commands(secret) == ["ls", "make all"]
+
+
+def test_the_simulated_user_stops_when_the_agent_closes_and_not_before(sim: httpx.Client):
+    system = f"You are a caller.\n\n{oracle.SCENARIO_HEADING}\nWhat you know: Your order is 7."
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": "Hi! How can I help you today?"},
+        {"role": "assistant", "content": "I want to cancel an order."},
+        {"role": "user", "content": "Which order is it?"},
+    ]
+    body = {"model": "sim-user", "messages": messages}
+    reply = sim.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
+    assert reply["content"] == "My order is 7."
+    messages += [
+        {"role": "assistant", "content": reply["content"]},
+        {"role": "user", "content": f"Cancelled. {oracle.AGENT_CLOSING}"},
+    ]
+    body = {"model": "sim-user", "messages": messages}
+    reply = sim.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
+    assert reply["content"].endswith(USER_STOP)

@@ -1,0 +1,646 @@
+"""τ³-bench harness pieces for the local runner (benchmarks.md §9): a domain's tools as Python
+functions over an in-memory copy of the task's database, the agent's and the user simulator's
+prompts, and the reward. The conversation loop itself (calls, ledger, limits) is the driver's.
+
+Loop contract (the driver; ``tests/runs/test_tau.py`` and ``tests/simulator/test_agents.py``
+hold runnable reference loops)::
+
+    env = TauEnvironment.from_payload(payload)
+    messages = first_messages(payload)            # [system(policy), user(opening)]
+    tools = env.tool_schemas()
+    while steps < MAX_STEPS and calls < MAX_CALLS:
+        reply = chat(subject, messages, tools=tools)            # one ledger call
+        messages.append(assistant_message(reply.content, reply.tool_calls))
+        if reply.tool_calls:
+            for call in reply.tool_calls:
+                messages.append(tool_message(call.id, env.call_tool(call.name, call.arguments)))
+            continue
+        user_text = chat(user_target, user_simulator_messages(payload, messages)).content
+        messages.append({"role": "user", "content": user_text})
+        if is_conversation_end(user_text):
+            termination = "user_stop"; break
+    else: termination = "max_steps"
+    result = tau_reward(payload=payload, secret=secret, environment=env,
+                        agent_outputs=agent_texts(messages), termination=termination)
+
+Official behaviour kept: tools mutate a ``db`` dict; a tool error is returned to the agent as a
+message, never raised; the reward is the product of the components in ``reward_basis`` and 0
+for any termination other than a user or agent stop. Not evaluated here (reported, never
+passed silently): natural-language assertions (they need the judge), environment assertions
+(no self-authored domain defines assertion functions), user-side tools (dual-control domains).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from datasets.benchmarks.tau3 import ADAPTER as TAU3_ADAPTER
+from srbench.canonical import sha256_hex
+
+TAU_GRADER_VERSION = "tau-local/1"
+# The markers with which the user simulator ends an episode (official τ² tokens).
+STOP_TOKENS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
+# τ² counts only these as a normal end; a step or call limit, or an error, scores 0.
+NORMAL_TERMINATIONS = frozenset({"user_stop", "agent_stop"})
+# Recommended per-case budgets. The official defaults (max_steps 200, max_errors 10) are sized
+# for 50-action airline tasks; our fixture tasks need fewer than 10 steps, and the driver's
+# call limit must cover agent plus user-simulator calls.
+MAX_STEPS = 30
+MAX_CALLS = 40
+MAX_TOOL_ERRORS = 10
+# τ² starts the conversation with the agent's greeting; we keep one in the user simulator's
+# view so that its history starts with a "user" turn, which some chat APIs require.
+AGENT_GREETING = "Hi! How can I help you today?"
+
+
+class TauError(RuntimeError):
+    """The task cannot be run here (a domain without local tools, an unusable initial state)."""
+
+
+class ToolError(Exception):
+    """A tool refused the request; the message goes back to the agent as the tool result."""
+
+
+# -- tools -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    # JSON-schema properties of the arguments; every one is required (as in τ² domain tools).
+    params: dict[str, dict[str, Any]]
+    func: Callable[..., Any]
+    writes: bool
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": {
+                    "type": "object",
+                    "properties": copy.deepcopy(self.params),
+                    "required": list(self.params),
+                    "additionalProperties": False,
+                },
+            },
+        }
+
+
+def _string(description: str) -> dict[str, Any]:
+    return {"type": "string", "description": description}
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+}
+
+
+def _check_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
+    if not isinstance(arguments, dict):
+        raise ToolError("arguments must be a JSON object")
+    unknown = sorted(set(arguments) - set(tool.params))
+    if unknown:
+        raise ToolError(f"unexpected argument(s) {', '.join(unknown)} for {tool.name}")
+    missing = [name for name in tool.params if name not in arguments]
+    if missing:
+        raise ToolError(f"missing required argument(s) {', '.join(missing)} for {tool.name}")
+    for name, spec in tool.params.items():
+        value = arguments[name]
+        kind = spec.get("type", "string")
+        # bool is an int in Python; JSON keeps them apart.
+        wrong_bool = isinstance(value, bool) and kind in ("integer", "number")
+        if wrong_bool or not isinstance(value, _JSON_TYPES.get(kind, (object,))):
+            raise ToolError(f"argument {name} must be of type {kind}")
+    return arguments
+
+
+# -- the self-authored library domain -----------------------------------------------------------
+
+LIBRARY_HOLD_LIMIT = 3
+LIBRARY_RENEWAL_DAYS = 14
+LIBRARY_FINE_PER_DAY_CENTS = 25
+
+
+def _record(db: dict[str, Any], table: str, key: str, what: str) -> dict[str, Any]:
+    row = db.get(table, {}).get(key)
+    if row is None:
+        raise ToolError(f"{what} {key} not found")
+    return row
+
+
+def _today(db: dict[str, Any]) -> dt.date:
+    # The domain's clock is in the data, so a replay on any day gives the same database.
+    return dt.date.fromisoformat(db["today"])
+
+
+def _loans_of(db: dict[str, Any], member_id: str) -> list[dict[str, Any]]:
+    loans = []
+    for loan in db.get("loans", {}).values():
+        if loan["member_id"] == member_id:
+            book = db["books"].get(loan["book_id"], {})
+            loans.append(loan | {"title": book.get("title")})
+    return loans
+
+
+def library_get_member(db: dict[str, Any], member_id: str) -> dict[str, Any]:
+    member = _record(db, "members", member_id, "member")
+    return copy.deepcopy(member) | {"loans": _loans_of(db, member_id)}
+
+
+def library_get_book(db: dict[str, Any], book_id: str) -> dict[str, Any]:
+    return copy.deepcopy(_record(db, "books", book_id, "book"))
+
+
+def library_search_books(db: dict[str, Any], title: str) -> list[dict[str, Any]]:
+    needle = title.strip().lower()
+    if not needle:
+        raise ToolError("title must not be empty")
+    return [
+        copy.deepcopy(book)
+        for book in db.get("books", {}).values()
+        if needle in str(book.get("title", "")).lower()
+    ]
+
+
+def _days_overdue(db: dict[str, Any], loan: dict[str, Any]) -> int:
+    return max(0, (_today(db) - dt.date.fromisoformat(loan["due"])).days)
+
+
+def library_get_fine(db: dict[str, Any], loan_id: str) -> dict[str, Any]:
+    loan = _record(db, "loans", loan_id, "loan")
+    days = _days_overdue(db, loan)
+    cents = days * LIBRARY_FINE_PER_DAY_CENTS
+    return {"loan_id": loan_id, "days_overdue": days, "fine": f"{cents // 100}.{cents % 100:02d}"}
+
+
+def library_renew_loan(db: dict[str, Any], loan_id: str) -> dict[str, Any]:
+    loan = _record(db, "loans", loan_id, "loan")
+    if loan["renewed"]:
+        raise ToolError(f"loan {loan_id} has already been renewed once")
+    if _days_overdue(db, loan) > 0:
+        raise ToolError(f"loan {loan_id} is overdue and cannot be renewed")
+    book = _record(db, "books", loan["book_id"], "book")
+    if any(holder != loan["member_id"] for holder in book.get("holds", [])):
+        raise ToolError(f"book {book['book_id']} is held by another member")
+    due = dt.date.fromisoformat(loan["due"]) + dt.timedelta(days=LIBRARY_RENEWAL_DAYS)
+    loan["due"] = due.isoformat()
+    loan["renewed"] = True
+    return copy.deepcopy(loan)
+
+
+def library_place_hold(db: dict[str, Any], member_id: str, book_id: str) -> dict[str, Any]:
+    member = _record(db, "members", member_id, "member")
+    book = _record(db, "books", book_id, "book")
+    if book_id in member["holds"]:
+        raise ToolError(f"member {member_id} already holds book {book_id}")
+    if len(member["holds"]) >= LIBRARY_HOLD_LIMIT:
+        raise ToolError(f"member {member_id} already holds {LIBRARY_HOLD_LIMIT} books")
+    if book["status"] != "on_loan":
+        raise ToolError(f"book {book_id} is available on the shelf; it cannot be held")
+    if any(
+        loan["member_id"] == member_id and loan["book_id"] == book_id
+        for loan in db.get("loans", {}).values()
+    ):
+        raise ToolError(f"book {book_id} is on loan to member {member_id}")
+    member["holds"].append(book_id)
+    book["holds"].append(member_id)
+    return {"member_id": member_id, "book_id": book_id, "member_holds": list(member["holds"])}
+
+
+def transfer_to_human_agents(db: dict[str, Any], summary: str) -> str:
+    # As in τ², a transfer changes nothing; the user simulator ends with ###TRANSFER###.
+    return "Transfer successful"
+
+
+LIBRARY_TOOLS: tuple[Tool, ...] = (
+    Tool(
+        "get_member",
+        "Look up a member by id: name, surname, the books they hold and their current loans.",
+        {"member_id": _string("The member id, such as 'M-1001'.")},
+        library_get_member,
+        writes=False,
+    ),
+    Tool(
+        "get_book",
+        "Look up a book by id: title, status (available or on_loan) and the members holding it.",
+        {"book_id": _string("The book id, such as 'B-101'.")},
+        library_get_book,
+        writes=False,
+    ),
+    Tool(
+        "search_books",
+        "Find books whose title contains the given text (case-insensitive).",
+        {"title": _string("Part of the title.")},
+        library_search_books,
+        writes=False,
+    ),
+    Tool(
+        "get_fine",
+        "Days overdue and the fine owed on a loan.",
+        {"loan_id": _string("The loan id, such as 'L-1'.")},
+        library_get_fine,
+        writes=False,
+    ),
+    Tool(
+        "renew_loan",
+        "Renew a loan once for 14 days. Fails if it was renewed before, is overdue, or another "
+        "member holds the book.",
+        {"loan_id": _string("The loan id, such as 'L-1'.")},
+        library_renew_loan,
+        writes=True,
+    ),
+    Tool(
+        "place_hold",
+        "Place a hold for a member on a book that is on loan to someone else.",
+        {
+            "member_id": _string("The member id."),
+            "book_id": _string("The book id."),
+        },
+        library_place_hold,
+        writes=True,
+    ),
+    Tool(
+        "transfer_to_human_agents",
+        "Transfer the member to a human agent, with a summary of their issue. Only when the "
+        "request is outside what the policy lets you do.",
+        {"summary": _string("A short summary of the member's issue.")},
+        transfer_to_human_agents,
+        writes=False,
+    ),
+)
+
+# Domains whose tools exist locally, by the directory name the loader puts in payload["domain"].
+DOMAIN_TOOLS: dict[str, tuple[Tool, ...]] = {"library": LIBRARY_TOOLS}
+
+
+# -- the environment ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    name: str
+    arguments: Any
+    ok: bool
+    result: str
+
+
+@dataclass
+class TauEnvironment:
+    """One task attempt's database and tools. ``db`` is private to this environment: the
+    payload's copy is never touched, so a payload can be reused for the gold replay and for
+    other attempts."""
+
+    domain: str
+    db: dict[str, Any]
+    tools: dict[str, Tool]
+    calls: list[ToolCallRecord] = field(default_factory=list)
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> TauEnvironment:
+        domain = str(payload["domain"])
+        if domain not in DOMAIN_TOOLS:
+            raise TauError(
+                f"no local tools for τ³ domain {domain!r} (known: {', '.join(sorted(DOMAIN_TOOLS))})"
+            )
+        env = cls(
+            domain=domain,
+            db=copy.deepcopy(dict(payload["db"])),
+            tools={tool.name: tool for tool in DOMAIN_TOOLS[domain]},
+        )
+        env._initialise(payload.get("initial_state"))
+        return env
+
+    def _initialise(self, state: Any) -> None:
+        """τ² initial state: data merged into the agent's database, then set-up calls. These
+        run before the attempt and are not part of the agent's call log."""
+        if not state:
+            return
+        data = (state.get("initialization_data") or {}).get("agent_data")
+        if data:
+            _merge_into(self.db, data)
+        for action in state.get("initialization_actions") or []:
+            if action.get("env_type", "assistant") != "assistant":
+                raise TauError("user-side initialisation actions are not supported")
+            tool = self.tools.get(action.get("func_name", ""))
+            if tool is None:
+                raise TauError(f"unknown initialisation function {action.get('func_name')!r}")
+            try:
+                tool.func(self.db, **_check_arguments(tool, action.get("arguments") or {}))
+            except ToolError as exc:
+                raise TauError(f"initialisation action failed: {exc}") from exc
+        if state.get("message_history"):
+            raise TauError("tasks with a prior message history are not supported")
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The OpenAI ``tools`` list for the chat request."""
+        return [tool.schema() for tool in self.tools.values()]
+
+    def call_tool(self, name: str, arguments: str | Mapping[str, Any] | None) -> str:
+        """Run one tool call from the agent and return the tool message content: the result as
+        JSON, or ``Error: ...`` for anything the agent got wrong (unknown tool, malformed JSON,
+        bad arguments, a refusal by the domain). Never raises for the agent's mistakes."""
+        parsed: Any = arguments
+        try:
+            if isinstance(arguments, str):
+                try:
+                    parsed = json.loads(arguments) if arguments.strip() else {}
+                except json.JSONDecodeError as exc:
+                    raise ToolError(f"arguments are not valid JSON ({exc.msg})") from None
+            elif arguments is None:
+                parsed = {}
+            elif isinstance(arguments, Mapping):
+                parsed = dict(arguments)
+            tool = self.tools.get(name)
+            if tool is None:
+                raise ToolError(f"unknown tool {name!r}")
+            result = tool.func(self.db, **_check_arguments(tool, parsed))
+        except ToolError as exc:
+            content = f"Error: {exc}"
+            self.calls.append(ToolCallRecord(name, parsed, False, content))
+            return content
+        content = json.dumps(result, ensure_ascii=False)
+        self.calls.append(ToolCallRecord(name, parsed, True, content))
+        return content
+
+    def db_hash(self) -> str:
+        return sha256_hex(self.db)
+
+
+def _merge_into(target: dict[str, Any], updates: Mapping[str, Any]) -> None:
+    for key, value in updates.items():
+        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _merge_into(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+# -- prompts -----------------------------------------------------------------------------------
+
+
+def first_messages(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The subject's opening messages: the same ones the simulator's answer key is built from,
+    so the simulated agent recognises the task by its opening user message."""
+    return TAU3_ADAPTER.messages(dict(payload))
+
+
+def agent_system_prompt(payload: Mapping[str, Any]) -> str:
+    return first_messages(payload)[0]["content"]
+
+
+def first_user_message(payload: Mapping[str, Any]) -> str:
+    return first_messages(payload)[1]["content"]
+
+
+USER_GUIDELINES = (
+    "You are playing a customer who contacts a customer service agent. Stay in that role: "
+    "you are not an assistant. Follow the scenario below. Write one short message per turn, "
+    "in your own words. Share information from the scenario only when the agent needs it, and "
+    "never invent information the scenario does not give; if asked for something you do not "
+    "know, say so. When your request is handled, or clearly cannot be, reply with only "
+    "###STOP###. If the agent transfers you to a human, reply with only ###TRANSFER###. If the "
+    "scenario does not say what to do next, reply with only ###OUT-OF-SCOPE###."
+)
+# The simulated user reads the scenario after this heading (srbench/simulator/oracle.py).
+SCENARIO_HEADING = "## Scenario"
+
+_INSTRUCTION_LABELS = (
+    ("reason_for_call", "Why you are calling"),
+    ("known_info", "What you know"),
+    ("unknown_info", "What you do not know"),
+    ("task_instructions", "How to behave"),
+)
+
+
+def user_system_prompt(payload: Mapping[str, Any]) -> str:
+    scenario = payload["user_scenario"]
+    lines = [USER_GUIDELINES, "", SCENARIO_HEADING]
+    if scenario.get("persona"):
+        lines.append(f"Persona: {scenario['persona']}")
+    instructions = scenario.get("instructions")
+    if isinstance(instructions, Mapping):
+        for key, label in _INSTRUCTION_LABELS:
+            if instructions.get(key):
+                lines.append(f"{label}: {instructions[key]}")
+    elif instructions:
+        lines.append(str(instructions))
+    return "\n".join(lines)
+
+
+def user_simulator_messages(
+    payload: Mapping[str, Any], conversation: Iterable[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The request for the simulator target that plays the user, from the agent-side
+    conversation: roles flipped (the agent's text turns become ``user`` turns, the user's
+    turns ``assistant``); system, tool results and tool-call-only turns left out, because the
+    user sees only what the agent says."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": user_system_prompt(payload)},
+        {"role": "user", "content": AGENT_GREETING},
+    ]
+    for message in conversation:
+        role = message.get("role")
+        text = _text(message.get("content"))
+        if role == "user":
+            messages.append({"role": "assistant", "content": text})
+        elif role == "assistant" and text.strip():
+            messages.append({"role": "user", "content": text})
+    return messages
+
+
+def is_conversation_end(user_text: str | None) -> bool:
+    return any(token in (user_text or "") for token in STOP_TOKENS)
+
+
+# -- loop helpers (shared with Terminal-Bench) --------------------------------------------------
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
+    return ""
+
+
+def _call_field(call: Any, name: str) -> Any:
+    if isinstance(call, Mapping):
+        if name in ("name", "arguments") and "function" in call:
+            return call["function"].get(name)
+        return call.get(name)
+    return getattr(call, name, None)
+
+
+def assistant_message(content: str | None, tool_calls: Iterable[Any] = ()) -> dict[str, Any]:
+    """The agent's turn as it goes back into the next request. ``tool_calls`` are objects or
+    dicts with ``id``, ``name``, ``arguments`` (e.g. ``runs.engine.sse.ToolCall``) or OpenAI
+    ``{"id", "function": {"name", "arguments"}}`` dicts."""
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    calls = [
+        {
+            "id": _call_field(call, "id"),
+            "type": "function",
+            "function": {
+                "name": _call_field(call, "name"),
+                "arguments": _call_field(call, "arguments") or "{}",
+            },
+        }
+        for call in tool_calls
+    ]
+    if calls:
+        message["tool_calls"] = calls
+    elif message["content"] is None:
+        message["content"] = ""
+    return message
+
+
+def tool_message(tool_call_id: str, content: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": tool_call_id, "content": content}
+
+
+def terminal_tool_content(exit_code: int, stdout: str, stderr: str) -> str:
+    """The `terminal` tool result the Terminal-Bench agent sees (TerminalSession.run_command's
+    triple): exit status first so it is never cut off, then both streams."""
+    parts = [f"exit_code: {exit_code}"]
+    if stdout:
+        parts.append(f"stdout:\n{stdout}")
+    if stderr:
+        parts.append(f"stderr:\n{stderr}")
+    return "\n".join(parts)
+
+
+def agent_texts(conversation: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The agent's visible messages, where required outputs must appear."""
+    return [
+        _text(m.get("content"))
+        for m in conversation
+        if m.get("role") == "assistant" and _text(m.get("content")).strip()
+    ]
+
+
+# -- reward ------------------------------------------------------------------------------------
+
+
+def _normalise_info(text: str) -> str:
+    # τ² compares required outputs case-insensitively with commas removed ("1,000" == "1000").
+    return text.lower().replace(",", "")
+
+
+def _replay_gold(payload: Mapping[str, Any], actions: list[dict[str, Any]]) -> tuple[str, list]:
+    gold = TauEnvironment.from_payload(payload)
+    errors = []
+    for action in actions:
+        if action.get("requestor", "assistant") != "assistant":
+            errors.append({"action_id": action.get("action_id"), "error": "user-side action"})
+            continue
+        result = gold.call_tool(str(action.get("name")), action.get("arguments") or {})
+        if result.startswith("Error: "):
+            errors.append({"action_id": action.get("action_id"), "error": result})
+    return gold.db_hash(), errors
+
+
+def _action_matched(action: Mapping[str, Any], calls: list[ToolCallRecord]) -> bool:
+    """τ² ACTION: some agent call has the gold name and, on the compared arguments (all by
+    default), the gold values."""
+    gold_args = action.get("arguments") or {}
+    keys = action.get("compare_args")
+    keys = list(gold_args) if keys is None else list(keys)
+    return any(
+        call.name == action.get("name")
+        and isinstance(call.arguments, dict)
+        and all(call.arguments.get(k) == gold_args.get(k) for k in keys)
+        for call in calls
+    )
+
+
+def tau_reward(
+    *,
+    payload: Mapping[str, Any],
+    secret: Mapping[str, Any],
+    environment: TauEnvironment,
+    agent_outputs: Iterable[str],
+    termination: str = "user_stop",
+) -> dict[str, Any]:
+    """Reward 1 only when every component in the task's ``reward_basis`` passes and the episode
+    ended normally. Components this harness cannot evaluate (NL assertions without a judge,
+    env assertions) make the result ``complete: False`` with reward 0 — never a silent pass —
+    and are listed in ``detail["not_evaluated"]``. A driver that adds a judge later grades the
+    NL assertions itself and multiplies them in."""
+    criteria = secret.get("evaluation_criteria") or {}
+    basis = list(criteria.get("reward_basis") or ["DB", "COMMUNICATE"])
+    actions = list(criteria.get("actions") or [])
+
+    gold_hash, gold_errors = _replay_gold(payload, actions)
+    final_hash = environment.db_hash()
+    db_match = final_hash == gold_hash
+
+    outputs = [_normalise_info(text) for text in agent_outputs]
+    info = [str(i) for i in criteria.get("communicate_info") or []]
+    missing_info = [i for i in info if not any(_normalise_info(i) in text for text in outputs)]
+    outputs_ok = not missing_info
+
+    unmatched = [a.get("action_id") for a in actions if not _action_matched(a, environment.calls)]
+    components: dict[str, bool | None] = {}
+    not_evaluated: dict[str, list[str]] = {}
+    for component in basis:
+        if component == "DB":
+            components["DB"] = db_match
+        elif component == "COMMUNICATE":
+            components["COMMUNICATE"] = outputs_ok
+        elif component == "ACTION":
+            components["ACTION"] = not unmatched
+        elif component == "NL_ASSERTION":
+            assertions = [str(a) for a in criteria.get("nl_assertions") or []]
+            # An empty assertion list passes, as upstream; a non-empty one needs the judge.
+            components["NL_ASSERTION"] = None if assertions else True
+            if assertions:
+                not_evaluated["NL_ASSERTION"] = assertions
+        elif component == "ENV_ASSERTION":
+            assertions = [str(a.get("func_name")) for a in criteria.get("env_assertions") or []]
+            components["ENV_ASSERTION"] = None if assertions else True
+            if assertions:
+                not_evaluated["ENV_ASSERTION"] = assertions
+    complete = not not_evaluated
+    normal_end = termination in NORMAL_TERMINATIONS
+    passed = normal_end and complete and all(components.values())
+    detail: dict[str, Any] = {
+        "grader": "tau3",
+        "version": TAU_GRADER_VERSION,
+        "domain": environment.domain,
+        "reward_basis": basis,
+        "components": {k: ("not evaluated" if v is None else v) for k, v in components.items()},
+        "termination": termination,
+        "db_sha256": final_hash,
+        "gold_db_sha256": gold_hash,
+        "missing_info": missing_info,
+        "unmatched_actions": unmatched,
+        "tool_calls": len(environment.calls),
+        "tool_errors": sum(1 for c in environment.calls if not c.ok),
+    }
+    if gold_errors:
+        detail["gold_action_errors"] = gold_errors
+    if not_evaluated:
+        detail["not_evaluated"] = not_evaluated
+    if not normal_end:
+        detail["reason"] = f"episode ended by {termination}"
+    elif not complete:
+        detail["reason"] = "components not evaluated: " + ", ".join(sorted(not_evaluated))
+    return {
+        "reward": int(passed),
+        "db_match": db_match,
+        "outputs_ok": outputs_ok,
+        "complete": complete,
+        "detail": detail,
+    }
