@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 
-.PHONY: demo test test-main test-embedded install lint bench clean
+.PHONY: demo test test-main test-embedded install frontend lint bench clean
 
 $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; assert sys.version_info[:2] == (3, 12), f"Python 3.12 needed, found {sys.version}"'
@@ -14,15 +14,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[test]"
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) frontend
+
+## htmx (and any front-end package) from npm, copied into static/vendor/.
+frontend:
+	scripts/ensure_frontend.sh
 
 ## make demo: the embedded default (SQLite + filesystem broker), simulator, worker and web.
-demo: $(STAMP)
+demo: $(STAMP) frontend
 	DJANGO_DEBUG=1 $(BIN)/python manage.py benchmark demo
 
 ## make test: every test, on PostgreSQL + Redis + real workers, then the embedded default.
-test: $(STAMP)
+test: $(STAMP) frontend
 	scripts/ensure_sandbox.sh
+	PYTHON=$(BIN)/python scripts/ensure_browser.sh
 	services=$$(scripts/ensure_services.sh) && eval "$$services" && $(MAKE) --no-print-directory test-main \
 		DATABASE_URL="$$DATABASE_URL" CELERY_BROKER_URL="$$CELERY_BROKER_URL"
 	$(MAKE) --no-print-directory test-embedded

@@ -1,17 +1,651 @@
+"""Run pages (SPEC R7, R8, R10, R13, R14): Runs, Create evaluation, Run detail, Targets.
+
+Every page is a plain GET page or a POST form that works with JavaScript off; htmx only adds
+polling and partial swaps, asking for the same URL and receiving a named partial of the same
+template (`page.html#partial`). The URL is the state: filters, tab, cursors and page numbers
+live in the query string, so a reload, a bookmark or a dropped connection loses nothing.
+Reading never starts, restarts or resubmits anything; the only writes are Start evaluation
+(idempotent by its key) and Cancel.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django import forms
+from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseClientRefresh, push_url
 
+from datasets.benchmarks import ADAPTERS
+from datasets.models import FrozenDataset, Source
+from datasets.profiles import DEFAULT_SEED, PROFILE_SPLIT
+from datasets.selectors import dataset_coverage, dataset_sources, source_list
+from datasets.services import CompositionConflict, CompositionInvalid, dataset_compose
+from recipes.preview import PreviewError, route_preview
+from recipes.selectors import run_recipe_availability
+from runs import selectors
+from runs.forms import EvaluationForm, RunFilterForm
 from runs.models import Run, Target
+from runs.plans import SUPPORTED_KINDS, PlanError, plan_freeze
+from runs.reconcile import correction_summary, latest_corrections
+from runs.report import run_report
+from runs.services import IdempotencyConflict, run_cancel, run_create
+
+PAGE_SIZE = 25  # rows shown per page everywhere (R13.1, R14.1)
+# The report's four exclusive token classes (R1.1), in words.
+TOKEN_LABELS = (
+    ("input", "uncached input"),
+    ("cached_input", "cache-read input"),
+    ("cache_write", "cache-write input"),
+    ("output", "output"),
+)
+TABS = ("results", "questions", "calls", "evidence", "recipe")
+# Shown wherever in-flight activity is (R10.3), in these words.
+STREAM_ACTIVITY_WARNING = (
+    "Stream activity shows that bytes are arriving; it proves neither answer quality nor "
+    "billed tokens. Tokens and cost need a complete usage receipt."
+)
+# R3.2, beside every cache-neutral figure.
+CACHE_NEUTRAL_CAVEAT = (
+    "Cache-neutral cost prices every input token at the ordinary input price: a "
+    "counterfactual token-equivalent, neither a bill nor a measured cache-free run."
+)
 
 
+def _template(request: HttpRequest, page: str, partial: str) -> str:
+    return f"{page}#{partial}" if getattr(request, "htmx", False) else page
+
+
+def _int(value: str | None, default: int = 0, *, low: int = 0) -> int:
+    try:
+        return max(low, int(value)) if value not in (None, "") else default
+    except ValueError:
+        return default
+
+
+# --- Runs (R7) -------------------------------------------------------------------------------
+
+
+@require_GET
+@vary_on_headers("HX-Request")
 def run_list(request: HttpRequest) -> HttpResponse:
-    runs = Run.objects.select_related("owner").order_by("-created_at", "-id")
-    page = Paginator(runs, 25).get_page(request.GET.get("page"))
-    return render(request, "runs/run_list.html", {"page": page, "nav": "runs"})
+    form = RunFilterForm(request.GET)
+    runs = selectors.runs_filter(Run.objects.all(), **form.filters()).order_by("-created_at", "-id")
+    page = Paginator(selectors.runs_list_rows(runs), PAGE_SIZE).get_page(request.GET.get("page"))
+    rows = [
+        {
+            "run": run,
+            "last_update": selectors.run_last_update(run),
+            "target_types": selectors.runs_target_types(run),
+        }
+        for run in page.object_list
+    ]
+    return render(
+        request,
+        _template(request, "runs/run_list.html", "runs-table"),
+        {
+            "nav": "runs",
+            "form": form,
+            "page": page,
+            "rows": rows,
+            "any_active": any(not r["run"].is_terminal for r in rows),
+            "rendered_at": timezone.now(),
+        },
+    )
 
 
+@require_GET
 def target_list(request: HttpRequest) -> HttpResponse:
     return render(
         request, "runs/target_list.html", {"targets": Target.objects.all(), "nav": "targets"}
     )
+
+
+# --- Create evaluation (R8) --------------------------------------------------------------------
+
+
+def _evaluation_form(request: HttpRequest, data: Any | None) -> EvaluationForm | None:
+    """The form for the profile (and seed, or chosen dataset) in `source`; None until a
+    profile is chosen, because what can be offered depends on it (R8.1)."""
+    source = data if data is not None else request.GET
+    dataset = None
+    dataset_id = _int(source.get("dataset"), 0)
+    if dataset_id:
+        dataset = FrozenDataset.objects.filter(pk=dataset_id).first()
+    profile = dataset.profile if dataset else source.get("profile", "")
+    if profile not in PROFILE_SPLIT:
+        return None
+    split = PROFILE_SPLIT[profile]  # type: ignore[index]
+    seeds = sorted(
+        set(source_list(profile=profile, split=split).values_list("seed", flat=True)),
+        key=lambda s: (s != DEFAULT_SEED, s),
+    )
+    if dataset is not None:
+        seed: int | None = dataset.seed
+        seeds = sorted({*seeds, dataset.seed})
+    else:
+        seed = _int(source.get("seed"), 0) or None
+        if seed not in seeds:
+            seed = seeds[0] if seeds else None
+    sources = list(source_list(profile=profile, seed=seed, split=split)) if seed else []
+    dataset_benchmarks: list[str] = []
+    if dataset is not None:
+        dataset_benchmarks = [c["benchmark"] for c in dataset_coverage(dataset=dataset)]
+        if not dataset_benchmarks:
+            # A dataset composed outside the sources (e.g. by a test) still has questions.
+            dataset_benchmarks = sorted(
+                set(dataset.questions.values_list("benchmark", flat=True)),
+                key=list(ADAPTERS).index,
+            )
+    targets = list(Target.objects.filter(active=True).order_by("kind", "slug"))
+    initial: dict[str, Any] = {
+        "profile": profile,
+        "seed": seed,
+        "name": f"{dataset.name if dataset else profile} · {timezone.now():%Y-%m-%d %H:%M}",
+    }
+    if dataset is not None:
+        initial["dataset"] = dataset.pk
+        initial["benchmarks"] = [
+            b for b in dataset_benchmarks if ADAPTERS[b].kind in SUPPORTED_KINDS
+        ]
+    return EvaluationForm(
+        data,
+        initial=initial,
+        profile=profile,
+        seed=seed,
+        sources=sources,
+        seeds=seeds,
+        dataset=dataset,
+        dataset_benchmarks=dataset_benchmarks,
+        targets=targets,
+    )
+
+
+def _resolve_dataset(
+    form: EvaluationForm, user: Any
+) -> tuple[FrozenDataset | None, list[str] | None]:
+    """The frozen dataset a plan runs on (R8.3, R8.4): a chosen dataset taken whole keeps its
+    identity; one whole source or any combination is composed (content-addressed, so the
+    same selection always gives the same dataset). Composition reads frozen sources only."""
+    selected = form.selected_benchmarks()
+    dataset = form.chosen_dataset
+    if dataset is not None:
+        if set(selected) == set(form.offered):
+            return dataset, None
+        by_benchmark = {s.benchmark: s for s in dataset_sources(dataset=dataset)}
+        if all(b in by_benchmark for b in selected):
+            return dataset_compose(sources=[by_benchmark[b] for b in selected], user=user), None
+        # No sources recorded for this dataset: run the chosen benchmark groups of it as is.
+        return dataset, selected
+    chosen: list[Source] = [form.sources[b] for b in selected if b in form.sources]
+    return dataset_compose(sources=chosen, user=user), None
+
+
+def _plan_errors_to_form(form: EvaluationForm, errors: dict[str, Any]) -> None:
+    """Plan errors in words next to the field they concern; the rest above the form."""
+    for key, value in errors.items():
+        if key in ("limits", "sampling") and isinstance(value, dict):
+            for name, message in value.items():
+                field = "sampling_seed" if key == "sampling" and name == "seed" else name
+                if field in form.fields:
+                    form.add_error(field, _words(message))
+                else:
+                    form.add_error(None, f"{key} {name}: {_words(message)}")
+        elif key == "judges" and isinstance(value, dict):
+            for benchmark, message in value.items():
+                field = f"judge_{benchmark}"
+                form.add_error(field if field in form.fields else None, _words(message))
+        elif key in form.fields:
+            form.add_error(key, _words(value))
+        else:
+            form.add_error(None, f"{key}: {_words(value)}")
+
+
+def _words(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return " ".join(_words(v) for v in value)
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_words(v)}" for k, v in value.items())
+    return str(value)
+
+
+def _frozen_plan(form: EvaluationForm, user: Any) -> tuple[dict[str, Any], Any] | None:
+    """Compose (if needed) and freeze: (plan, frozen plan). On failure the form carries the
+    reasons and None is returned. Never calls a model (R8.3, R8.8)."""
+    try:
+        dataset, benchmarks = _resolve_dataset(form, user)
+    except CompositionConflict as exc:
+        for conflict in exc.conflicts:
+            form.add_error(None, f"These benchmarks cannot be combined: {conflict['detail']}.")
+        return None
+    except CompositionInvalid as exc:
+        form.add_error("benchmarks", str(exc))
+        return None
+    assert dataset is not None
+    plan = form.plan(dataset_id=dataset.pk, benchmarks=benchmarks)
+    try:
+        return plan, plan_freeze(data=plan)
+    except PlanError as exc:
+        _plan_errors_to_form(form, exc.errors)
+        return None
+
+
+def _route_previews(form: EvaluationForm) -> list[dict[str, Any]]:
+    """R8.7: the router's choice for the prompt, per selected MoM target. No model answers."""
+    data = form.cleaned_data
+    chosen = set(form.data.getlist("targets"))
+    mom = [t for t in form.targets if t.slug in chosen and t.kind == Target.Kind.MOM]
+    if not (data.get("preview_prompt") or "").strip():
+        return [{"error": "Write a prompt to preview its route."}]
+    if not mom:
+        return [{"error": "Route preview applies to MoM targets; tick one above."}]
+    try:
+        history = form.preview_messages()
+    except forms.ValidationError as exc:
+        return [{"error": " ".join(exc.messages)}]
+    results = []
+    for target in mom:
+        try:
+            preview = route_preview(
+                target=target,
+                prompt=None if history else data["preview_prompt"],
+                messages=history,
+                session_id=data.get("preview_session") or None,
+                conversation_id=data.get("preview_conversation") or None,
+            )
+            results.append({"target": target, "preview": preview})
+        except PreviewError as exc:
+            results.append({"target": target, "error": str(exc)})
+    return results
+
+
+@require_http_methods(["GET", "POST"])
+def evaluation_new(request: HttpRequest) -> HttpResponse:
+    data = request.POST if request.method == "POST" else None
+    form = _evaluation_form(request, data)
+    context: dict[str, Any] = {"nav": "new", "form": form, "profiles": PROFILE_SPLIT}
+    if form is None or data is None:
+        return render(request, "runs/evaluation_new.html", context)
+
+    action = data.get("action", "review")
+    valid = form.is_valid()
+    if action == "preview":
+        context.update(previews=_route_previews(form), hide_errors=True)
+        return render(request, "runs/evaluation_new.html", context)
+    if action == "edit" or not valid:
+        return render(request, "runs/evaluation_new.html", context)
+
+    resolved = _frozen_plan(form, request.user)
+    if resolved is None:
+        return render(request, "runs/evaluation_new.html", context)
+    plan, frozen = resolved
+
+    key = data.get("idempotency_key", "")
+    if action == "start" and key:
+        if data.get("reviewed_plan_sha256") != frozen.plan_sha256:
+            context["notice"] = (
+                "The plan changed since it was reviewed (a target, price or dataset was "
+                "edited meanwhile). Check the plan below and start again."
+            )
+        else:
+            try:
+                run, created = run_create(owner=request.user, plan=plan, idempotency_key=key)
+            except IdempotencyConflict as exc:
+                context["notice"] = (
+                    f"This review was already used to start run #{exc.run.pk} with a different "
+                    "plan, so nothing was started. Review the plan again to start a new run."
+                )
+            except PlanError as exc:
+                _plan_errors_to_form(form, exc.errors)
+                return render(request, "runs/evaluation_new.html", context)
+            else:
+                if not created:
+                    messages.info(
+                        request,
+                        "This evaluation was already started from this review; "
+                        "nothing was submitted twice.",
+                    )
+                return HttpResponseRedirect(reverse("runs:detail", args=[run.pk]), status=303)
+
+    # The review page: the frozen plan and a fresh key, generated here once, so a resubmitted
+    # or double-clicked Start reuses it and finds the same run (R15.5 spirit).
+    context.update(
+        frozen=frozen,
+        summary=_plan_review(frozen),
+        idempotency_key=key or uuid.uuid4().hex,
+    )
+    return render(request, "runs/evaluation_review.html", context)
+
+
+def _plan_review(frozen: Any) -> dict[str, Any]:
+    m = frozen.manifest
+    by_slug = {t.slug: t for t in frozen.targets}
+    return {
+        "plan_sha256": frozen.plan_sha256,
+        "dataset": frozen.dataset,
+        "benchmarks": [
+            {"benchmark": b, **v, "judge": m["judges"].get(b, {}).get("slug")}
+            for b, v in m["benchmarks"].items()
+        ],
+        "cells": len(m["cases"]) * len(m["targets"]) * m["slots"],
+        "cases": len(m["cases"]),
+        "targets": [
+            {**t, "prices": m["prices"].get(t["slug"], {}), "name": by_slug[t["slug"]].name}
+            for t in m["targets"]
+        ],
+        "judges": [
+            {"benchmark": b, **j, "prices": m["prices"].get(j["slug"], {})}
+            for b, j in m["judges"].items()
+        ],
+        "sampling": m["sampling"],
+        "limits": m["limits"],
+        "failure_policy": m["failure_policy"],
+        "slots": m["slots"],
+        "worst_case": selectors.plan_worst_case_subject_cost(m),
+    }
+
+
+# --- Run detail (R10, R13, R14) ------------------------------------------------------------------
+
+
+def _run_header(run_id: int) -> Run:
+    run = selectors.runs_list_rows(Run.objects.filter(pk=run_id)).first()
+    if run is None:
+        raise Http404("No such run.")
+    return run
+
+
+def _live(run: Run) -> dict[str, Any]:
+    """In-flight calls with stage, elapsed, last activity and bytes (R10.3)."""
+    active = selectors.calls_page(run=run, active=True) if not run.is_terminal else []
+    return {
+        "active_calls": [{"call": c, **selectors.call_live_view(c)} for c in active],
+        "elapsed_seconds": selectors.run_elapsed_seconds(run),
+        "stream_warning": STREAM_ACTIVITY_WARNING,
+        "rendered_at": timezone.now(),
+    }
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _run_header(run_id)
+    tab = request.GET.get("tab", "results")
+    if tab not in TABS:
+        tab = "results"
+    htmx_target = getattr(getattr(request, "htmx", None), "target", None)
+    if htmx_target == "run-live":
+        # The page was opened while the run was active and it has ended since: reload it
+        # once so the final report replaces the live view.
+        if run.is_terminal and request.GET.get("was") == "active":
+            return HttpResponseClientRefresh()
+        return render(request, "runs/run_detail.html#live", {"run": run, **_live(run), "tab": tab})
+
+    context: dict[str, Any] = {
+        "nav": "runs",
+        "run": run,
+        "tab": tab,
+        "tabs": TABS,
+        "last_update": selectors.run_last_update(run),
+        "target_types": selectors.runs_target_types(run),
+        **_live(run),
+    }
+    context.update(TAB_CONTEXT[tab](request, run))
+    if tab == "evidence" and request.GET.get("read"):
+        # A read moved the cursor: the address becomes the snapshot it names, so a reload
+        # shows the same events instead of reading again.
+        canonical = request.GET.copy()
+        canonical.pop("read")
+        canonical["upto"] = str(context["upto"])
+        url = f"{reverse('runs:detail', args=[run.pk])}?{canonical.urlencode()}"
+        if not getattr(request, "htmx", False):
+            return HttpResponseRedirect(url)
+        response = render(request, "runs/run_detail.html#tab-body", context)
+        return push_url(response, url)
+    if getattr(request, "htmx", False) and htmx_target == "tab-body":
+        return render(request, "runs/run_detail.html#tab-body", context)
+    return render(request, "runs/run_detail.html", context)
+
+
+def _results_context(request: HttpRequest, run: Run) -> dict[str, Any]:
+    report = run_report(run=run)  # R13.2: every summary figure comes from the full report
+    children = Paginator(run.children.order_by("pk").only("pk", "name", "status"), PAGE_SIZE)
+    return {
+        "report": report,
+        "chart": _accuracy_chart(report),
+        "token_labels": TOKEN_LABELS,
+        "cache_neutral_caveat": CACHE_NEUTRAL_CAVEAT,
+        "children_page": children.get_page(request.GET.get("children_page")),
+        "parent": run.parent,
+    }
+
+
+def _accuracy_chart(report: dict[str, Any]) -> dict[str, Any]:
+    """Bars of accuracy with their Wilson interval, per benchmark and target, as geometry
+    for an inline SVG (no chart library): x in percent of the plot width."""
+    rows = []
+    for target in report["targets"]:
+        for benchmark, b in target["benchmarks"].items():
+            acc = b["accuracy"]
+            low, high = b["wilson_95"] or (None, None)
+            rows.append(
+                {
+                    "label": f"{benchmark} · {target['slug']}",
+                    "accuracy": acc,
+                    "width": None if acc is None else round(acc * 100, 2),
+                    "low": None if low is None else round(low * 100, 2),
+                    "high": None if high is None else round(high * 100, 2),
+                }
+            )
+    for i, row in enumerate(rows):
+        row["y"] = i * 22
+    return {"rows": rows, "height": len(rows) * 22 + 4}
+
+
+def _loaded_window(request: HttpRequest, records: list[Any], search_fields: Any) -> dict[str, Any]:
+    """R13.1: the server read at most 100 records; search and the 25-row pages cover only
+    those. `q` matches any of the record's shown fields, case-insensitively."""
+    q = request.GET.get("q", "").strip()
+    shown = records
+    if q:
+        needle = q.lower()
+        shown = [r for r in records if any(needle in str(v).lower() for v in search_fields(r))]
+    page = Paginator(shown, PAGE_SIZE).get_page(request.GET.get("page"))
+    after = _int(request.GET.get("after"))
+    return {
+        "q": q,
+        "page": page,
+        "after": after,
+        "loaded": len(records),
+        "next_after": records[-1].pk if len(records) == selectors.MAX_DETAIL_PAGE else None,
+    }
+
+
+def _questions_context(request: HttpRequest, run: Run) -> dict[str, Any]:
+    cells = selectors.results_page(run=run, after=_int(request.GET.get("after")))
+    return _loaded_window(
+        request,
+        cells,
+        lambda c: (
+            c.benchmark,
+            c.question.native_id,
+            c.question.subject,
+            c.target.slug,
+            c.status,
+            c.final_answer,
+            c.error,
+        ),
+    )
+
+
+def _calls_context(request: HttpRequest, run: Run) -> dict[str, Any]:
+    calls = selectors.calls_page(run=run, after=_int(request.GET.get("after")))
+    context = _loaded_window(
+        request,
+        calls,
+        lambda c: (
+            c.cell.benchmark,
+            c.role,
+            c.status,
+            c.target.slug,
+            c.served_model,
+            c.selected_model,
+            c.error_code,
+            c.finish_reason,
+        ),
+    )
+    open_id = _int(request.GET.get("call"))
+    if open_id:
+        call = selectors.call_full(run=run, call_id=open_id)
+        if call is not None:
+            context["open_call"] = _call_context(call)
+    return context
+
+
+def _evidence_context(request: HttpRequest, run: Run) -> dict[str, Any]:
+    """R14: a snapshot named by its cursor (`upto`, the last loaded seq). Opening reads at
+    most 1,000 events; Load more / Refresh read at most 1,000 more after the cursor. A page
+    or a type filter only ever covers what is loaded."""
+    upto = _int(request.GET.get("upto"))
+    action = request.GET.get("read")
+    if not request.GET.get("upto") or action in ("more", "refresh"):
+        fresh = selectors.events_page(run=run, after=upto, limit=selectors.MAX_EVENT_PAGE)
+        if fresh:
+            upto = fresh[-1].seq
+        last_read_full = len(fresh) == selectors.MAX_EVENT_PAGE
+    else:
+        last_read_full = False
+    types = [t for t in request.GET.getlist("type") if t]
+    loaded = selectors.events_loaded_count(run=run, upto=upto)
+    matching = selectors.events_loaded_count(run=run, upto=upto, types=types) if types else loaded
+    paginator = Paginator(range(matching), PAGE_SIZE)
+    page = paginator.get_page(request.GET.get("page"))
+    offset = (page.number - 1) * PAGE_SIZE
+    events = selectors.events_loaded(run=run, upto=upto, types=types, offset=offset)
+    # The receipt of the correction in effect (R2.3), as the report shows it.
+    correction = correction_summary(latest_corrections(run_ids=[run.pk]).get(run.pk))
+    return {
+        "upto": upto,
+        "loaded": loaded,
+        "matching": matching,
+        "types": types,
+        "type_choices": selectors.events_loaded_types(run=run, upto=upto),
+        "events": events,
+        "events_page": page,
+        # "Load more" is offered when the last read came back full, or newer events exist.
+        "more_available": last_read_full or selectors.events_exist_after(run=run, seq=upto),
+        "read_at": timezone.now(),
+        "correction": correction,
+        "parent": run.parent,
+        "children_page": Paginator(
+            run.children.order_by("pk").only("pk", "name", "status"), PAGE_SIZE
+        ).get_page(request.GET.get("children_page")),
+    }
+
+
+def _recipe_context(request: HttpRequest, run: Run) -> dict[str, Any]:
+    return {"availability": run_recipe_availability(run=run)}
+
+
+TAB_CONTEXT = {
+    "results": _results_context,
+    "questions": _questions_context,
+    "calls": _calls_context,
+    "evidence": _evidence_context,
+    "recipe": _recipe_context,
+}
+
+
+def _call_context(call: Any) -> dict[str, Any]:
+    """Full call content (R13.1, on demand). The judge's request holds the reference answer
+    and its output may quote it, so neither reaches a page (R9.3); the verdict the grader
+    read is in the question's grade."""
+    withheld = call.role == "judge"
+    headers = {
+        k: v
+        for k, v in (call.response_headers or {}).items()
+        if k.lower().startswith(("x-", "openai-", "anthropic-", "retry-", "content-type", "date"))
+        or k.lower() in ("server", "via")
+    }
+    return {
+        "call": call,
+        "withheld": withheld,
+        "request_messages": None if withheld else (call.request or {}).get("messages"),
+        "request_params": None
+        if withheld
+        else {k: v for k, v in (call.request or {}).items() if k != "messages"},
+        "buckets": [
+            ("uncached input", call.input_tokens),
+            (
+                "cache-read input",
+                call.cached_input_tokens if call.cached_reported is not False else None,
+            ),
+            (
+                "cache-write input",
+                call.cache_write_tokens if call.cache_write_reported is not False else None,
+            ),
+            ("output", call.output_tokens),
+        ],
+        "headers": headers,
+        "live": selectors.call_live_view(call),
+    }
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def run_call(request: HttpRequest, run_id: int, call_id: int) -> HttpResponse:
+    run = get_object_or_404(Run.objects.defer("manifest"), pk=run_id)
+    call = selectors.call_full(run=run, call_id=call_id)
+    if call is None:
+        raise Http404("No such call in this run.")
+    return render(
+        request,
+        _template(request, "runs/call_detail.html", "call-panel"),
+        {"nav": "runs", "run": run, **_call_context(call)},
+    )
+
+
+@require_GET
+def run_question(request: HttpRequest, run_id: int, cell_id: int) -> HttpResponse:
+    run = get_object_or_404(Run.objects.defer("manifest"), pk=run_id)
+    found = selectors.cell_with_calls(run=run, cell_id=cell_id)
+    if found is None:
+        raise Http404("No such question result in this run.")
+    cell, calls = found
+    adapter = ADAPTERS[cell.benchmark]
+    return render(
+        request,
+        "runs/question_detail.html",
+        {
+            "nav": "runs",
+            "run": run,
+            "cell": cell,
+            "calls": calls,
+            # What the subject was asked: the public payload rendered as the adapter sends it.
+            "prompt_messages": adapter.messages(cell.question.payload),
+            "kind": adapter.kind,
+        },
+    )
+
+
+@require_POST
+def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run.objects.defer("manifest"), pk=run_id)
+    if run_cancel(run=run, user=request.user):
+        messages.success(
+            request,
+            "Cancellation requested: no new call is sent; calls in flight finish and keep their evidence.",
+        )
+    else:
+        messages.info(
+            request, "Nothing to cancel: the run has ended or cancellation was already requested."
+        )
+    return HttpResponseRedirect(reverse("runs:detail", args=[run.pk]), status=303)

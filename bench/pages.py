@@ -1,0 +1,238 @@
+"""Server time of the main pages at scale: the Runs page over 10,000 runs, and every tab of the
+Run detail page of a run with 100,000 calls (issue 8).
+
+Builds the rows with bulk_create inside one transaction that is rolled back at the end, so
+the database is left as it was; the pages are requested through Django's test client in the
+same transaction. Run it on PostgreSQL:
+
+    DATABASE_URL=postgres://… .venv/bin/python bench/pages.py [--runs 10000] [--calls 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import statistics
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "srbench.settings_test")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.contrib.auth import get_user_model  # noqa: E402
+from django.db import connection, reset_queries, transaction  # noqa: E402
+from django.test import Client  # noqa: E402
+from django.test.utils import setup_test_environment  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from datasets.models import FrozenDataset, Question  # noqa: E402
+from runs.models import Call, Cell, Run, RunEvent, Target  # noqa: E402
+from srbench.canonical import sha256_hex  # noqa: E402
+
+PRICE = {"m": {"input": "3", "cached_input": "0.3", "output": "15"}}
+
+
+class Rollback(Exception):
+    pass
+
+
+def manifest(questions: list[Question], target: Target) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "benchmarks": {"mmlu-pro": {"weight": "1/10", "kind": "mcq", "cases": len(questions)}},
+        "cases": [[q.pk, q.content_sha256, "mmlu-pro"] for q in questions],
+        "targets": [{"slug": target.slug, "kind": "single", "model": "m", "fixed_params": {}}],
+        "judges": {},
+        "prices": {target.slug: PRICE},
+        "sampling": {},
+        "limits": {"concurrency": 8},
+        "slots": 1,
+    }
+
+
+def build(n_runs: int, n_calls: int) -> tuple[Any, Run]:
+    user = get_user_model().objects.create_user(username=f"bench-{time.time_ns()}")
+    target = Target.objects.create(
+        slug=f"bench-{time.time_ns()}",
+        name="bench",
+        model="m",
+        base_url="http://x/v1",
+        prices=PRICE,
+    )
+    tag = time.time_ns()
+    questions = Question.objects.bulk_create(
+        Question(
+            benchmark="mmlu-pro",
+            native_id=f"b{tag}-{i}",
+            subject="s",
+            payload={"question": f"q{i}", "options": ["a", "b", "c", "d"]},
+            content_sha256=hashlib.sha256(f"{tag}-{i}".encode()).hexdigest(),
+        )
+        for i in range(n_calls)
+    )
+    dataset = FrozenDataset.objects.create(
+        identity_sha256=hashlib.sha256(f"ds{tag}".encode()).hexdigest(),
+        name="bench",
+        profile="standard",
+        seed=1,
+        split="holdout",
+        selection={},
+    )
+    now = timezone.now()
+    small_manifest = manifest(questions[:3], target)
+    runs = Run.objects.bulk_create(
+        Run(
+            name=f"run {i}",
+            status="completed" if i % 10 else "running",
+            profile="quick",
+            manifest=small_manifest,
+            plan_sha256=sha256_hex([tag, i]),
+            dataset=dataset,
+            owner=user,
+            started_at=now,
+            finished_at=now if i % 10 else None,
+        )
+        for i in range(n_runs - 1)
+    )
+    cells = Cell.objects.bulk_create(
+        Cell(
+            run=run,
+            question=q,
+            target=target,
+            benchmark="mmlu-pro",
+            status="completed",
+            scored=True,
+            correct=True,
+        )
+        for run in runs
+        for q in questions[:3]
+    )
+    RunEvent.objects.bulk_create(
+        RunEvent(run=run, seq=s, type=t, payload={})
+        for run in runs
+        for s, t in ((1, "run.created"), (2, "run.started"))
+    )
+    big = Run.objects.create(
+        name="big",
+        status="running",
+        profile="standard",
+        manifest=manifest(questions, target),
+        plan_sha256=sha256_hex([tag, "big"]),
+        dataset=dataset,
+        owner=user,
+        started_at=now,
+    )
+    cells = Cell.objects.bulk_create(
+        Cell(
+            run=big,
+            question=q,
+            target=target,
+            benchmark="mmlu-pro",
+            status="completed" if i % 50 else "running",
+            scored=bool(i % 50),
+            correct=(i % 3 == 0) if i % 50 else None,
+            final_answer="B",
+        )
+        for i, q in enumerate(questions)
+    )
+    Call.objects.bulk_create(
+        Call(
+            cell=cell,
+            role="subject",
+            sequence=0,
+            target=target,
+            status="completed" if i % 50 else "streaming",
+            request={"model": "m", "messages": [{"role": "user", "content": "q"}]},
+            sent_at=now,
+            finished_at=now if i % 50 else None,
+            duration_ms=900.0 + i % 200 if i % 50 else None,
+            ttft_ms=120.0,
+            input_tokens=120,
+            cached_input_tokens=0,
+            cache_write_tokens=0,
+            output_tokens=40,
+            cost_usd=Decimal("0.00096") if i % 50 else None,
+            served_model="m",
+            content="The answer is B",
+            stage="done" if i % 50 else "streaming",
+            bytes_received=800,
+        )
+        for i, cell in enumerate(cells)
+    )
+    RunEvent.objects.bulk_create(
+        RunEvent(run=big, seq=s, type="cell.returned" if s % 2 else "call.sent", payload={})
+        for s in range(1, n_calls + 1)
+    )
+    return user, big
+
+
+def timed(client: Client, url: str, repeat: int) -> tuple[float, float, int]:
+    times = []
+    queries = 0
+    for _ in range(repeat):
+        reset_queries()
+        start = time.perf_counter()
+        response = client.get(url)
+        times.append(time.perf_counter() - start)
+        assert response.status_code == 200, (url, response.status_code)
+        queries = len(connection.queries)
+    return statistics.median(times), max(times), queries
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=10_000)
+    parser.add_argument("--calls", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    setup_test_environment()  # the test client's host, and query logging below
+    from django.conf import settings
+
+    settings.DEBUG = True  # connection.queries counts the queries of each page
+    try:
+        with transaction.atomic():
+            t0 = time.perf_counter()
+            user, big = build(args.runs, args.calls)
+            print(
+                f"built {args.runs} runs and a {args.calls}-call run in "
+                f"{time.perf_counter() - t0:.1f} s ({connection.vendor})"
+            )
+            client = Client()
+            client.force_login(user)
+            pages = [
+                ("Runs, page 1", "/"),
+                ("Runs, page 200", "/?page=200"),
+                ("Runs, filter status=running", "/?status=running"),
+                ("Runs, htmx poll", "/"),
+                *(
+                    (f"Run detail: {tab}", f"/runs/{big.pk}/?tab={tab}")
+                    for tab in ("results", "questions", "calls", "evidence", "recipe")
+                ),
+                ("Run detail: calls after 50,000", f"/runs/{big.pk}/?tab=calls&after=50000"),
+                ("Run detail: live poll", f"/runs/{big.pk}/?tab=results&was=active"),
+            ]
+            print(f"{'page':40} {'median':>9} {'max':>9} {'queries':>8}")
+            for label, url in pages:
+                if "poll" in label:
+                    client.defaults["HTTP_HX_REQUEST"] = "true"
+                    if "live" in label:
+                        client.defaults["HTTP_HX_TARGET"] = "run-live"
+                median, worst, queries = timed(client, url, args.repeat)
+                client.defaults.pop("HTTP_HX_REQUEST", None)
+                client.defaults.pop("HTTP_HX_TARGET", None)
+                print(f"{label:40} {median * 1000:8.0f}ms {worst * 1000:8.0f}ms {queries:8d}")
+            raise Rollback
+    except Rollback:
+        pass
+
+
+if __name__ == "__main__":
+    main()

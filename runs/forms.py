@@ -1,0 +1,286 @@
+"""Forms of the run pages: the Runs filters and Create evaluation (R7.1, R8).
+
+Create evaluation is typed form controls only (R8.5): each field maps onto one key of the
+plan that `runs.plans.plan_freeze` validates, and that serializer stays the one place where
+a plan's rules live — its errors are shown next to the fields they name.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+
+from datasets.benchmarks import ADAPTERS
+from datasets.models import FrozenDataset, Profile, Source
+from datasets.profiles import PROFILE_SPLIT
+from runs.models import RunStatus, Target
+from runs.plans import SUPPORTED_KINDS, LimitsSerializer
+
+
+class RunFilterForm(forms.Form):
+    name = forms.CharField(required=False, max_length=200)
+    model = forms.CharField(required=False, max_length=200, label="Model or target")
+    status = forms.ChoiceField(required=False, choices=[("", "Any status"), *RunStatus.choices])
+    mode = forms.ChoiceField(
+        required=False, choices=[("", "Any mode"), ("live", "live"), ("preview", "preview")]
+    )
+    profile = forms.ChoiceField(required=False, choices=[("", "Any profile"), *Profile.choices])
+
+    def filters(self) -> dict[str, str]:
+        # A stale or hand-edited URL filters nothing rather than failing the page.
+        if not self.is_valid():
+            return {name: "" for name in self.fields}
+        return {k: (v or "").strip() for k, v in self.cleaned_data.items()}
+
+
+def _limit_default(name: str) -> Any:
+    return LimitsSerializer().fields[name].default
+
+
+class EvaluationForm(forms.Form):
+    """Profile → benchmarks → targets → sampling, budget and limits → judges → review."""
+
+    profile = forms.ChoiceField(choices=Profile.choices, widget=forms.RadioSelect)
+    seed = forms.TypedChoiceField(coerce=int, required=False)
+    # "Evaluate dataset": the chosen frozen dataset, reused as it is when all of it is ticked.
+    dataset = forms.IntegerField(required=False, widget=forms.HiddenInput)
+    name = forms.CharField(max_length=200)
+    select_all = forms.BooleanField(required=False, label="Select all benchmarks")
+    benchmarks = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple, label="Prepared benchmarks"
+    )
+    targets = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
+
+    # Sampling (whitelisted generation fields, SAMPLING_FIELDS); blank = the target's default.
+    temperature = forms.FloatField(required=False, min_value=0, max_value=2)
+    top_p = forms.FloatField(required=False, min_value=0, max_value=1, label="Top p")
+    top_k = forms.IntegerField(required=False, min_value=1, label="Top k")
+    sampling_seed = forms.IntegerField(required=False, label="Seed")
+    presence_penalty = forms.FloatField(required=False, min_value=-2, max_value=2)
+    frequency_penalty = forms.FloatField(required=False, min_value=-2, max_value=2)
+    reasoning_effort = forms.ChoiceField(
+        required=False,
+        choices=[("", "target default"), *((v, v) for v in ("minimal", "low", "medium", "high"))],
+    )
+    stop = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="Stop sequences",
+        help_text="One per line, at most 4.",
+    )
+
+    # Budget
+    max_cost_usd = forms.DecimalField(
+        required=False,
+        min_value=Decimal(0),
+        max_digits=14,
+        decimal_places=6,
+        label="Max cost (USD)",
+        help_text="Dispatch stops before a call that could exceed it. Blank = no cap.",
+    )
+    # Request limits
+    total_timeout_s = forms.FloatField(
+        min_value=1, initial=_limit_default("total_timeout_s"), label="Request timeout (s)"
+    )
+    idle_timeout_s = forms.FloatField(
+        min_value=0.5, initial=_limit_default("idle_timeout_s"), label="Stream idle timeout (s)"
+    )
+    max_output_tokens = forms.IntegerField(
+        min_value=1, max_value=1_000_000, initial=_limit_default("max_output_tokens")
+    )
+    max_output_chars = forms.IntegerField(
+        min_value=1, initial=_limit_default("max_output_chars"), label="Max output characters"
+    )
+    # Task limits
+    concurrency = forms.IntegerField(
+        min_value=1, max_value=4096, initial=_limit_default("concurrency")
+    )
+    max_calls_per_case = forms.IntegerField(
+        min_value=1, max_value=1000, initial=_limit_default("max_calls_per_case")
+    )
+    case_timeout_s = forms.FloatField(
+        min_value=1, initial=_limit_default("case_timeout_s"), label="Case timeout (s)"
+    )
+    max_run_seconds = forms.FloatField(
+        min_value=1, initial=_limit_default("max_run_seconds"), label="Run deadline (s)"
+    )
+    failure_policy = forms.ChoiceField(
+        choices=[
+            ("stop", "stop at the first transport failure (fail closed)"),
+            ("continue", "continue"),
+        ],
+        initial="stop",
+    )
+    slots = forms.IntegerField(min_value=1, max_value=16, initial=1, label="Attempts per case")
+
+    # Route preview (R8.7): optional, MoM targets only, never a model call.
+    preview_prompt = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 2}), label="Prompt"
+    )
+    preview_history = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="Earlier turns",
+        help_text='Optional conversation context, one turn a line: "user: …" or "assistant: …".',
+    )
+    preview_session = forms.CharField(required=False, max_length=200, label="Session ID")
+    preview_conversation = forms.CharField(required=False, max_length=200, label="Conversation ID")
+
+    SAMPLING = (
+        ("temperature", "temperature"),
+        ("top_p", "top_p"),
+        ("top_k", "top_k"),
+        ("sampling_seed", "seed"),
+        ("presence_penalty", "presence_penalty"),
+        ("frequency_penalty", "frequency_penalty"),
+        ("reasoning_effort", "reasoning_effort"),
+    )
+    LIMITS = (
+        "total_timeout_s",
+        "idle_timeout_s",
+        "max_output_tokens",
+        "max_output_chars",
+        "concurrency",
+        "max_calls_per_case",
+        "case_timeout_s",
+        "max_run_seconds",
+    )
+
+    def __init__(
+        self,
+        *args: Any,
+        profile: str,
+        seed: int | None,
+        sources: list[Source],
+        seeds: list[int],
+        dataset: FrozenDataset | None,
+        dataset_benchmarks: list[str],
+        targets: list[Target],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        # Not `self.profile`: a template's `form.profile` looks up the field first.
+        self.profile_name = profile
+        self.split_name = PROFILE_SPLIT[profile]  # type: ignore[index]
+        self.chosen_dataset = dataset
+        self.fields["seed"].choices = [(s, str(s)) for s in seeds]
+        if seed is not None:
+            self.fields["seed"].initial = seed
+        # Only sources of this profile, seed and its split are offered (R8.1, R8.2); a
+        # chosen dataset offers its own benchmarks, which share those by construction.
+        self.sources = {s.benchmark: s for s in sources}
+        offered = dataset_benchmarks if dataset is not None else list(self.sources)
+        self.offered = sorted(offered, key=list(ADAPTERS).index)
+        self.runnable = [b for b in self.offered if ADAPTERS[b].kind in SUPPORTED_KINDS]
+        self.fields["benchmarks"].choices = [(b, b) for b in self.runnable]
+        self.targets = targets
+        self.fields["targets"].choices = [(t.slug, t.slug) for t in targets]
+        singles = [t for t in targets if t.kind == Target.Kind.SINGLE]
+        # One judge control per judged benchmark on offer (R8; a judge must be a single model).
+        self.judged = [b for b in self.runnable if ADAPTERS[b].kind == "judge"]
+        for benchmark in self.judged:
+            self.fields[f"judge_{benchmark}"] = forms.ChoiceField(
+                required=False,
+                label=f"Judge for {benchmark}",
+                choices=[("", "choose a judge"), *((t.slug, t.slug) for t in singles)],
+            )
+
+    # --- rows for the template -----------------------------------------------------------
+
+    def benchmark_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for benchmark in self.offered:
+            source = self.sources.get(benchmark)
+            rows.append(
+                {
+                    "benchmark": benchmark,
+                    "kind": ADAPTERS[benchmark].kind,
+                    "source": source,
+                    "runnable": benchmark in self.runnable,
+                    "checked": benchmark in (self._selected_values("benchmarks")),
+                }
+            )
+        return rows
+
+    def target_rows(self) -> list[dict[str, Any]]:
+        chosen = self._selected_values("targets")
+        return [{"target": t, "checked": t.slug in chosen} for t in self.targets]
+
+    def judge_fields(self) -> list[forms.BoundField]:
+        return [self[f"judge_{b}"] for b in self.judged]
+
+    def sampling_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name, _ in self.SAMPLING] + [self["stop"]]
+
+    def _selected_values(self, name: str) -> list[str]:
+        if self.is_bound:
+            return self.data.getlist(name) if hasattr(self.data, "getlist") else []
+        return list(self.initial.get(name, []))
+
+    # --- validation -----------------------------------------------------------------------
+
+    def clean_stop(self) -> list[str]:
+        lines = [line for line in self.cleaned_data["stop"].splitlines() if line.strip()]
+        if len(lines) > 4:
+            raise forms.ValidationError("At most 4 stop sequences.")
+        return lines
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("select_all"):
+            data["benchmarks"] = list(self.runnable)
+        if not data.get("benchmarks"):
+            self.add_error("benchmarks", "Tick at least one benchmark, or Select all benchmarks.")
+        return data
+
+    def selected_benchmarks(self) -> list[str]:
+        return sorted(self.cleaned_data.get("benchmarks") or [], key=list(ADAPTERS).index)
+
+    def plan(self, *, dataset_id: int, benchmarks: list[str] | None) -> dict[str, Any]:
+        """The plan document plan_freeze validates; blank sampling fields are left out so the
+        target's own defaults apply."""
+        data = self.cleaned_data
+        sampling: dict[str, Any] = {}
+        for field, key in self.SAMPLING:
+            value = data.get(field)
+            if value not in (None, ""):
+                sampling[key] = value
+        if data.get("stop"):
+            sampling["stop"] = data["stop"]
+        limits: dict[str, Any] = {name: data[name] for name in self.LIMITS}
+        limits["max_cost_usd"] = (
+            None if data.get("max_cost_usd") is None else str(data["max_cost_usd"])
+        )
+        selected = self.selected_benchmarks()
+        judges = {
+            b: data[f"judge_{b}"] for b in selected if b in self.judged and data.get(f"judge_{b}")
+        }
+        plan: dict[str, Any] = {
+            "name": data["name"],
+            "dataset": dataset_id,
+            "targets": data["targets"],
+            "sampling": sampling,
+            "limits": limits,
+            "judges": judges,
+            "failure_policy": data["failure_policy"],
+            "slots": data["slots"],
+        }
+        if benchmarks:
+            plan["benchmarks"] = benchmarks
+        return plan
+
+    def preview_messages(self) -> list[dict[str, str]] | None:
+        """Earlier turns + the prompt as a message list, or None when there are no turns."""
+        history = self.cleaned_data.get("preview_history") or ""
+        turns = []
+        for line in history.splitlines():
+            role, sep, text = line.partition(":")
+            role = role.strip().lower()
+            if not sep or role not in ("user", "assistant", "system"):
+                raise forms.ValidationError(f'Not a turn: "{line[:60]}" (use "user: …").')
+            turns.append({"role": role, "content": text.strip()})
+        if not turns:
+            return None
+        return [*turns, {"role": "user", "content": self.cleaned_data["preview_prompt"]}]

@@ -1,0 +1,98 @@
+"""Browser end-to-end fixtures: Playwright for Python driving Debian's Chromium against
+pytest-django's live server (SPEC R7, R8, R10, R14; reference Pattern 6).
+
+`scripts/ensure_browser.sh` installs the browser and the Python driver; Playwright's own
+browser download is never used. `scripts/ensure_frontend.sh` puts htmx in static/vendor/.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+# Playwright's sync API runs an event loop in the test thread; the ORM calls the tests make
+# between browser steps are ordinary synchronous code and safe here.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = Path(settings.BASE_DIR) / "var" / "screenshots"
+HTMX = Path(settings.BASE_DIR) / "static" / "vendor" / "htmx.min.js"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e/" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    from playwright import sync_api  # installed by make test (scripts/ensure_browser.sh)
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/ensure_browser.sh")
+    if not HTMX.exists():
+        pytest.fail(f"{HTMX} is missing: run scripts/ensure_frontend.sh")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, timezone_id="UTC")
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def member(transactional_db: None) -> Any:
+    from tests import factories as f
+
+    return f.user_create(username="alice", password="correct horse battery")
+
+
+@pytest.fixture
+def logged_in_page(page: Any, live_server: Any, member: Any) -> Any:
+    """A browser already holding a session (for tests whose subject is not the login)."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(member)
+    page.context.add_cookies(
+        [
+            {
+                "name": settings.SESSION_COOKIE_NAME,
+                "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
+                "url": live_server.url,
+            }
+        ]
+    )
+    return page
+
+
+def screenshot(page: Any, name: str) -> None:
+    """Saved for people to look at (gitignored), not compared."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
