@@ -208,7 +208,11 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
     judges: dict[str, dict[str, Any]] = {}
     judge_targets: dict[str, Target] = {}
     for benchmark in [] if preview else chosen:
-        if benchmark in ADAPTERS and ADAPTERS[benchmark].kind == "judge":
+        # τ³ takes an optional judge for tasks with natural-language assertions (without one
+        # those tasks end unscored, never silently passed).
+        optional = benchmark in USER_SIMULATED and benchmark not in plan["judges"]
+        needs = ADAPTERS[benchmark].kind == "judge" or benchmark in USER_SIMULATED
+        if benchmark in ADAPTERS and needs and not optional:
             slug = plan["judges"].get(benchmark)
             if not slug:
                 errors.setdefault("judges", {})[benchmark] = "a judge target is required"

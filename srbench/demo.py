@@ -18,13 +18,28 @@ DEMO_PRICES = {
     "sim-weak": {"input": "0.25", "cached_input": "0.025", "cache_write": "0.3", "output": "1.25"},
     "sim-judge": {"input": "0.5", "cached_input": "0.05", "output": "1.5"},
 }
-DEMO_JUDGED = ("simpleqa", "hle")
+DEMO_JUDGED = ("simpleqa", "hle", "tau3")
+# Code and agent benchmarks come from the bundled self-authored fixtures (official formats).
+FIXTURE_BENCHMARKS = ("livecodebench", "scicode", "terminal-bench", "tau3")
 
 
 def demo_dataset(var_dir: Path) -> FrozenDataset:
-    from datasets.services import demo_datasets_prepare
+    """All nine benchmarks at the smoke profile: synthetic files for the five that have a
+    generator, bundled fixtures for the four code and agent benchmarks."""
+    from datasets.services import dataset_compose, demo_datasets_prepare, source_prepare
 
-    return demo_datasets_prepare(profile="smoke", work_dir=var_dir / "demo-data")
+    generated = demo_datasets_prepare(profile="smoke", work_dir=var_dir / "demo-data")
+    fixtures = [source_prepare(benchmark=b, profile="smoke") for b in FIXTURE_BENCHMARKS]
+    return dataset_compose(
+        sources=[*generated.sources.all(), *fixtures], name="demo · smoke · all nine benchmarks"
+    )
+
+
+def scicode_test_data(var_dir: Path) -> Path:
+    """Targets for the bundled SciCode problems, so SciCode is graded in the demo."""
+    from datasets.scicode_fixture_data import write_fixture_test_data
+
+    return write_fixture_test_data(var_dir / "demo-data" / "scicode" / "test_data.h5")
 
 
 def simulator_config(dataset: FrozenDataset, var_dir: Path) -> Path:
@@ -72,6 +87,12 @@ def demo_targets(simulator_url: str) -> list[Target]:
             "model": "sim-judge",
             "prices": {"sim-judge": DEMO_PRICES["sim-judge"]},
         },
+        {
+            "slug": "sim-user",
+            "name": "Simulated user (τ³)",
+            "model": "sim-user",
+            "prices": {"sim-user": DEMO_PRICES["sim-judge"]},
+        },
     ]
     targets = []
     for spec in specs:
@@ -89,5 +110,6 @@ def demo_plan(dataset: FrozenDataset) -> dict[str, Any]:
         "dataset": dataset.pk,
         "targets": ["sim-strong", "sim-weak", "sim-router"],
         "judges": {b: "sim-judge" for b in DEMO_JUDGED},
+        "simulators": {"tau3": "sim-user"},
         "limits": {"concurrency": 16},
     }

@@ -524,6 +524,26 @@ class Driver:
             termination=termination,
         )
         detail = {"grader": "tau3", "termination": termination, **reward}
+        judge = self.ctx.judges.get(cell.benchmark)
+        pending = reward["detail"].get("not_evaluated", {})
+        if not reward["complete"] and set(pending) == {"NL_ASSERTION"} and judge is not None:
+            verdicts = await self._judge_assertions(
+                cell,
+                judge,
+                pending["NL_ASSERTION"],
+                tau.agent_texts(messages),
+                calls_made=subject_calls + user_calls,
+            )
+            if verdicts is None:
+                return
+            components = dict(reward["detail"]["components"])
+            components["NL_ASSERTION"] = all(verdicts.values())
+            normal = termination in tau.NORMAL_TERMINATIONS
+            passed = normal and all(v is True for v in components.values())
+            detail.update(reward=int(passed), complete=True, nl_verdicts=verdicts)
+            detail["detail"] = {**reward["detail"], "components": components}
+            await self.finish(cell, "completed", passed, detail, "", "")
+            return
         if not reward.get("complete", True):
             # Natural-language assertions need a judge we do not run yet: unknown, not wrong.
             await self.finish(
@@ -536,6 +556,41 @@ class Driver:
             )
             return
         await self.finish(cell, "completed", reward["reward"] == 1, detail, "", "")
+
+    async def _judge_assertions(
+        self,
+        cell: store.ClaimedCell,
+        judge: store.TargetInfo,
+        assertions: list[str],
+        agent_texts: list[str],
+        *,
+        calls_made: int,
+    ) -> dict[str, bool] | None:
+        """τ³ natural-language assertions graded by the plan's judge, one judge call each, with
+        the judge protocol of the judged benchmarks (a malformed verdict fails the cell)."""
+        transcript = "\n\n".join(agent_texts)
+        verdicts: dict[str, bool] = {}
+        for i, assertion in enumerate(assertions):
+            outcome = await self._turn(
+                cell,
+                role="judge",
+                sequence=i,
+                target=judge,
+                messages=scoring.judge_messages_for(
+                    question=f"Does the agent's side of this conversation satisfy: {assertion}",
+                    reference=assertion,
+                    response=transcript,
+                ),
+                calls_made=calls_made + i,
+            )
+            if outcome is None:
+                return None
+            try:
+                verdicts[assertion] = scoring.grade_from_verdict(outcome.content).correct
+            except MalformedVerdict as exc:
+                await self.finish(cell, "failed", None, None, "", f"malformed judge verdict: {exc}")
+                return None
+        return verdicts
 
     async def _run_scicode(self, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
         """One user turn per sub-step, each reply kept in the conversation; graded once every

@@ -75,6 +75,11 @@ def judge_request_messages(*, payload: dict, secret: dict, answer: str) -> list[
     return judge_messages(payload["question"], secret["answer"], answer)
 
 
+def judge_messages_for(*, question: str, reference: str, response: str) -> list[dict[str, str]]:
+    """The judge protocol for anything else a judge grades (e.g. τ³ assertions)."""
+    return judge_messages(question, reference, response)
+
+
 def grade_from_verdict(verdict_text: str) -> Grade:
     """Raises datasets.grading.MalformedVerdict, which fails the cell (never a guessed grade)."""
     verdict = parse_verdict(verdict_text)

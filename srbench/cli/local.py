@@ -78,10 +78,17 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
     var_dir = Path(settings.VAR_DIR)
     call_command("migrate", verbosity=0)
     username, password = demo_login(var_dir)
-    print("preparing the demo datasets (synthetic, official formats)…", flush=True)
+    print(
+        "preparing the demo datasets (official formats: synthetic and bundled fixtures)…",
+        flush=True,
+    )
     dataset = setup.demo_dataset(var_dir)
     simulator_config = setup.simulator_config(dataset, var_dir)
-    env = {**os.environ, "DJANGO_DEBUG": os.environ.get("DJANGO_DEBUG", "1")}
+    env = {
+        **os.environ,
+        "DJANGO_DEBUG": os.environ.get("DJANGO_DEBUG", "1"),
+        "SRBENCH_SCICODE_H5": str(setup.scicode_test_data(var_dir)),
+    }
     logs = var_dir / "logs"
     logs.mkdir(exist_ok=True)
     port = free_port(port)

@@ -1,6 +1,7 @@
 """`make demo` runs `manage.py benchmark demo`: on the embedded default (no DATABASE_URL, no
 broker server) it brings up simulator, worker and web, prints a URL and a login that work, and
-runs a smoke evaluation against the simulator's strong model, weak model and router."""
+runs a smoke evaluation of all nine benchmarks against the simulator's strong model, weak
+model and router."""
 
 import os
 import re
@@ -50,9 +51,12 @@ def test_demo_prints_a_url_and_login_that_work_and_stops_cleanly(tmp_path):
         finished = read_until(demo, r"evaluation finished: run (\d+) (\w+)", lines)
         assert finished.group(2) == "completed", "".join(lines)
         text = "".join(lines)
-        for benchmark in ("mmlu-pro", "gpqa", "simpleqa", "hle", "arc"):
+        # All nine benchmarks complete, so each target gets a full sr-bench score (R4.2).
+        for benchmark in ("mmlu-pro", "gpqa", "simpleqa", "hle", "arc", "livecodebench",
+                          "scicode", "terminal-bench", "tau3"):
             assert benchmark in text
-        assert "sim-router (mom)" in text and "subset macro average" in text
+        assert "sim-router (mom): sr-bench score" in text, text
+        assert "subset macro average" not in text
 
         with httpx.Client(base_url=url, follow_redirects=False, timeout=10) as web:
             assert web.get("/").status_code == 302  # login required
