@@ -7,6 +7,7 @@ urlpatterns = [
     path("", views.run_list, name="list"),
     path("runs/new/", views.evaluation_new, name="new"),
     path("runs/<int:run_id>/", views.run_detail, name="detail"),
+    path("runs/<int:run_id>/recovery/", views.run_recovery, name="recovery"),
     path("runs/<int:run_id>/cancel/", views.run_cancel_view, name="cancel"),
     path("runs/<int:run_id>/calls/<int:call_id>/", views.run_call, name="call"),
     path("runs/<int:run_id>/questions/<int:cell_id>/", views.run_question, name="question"),

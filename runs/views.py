@@ -11,6 +11,7 @@ Reading never starts, restarts or resubmits anything; the only writes are Start 
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 from typing import Any
 
 from django import forms
@@ -36,6 +37,7 @@ from runs.forms import EvaluationForm, RunFilterForm
 from runs.models import Run, Target
 from runs.plans import SUPPORTED_KINDS, PlanError, plan_freeze
 from runs.reconcile import correction_summary, latest_corrections
+from runs.recovery import REASONS, RecoveryError, recovery_plan, recovery_submit, run_lineage
 from runs.report import run_report
 from runs.services import IdempotencyConflict, run_cancel, run_create
 
@@ -46,6 +48,10 @@ TOKEN_LABELS = (
     ("cached_input", "cache-read input"),
     ("cache_write", "cache-write input"),
     ("output", "output"),
+)
+RECOVERY_SCOPES = (
+    ("undispatched", "Continue undispatched cases"),
+    ("failed", "Retry known failed cases as new attempts"),
 )
 TABS = ("results", "questions", "calls", "evidence", "recipe")
 # Shown wherever in-flight activity is (R10.3), in these words.
@@ -649,3 +655,96 @@ def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
             request, "Nothing to cancel: the run has ended or cancellation was already requested."
         )
     return HttpResponseRedirect(reverse("runs:detail", args=[run.pk]), status=303)
+
+
+# --- Recovery (R15.5, R13.3) ---------------------------------------------------------------------
+
+
+def _recovery_context(request: HttpRequest, run: Run, mode: str) -> tuple[dict[str, Any], int]:
+    """The reviewed plan of `mode` for the page, candidates and exclusions 25 a page each;
+    or the refusal in words (with its HTTP status) when the run cannot be recovered now.
+    Reviewing reconciles the ledger (R15.1) and never calls a model."""
+    context: dict[str, Any] = {
+        "nav": "runs",
+        "run": run,
+        "mode": mode,
+        "scopes": RECOVERY_SCOPES,
+        "lineage": run_lineage(run=run),
+        # Generated when this page rendered: the no-JS form resubmitted with it finds the
+        # same child instead of creating a second one.
+        "idempotency_key": uuid.uuid4().hex,
+    }
+    try:
+        plan = recovery_plan(run=run, mode=mode)
+    except RecoveryError as exc:
+        context["refusal"] = exc.message
+        return context, exc.http_status
+    eligible = Paginator(plan["eligible_cells"], PAGE_SIZE)
+    excluded = Paginator(plan["excluded"], PAGE_SIZE)
+    reasons: dict[str, int] = {}
+    for e in plan["excluded"]:
+        reasons[e["reason"]] = reasons.get(e["reason"], 0) + 1
+    previous = [e.get("previous_attempt_cost_usd") for e in plan["eligible_cells"]]
+    context.update(
+        plan=plan,
+        eligible_page=eligible.get_page(request.GET.get("page")),
+        excluded_page=excluded.get_page(request.GET.get("excluded_page")),
+        excluded_by_reason=[(r, REASONS[r], n) for r, n in sorted(reasons.items())],
+        previous_attempts_cost=sum((Decimal(p) for p in previous if p), Decimal(0))
+        if mode == "failed"
+        else None,
+    )
+    return context, 200
+
+
+@require_http_methods(["GET", "POST"])
+def run_recovery(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Review a recovery plan of a terminal run and submit it (R15.5). With JavaScript the
+    page's script posts to the recover API and keeps the pending request in the tab; this
+    view's POST is the plain-form fallback. Both go through ``recovery_submit`` under an
+    idempotency key, so a resubmission returns the same child and nothing is retried here."""
+    run = get_object_or_404(Run, pk=run_id)
+    source = request.POST if request.method == "POST" else request.GET
+    mode = source.get("mode", "undispatched")
+    if mode not in dict(RECOVERY_SCOPES):
+        mode = "undispatched"
+    error = None
+    if request.method == "POST":
+        try:
+            cells = sorted({int(c) for c in request.POST.getlist("cell")})
+        except ValueError:
+            cells = []
+            error = "The selected cells are not cell ids."
+        if error is None:
+            try:
+                child, created = recovery_submit(
+                    run=run,
+                    plan={
+                        "mode": mode,
+                        "plan_sha256": request.POST.get("plan_sha256", ""),
+                        # Undispatched mode with nothing ticked: every eligible cell.
+                        "selected_cells": cells or None,
+                    },
+                    idempotency_key=request.POST.get("idempotency_key", ""),
+                    acknowledge_new_attempt=request.POST.get("acknowledge_new_attempt") == "on",
+                    user=request.user,
+                )
+            except RecoveryError as exc:
+                error = exc.message
+            else:
+                if created:
+                    messages.success(
+                        request, f"Recovery run #{child.pk} created from run #{run.pk}."
+                    )
+                else:
+                    messages.info(
+                        request,
+                        "This recovery was already submitted with this request; nothing was "
+                        "created twice.",
+                    )
+                return HttpResponseRedirect(reverse("runs:detail", args=[child.pk]), status=303)
+    context, status = _recovery_context(request, run, mode)
+    context["error"] = error
+    if error is not None and status == 200:
+        status = 422
+    return render(request, "runs/recovery.html", context, status=status)
