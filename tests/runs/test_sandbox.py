@@ -9,8 +9,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from runs.engine.sandbox import (
     SandboxLimits,
     sandbox_available,
