@@ -34,7 +34,7 @@ def plan_from(options: dict[str, Any]) -> dict[str, Any]:
     if options.get("plan_file"):
         try:
             plan = json.loads(Path(options["plan_file"]).read_text())
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise CliError(f"cannot read plan file {options['plan_file']}: {exc}") from exc
         if not isinstance(plan, dict):
             raise CliError("a plan file must hold a JSON object")
@@ -49,6 +49,9 @@ def plan_from(options: dict[str, Any]) -> dict[str, Any]:
                 raise CliError(f"--judge wants BENCHMARK=SLUG, got {item!r}")
             judges[benchmark] = slug
         plan["judges"] = judges
+    for key in ("limits", "sampling", "judges", "simulators"):
+        if plan.get(key) is not None and not isinstance(plan[key], dict):
+            raise CliError(f"plan field {key!r} must be a JSON object")
     limits = dict(plan.get("limits") or {})
     for key in ("concurrency", "max_cost_usd", "max_output_tokens"):
         if options.get(key) is not None:

@@ -246,6 +246,15 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
         errors.setdefault("simulators", {})["_"] = (
             f"simulator for unselected: {', '.join(extra_simulators)}"
         )
+    needless = sorted(
+        b
+        for b in plan["judges"]
+        if b in chosen and ADAPTERS[b].kind != "judge" and b not in USER_SIMULATED
+    )
+    if needless:
+        errors.setdefault("judges", {})["_needless"] = (
+            f"these benchmarks take no judge: {', '.join(needless)}"
+        )
     extra_judges = sorted(set(plan["judges"]) - set(chosen))
     if extra_judges:
         errors.setdefault("judges", {})["_"] = f"judge for unselected: {', '.join(extra_judges)}"

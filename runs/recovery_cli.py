@@ -90,7 +90,7 @@ def _recover_plan(options: dict[str, Any]) -> int:
 def _recover(options: dict[str, Any]) -> int:
     try:
         plan = json.loads(Path(options["plan"]).read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise CliError(f"cannot read recovery plan {options['plan']}: {exc}") from exc
     if not isinstance(plan, dict):
         raise CliError("a recovery plan file must hold a JSON object")

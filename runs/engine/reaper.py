@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from datetime import timedelta
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -90,7 +91,7 @@ def ledger_reap(*, now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
                 if interrupted:
                     events.append(("run.interrupted", {"sent_unknown_cells": len(unknown_cells)}))
                     stats["runs"] += 1
-            elif never_sent:
+            if never_sent and not unknown_cells:
                 redispatch.add(run_id)
             events_append(run_id=run_id, events=events)
             stats["sent_unknown_cells"] += len(unknown_cells)
@@ -100,7 +101,43 @@ def ledger_reap(*, now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
             from runs.services import run_dispatch
 
             transaction.on_commit(lambda r=run_id: run_dispatch(run_id=r))
+    stats["redispatched_runs"] = runs_redispatch_idle(now=now)
     return stats
+
+
+def runs_redispatch_idle(*, now=None) -> int:  # type: ignore[no-untyped-def]
+    """Ring the doorbell again for runs nobody drives: queued or running, not stopped, with
+    pending cells, no running cell and no event for a whole lease (a worker died before its
+    first claim, or the broker lost the message). Safe because claims are idempotent; the
+    event it appends keeps it from ringing more than once a lease while a queue is backed up.
+    """
+    from django.conf import settings
+    from django.db.models import Exists, Max, OuterRef
+
+    from runs.services import run_dispatch
+
+    now = now or timezone.now()
+    idle_since = now - timedelta(seconds=settings.SRBENCH_CELL_LEASE_SECONDS)
+    candidates = (
+        Run.objects.filter(
+            status__in=["queued", "running"],
+            cancel_requested_at__isnull=True,
+            stop_reason="",
+            created_at__lt=idle_since,
+        )
+        .filter(Exists(Cell.objects.filter(run=OuterRef("pk"), status="pending")))
+        .exclude(Exists(Cell.objects.filter(run=OuterRef("pk"), status="running")))
+        .annotate(last_event=Max("events__created_at"))
+        .filter(last_event__lt=idle_since)
+        .values_list("pk", flat=True)
+    )
+    count = 0
+    for run_id in candidates:
+        with transaction.atomic(durable=True):
+            events_append(run_id=run_id, events=[("run.redispatched", {"reason": "no driver"})])
+            transaction.on_commit(lambda r=run_id: run_dispatch(run_id=r))
+        count += 1
+    return count
 
 
 def start_reaper_thread(interval: float) -> threading.Thread:

@@ -1,0 +1,329 @@
+"""Shared machinery of the fault suite: workers with short leases, a small judged run, a
+ledger snapshot taken at the moment of a fault, and the five invariants checked after it.
+
+The invariants (issue 13): no call sent twice; no completed call lost; every dispatched call
+either completed with evidence or `sent_unknown`; the run terminal or resumable; the report
+consistent with the ledger. `check_invariants` returns counts and a list of problems, so a
+trial can be summarised before it is asserted.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Q, Sum
+
+from datasets.benchmarks import get_adapter
+from datasets.models import DatasetQuestion, FrozenDataset, Question, QuestionSecret
+from runs.models import TERMINAL_RUN_STATUSES, Call, CallEvidence, Cell, Run
+from runs.recovery import RecoveryError, recovery_plan
+from runs.report import run_report
+from runs.services import run_cancel, run_create
+from srbench.canonical import sha256_hex
+from tests.conftest import ROOT, WorkerProcess, database_url_for_worker
+
+# Short leases: a killed worker's cells are settled about 2 s after its last renewal. A live
+# worker renews every third of a lease, so 2.5 s leaves room for a loaded 2-core machine.
+LEASE_SECONDS = 2.5
+REAPER_SECONDS = 0.5
+# Slow enough that a kill can land before, during and after a stream and during grading.
+SLOW_MODELS = {
+    "sim-strong": {"ttft_s": 0.15, "tokens_per_second": 25.0, "chunk_tokens": 1},
+    "sim-judge": {"ttft_s": 0.15, "tokens_per_second": 40.0, "chunk_tokens": 1},
+}
+BENCHMARKS = ["simpleqa", "mmlu-pro"]  # a judged benchmark (2 calls a cell) and a direct one
+PER_BENCHMARK = 3
+OPEN = ("sent", "streaming")
+
+
+class ChaosWorker(WorkerProcess):
+    """A `celery worker --pool=threads` with short leases, optionally on another broker."""
+
+    def __init__(self, log_path: Path, *, broker_url: str | None = None) -> None:
+        super().__init__(log_path, ["--pool=threads", "--concurrency=4"])
+        self.broker_url = broker_url or settings.CELERY_BROKER_URL
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "srbench.settings_test",
+            "DATABASE_URL": database_url_for_worker(),
+            "CELERY_BROKER_URL": self.broker_url,
+            "SRBENCH_VAR_DIR": str(settings.VAR_DIR),
+            "SRBENCH_CELL_LEASE_SECONDS": str(LEASE_SECONDS),
+            "SRBENCH_REAPER_INTERVAL_SECONDS": str(REAPER_SECONDS),
+        }
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "srbench",
+                "worker",
+                "--loglevel=INFO",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                *self.extra_args,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+
+def small_dataset(name: str = "chaos") -> FrozenDataset:
+    """PER_BENCHMARK fixture questions of each of BENCHMARKS (secrets included, for grading)."""
+    rows, hashes = [], []
+    for benchmark in BENCHMARKS:
+        adapter = get_adapter(benchmark)
+        for q in list(adapter.load(adapter.fixture_path()))[:PER_BENCHMARK]:
+            sha = sha256_hex([q.benchmark, q.native_id, q.subject, q.payload, q.secret])
+            question, created = Question.objects.get_or_create(
+                content_sha256=sha,
+                defaults={
+                    "benchmark": q.benchmark,
+                    "native_id": q.native_id,
+                    "subject": q.subject,
+                    "payload": q.payload,
+                },
+            )
+            if created:
+                QuestionSecret.objects.create(question=question, data=q.secret)
+            rows.append(question)
+            hashes.append(sha)
+    dataset = FrozenDataset.objects.create(
+        identity_sha256=sha256_hex([name, hashes]),
+        name=name,
+        profile="smoke",
+        seed=1,
+        split="dev",
+        selection={"benchmarks": BENCHMARKS},
+    )
+    DatasetQuestion.objects.bulk_create(
+        DatasetQuestion(dataset=dataset, question=q, position=i) for i, q in enumerate(rows)
+    )
+    return dataset
+
+
+def start_run(owner: Any, dataset: FrozenDataset, name: str, concurrency: int = 3) -> Run:
+    run, created = run_create(
+        owner=owner,
+        plan={
+            "name": name,
+            "dataset": dataset.pk,
+            "targets": ["sim-strong"],
+            "judges": {"simpleqa": "sim-judge"},
+            "limits": {"concurrency": concurrency},
+        },
+    )
+    assert created
+    return run
+
+
+@dataclass
+class Snapshot:
+    """The ledger of a run at the instant of a fault (taken after the worker is gone)."""
+
+    completed: dict[int, tuple[str, str]]  # call → (content, evidence sha256)
+    dispatched: set[int]
+    open_calls: set[int]
+    cells: dict[str, int]
+
+
+def snapshot(run: Run) -> Snapshot:
+    calls = list(Call.objects.filter(cell__run=run).values_list("pk", "status", "content"))
+    evidence = dict(
+        CallEvidence.objects.filter(call__cell__run=run).values_list("call_id", "sha256")
+    )
+    cells = dict(
+        Cell.objects.filter(run=run)
+        .values("status")
+        .annotate(n=Count("id"))
+        .values_list("status", "n")
+    )
+    return Snapshot(
+        completed={
+            pk: (content, evidence.get(pk, ""))
+            for pk, status, content in calls
+            if status == "completed"
+        },
+        dispatched={pk for pk, _, _ in calls},
+        open_calls={pk for pk, status, _ in calls if status in OPEN},
+        cells=cells,
+    )
+
+
+@dataclass
+class Outcome:
+    status: str
+    calls: int = 0
+    duplicates: int = 0  # extra requests for one call id (must be 0)
+    lost: int = 0  # calls completed before the fault and no longer completed with evidence
+    unsettled: int = 0  # dispatched calls neither completed-with-evidence nor sent_unknown
+    sent_unknown: int = 0
+    unknown_never_reached: int = 0  # sent_unknown calls the model never saw: killed before send
+    failed_with_evidence: int = 0
+    resumable: bool = False
+    problems: list[str] = field(default_factory=list)
+
+
+def report_problems(run: Run) -> list[str]:
+    """The report must say what the ledger says: counts and known costs from SQL."""
+    report = run_report(run=run)
+    problems = []
+    cells = Cell.objects.filter(run=run).aggregate(
+        planned=Count("id"),
+        completed=Count("id", filter=Q(status="completed")),
+        failed=Count("id", filter=Q(status="failed")),
+        sent_unknown=Count("id", filter=Q(status="sent_unknown")),
+        pending=Count("id", filter=Q(status__in=["pending", "running"])),
+        correct=Count("id", filter=Q(correct=True)),
+        scored=Count("id", filter=Q(scored=True)),
+    )
+    for key, value in cells.items():
+        if report["counts"][key] != value:
+            problems.append(f"report {key} {report['counts'][key]} != ledger {value}")
+    if report["run"]["status"] != run.status:
+        problems.append(f"report status {report['run']['status']} != {run.status}")
+    calls = Call.objects.filter(cell__run=run)
+    for role, key in (("subject", "known_cost_usd"), ("judge", "known_evaluation_cost_usd")):
+        ledger = calls.filter(role=role).aggregate(s=Sum("cost_usd"))["s"] or Decimal(0)
+        got = Decimal(report["targets"][0][key] or "0")
+        if got != ledger:
+            problems.append(f"report {key} {got} != ledger {ledger}")
+    unknown_cost = calls.filter(role="subject", cost_usd__isnull=True).exists()
+    complete = cells["completed"] == cells["planned"] and not unknown_cost
+    if (report["targets"][0]["subject_cost_usd"] is not None) != complete:
+        problems.append("report subject_cost_usd is known while the ledger is incomplete")
+    if report["complete"] != (run.status == "completed" and complete):
+        problems.append(f"report complete={report['complete']} with run {run.status}")
+    return problems
+
+
+def resumable_problems(run: Run) -> list[str]:
+    """A terminal run that did not complete can be reviewed for recovery, and the plan never
+    offers a cell whose call may have reached the model."""
+    if run.status == "completed":
+        return []
+    problems = []
+    try:
+        plan = recovery_plan(run=run, mode="undispatched")
+    except RecoveryError as exc:
+        return [f"recovery plan refused: {exc.code}: {exc.message}"]
+    eligible = {e["cell"] for e in plan["eligible_cells"]}
+    dispatched = set(Cell.objects.filter(run=run, calls__isnull=False).values_list("pk", flat=True))
+    if eligible & dispatched:
+        problems.append(f"recovery would re-send cells {sorted(eligible & dispatched)}")
+    covered = eligible | {e["cell"] for e in plan["excluded"]}
+    if covered != set(Cell.objects.filter(run=run).values_list("pk", flat=True)):
+        problems.append("recovery plan does not classify every cell")
+    return problems
+
+
+def check_invariants(
+    run: Run, before: Snapshot | None, by_call_id: dict[str, int], *, strict_settled: bool = True
+) -> Outcome:
+    run.refresh_from_db()
+    out = Outcome(status=run.status)
+    calls = list(Call.objects.filter(cell__run=run).values_list("pk", "status", "content"))
+    evidence = dict(
+        CallEvidence.objects.filter(call__cell__run=run).values_list("call_id", "sha256")
+    )
+    out.calls = len(calls)
+    for pk, status, _content in calls:
+        sent = by_call_id.get(str(pk), 0)
+        if sent > 1:
+            out.duplicates += sent - 1
+            out.problems.append(f"call {pk} reached the model {sent} times")
+        if status == "completed":
+            if pk not in evidence:
+                out.unsettled += 1
+                out.problems.append(f"call {pk} completed without evidence")
+            if sent == 0:
+                out.problems.append(f"call {pk} completed but the model never saw it")
+        elif status == "sent_unknown":
+            out.sent_unknown += 1
+            out.unknown_never_reached += sent == 0
+        elif status in ("failed", "cancelled") and pk in evidence and not strict_settled:
+            out.failed_with_evidence += 1
+        else:
+            out.unsettled += 1
+            out.problems.append(f"call {pk} is {status} (evidence: {pk in evidence})")
+    if before is not None:
+        now = {pk: (status, content) for pk, status, content in calls}
+        for pk, (content, sha) in before.completed.items():
+            if now.get(pk) != ("completed", content) or evidence.get(pk) != sha or not sha:
+                out.lost += 1
+                out.problems.append(f"call {pk} completed before the fault is now {now.get(pk)}")
+        missing = before.dispatched - set(now)
+        if missing:
+            out.lost += len(missing)
+            out.problems.append(f"call rows disappeared: {sorted(missing)}")
+    if run.status not in TERMINAL_RUN_STATUSES:
+        out.problems.append(f"run is {run.status}, not terminal")
+    else:
+        if Cell.objects.filter(run=run, status__in=["running"]).exists():
+            out.problems.append("terminal run with a running cell")
+        resumable = resumable_problems(run)
+        out.resumable = not resumable
+        out.problems += resumable
+    out.problems += report_problems(run)
+    return out
+
+
+def settle(run: Run, *, timeout: float, quiet: float = 4.0) -> str:
+    """Wait until the run is terminal. Returns "terminal", or "stuck" when the run is not
+    terminal, no cell holds a live lease and nothing in the ledger moved for `quiet` seconds
+    (no worker will ever pick it up again: see docs/reliability.md, known gaps)."""
+    deadline = time.monotonic() + timeout
+    last: tuple[Any, ...] | None = None
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        run.refresh_from_db()
+        # Terminal, and no cell still held under a lease: a run is interrupted by the first
+        # expired lease; cells the dead worker claimed later are settled when theirs expire.
+        if run.is_terminal and not Cell.objects.filter(run=run, status="running").exists():
+            return "terminal"
+        state = (
+            run.status,
+            tuple(
+                Cell.objects.filter(run=run)
+                .values("status")
+                .annotate(n=Count("id"))
+                .order_by("status")
+                .values_list("status", "n")
+            ),
+            Call.objects.filter(cell__run=run).exclude(status__in=OPEN).count(),
+        )
+        if state != last:
+            last, since = state, time.monotonic()
+        elif not Cell.objects.filter(run=run, status="running").exists() and (
+            time.monotonic() - since > quiet
+        ):
+            return "stuck"
+        time.sleep(0.1)
+    return "timeout"
+
+
+def cancel_stuck(run: Run) -> None:
+    """What an operator does with a run no worker drives: cancel it (it becomes terminal and
+    reviewable for recovery)."""
+    run_cancel(run=run)
+    run.refresh_from_db()

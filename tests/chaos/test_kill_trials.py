@@ -1,0 +1,237 @@
+"""Seeded SIGKILL trials (issue 13 point 1): a worker dies at a chosen point of a run — right
+after a call row is written (before or as its request leaves), mid-stream, after the last byte
+of an answer, while a judge grades, after cells completed, or at a random moment — and the
+ledger must keep its promises: no call sent twice, no completed call lost, every dispatched
+call completed with evidence or `sent_unknown`, the run terminal or resumable, the report
+equal to the ledger.
+
+Two worker processes take turns: the test sends each run to the queue of the current victim,
+kills it at the trial's point, and restarts it in the background while the other worker (which
+also serves the shared queue) settles the dead worker's leases and finishes what can be
+finished. One simulator serves every trial; each trial is a fresh run.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from runs.models import Call, Cell, Run
+from runs.tasks import run_drive
+from tests import factories as f
+from tests.chaos import support as cs
+from tests.conftest import ROOT, purge_broker, wait_until
+from tests.runs import engine_support as es
+
+pytestmark = pytest.mark.worker
+
+TRIALS = int(os.environ.get("SRBENCH_CHAOS_TRIALS", "50"))
+SEED = 13_2024
+KILL_POINTS = (
+    "run_started",  # the worker moved the run to running: cells claimed or about to be
+    "call_row",  # the k-th Call row committed: before (or just as) its request leaves
+    "mid_stream",  # the simulator is sending a body
+    "after_last_byte",  # a subject answer is complete, its cell not yet settled
+    "grading",  # a judge call is in flight
+    "cells_done",  # the m-th cell completed
+    "random_time",  # anywhere, from the moment the run is created
+)
+REPORT = ROOT / "var" / "chaos-report.txt"
+
+
+@pytest.fixture(scope="module")
+def sim_url():
+    with es.simulator(cs.BENCHMARKS, models=cs.SLOW_MODELS) as url:
+        yield url
+
+
+def sim(url: str) -> dict:
+    return httpx.get(f"{url}/_sim/stats", timeout=10).json()
+
+
+def wait_for_point(run: Run, point: str, rng: random.Random, url: str) -> tuple[str, bool]:
+    """Poll the ledger (or the simulator) until the trial's kill point; returns a description
+    and whether the point was reached before the run ended."""
+    calls = Call.objects.filter(cell__run=run)
+    if point == "run_started":
+        delay = rng.choice([0.0, 0.0, rng.uniform(0.0, 0.3)])
+        label = f"run running +{delay:.2f}s"
+        cond = lambda: Run.objects.filter(pk=run.pk, status="running").exists()  # noqa: E731
+    elif point == "call_row":
+        k = rng.randint(1, 8)
+        label, cond = f"call row {k}", lambda: calls.count() >= k
+    elif point == "mid_stream":
+        delay = rng.uniform(0.0, 0.25)
+        label, cond = f"mid-stream +{delay:.2f}s", lambda: sim(url)["open_streams"] > 0
+    elif point == "after_last_byte":
+        label = "subject answered, cell running"
+        cond = lambda: calls.filter(  # noqa: E731
+            role="subject", status="completed", cell__status="running"
+        ).exists()
+    elif point == "grading":
+        label = "judge in flight"
+        cond = lambda: calls.filter(role="judge", status__in=cs.OPEN).exists()  # noqa: E731
+    elif point == "cells_done":
+        m = rng.randint(1, 4)
+        label = f"{m} cells completed"
+        cond = lambda: Cell.objects.filter(run=run, status="completed").count() >= m  # noqa: E731
+    else:
+        delay = rng.uniform(0.0, 3.0)
+        start = time.monotonic()
+        label, cond = f"random +{delay:.2f}s", lambda: time.monotonic() - start >= delay
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if cond():
+            if point in ("mid_stream", "run_started"):
+                time.sleep(delay)
+            return label, True
+        if Run.objects.filter(pk=run.pk, status__in=cs.TERMINAL_RUN_STATUSES).exists():
+            return label, False
+        time.sleep(0.005)
+    return label, False
+
+
+def test_seeded_kill_trials(transactional_db, sim_url, tmp_path: Path, monkeypatch) -> None:
+    purge_broker()
+    es.sim_targets(sim_url)
+    dataset = cs.small_dataset()
+    owner = f.user_create()
+    # Runs are sent to the victim's own queue; the reaper's re-dispatch uses the shared one.
+    queue = {"name": ""}
+    monkeypatch.setattr(
+        "runs.services.run_dispatch",
+        lambda *, run_id: run_drive.apply_async(args=[run_id], queue=queue["name"]),
+    )
+    workers: dict[str, cs.ChaosWorker] = {}
+
+    def boot(name: str, n: int) -> None:
+        w = cs.ChaosWorker(tmp_path / f"{name}-{n}.log")
+        w.extra_args += ["-Q", f"srbench,chaos-{name}", "-n", f"{name}-{n}@%h"]
+        w.start()
+        workers[name] = w
+
+    boot("a", 0)
+    boot("b", 0)
+    rows: list[dict] = []
+    started = time.monotonic()
+    try:
+        for i in range(TRIALS):
+            rng = random.Random(SEED * 1000 + i)
+            point = KILL_POINTS[i % len(KILL_POINTS)]
+            victim_name = "ab"[i % 2]
+            victim = workers[victim_name]
+            queue["name"] = f"chaos-{victim_name}"
+            run = cs.start_run(owner, dataset, f"chaos {i} {point}")
+            label, reached = wait_for_point(run, point, rng, sim_url)
+            run.refresh_from_db()
+            live_before_kill = not run.is_terminal
+            held = set(
+                Cell.objects.filter(run=run, status="running").values_list("claimed_by", flat=True)
+            )
+            victim.stop(signal.SIGKILL)
+            before = cs.snapshot(run)
+            boot(victim_name, i + 1)  # boots while the other worker settles the leases
+            state = cs.settle(run, timeout=90)
+            if state == "stuck":
+                stuck_status = run.status
+                cs.cancel_stuck(run)
+            else:
+                stuck_status = ""
+            outcome = cs.check_invariants(run, before, sim(sim_url)["by_call_id"])
+            rows.append(
+                {
+                    "trial": i,
+                    "point": point,
+                    "label": label,
+                    "reached": reached,
+                    "killed_live": live_before_kill,
+                    "victim_held_cells": any(f":{victim.pid}:" in h for h in held),
+                    "open_at_kill": len(before.open_calls),
+                    "completed_at_kill": len(before.completed),
+                    "state": state,
+                    "stuck_status": stuck_status,
+                    "outcome": outcome,
+                }
+            )
+            print(
+                f"trial {i:2d} {point:15s} {label:32s} reached={reached!s:5} "
+                f"open={len(before.open_calls)} done={len(before.completed)} -> {state} "
+                f"{stuck_status and 'stuck ' + stuck_status + ' -> '}{outcome.status} "
+                f"calls={outcome.calls} unknown={outcome.sent_unknown} "
+                f"(never reached {outcome.unknown_never_reached}) "
+                f"dup={outcome.duplicates} lost={outcome.lost} {outcome.problems or ''}"
+            )
+            # The next victim must be consuming before its run is sent (it usually is).
+            wait_until(lambda: not Cell.objects.filter(status="running").exists(), timeout=30)
+    finally:
+        for w in workers.values():
+            w.stop()
+        purge_broker()
+
+    elapsed = time.monotonic() - started
+    # Every call id any trial sent reached the simulator exactly once.
+    all_ids = {str(pk) for pk in Call.objects.values_list("pk", flat=True)}
+    by_call = sim(sim_url)["by_call_id"]
+    kills = sum(r["killed_live"] for r in rows)
+    outcomes = [r["outcome"] for r in rows]
+    summary = (
+        f"chaos kill trials: seed {SEED}, trials {len(rows)}, kills mid-run {kills}, "
+        f"kill points {dict(Counter(r['point'] for r in rows if r['killed_live']))}, "
+        f"calls {sum(o.calls for o in outcomes)}, "
+        f"open at kill {sum(r['open_at_kill'] for r in rows)}, "
+        f"sent_unknown {sum(o.sent_unknown for o in outcomes)} "
+        f"(never reached the model {sum(o.unknown_never_reached for o in outcomes)}), "
+        f"duplicate sends {sum(o.duplicates for o in outcomes)}, "
+        f"lost calls {sum(o.lost for o in outcomes)}, "
+        f"unsettled calls {sum(o.unsettled for o in outcomes)}, "
+        f"runs {dict(Counter(o.status for o in outcomes))}, "
+        f"stuck until cancelled {sum(r['state'] == 'stuck' for r in rows)} "
+        f"{dict(Counter(r['stuck_status'] for r in rows if r['stuck_status']))}, "
+        f"resumable {sum(o.resumable for o in outcomes if o.status != 'completed')}"
+        f"/{sum(o.status != 'completed' for o in outcomes)}, "
+        f"report mismatches {sum(1 for o in outcomes for p in o.problems if 'report' in p)}, "
+        f"wall {elapsed:.0f}s"
+    )
+    print(summary)
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text(summary + "\n")
+
+    assert set(by_call) <= all_ids
+    assert all(n == 1 for n in by_call.values())
+    assert kills >= min(TRIALS, 50) * 0.9
+    problems = [
+        (r["trial"], r["point"], r["outcome"].problems) for r in rows if r["outcome"].problems
+    ]
+    assert not problems, problems
+
+
+def test_a_run_whose_worker_died_before_its_first_claim_is_driven_again(
+    transactional_db, sim_url, tmp_path: Path
+) -> None:
+    purge_broker()
+    es.sim_targets(sim_url)
+    first = cs.ChaosWorker(tmp_path / "first.log")
+    first.start()
+    second = cs.ChaosWorker(tmp_path / "second.log")
+    try:
+        run = cs.start_run(f.user_create(), cs.small_dataset("gap"), "gap")
+        wait_until(
+            lambda: Run.objects.filter(pk=run.pk, status="running").exists(),
+            timeout=60,
+            interval=0.005,
+        )
+        first.stop(signal.SIGKILL)
+        assert not Cell.objects.filter(run=run).exclude(status="pending").exists()
+        second.start()
+        assert cs.settle(run, timeout=60, quiet=3 * cs.LEASE_SECONDS) == "terminal"
+    finally:
+        first.stop()
+        second.stop()
+        purge_broker()
