@@ -25,14 +25,17 @@ from compare.stats import (
     BaselineChoice,
     PairedResult,
     paired_difference,
+    savings_bootstrap_interval,
     savings_pct,
     select_baseline,
 )
 from runs.models import Cell, Run
+from runs.reconcile import effective_call_sums
 from runs.report import run_reports
 
 __all__ = [
     "STATEMENTS",
+    "CandidatesRefused",
     "ComparisonError",
     "IncomparableRuns",
     "comparison_build",
@@ -68,6 +71,15 @@ _OUTCOME_STATES = ("completed", "failed")
 
 class ComparisonError(Exception):
     """The comparison cannot be built (bad input, no eligible baseline)."""
+
+
+class CandidatesRefused(IncomparableRuns):
+    """Every candidate run was refused; ``refused`` lists each one with its differences
+    (an IncomparableRuns, so callers that handle the first refusal keep working)."""
+
+    def __init__(self, baseline_run: int, refused: list[dict[str, Any]], first: IncomparableRuns):
+        super().__init__(baseline_run, first.candidate_run, first.differences)
+        self.refused = refused
 
 
 @dataclass(frozen=True)
@@ -184,6 +196,83 @@ def _correct_keys(
     for i, (run_id, target_id) in enumerate(pairs):
         out[(int(run_id), int(target_id))] = np.sort(keys[order[bounds[i] : bounds[i + 1]]])
     return out
+
+
+def _case_costs(
+    run_ids: Sequence[int], cases: _Cases
+) -> dict[tuple[int, int], npt.NDArray[np.float64]]:
+    """Per (run, target): each planned case's subject cost, NaN where unknown.
+
+    One aggregate query sums the *effective* (reconciled) subject-call cost per cell, the same
+    usage the reports read; a second maps cells to cases. A case is unknown when its cell has
+    no subject call, any of its subject calls has no cost, or it has no cell at all.
+    """
+    cells = np.array(
+        list(
+            Cell.objects.filter(run_id__in=run_ids).values_list(
+                "id", "run_id", "target_id", "question_id", "slot"
+            )
+        ),
+        dtype=np.int64,
+    ).reshape(-1, 5)
+    out: dict[tuple[int, int], npt.NDArray[np.float64]] = {}
+    if not cells.size:
+        return out
+    known = [
+        (r["cell_id"], float(r["cost"]))
+        for r in effective_call_sums(run_ids=run_ids, group_by="cell_role")
+        if r["role"] == "subject" and r["cost_unknown"] == 0 and r["cost"] is not None
+    ]
+    cell_cost = np.full(len(cells), np.nan)
+    if known:
+        ids = np.array([k[0] for k in known], dtype=np.int64)
+        costs = np.array([k[1] for k in known], dtype=np.float64)
+        order = np.argsort(cells[:, 0])
+        pos = np.searchsorted(cells[order, 0], ids)
+        inside = pos < len(cells)
+        pos, ids, costs = pos[inside], ids[inside], costs[inside]
+        hit = cells[order[pos], 0] == ids
+        cell_cost[order[pos[hit]]] = costs[hit]
+    keys = cells[:, 3] * cases.slots + cells[:, 4]
+    idx = np.searchsorted(cases.keys, keys)
+    planned = idx < cases.keys.size
+    planned[planned] = cases.keys[idx[planned]] == keys[planned]
+    pairs, inverse = np.unique(cells[:, 1:3], axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    for i, (run_id, target_id) in enumerate(pairs):
+        rows = (inverse == i) & planned
+        per_case = np.full(cases.keys.size, np.nan)
+        per_case[idx[rows]] = cell_cost[rows]
+        out[(int(run_id), int(target_id))] = per_case
+    return out
+
+
+def _savings_interval(
+    subject_savings: Decimal | None,
+    base_costs: npt.NDArray[np.float64] | None,
+    cand_costs: npt.NDArray[np.float64] | None,
+    masks: dict[str, npt.NDArray[np.bool_]],
+    alpha: float,
+) -> dict[str, Any] | None:
+    """The bootstrap interval of subject savings, or None (unknown) wherever the point
+    savings are unknown: an interval must never be stated for a rate that is not."""
+    if subject_savings is None or base_costs is None or cand_costs is None:
+        return None
+    interval = savings_bootstrap_interval(
+        {b: base_costs[m] for b, m in masks.items()},
+        {b: cand_costs[m] for b, m in masks.items()},
+        alpha=alpha,
+    )
+    if interval is None:
+        return None
+    return {
+        "lower": interval.lower,
+        "upper": interval.upper,
+        "alpha": interval.alpha,
+        "draws": interval.draws,
+        "seed": interval.seed,
+        "label": interval.label,
+    }
 
 
 def _quality(target_report: dict[str, Any]) -> Fraction | None:
@@ -306,6 +395,7 @@ def comparison_build(
     candidate_run_ids: Sequence[int],
     baseline_target: str | None = None,
     alpha: float = DEFAULT_ALPHA,
+    report_refused: bool = False,
 ) -> dict[str, Any]:
     """Compare every target of the candidate runs with the strongest single model of the
     baseline run, on identical cases (R5, R6, R11). JSON-serialisable: money and exact
@@ -315,15 +405,37 @@ def comparison_build(
     is refused, because the baseline is never weaker than the strongest (R5.1). A candidate
     run may be the baseline run itself (its other targets are then candidates). Raises
     :class:`IncomparableRuns` for an incompatible pair and :class:`ComparisonError` otherwise.
+
+    With ``report_refused`` an incompatible candidate run is left out and listed under
+    ``refused`` with its differences instead (the page and API compare the rest); when every
+    candidate run is refused, :class:`CandidatesRefused` (an IncomparableRuns) lists them all.
     """
     if not candidate_run_ids:
         raise ComparisonError("name at least one candidate run")
     runs = _load_runs(baseline_run_id, candidate_run_ids)
     baseline_run = runs[baseline_run_id]
+    refused: list[dict[str, Any]] = []
+    first_refusal: IncomparableRuns | None = None
     for run_id in dict.fromkeys(candidate_run_ids):
         differences = runs_differences(baseline_run, runs[run_id])
         if differences:
-            raise IncomparableRuns(baseline_run_id, run_id, differences)
+            if not report_refused:
+                raise IncomparableRuns(baseline_run_id, run_id, differences)
+            first_refusal = first_refusal or IncomparableRuns(baseline_run_id, run_id, differences)
+            refused.append(
+                {
+                    "run": run_id,
+                    "run_name": runs[run_id].name,
+                    "differences": [d.as_dict() for d in differences],
+                }
+            )
+    refused_ids = {r["run"] for r in refused}
+    candidate_run_ids = [pk for pk in candidate_run_ids if pk not in refused_ids]
+    if not candidate_run_ids:
+        assert first_refusal is not None
+        raise CandidatesRefused(baseline_run_id, refused, first_refusal)
+    for run_id in refused_ids - {baseline_run_id}:
+        del runs[run_id]
 
     run_ids = list(runs)
     reports = run_reports(runs=list(runs.values()))
@@ -389,6 +501,8 @@ def comparison_build(
     base_t = base.target
     base_subject, base_total = _dec(base_t["subject_cost_usd"]), _dec(base_t["total_spend_usd"])
     base_neutral = _dec(base_t["cache_neutral_cost_usd"])
+    case_costs = _case_costs(run_ids, cases)
+    base_case_costs = case_costs.get((baseline_run_id, base.target_id or -1))
     comparisons = []
     for e in candidates:
         assert e.outcome is not None
@@ -473,6 +587,13 @@ def comparison_build(
                     "cache_neutral_unknown_reason": neutral_why,
                     "cache_neutral_label": STATEMENTS["cache_neutral"],
                 },
+                "savings_interval": _savings_interval(
+                    subject,
+                    base_case_costs,
+                    case_costs.get((e.run.pk, e.target_id or -1)),
+                    masks,
+                    alpha,
+                ),
                 "usage": _usage_block(t, e.report),
             }
         )
@@ -502,6 +623,7 @@ def comparison_build(
         "comparisons": sorted(
             comparisons, key=lambda c: (c["run_created_at"], c["run"], c["target"])
         ),
+        "refused": refused,
         "statements": STATEMENTS,
         "model_requests": 0,
     }

@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_BOOTSTRAP_DRAWS",
     "DEFAULT_BOOTSTRAP_SEED",
+    "SAVINGS_INTERVAL_LABEL",
     "Z_95",
     "BaselineCandidate",
     "BaselineChoice",
@@ -31,11 +32,13 @@ __all__ = [
     "BootstrapInterval",
     "NonInferiority",
     "PairedResult",
+    "SavingsInterval",
     "accuracy",
     "hoeffding_half_width",
     "paired_difference",
     "paired_differences",
     "renormalised_weights",
+    "savings_bootstrap_interval",
     "savings_pct",
     "select_baseline",
     "stratified_bootstrap_interval",
@@ -455,3 +458,78 @@ def savings_pct(candidate_cost: Decimal | None, baseline_cost: Decimal | None) -
     with localcontext() as ctx:
         ctx.prec = 34
         return 100 * (1 - candidate_cost / baseline_cost)
+
+
+SAVINGS_INTERVAL_LABEL = "diagnostic: stratified paired bootstrap of the cost ratio"
+
+
+@dataclass(frozen=True, slots=True)
+class SavingsInterval:
+    lower: float  # savings %, 100 × (1 − candidate / baseline)
+    upper: float
+    alpha: float
+    draws: int
+    seed: int
+    label: str = SAVINGS_INTERVAL_LABEL
+
+
+def savings_bootstrap_interval(
+    baseline_costs_by_benchmark: Mapping[str, npt.ArrayLike],
+    candidate_costs_by_benchmark: Mapping[str, npt.ArrayLike],
+    draws: int = DEFAULT_BOOTSTRAP_DRAWS,
+    seed: int = DEFAULT_BOOTSTRAP_SEED,
+    alpha: float = DEFAULT_ALPHA,
+) -> SavingsInterval | None:
+    """Percentile bootstrap of subject-cost savings, 100 × (1 − Σ candidate / Σ baseline).
+
+    Cases are resampled with replacement within each benchmark (so every resample keeps the
+    plan's n_b), and the same drawn indices are applied to both arrays: the pair (baseline
+    cost, candidate cost) of one case stays together, because the two costs are correlated
+    through the question's length. Savings are a ratio of *sums*, not a mean of per-case
+    ratios, matching the point estimate. Benchmarks are drawn in sorted order so one seed gives
+    one interval whatever the dict order. A diagnostic only: it says how much the savings
+    depend on which cases happened to be sampled, nothing about prices or other workloads.
+
+    None (unknown) when any cost is unknown (None or NaN) — an interval over the known part
+    would pass a partial sum off as the whole — when the baseline's total cost is 0, or when
+    some resample draws only free baseline cases, so that its ratio does not exist.
+    """
+    if draws < 1:
+        raise ValueError("draws must be at least 1")
+    if not 0 < alpha < 1:
+        raise ValueError("alpha must be in (0, 1)")
+    if set(baseline_costs_by_benchmark) != set(candidate_costs_by_benchmark):
+        raise ValueError("baseline and candidate must cover the same benchmarks")
+    if not baseline_costs_by_benchmark:
+        raise ValueError("no benchmarks")
+    pairs: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = {}
+    for benchmark in baseline_costs_by_benchmark:
+        # Casting to float64 turns None into NaN, so one NaN test catches both spellings of
+        # unknown; Decimals become floats, enough for a diagnostic interval.
+        base = np.asarray(baseline_costs_by_benchmark[benchmark], dtype=np.float64)
+        cand = np.asarray(candidate_costs_by_benchmark[benchmark], dtype=np.float64)
+        if base.ndim != 1 or base.size == 0:
+            raise ValueError(f"{benchmark}: costs must be a non-empty 1-D array")
+        if base.size != cand.size:
+            raise ValueError(f"{benchmark}: baseline and candidate must be paired on cases")
+        if np.isnan(base).any() or np.isnan(cand).any():
+            return None
+        if (base < 0).any() or (cand < 0).any():
+            raise ValueError("costs cannot be negative")
+        pairs[benchmark] = (base, cand)
+    if sum(float(base.sum()) for base, _ in pairs.values()) == 0:
+        return None
+
+    rng = np.random.default_rng(seed)
+    base_sums = np.zeros(draws, dtype=np.float64)
+    cand_sums = np.zeros(draws, dtype=np.float64)
+    for benchmark in sorted(pairs):
+        base, cand = pairs[benchmark]
+        idx = rng.integers(0, base.size, size=(draws, base.size))
+        base_sums += base[idx].sum(axis=1)
+        cand_sums += cand[idx].sum(axis=1)
+    if (base_sums == 0).any():
+        return None
+    savings = 100.0 * (1.0 - cand_sums / base_sums)
+    lower, upper = np.quantile(savings, [alpha / 2, 1 - alpha / 2])
+    return SavingsInterval(float(lower), float(upper), alpha, draws, seed)

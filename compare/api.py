@@ -1,0 +1,575 @@
+"""REST API of comparisons (R5, R6, R11): candidate runs against the strongest single model
+of a baseline run. Reads saved results only; the answer says `model_requests: 0`."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
+from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from compare.compatibility import IncomparableRuns
+from compare.forms import MAX_SELECTION, ids_format, ids_parse
+from compare.selectors import (
+    RunOption,
+    baseline_options,
+    candidate_options,
+    comparable_pool,
+)
+from compare.services import CandidatesRefused, ComparisonError, comparison_build
+from runs.api import int_param
+from runs.models import Run
+from srbench.api import ApiSchema, error_response, error_responses
+
+MAX_CANDIDATES = 100
+
+ComparisonSerializer = inline_serializer(
+    "Comparison",
+    {
+        "baseline": serializers.DictField(),
+        "alpha": serializers.FloatField(),
+        "family_size": serializers.IntegerField(),
+        "weights": serializers.DictField(child=serializers.CharField()),
+        "split": serializers.CharField(allow_null=True),
+        "non_inferiority_margin": serializers.JSONField(allow_null=True),
+        "comparisons": serializers.ListField(child=serializers.DictField()),
+        "refused": serializers.ListField(child=serializers.DictField()),
+        "statements": serializers.DictField(child=serializers.CharField()),
+        "model_requests": serializers.IntegerField(),
+    },
+)
+
+
+def _run_ids(request: Request) -> list[int]:
+    raw = [v for item in request.query_params.getlist("candidate") for v in item.split(",")]
+    if not raw or len(raw) > MAX_CANDIDATES:
+        raise ValidationError({"candidate": f"name 1 to {MAX_CANDIDATES} candidate run ids"})
+    try:
+        ids = [int(v) for v in raw]
+    except ValueError:
+        raise ValidationError({"candidate": "run ids are integers"}) from None
+    if any(i < 1 or i > 2**63 - 1 for i in ids):
+        raise ValidationError({"candidate": "run ids are positive bigints"})
+    return ids
+
+
+class ComparisonView(APIView):
+    """Compare every target of the candidate runs with the baseline run's strongest single
+    model on identical cases: paired intervals, savings, tokens, latency and wall time."""
+
+    schema = ApiSchema()
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("baseline", int, required=True, description="baseline run id"),
+            OpenApiParameter(
+                "candidate",
+                int,
+                required=True,
+                many=True,
+                explode=True,
+                description="candidate run ids (repeat the parameter, or separate by commas)",
+            ),
+            OpenApiParameter(
+                "baseline_target", str, description="one of the tied strongest single models"
+            ),
+        ],
+        responses={
+            200: ComparisonSerializer,
+            **error_responses(_422="the runs are not comparable, or there is no baseline"),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        baseline = int_param(request, "baseline", 0, low=1)
+        candidates = _run_ids(request)
+        known = set(Run.objects.filter(pk__in=[baseline, *candidates]).values_list("pk", flat=True))
+        missing = sorted({baseline, *candidates} - known)
+        if missing:
+            return error_response(
+                http_status=404,
+                code="not_found",
+                error=f"unknown run(s): {', '.join(map(str, missing))}",
+            )
+        try:
+            doc = comparison_build(
+                baseline_run_id=baseline,
+                candidate_run_ids=candidates,
+                baseline_target=request.query_params.get("baseline_target") or None,
+            )
+        except IncomparableRuns as exc:
+            return error_response(
+                http_status=422,
+                code="incomparable",
+                error=str(exc),
+                detail={
+                    "baseline_run": exc.baseline_run,
+                    "candidate_run": exc.candidate_run,
+                    "differences": [d.as_dict() for d in exc.differences],
+                },
+            )
+        except ComparisonError as exc:
+            return error_response(http_status=422, code="no_comparison", error=str(exc))
+        return Response(doc)
+
+
+# --- Compare iterations (issue 9): the page's two steps, a POST comparison and exports --------
+#
+# Incomparable pairs: POST /compare/ and the exports compare what can be compared and list each
+# refused candidate run under "refused" with its differences (200); only when *every*
+# candidate run is refused is the answer 409 with the same list. (GET /comparisons/ above keeps
+# its all-or-nothing 422.)
+
+OPTIONS_PAGE_SIZE = 25
+OPTIONS_PAGE_MAX = 100
+
+
+def _option_doc(o: RunOption) -> dict[str, Any]:
+    return {
+        "id": o.id,
+        "name": o.name,
+        "created_at": o.created_at.isoformat(),
+        "status": o.status,
+        "targets": [
+            {"slug": t.get("slug"), "kind": t.get("kind"), "model": t.get("model")}
+            for t in o.targets
+        ],
+        "baseline_targets": o.baseline_targets,
+        "comparable_runs": o.compatible_count,
+    }
+
+
+def _options_page(request: Request, options: list[RunOption]) -> dict[str, Any]:
+    size = int_param(request, "page_size", OPTIONS_PAGE_SIZE, low=1, high=OPTIONS_PAGE_MAX)
+    page = int_param(request, "page", 1, low=1)
+    start = (page - 1) * size
+    return {
+        "count": len(options),
+        "page": page,
+        "page_size": size,
+        "results": [_option_doc(o) for o in options[start : start + size]],
+    }
+
+
+OptionsPageSerializer = inline_serializer(
+    "ComparisonOptionsPage",
+    {
+        "count": serializers.IntegerField(),
+        "page": serializers.IntegerField(),
+        "page_size": serializers.IntegerField(),
+        "results": serializers.ListField(child=serializers.DictField()),
+    },
+)
+PAGE_PARAMS = [
+    OpenApiParameter("q", str, description="search run name, id or a target's slug or model"),
+    OpenApiParameter("page", int, description="1-based page number"),
+    OpenApiParameter("page_size", int, description=f"at most {OPTIONS_PAGE_MAX}"),
+]
+
+
+class CompareBaselinesView(APIView):
+    """Step 1 (R11.1): runs offered as a baseline — live, finished, a single model with a
+    result for every planned case, and at least one comparable candidate. Newest first."""
+
+    schema = ApiSchema()
+
+    @extend_schema(parameters=PAGE_PARAMS, responses={200: OptionsPageSerializer})
+    def get(self, request: Request) -> Response:
+        q = request.query_params.get("q", "")[:200]
+        return Response(_options_page(request, baseline_options(q)))
+
+
+class CompareCandidatesView(APIView):
+    """Step 2 (R11.2): runs comparable with the baseline run, oldest first. ``matching_ids``
+    is every id matching the search on every page — what "Select all" selects."""
+
+    schema = ApiSchema()
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("baseline", int, required=True, description="baseline run id"),
+            *PAGE_PARAMS,
+        ],
+        responses={
+            200: inline_serializer(
+                "ComparisonCandidatesPage",
+                {
+                    "baseline": serializers.IntegerField(),
+                    "count": serializers.IntegerField(),
+                    "page": serializers.IntegerField(),
+                    "page_size": serializers.IntegerField(),
+                    "matching_ids": serializers.ListField(child=serializers.IntegerField()),
+                    "results": serializers.ListField(child=serializers.DictField()),
+                },
+            )
+        },
+    )
+    def get(self, request: Request) -> Response:
+        baseline = int_param(request, "baseline", 0, low=1)
+        q = request.query_params.get("q", "")[:200]
+        pool = comparable_pool()
+        if baseline not in pool and not Run.objects.filter(pk=baseline).exists():
+            return error_response(
+                http_status=404, code="not_found", error=f"unknown run: {baseline}"
+            )
+        options = candidate_options(baseline, q, pool=pool)
+        return Response(
+            {
+                "baseline": baseline,
+                **_options_page(request, options),
+                "matching_ids": [o.id for o in options],
+            }
+        )
+
+
+class CompareRequestSerializer(serializers.Serializer):
+    baseline = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
+    candidates = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1),
+        min_length=1,
+        max_length=MAX_SELECTION,
+        help_text="candidate run ids; the baseline run itself compares its other targets",
+    )
+    baseline_target = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, max_length=64
+    )
+
+
+def _compare(
+    baseline: int, candidates: list[int], baseline_target: str | None
+) -> dict[str, Any] | Response:
+    """The comparison document, or the error answer (404 unknown run, 409 every candidate
+    refused, 422 no baseline)."""
+    known = set(Run.objects.filter(pk__in=[baseline, *candidates]).values_list("pk", flat=True))
+    missing = sorted({baseline, *candidates} - known)
+    if missing:
+        return error_response(
+            http_status=404,
+            code="not_found",
+            error=f"unknown run(s): {', '.join(map(str, missing))}",
+        )
+    try:
+        return comparison_build(
+            baseline_run_id=baseline,
+            candidate_run_ids=candidates,
+            baseline_target=baseline_target or None,
+            report_refused=True,
+        )
+    except CandidatesRefused as exc:
+        return error_response(
+            http_status=409,
+            code="incomparable",
+            error=f"every candidate run was refused against run {baseline}",
+            detail={"baseline_run": baseline, "refused": exc.refused},
+        )
+    except IncomparableRuns as exc:  # report_refused never raises it; kept for the contract
+        return error_response(
+            http_status=409,
+            code="incomparable",
+            error=str(exc),
+            detail={"baseline_run": baseline, "refused": []},
+        )
+    except ComparisonError as exc:
+        return error_response(http_status=422, code="no_comparison", error=str(exc))
+
+
+class CompareView(APIView):
+    """Compare any number of candidate runs with the baseline run's strongest single model.
+    Every pair is re-verified; refused candidate runs are listed under ``refused`` with their
+    differences and the rest are compared (409 only when every candidate run is refused)."""
+
+    schema = ApiSchema()
+
+    @extend_schema(
+        request=CompareRequestSerializer,
+        responses={
+            200: ComparisonSerializer,
+            **error_responses(
+                _409="every candidate run is incomparable with the baseline run",
+                _422="there is no baseline (no single model with a result for every case)",
+            ),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        body = CompareRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        v = body.validated_data
+        out = _compare(v["baseline"], v["candidates"], v.get("baseline_target"))
+        return out if isinstance(out, Response) else Response(out)
+
+
+# --- exports ----------------------------------------------------------------------------------
+
+CSV_COLUMNS = (
+    "row",
+    "baseline_run",
+    "baseline_target",
+    "run",
+    "run_name",
+    "run_created_at",
+    "target",
+    "kind",
+    "cases",
+    "cases_without_result",
+    "quality",
+    "quality_exact",
+    "delta",
+    "delta_exact",
+    "micro_delta",
+    "interval_lower",
+    "interval_upper",
+    "interval_level",
+    "interval_clipped",
+    "family_lower",
+    "family_upper",
+    "family_level",
+    "family_size",
+    "bootstrap_lower_diagnostic",
+    "bootstrap_upper_diagnostic",
+    "improvement",
+    "family_improvement",
+    "not_an_improvement",
+    "non_inferiority",
+    "non_inferiority_reason",
+    "wins",
+    "losses",
+    "ties",
+    "subject_cost_usd",
+    "total_spend_usd",
+    "cache_neutral_cost_usd",
+    "subject_savings_pct",
+    "subject_savings_unknown_reason",
+    "total_savings_pct",
+    "total_savings_unknown_reason",
+    "cache_neutral_savings_pct",
+    "cache_neutral_savings_unknown_reason",
+    "input_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "ttft_p50_ms",
+    "latency_p50_ms",
+    "latency_p95_ms",
+    "request_seconds_sum",
+    "wall_seconds",
+    "refused_reasons",
+)
+
+
+def _usage_cells(u: dict[str, Any]) -> dict[str, Any]:
+    tokens = u["tokens"]
+    return {
+        "subject_cost_usd": u["subject_cost_usd"],
+        "total_spend_usd": u["total_spend_usd"],
+        "cache_neutral_cost_usd": u["cache_neutral_cost_usd"],
+        "input_tokens": tokens.get("input"),
+        "cached_input_tokens": tokens.get("cached_input"),
+        "cache_write_tokens": tokens.get("cache_write"),
+        "output_tokens": tokens.get("output"),
+        "ttft_p50_ms": u["ttft_p50_ms"],
+        "latency_p50_ms": u["latency_p50_ms"],
+        "latency_p95_ms": u["latency_p95_ms"],
+        "request_seconds_sum": u["request_seconds_sum"],
+        "wall_seconds": u["wall_seconds"],
+    }
+
+
+def comparison_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row for the baseline, one per compared candidate (all of them), one per refused
+    candidate run. Unknown is None (an empty CSV cell), never 0."""
+    b = doc["baseline"]
+    rows: list[dict[str, Any]] = [
+        {
+            "row": "baseline",
+            "baseline_run": b["run"],
+            "baseline_target": b["target"],
+            "run": b["run"],
+            "run_name": b["run_name"],
+            "target": b["target"],
+            "kind": "single",
+            "quality": b["quality"],
+            "quality_exact": b["quality_exact"],
+            **_usage_cells(b["usage"]),
+        }
+    ]
+    for c in doc["comparisons"]:
+        i, fam, s, boot = c["interval"], c["family_interval"], c["savings"], c["bootstrap"]
+        rows.append(
+            {
+                "row": "candidate",
+                "baseline_run": b["run"],
+                "baseline_target": b["target"],
+                "run": c["run"],
+                "run_name": c["run_name"],
+                "run_created_at": c["run_created_at"],
+                "target": c["target"],
+                "kind": c["kind"],
+                "cases": c["cases"],
+                "cases_without_result": c["cases_without_result"],
+                "quality": c["quality"],
+                "quality_exact": c["quality_exact"],
+                "delta": c["delta"],
+                "delta_exact": c["delta_exact"],
+                "micro_delta": c["micro_delta"],
+                "interval_lower": i["lower"],
+                "interval_upper": i["upper"],
+                "interval_level": i["level"],
+                "interval_clipped": i["clipped"],
+                "family_lower": fam["lower"],
+                "family_upper": fam["upper"],
+                "family_level": fam["level"],
+                "family_size": fam["family_size"],
+                "bootstrap_lower_diagnostic": None if boot is None else boot["lower"],
+                "bootstrap_upper_diagnostic": None if boot is None else boot["upper"],
+                "improvement": c["improvement"],
+                "family_improvement": c["family_improvement"],
+                "not_an_improvement": c["not_an_improvement"],
+                "non_inferiority": c["non_inferiority"]["verdict"],
+                "non_inferiority_reason": c["non_inferiority"]["reason"],
+                "wins": c["wins"],
+                "losses": c["losses"],
+                "ties": c["ties"],
+                "subject_savings_pct": s["subject_cost_pct"],
+                "subject_savings_unknown_reason": s["subject_cost_unknown_reason"],
+                "total_savings_pct": s["total_spend_pct"],
+                "total_savings_unknown_reason": s["total_spend_unknown_reason"],
+                "cache_neutral_savings_pct": s["cache_neutral_pct"],
+                "cache_neutral_savings_unknown_reason": s["cache_neutral_unknown_reason"],
+                **_usage_cells(c["usage"]),
+            }
+        )
+    for r in doc.get("refused", []):
+        rows.append(
+            {
+                "row": "refused",
+                "baseline_run": b["run"],
+                "baseline_target": b["target"],
+                "run": r["run"],
+                "run_name": r["run_name"],
+                "refused_reasons": "; ".join(d["text"] for d in r["differences"]),
+            }
+        )
+    return rows
+
+
+def comparison_csv(doc: dict[str, Any]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in comparison_rows(doc):
+        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    return out.getvalue()
+
+
+class CSVRenderer(BaseRenderer):
+    """Lets a client send ``Accept: text/csv``; an error document becomes a one-row CSV."""
+
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None):  # type: ignore[no-untyped-def]
+        if isinstance(data, str):
+            return data.encode("utf-8")
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["error", "code"])
+        writer.writerow([(data or {}).get("error", ""), (data or {}).get("code", "")])
+        return out.getvalue().encode("utf-8")
+
+
+EXPORT_PARAMS = [
+    OpenApiParameter("baseline", int, required=True, description="baseline run id"),
+    OpenApiParameter(
+        "candidates",
+        str,
+        required=True,
+        description="candidate run ids: comma-separated, ranges allowed (3-9,12)",
+    ),
+    OpenApiParameter("baseline_target", str, description="one of the tied strongest models"),
+]
+
+
+class CompareExportView(APIView):
+    """The whole selected comparison (every candidate, not a page of cards) as CSV or JSON;
+    the same numbers as POST /compare/, with the fixed statements in the JSON."""
+
+    schema = ApiSchema()
+    renderer_classes = [JSONRenderer, CSVRenderer]
+    export_format = "json"
+
+    def _selection(self, request: Request) -> tuple[int, list[int]]:
+        baseline = int_param(request, "baseline", 0, low=1)
+        try:
+            candidates = ids_parse(request.query_params.get("candidates", ""))
+        except ValueError as exc:
+            raise ValidationError({"candidates": str(exc)}) from None
+        if not candidates:
+            raise ValidationError({"candidates": "name at least one candidate run id"})
+        return baseline, candidates
+
+    def get(self, request: Request) -> Response | HttpResponse:
+        baseline, candidates = self._selection(request)
+        out = _compare(baseline, candidates, request.query_params.get("baseline_target"))
+        if isinstance(out, Response):
+            return out
+        name = f"srbench-compare-{baseline}-vs-{len(candidates)}-runs.{self.export_format}"
+        if self.export_format == "csv":
+            response = HttpResponse(comparison_csv(out), content_type="text/csv; charset=utf-8")
+        else:
+            doc = {
+                **out,
+                "selection": {
+                    "baseline": baseline,
+                    "candidates": candidates,
+                    "candidates_compact": ids_format(candidates),
+                    "baseline_target": request.query_params.get("baseline_target") or None,
+                },
+            }
+            response = HttpResponse(
+                JSONRenderer().render(doc), content_type="application/json; charset=utf-8"
+            )
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
+
+
+class CompareExportCSVView(CompareExportView):
+    export_format = "csv"
+    renderer_classes = [CSVRenderer, JSONRenderer]
+
+    @extend_schema(
+        parameters=EXPORT_PARAMS,
+        responses={
+            (200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description="CSV rows"),
+            **error_responses(_409="every candidate run refused", _422="no baseline"),
+        },
+    )
+    def get(self, request: Request) -> Response | HttpResponse:
+        return super().get(request)
+
+
+class CompareExportJSONView(CompareExportView):
+    export_format = "json"
+
+    @extend_schema(
+        parameters=EXPORT_PARAMS,
+        responses={
+            200: ComparisonSerializer,
+            **error_responses(_409="every candidate run refused", _422="no baseline"),
+        },
+    )
+    def get(self, request: Request) -> Response | HttpResponse:
+        return super().get(request)

@@ -1,0 +1,255 @@
+"""Which runs the Compare iterations page offers (SPEC R11.1–R11.3, issue 9).
+
+Offering is a convenience; deciding is not: ``comparison_build`` re-verifies every pair with
+``runs_differences`` on each comparison. The offer must still agree with that check, so it is
+built from the same manifest fields (``COMPARED_FIELDS``), grouped rather than paired:
+
+* cases (as a set), slots, benchmarks, sampling, limits and judges must be *equal*, which is an
+  equivalence relation, so runs are grouped by a fingerprint of those parts. The database
+  computes it (md5 over the canonical jsonb text, cases sorted and de-duplicated), so a
+  megabyte manifest never leaves PostgreSQL; it is cached per run because manifests are frozen.
+* prices only have to agree on the models *both* runs price, which is not transitive, so they
+  are checked inside a group through a per-model index of prices (no all-pairs loop when, as
+  usual, a group prices each model one way).
+
+Queries per call are constant (three at most), whatever the number of runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import F
+from django.db.models.expressions import RawSQL
+
+from compare.compatibility import COMPARED_FIELDS, _model_prices
+from runs.models import TERMINAL_RUN_STATUSES, Cell, CellStatus, Run
+
+__all__ = [
+    "RunOption",
+    "baseline_options",
+    "candidate_options",
+    "comparable_pool",
+    "option_matches",
+]
+
+# A baseline's single model needs an outcome for every planned case (the rule of
+# comparison_build's baseline pool); these are the states that are not an outcome.
+_NO_OUTCOME_STATES = tuple(s for s in CellStatus.values if s not in ("completed", "failed"))
+
+# Fields grouped by equality; "cases" is handled apart (a set), "prices" inside groups.
+_EQUAL_FIELDS = tuple(f for f in COMPARED_FIELDS if f not in ("cases", "prices"))
+
+_FINGERPRINT_SQL = (
+    "md5(concat_ws('|', "
+    "coalesce((SELECT string_agg(DISTINCT e::text, ',' ORDER BY e::text) "
+    "FROM jsonb_array_elements(CASE WHEN jsonb_typeof({m}->'cases') = 'array' "
+    "THEN {m}->'cases' ELSE '[]'::jsonb END) AS e), ''), "
+    + ", ".join(f"coalesce(({{m}}->'{name}')::text, 'null')" for name in _EQUAL_FIELDS)
+    + "))"
+)
+
+# (run id, plan sha256) → fingerprint. A run's manifest is written once, with the run, so
+# the entry never goes stale; the size bound only caps memory in a long-lived worker.
+_FINGERPRINTS: dict[tuple[int, str], str] = {}
+_FINGERPRINTS_MAX = 200_000
+_FINGERPRINTS_LOCK = threading.Lock()
+
+
+@dataclass
+class RunOption:
+    """One live, terminal, top-level run as the Compare page lists it."""
+
+    id: int
+    name: str
+    created_at: datetime
+    status: str
+    targets: list[dict[str, Any]]
+    fingerprint: str
+    # model → frozen price row; None when the run prices one model two ways (then it is
+    # comparable with no other run: runs_differences reports the conflict for every partner).
+    prices: dict[str, frozenset[tuple[str, Any]]] | None
+    # Single-model targets with an outcome for every planned case.
+    baseline_targets: list[str] = field(default_factory=list)
+    compatible_count: int = 0  # other runs comparable with this one (the run itself not counted)
+
+    @property
+    def single_targets(self) -> list[dict[str, Any]]:
+        return [t for t in self.targets if t.get("kind") == "single"]
+
+    @property
+    def can_be_baseline(self) -> bool:
+        return bool(self.baseline_targets) and (self.compatible_count > 0 or len(self.targets) > 1)
+
+    @property
+    def self_comparable(self) -> bool:
+        """A baseline run with other targets is its own candidate: they are compared with its
+        strongest single model on exactly the same cases."""
+        return len(self.targets) > 1
+
+    @property
+    def kinds(self) -> list[str]:
+        return sorted({t.get("kind", "unknown") for t in self.targets})
+
+
+def option_matches(option: RunOption, q: str) -> bool:
+    """Search by name, id (``12`` or ``#12``) or a target's slug or model, case-insensitive."""
+    q = q.strip().lower()
+    if not q:
+        return True
+    if q.lstrip("#").isdigit() and int(q.lstrip("#")) == option.id:
+        return True
+    if q in option.name.lower():
+        return True
+    return any(
+        q in str(t.get("slug", "")).lower() or q in str(t.get("model", "")).lower()
+        for t in option.targets
+    )
+
+
+def _fingerprints(rows: list[tuple[int, str]]) -> dict[int, str]:
+    """Fingerprints for (id, plan sha256) pairs: cached ones from memory, the rest in one
+    query."""
+    out: dict[int, str] = {}
+    missing = []
+    for pk, plan in rows:
+        cached = _FINGERPRINTS.get((pk, plan))
+        if cached is None:
+            missing.append(pk)
+        else:
+            out[pk] = cached
+    if missing:
+        column = f'"{Run._meta.db_table}"."manifest"'
+        fresh = Run.objects.filter(pk__in=missing).annotate(
+            fp=RawSQL(_FINGERPRINT_SQL.format(m=column), [])
+        )
+        with _FINGERPRINTS_LOCK:
+            if len(_FINGERPRINTS) > _FINGERPRINTS_MAX:
+                _FINGERPRINTS.clear()
+            for pk, plan, fp in fresh.values_list("pk", "plan_sha256", "fp"):
+                _FINGERPRINTS[(pk, plan)] = fp
+                out[pk] = fp
+    return out
+
+
+def _prices(raw: Any) -> dict[str, frozenset[tuple[str, Any]]] | None:
+    # The same normalisation as runs_differences ("3" and "3.0" are one price), reused so the
+    # offer and the re-verification can never disagree about prices.
+    table, conflicts = _model_prices({"prices": raw if isinstance(raw, dict) else {}})
+    if conflicts:
+        return None
+    return {model: frozenset(row.items()) for model, row in table.items()}
+
+
+def _baseline_targets(options: list[RunOption]) -> None:
+    ids = [o.id for o in options if o.single_targets]
+    lacking: set[tuple[int, str]] = set(
+        Cell.objects.filter(run_id__in=ids, target__kind="single", status__in=_NO_OUTCOME_STATES)
+        .values_list("run_id", "target__slug")
+        .distinct()
+    )
+    for o in options:
+        o.baseline_targets = [
+            t["slug"] for t in o.single_targets if (o.id, t["slug"]) not in lacking
+        ]
+
+
+class _PriceIndex:
+    """Per group: model → price → run ids, to find the runs one run's prices conflict with."""
+
+    def __init__(self, members: Iterable[RunOption]):
+        self.by_model: dict[str, dict[frozenset[tuple[str, Any]], set[int]]] = defaultdict(
+            lambda: defaultdict(set)
+        )
+        self.conflicting_runs: set[int] = set()
+        for o in members:
+            if o.prices is None:
+                self.conflicting_runs.add(o.id)
+                continue
+            for model, price in o.prices.items():
+                self.by_model[model][price].add(o.id)
+
+    def incompatible_with(self, option: RunOption) -> set[int] | None:
+        """Run ids of the group whose prices disagree with ``option``'s; None means all."""
+        if option.prices is None:
+            return None
+        out = set(self.conflicting_runs)
+        for model, price in option.prices.items():
+            by_price = self.by_model[model]
+            if len(by_price) > 1:  # the usual case, one price per model, costs nothing here
+                for other_price, ids in by_price.items():
+                    if other_price != price:
+                        out |= ids
+        out.discard(option.id)
+        return out
+
+
+def comparable_pool() -> dict[int, RunOption]:
+    """Every run that can take part in a comparison at all (live, terminal, not a recovery
+    child; ``run_comparison_problems``), with its fingerprint, prices and baseline targets,
+    and how many other runs it is comparable with."""
+    rows = list(
+        Run.objects.filter(
+            mode=Run.Mode.LIVE, status__in=TERMINAL_RUN_STATUSES, parent__isnull=True
+        )
+        .order_by("created_at", "id")
+        .annotate(m_targets=F("manifest__targets"), m_prices=F("manifest__prices"))
+        .values_list("id", "name", "created_at", "status", "plan_sha256", "m_targets", "m_prices")
+    )
+    fingerprints = _fingerprints([(r[0], r[4]) for r in rows])
+    pool: dict[int, RunOption] = {}
+    for pk, name, created_at, status, _plan, targets, prices in rows:
+        pool[pk] = RunOption(
+            id=pk,
+            name=name,
+            created_at=created_at,
+            status=status,
+            targets=targets if isinstance(targets, list) else [],
+            fingerprint=fingerprints[pk],
+            prices=_prices(prices),
+        )
+    groups: dict[str, list[RunOption]] = defaultdict(list)
+    for o in pool.values():
+        groups[o.fingerprint].append(o)
+    for members in groups.values():
+        index = _PriceIndex(members)
+        for o in members:
+            bad = index.incompatible_with(o)
+            o.compatible_count = 0 if bad is None else len(members) - 1 - len(bad)
+    _baseline_targets(list(pool.values()))
+    return pool
+
+
+def baseline_options(q: str = "", *, pool: dict[int, RunOption] | None = None) -> list[RunOption]:
+    """Step 1 (R11.1): runs with a single model that has a result for every planned case and
+    at least one comparable candidate; newest first, narrowed by the search."""
+    pool = comparable_pool() if pool is None else pool
+    offered = [o for o in pool.values() if o.can_be_baseline and option_matches(o, q)]
+    return sorted(offered, key=lambda o: (o.created_at, o.id), reverse=True)
+
+
+def candidate_options(
+    baseline_id: int, q: str = "", *, pool: dict[int, RunOption] | None = None
+) -> list[RunOption]:
+    """Step 2 (R11.2, R11.3): every run comparable with the baseline run, in creation order,
+    narrowed by the search. The baseline run itself is listed when it holds other targets."""
+    pool = comparable_pool() if pool is None else pool
+    base = pool.get(baseline_id)
+    if base is None:
+        return []
+    members = [o for o in pool.values() if o.fingerprint == base.fingerprint]
+    bad = _PriceIndex(members).incompatible_with(base)
+    out = []
+    for o in members:
+        if o.id == base.id:
+            comparable = base.self_comparable
+        else:
+            comparable = bad is not None and o.id not in bad
+        if comparable and option_matches(o, q):
+            out.append(o)
+    return sorted(out, key=lambda o: (o.created_at, o.id))

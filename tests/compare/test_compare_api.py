@@ -1,0 +1,151 @@
+"""The Compare API (issue 9): the two steps, POST /api/v1/compare/ with refusals inside the
+result (409 only when every candidate run is refused), and the CSV/JSON exports."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+from rest_framework.test import APIClient
+
+from compare.services import STATEMENTS
+from tests import factories as f
+from tests.compare import builders as b
+
+pytestmark = pytest.mark.django_db
+
+OUT = [True, False, True, False]
+
+
+@pytest.fixture
+def api():
+    client = APIClient()
+    client.force_authenticate(f.user_create())
+    return client
+
+
+@pytest.fixture
+def qs():
+    return b.questions({"mmlu-pro": 2, "gpqa": 2})
+
+
+@pytest.fixture
+def setup(qs):
+    base = b.target("base")
+    baseline = b.run(qs, {base: OUT}, costs={base: Decimal("0.01")})
+    router = b.target("router", kind="mom")
+    cands = [
+        b.run(qs, {router: [True, True, True, False]}, costs={router: Decimal("0.004")}),
+        b.run(qs, {router: [True, False, False, False]}, costs={router: [None] * 4}),
+    ]
+    refused = b.run(qs, {router: OUT}, limits={"concurrency": 8, "max_output_tokens": 99})
+    return baseline, cands, refused
+
+
+def test_baselines_and_candidates(api, setup):
+    baseline, cands, refused = setup
+    doc = api.get("/api/v1/compare/baselines/").json()
+    assert [r["id"] for r in doc["results"]] == [baseline.pk]
+    assert doc["results"][0]["baseline_targets"] == ["base"]
+    assert api.get("/api/v1/compare/baselines/?q=nothing-like-this").json()["count"] == 0
+
+    doc = api.get(f"/api/v1/compare/candidates/?baseline={baseline.pk}&page_size=1").json()
+    assert doc["count"] == 2 and len(doc["results"]) == 1
+    assert doc["matching_ids"] == [c.pk for c in cands]  # every page: what Select all takes
+    assert refused.pk not in doc["matching_ids"]
+    assert api.get("/api/v1/compare/candidates/?baseline=999999999").status_code == 404
+
+
+def test_post_compare_reports_refused_pairs_inside_the_result(api, setup):
+    baseline, cands, refused = setup
+    response = api.post(
+        "/api/v1/compare/",
+        {"baseline": baseline.pk, "candidates": [c.pk for c in cands] + [refused.pk]},
+        format="json",
+    )
+    assert response.status_code == 200
+    doc = response.json()
+    assert doc["model_requests"] == 0
+    assert [c["run"] for c in doc["comparisons"]] == [c.pk for c in cands]
+    (r,) = doc["refused"]
+    assert r["run"] == refused.pk
+    assert [d["text"] for d in r["differences"]] == [
+        "limits.max_output_tokens: 4096 in the baseline, 99 in the candidate"
+    ]
+    first, second = doc["comparisons"]
+    # Independent arithmetic: mmlu-pro differences [0, +1], gpqa [0, 0]; weights 10:15.
+    assert Fraction(first["delta_exact"]) == Fraction(10, 25) * Fraction(1, 2)
+    assert first["savings"]["subject_cost_pct"] == "60"
+    assert second["savings"]["subject_cost_pct"] is None
+
+
+def test_post_compare_409_when_every_candidate_is_refused(api, setup):
+    baseline, _cands, refused = setup
+    response = api.post(
+        "/api/v1/compare/", {"baseline": baseline.pk, "candidates": [refused.pk]}, format="json"
+    )
+    assert response.status_code == 409
+    body = response.json()
+    assert body["code"] == "incomparable"
+    assert body["detail"]["refused"][0]["run"] == refused.pk
+    assert body["detail"]["refused"][0]["differences"][0]["field"] == "limits.max_output_tokens"
+
+
+def test_post_compare_input_errors(api, setup):
+    baseline, cands, _ = setup
+    assert api.post("/api/v1/compare/", {"baseline": baseline.pk}, format="json").status_code == 400
+    assert (
+        api.post(
+            "/api/v1/compare/", {"baseline": baseline.pk, "candidates": [999999999]}, format="json"
+        ).status_code
+        == 404
+    )
+    assert APIClient().post("/api/v1/compare/", {}, format="json").status_code == 401
+    response = api.post(
+        "/api/v1/compare/",
+        {"baseline": baseline.pk, "candidates": [cands[0].pk], "baseline_target": "router"},
+        format="json",
+    )
+    assert response.status_code == 422 and response.json()["code"] == "no_comparison"
+
+
+def test_exports_hold_every_comparison_with_the_api_numbers(api, qs):
+    base = b.target("base")
+    baseline = b.run(qs, {base: OUT})
+    router = b.target("router", kind="mom")
+    runs = [b.run(qs, {router: [i % 2 == 0, True, i % 3 == 0, False]}) for i in range(27)]
+    ids = [r.pk for r in runs]
+    posted = api.post(
+        "/api/v1/compare/", {"baseline": baseline.pk, "candidates": ids}, format="json"
+    ).json()
+
+    selection = f"baseline={baseline.pk}&candidates={ids[0]}-{ids[-1]}"
+    response = api.get(f"/api/v1/compare/export.csv?{selection}")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    assert "attachment" in response["Content-Disposition"]
+    table = list(csv.DictReader(io.StringIO(response.content.decode())))
+    cand_rows = [r for r in table if r["row"] == "candidate"]
+    assert len(cand_rows) == 27 and table[0]["row"] == "baseline"
+    for row, c in zip(cand_rows, posted["comparisons"], strict=True):
+        assert int(row["run"]) == c["run"]
+        assert Fraction(row["delta_exact"]) == Fraction(c["delta_exact"])
+        assert float(row["interval_lower"]) == pytest.approx(c["interval"]["lower"])
+        assert float(row["family_upper"]) == pytest.approx(c["family_interval"]["upper"])
+        assert (int(row["wins"]), int(row["losses"]), int(row["ties"])) == (
+            c["wins"],
+            c["losses"],
+            c["ties"],
+        )
+        assert row["subject_savings_pct"] == (c["savings"]["subject_cost_pct"] or "")
+
+    response = api.get(f"/api/v1/compare/export.json?{selection}")
+    doc = json.loads(response.content)
+    assert doc["comparisons"] == posted["comparisons"]
+    assert doc["statements"] == STATEMENTS and doc["model_requests"] == 0
+    assert doc["selection"]["candidates"] == ids
+
+    assert api.get("/api/v1/compare/export.csv?baseline=1&candidates=x").status_code == 400
