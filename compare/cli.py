@@ -1,4 +1,5 @@
-"""`benchmark compare | reconcile-usage | regrade | export`: thin verbs over the services.
+"""`benchmark compare | reconcile-usage | regrade | export`: thin verbs over the API (over
+HTTP with --url, else in-process through the same views).
 
 All four read saved evidence only and make no model call. Human tables by default, ``--json``
 for machines; an error is one line on stderr and exit code 2.
@@ -11,7 +12,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from compare.services import ComparisonError, IncomparableRuns, comparison_build
+from srbench.cli.client import (
+    ApiClient,
+    CliError,
+    add_connection_arguments,
+    api_error_message,
+    client_from,
+)
 
 EXIT_INPUT_ERROR = 2
 
@@ -25,31 +32,49 @@ def register(verbs: Any) -> None:
     p.add_argument(
         "--baseline-target", default=None, help="one of the tied strongest single models"
     )
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(handler=compare)
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(compare))
 
     p = verbs.add_parser(
         "reconcile-usage", help="rebuild a finished run's usage from its saved SSE evidence"
     )
     p.add_argument("run_id", type=int, metavar="RUN_ID")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(handler=reconcile_usage)
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(reconcile_usage))
 
     p = verbs.add_parser("regrade", help="re-grade saved mcq/grid answers with today's graders")
     p.add_argument("run_id", type=int, metavar="RUN_ID")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(handler=regrade)
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(regrade))
 
     p = verbs.add_parser("export", help="per-question answer matrix of a dev-split run")
     p.add_argument("run_id", type=int, metavar="RUN_ID")
     p.add_argument("--format", choices=["csv", "json"], default="csv")
     p.add_argument("--output", default=None, metavar="FILE", help="default: standard output")
-    p.set_defaults(handler=export)
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(export))
 
 
 def _error(message: str) -> int:
     print(f"error: {' '.join(message.split())}", file=sys.stderr)
     return EXIT_INPUT_ERROR
+
+
+def _guard(handler: Any) -> Any:
+    def run(options: dict[str, Any]) -> int:
+        try:
+            return handler(options)
+        except CliError as exc:
+            return _error(str(exc))
+
+    return run
+
+
+def _call(client: ApiClient, method: str, path: str, **kwargs: Any) -> Any:
+    response = client.request(method, path, **kwargs)
+    if response.status_code not in (200, 201):
+        raise CliError(api_error_message(response))
+    return response
 
 
 def _fmt(value: Any, suffix: str = "") -> str:
@@ -65,19 +90,13 @@ def _pct(value: str | None) -> str:
 
 
 def compare(options: dict[str, Any]) -> int:
-    try:
-        doc = comparison_build(
-            baseline_run_id=options["baseline_run"],
-            candidate_run_ids=options["candidate_runs"],
-            baseline_target=options["baseline_target"],
-        )
-    except IncomparableRuns as exc:
-        listed = "; ".join(d.text for d in exc.differences)
-        return _error(
-            f"run {exc.candidate_run} is not comparable with run {exc.baseline_run}: {listed}"
-        )
-    except ComparisonError as exc:
-        return _error(str(exc))
+    params: dict[str, Any] = {
+        "baseline": options["baseline_run"],
+        "candidate": options["candidate_runs"],
+    }
+    if options["baseline_target"]:
+        params["baseline_target"] = options["baseline_target"]
+    doc = _call(client_from(options), "GET", "comparisons/", params=params).json()
     if options["json"]:
         print(json.dumps(doc, indent=2))
         return 0
@@ -120,19 +139,13 @@ def compare(options: dict[str, Any]) -> int:
 
 
 def reconcile_usage(options: dict[str, Any]) -> int:
-    from runs.reconcile import ReconcileRefused, correction_summary, usage_reconcile
-
-    try:
-        result = usage_reconcile(run_id=options["run_id"])
-    except ReconcileRefused as exc:
-        return _error(str(exc))
-    summary = correction_summary(result.correction)
-    assert summary is not None
-    summary = {**summary, "created": result.created, "model_requests": 0}
+    summary = _call(
+        client_from(options), "POST", f"runs/{options['run_id']}/reconcile-usage/"
+    ).json()
     if options["json"]:
         print(json.dumps(summary, indent=2))
         return 0
-    status = "appended" if result.created else "unchanged (same evidence)"
+    status = "appended" if summary["created"] else "unchanged (same evidence)"
     print(
         f"{status}  correction v{summary['version']}  evidence sha256 {summary['evidence_sha256']}\n"
         f"  verified {summary['verified']}  changed {summary['changed']}  "
@@ -144,34 +157,16 @@ def reconcile_usage(options: dict[str, Any]) -> int:
 
 
 def regrade(options: dict[str, Any]) -> int:
-    from runs.regrade import RegradeRefused, run_regrade
-
-    try:
-        result = run_regrade(run_id=options["run_id"])
-    except RegradeRefused as exc:
-        return _error(str(exc))
-    r = result.regrade
-    doc = {
-        "run": r.run_id,
-        "version": r.version,
-        "created": result.created,
-        "input_sha256": r.input_sha256,
-        "grader_versions": r.grader_versions,
-        "regraded": r.regraded_count,
-        "changed": r.changed_count,
-        "skipped": r.skipped_count,
-        "by_target": r.results["by_target"],
-        "model_requests": 0,
-    }
+    doc = _call(client_from(options), "POST", f"runs/{options['run_id']}/regrade/").json()
     if options["json"]:
         print(json.dumps(doc, indent=2))
         return 0
-    status = "appended" if result.created else "unchanged (same answers and graders)"
+    status = "appended" if doc["created"] else "unchanged (same answers and graders)"
     print(
-        f"{status}  regrade v{r.version}  regraded {r.regraded_count}  changed {r.changed_count}  "
-        f"skipped {r.skipped_count}  model requests: 0"
+        f"{status}  regrade v{doc['version']}  regraded {doc['regraded']}  "
+        f"changed {doc['changed']}  skipped {doc['skipped']}  model requests: 0"
     )
-    for slug, benchmarks in r.results["by_target"].items():
+    for slug, benchmarks in doc["by_target"].items():
         for benchmark, t in benchmarks.items():
             print(
                 f"  {slug:<24} {benchmark:<12} correct {t['old_correct']} → {t['new_correct']} "
@@ -181,16 +176,22 @@ def regrade(options: dict[str, Any]) -> int:
 
 
 def export(options: dict[str, Any]) -> int:
-    from runs.export import ExportRefused, export_csv, export_json, export_matrix
-
-    try:
-        matrix = export_matrix(run_id=options["run_id"])
-    except ExportRefused as exc:
-        return _error(str(exc))
-    text = export_json(matrix) if options["format"] == "json" else export_csv(matrix)
+    response = _call(
+        client_from(options),
+        "GET",
+        f"runs/{options['run_id']}/export/",
+        params={"as": options["format"]},
+    )
+    if options["format"] == "json":
+        matrix = response.json()
+        text = json.dumps(matrix, indent=2, ensure_ascii=False)
+        rows = len(matrix["rows"])
+    else:
+        text = response.text
+        rows = max(len(text.splitlines()) - 1, 0)  # minus the header
     if options["output"]:
         Path(options["output"]).write_text(text, encoding="utf-8")
-        print(f"wrote {len(matrix['rows'])} rows to {options['output']}", file=sys.stderr)
+        print(f"wrote {rows} rows to {options['output']}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0

@@ -13,16 +13,18 @@ from typing import Any
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import status, viewsets
+from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
 
-from datasets.benchmarks import ADAPTERS
+from datasets.benchmarks import ADAPTERS, LoaderError
 from datasets.models import FrozenDataset, Profile, Question, Source, Split
+from datasets.profiles import DEFAULT_SEED
 from datasets.selectors import (
     dataset_list,
     dataset_questions,
@@ -39,18 +41,112 @@ from datasets.serializers import (
     QuestionSerializer,
     SourceSerializer,
 )
-from datasets.services import CompositionConflict, CompositionInvalid, dataset_compose_receipt
-from srbench.api import error_response
+from datasets.services import (
+    CompositionConflict,
+    CompositionInvalid,
+    PreparationConflict,
+    dataset_compose_receipt,
+    source_prepare_receipt,
+)
+from srbench.api import ApiSchema, error_response, error_responses
 
 EXPORT_CHUNK = 200
 
 
+class PrepareRequestSerializer(serializers.Serializer):
+    benchmark = serializers.ChoiceField(choices=list(ADAPTERS))
+    profile = serializers.ChoiceField(choices=Profile.choices)
+    seed = serializers.IntegerField(default=DEFAULT_SEED, min_value=-(2**63), max_value=2**63 - 1)
+    source_path = serializers.CharField(
+        required=False, allow_blank=True, max_length=4096, help_text="operators only"
+    )
+
+
+class PrepareReceiptSerializer(serializers.Serializer):
+    source = SourceSerializer()
+    created = serializers.BooleanField()
+    model_requests = serializers.IntegerField()
+
+
 class PagePagination(PageNumberPagination):
-    """Page numbers (the dashboard links to page N); at most 100 rows per read (DESIGN §9)."""
+    """Page numbers (the dashboard links to page N); at most 100 rows per read (DESIGN §9).
+
+    Right for a frozen list (a dataset's questions never change); a growing list uses
+    KeysetPagePagination, because page N shifts when a row is inserted before it.
+    """
 
     page_size = 25
     page_size_query_param = "page_size"
     max_page_size = 100
+
+
+BIGINT_MAX = 2**63 - 1
+
+
+class KeysetPagePagination(PagePagination):
+    """Page numbers, or with `before=ID` (0 = from the top) a keyset cursor over ids, newest
+    first: rows inserted between two reads neither shift nor repeat a page."""
+
+    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
+        self.keyset = "before" in request.query_params
+        self.next_before: int | None = None
+        if not self.keyset:
+            return super().paginate_queryset(queryset, request, view)
+        raw = request.query_params["before"] or "0"
+        if not raw.isdigit() or int(raw) > BIGINT_MAX:
+            raise ValidationError({"before": ["must be an id (0 = from the top)"]})
+        self.request = request
+        size = self.get_page_size(request) or self.page_size
+        qs = queryset.order_by("-pk")
+        if int(raw):
+            qs = qs.filter(pk__lt=int(raw))
+        rows = list(qs[: size + 1])
+        if len(rows) > size:
+            rows = rows[:size]
+            self.next_before = rows[-1].pk
+        return rows
+
+    def get_paginated_response(self, data: Any) -> Response:
+        if not self.keyset:
+            response = super().get_paginated_response(data)
+            response.data["next_before"] = None
+            return response
+        following = None
+        if self.next_before is not None:
+            following = replace_query_param(
+                self.request.build_absolute_uri(), "before", self.next_before
+            )
+        return Response(
+            {
+                "count": None,  # a keyset read does not count (and a count would race anyway)
+                "next": following,
+                "previous": None,
+                "results": data,
+                "next_before": self.next_before,
+            }
+        )
+
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        document = super().get_paginated_response_schema(schema)
+        document["properties"]["count"]["nullable"] = True
+        document["properties"]["next_before"] = {
+            "type": "integer",
+            "nullable": True,
+            "description": "keyset cursor for the next page (pass as before=)",
+        }
+        return document
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        return [
+            *super().get_schema_operation_parameters(view),
+            {
+                "name": "before",
+                "required": False,
+                "in": "query",
+                "description": "keyset cursor: rows with a smaller id, newest first (0 = top)",
+                "schema": {"type": "integer", "minimum": 0},
+            },
+        ]
 
 
 class JSONLinesRenderer(BaseRenderer):
@@ -80,9 +176,10 @@ def _choice(request: Request, name: str, choices: list[str]) -> str | None:
 class SourceViewSet(viewsets.ReadOnlyModelViewSet):
     """Prepared, frozen question sources (one benchmark under one profile, seed and split)."""
 
+    schema = ApiSchema()
     queryset = Source.objects.all()
     serializer_class = SourceSerializer
-    pagination_class = PagePagination
+    pagination_class = KeysetPagePagination
 
     def get_queryset(self) -> Any:
         seed = self.request.query_params.get("seed") or None
@@ -106,13 +203,62 @@ class SourceViewSet(viewsets.ReadOnlyModelViewSet):
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().list(request, *args, **kwargs)
 
+    @extend_schema(
+        request=PrepareRequestSerializer,
+        responses={
+            201: PrepareReceiptSerializer,
+            200: PrepareReceiptSerializer,
+            **error_responses(
+                _409="a source at this coordinate already holds other content; nothing written"
+            ),
+        },
+    )
+    @action(detail=False, methods=["post"])
+    def prepare(self, request: Request) -> Response:
+        """Prepare one benchmark's frozen question window (R9): from the bundled fixture, or
+        for an operator from `source_path`, a file or folder on the server. Idempotent: the
+        same content answers 200 with the existing source. No model call."""
+        form = PrepareRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        if data.get("source_path") and not request.user.is_staff:
+            # It reads a path on the server: an operator's decision, never a member's.
+            raise PermissionDenied("only an operator may prepare from a server path")
+        try:
+            receipt = source_prepare_receipt(
+                benchmark=data["benchmark"],
+                profile=data["profile"],
+                seed=data["seed"],
+                source_path=data.get("source_path") or None,
+            )
+        except PreparationConflict as exc:
+            return error_response(
+                http_status=status.HTTP_409_CONFLICT,
+                code="preparation_conflict",
+                error=" ".join(str(exc).split()),
+                detail={"source": exc.existing.pk, "content_sha256": exc.new_content_sha256},
+            )
+        except (LoaderError, ValueError, OSError) as exc:
+            return error_response(
+                http_status=status.HTTP_400_BAD_REQUEST,
+                code="invalid_source",
+                error=" ".join(str(exc).split()),
+            )
+        body = {
+            "source": SourceSerializer(receipt.source).data,
+            "created": receipt.created,
+            "model_requests": 0,
+        }
+        return Response(body, status=status.HTTP_201_CREATED if receipt.created else 200)
+
 
 @extend_schema(tags=["datasets"])
 class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
     """Frozen, content-addressed datasets and their public questions."""
 
+    schema = ApiSchema()
     queryset = FrozenDataset.objects.all()
-    pagination_class = PagePagination
+    pagination_class = KeysetPagePagination
 
     def get_queryset(self) -> Any:
         if self.action != "list":
@@ -148,7 +294,7 @@ class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
         ],
         responses=QuestionSerializer(many=True),
     )
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=PagePagination)
     def questions(self, request: Request, pk: str | None = None) -> Response:
         """The dataset's questions in frozen order; public payload only."""
         dataset = self.get_object()
@@ -187,7 +333,7 @@ class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
         responses={
             201: ComposeReceiptSerializer,
             200: ComposeReceiptSerializer,
-            400: OpenApiResponse(description="invalid request: {error, code, detail}"),
+            **error_responses(_400="invalid request"),
             409: ComposeConflictSerializer,
         },
     )
@@ -241,6 +387,7 @@ class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
 class QuestionViewSet(viewsets.GenericViewSet):
     """One question's public payload: task text, options, full code/agent task input."""
 
+    schema = ApiSchema()
     queryset = Question.objects.all()
     serializer_class = QuestionSerializer
 

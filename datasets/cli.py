@@ -1,28 +1,32 @@
-"""`benchmark prepare | datasets | compose`: thin verbs over datasets.services and selectors.
+"""`benchmark prepare | datasets | compose | questions`: dataset verbs, through the API like
+every other verb (over HTTP with --url, else in-process through the same views).
 
-Preparation reads local official files, so it runs in-process on the machine that holds them.
-Errors are one line on stderr and exit code 2, so a script can tell bad input from a crash.
+`prepare --source-path` names a file or folder on the machine that serves the API: the local
+machine in-process, the server with --url (operators only). Errors are one line on stderr and
+exit code 2, so a script can tell bad input from a crash.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
-from datasets.benchmarks import ADAPTERS, LoaderError
-from datasets.models import Profile, Source
+from datasets.benchmarks import ADAPTERS
+from datasets.models import Profile
 from datasets.profiles import DEFAULT_SEED
-from datasets.selectors import PROFILE_TOTAL_LABEL, dataset_list, profile_totals, source_list
-from datasets.services import (
-    CompositionConflict,
-    CompositionInvalid,
-    PreparationConflict,
-    dataset_compose_receipt,
-    source_prepare_receipt,
+from datasets.selectors import PROFILE_TOTAL_LABEL
+from srbench.cli.client import (
+    ApiClient,
+    CliError,
+    add_connection_arguments,
+    api_error_message,
+    client_from,
 )
 
 EXIT_INPUT_ERROR = 2
+PAGE = 100  # the API's largest page
 
 
 def register(verbs: Any) -> None:
@@ -33,22 +37,44 @@ def register(verbs: Any) -> None:
     p.add_argument(
         "--source-path",
         default=None,
-        help="official file or folder (default: the bundled fixture); one benchmark only",
+        help="official file or folder on the API's machine (default: the bundled fixture); "
+        "one benchmark only",
     )
-    p.set_defaults(handler=prepare)
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(prepare))
 
     p = verbs.add_parser("datasets", help="list prepared sources, profile totals and datasets")
     p.add_argument("--profile", choices=Profile.values, default=None)
     p.add_argument("--benchmark", choices=list(ADAPTERS), default=None)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(handler=datasets)
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(datasets))
 
     p = verbs.add_parser("compose", help="compose prepared sources into a frozen dataset")
     p.add_argument("--source", type=int, action="append", required=True, dest="sources")
     p.add_argument("--benchmark", action="append", choices=list(ADAPTERS), dest="benchmarks")
     p.add_argument("--name", default=None)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(handler=compose)
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(compose))
+
+    p = verbs.add_parser("questions", help="a frozen dataset's questions (public payload only)")
+    p.add_argument("dataset_id", type=int, metavar="DATASET_ID")
+    p.add_argument("--benchmark", choices=list(ADAPTERS), default=None)
+    p.add_argument("--subject", default=None)
+    p.add_argument("--search", default=None, help="text in the id, subject or payload")
+    p.add_argument("--page", type=int, default=1)
+    p.add_argument("--page-size", type=int, default=25, help="at most 100")
+    add_connection_arguments(p)
+    p.set_defaults(handler=_guard(questions))
+
+
+def _guard(handler: Any) -> Any:
+    def run(options: dict[str, Any]) -> int:
+        try:
+            return handler(options)
+        except CliError as exc:
+            return _error(str(exc))
+
+    return run
 
 
 def _error(message: str) -> int:
@@ -57,12 +83,33 @@ def _error(message: str) -> int:
     return EXIT_INPUT_ERROR
 
 
-def _source_line(source: Source) -> str:
-    short = "SHORT" if source.short else "full"
-    synthetic = " synthetic" if source.synthetic else ""
+def _call(client: ApiClient, method: str, path: str, **kwargs: Any) -> Any:
+    response = client.request(method, path, **kwargs)
+    if response.status_code not in (200, 201):
+        raise CliError(api_error_message(response))
+    return response.json()
+
+
+def _all_pages(client: ApiClient, path: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every row of a growing list through the keyset cursor: rows added while reading
+    neither shift nor repeat a page."""
+    rows: list[dict[str, Any]] = []
+    cursor = 0
+    while True:
+        page = _call(client, "GET", path, params={**params, "before": cursor, "page_size": PAGE})
+        rows += page["results"]
+        if page["next_before"] is None:
+            return rows
+        cursor = page["next_before"]
+
+
+def _source_line(source: dict[str, Any]) -> str:
+    short = "SHORT" if source["short"] else "full"
+    synthetic = " synthetic" if source["synthetic"] else ""
+    where = f"{source['benchmark']}/{source['profile']}/{source['seed']}/{source['split']}"
     return (
-        f"{source}  source #{source.pk}  {source.count}/{source.requested_count} questions "
-        f"({short}{synthetic})  sha256 {source.content_sha256}"
+        f"{where}  source #{source['id']}  {source['count']}/{source['requested_count']} "
+        f"questions ({short}{synthetic})  sha256 {source['content_sha256']}"
     )
 
 
@@ -70,39 +117,43 @@ def prepare(options: dict[str, Any]) -> int:
     benchmarks = list(ADAPTERS) if options["benchmark"] == "all" else [options["benchmark"]]
     if options["source_path"] and len(benchmarks) > 1:
         return _error("--source-path belongs to one benchmark; use it with --benchmark KEY")
+    client = client_from(options)
+    body: dict[str, Any] = {"profile": options["profile"], "seed": options["seed"]}
+    if options["source_path"]:
+        # In-process the path is this machine's; make it independent of the server's cwd.
+        body["source_path"] = str(Path(options["source_path"]).expanduser().absolute())
     code = 0
+    receipts = []
     for benchmark in benchmarks:
         try:
-            receipt = source_prepare_receipt(
-                benchmark=benchmark,
-                profile=options["profile"],
-                seed=options["seed"],
-                source_path=options["source_path"],
+            receipt = _call(
+                client, "POST", "sources/prepare/", json={**body, "benchmark": benchmark}
             )
-        except (LoaderError, PreparationConflict, ValueError) as exc:
+        except CliError as exc:
             # Keep going with the other benchmarks: each source is independent.
             code = _error(f"{benchmark}: {exc}")
             continue
-        status = "prepared" if receipt.created else "unchanged"
-        print(f"{status}  {_source_line(receipt.source)}")
+        receipts.append(receipt)
+        if not options.get("json"):
+            status = "prepared" if receipt["created"] else "unchanged"
+            print(f"{status}  {_source_line(receipt['source'])}")
+    if options.get("json"):
+        print(json.dumps(receipts, indent=2))
     return code
 
 
 def datasets(options: dict[str, Any]) -> int:
-    from datasets.serializers import DatasetListSerializer, SourceSerializer
-
-    sources = source_list(benchmark=options["benchmark"], profile=options["profile"])
-    found = dataset_list(profile=options["profile"], benchmark=options["benchmark"])
-    totals = [t for t in profile_totals() if options["profile"] in (None, t.profile)]
-    if options["json"]:
-        document = {
-            "sources": SourceSerializer(sources, many=True).data,
-            "profile_totals": [
-                {"profile": t.profile, "total": t.total, "sources": t.sources, "label": t.label}
-                for t in totals
-            ],
-            "datasets": DatasetListSerializer(found, many=True).data,
-        }
+    client = client_from(options)
+    filters = {k: options[k] for k in ("profile", "benchmark") if options.get(k)}
+    sources = _all_pages(client, "sources/", filters)
+    found = _all_pages(client, "datasets/", filters)
+    totals = [
+        t
+        for t in _call(client, "GET", "datasets/totals/")
+        if options["profile"] in (None, t["profile"])
+    ]
+    if options.get("json"):
+        document = {"sources": sources, "profile_totals": totals, "datasets": found}
         print(json.dumps(document, indent=2, default=str))
         return 0
     print("Prepared sources")
@@ -112,12 +163,13 @@ def datasets(options: dict[str, Any]) -> int:
         print("  (none: run `benchmark prepare`)")
     print(f"Profile totals — {PROFILE_TOTAL_LABEL}")
     for t in totals:
-        print(f"  {t.profile:<9} {t.total:>6} questions in {t.sources} prepared set(s)")
+        print(f"  {t['profile']:<9} {t['total']:>6} questions in {t['sources']} prepared set(s)")
     print("Frozen datasets")
     for dataset in found:
         print(
-            f"  #{dataset.pk}  {dataset.name}  {dataset.profile}/{dataset.seed}/{dataset.split}  "
-            f"{dataset.question_count} questions  identity {dataset.identity_sha256[:16]}"
+            f"  #{dataset['id']}  {dataset['name']}  "
+            f"{dataset['profile']}/{dataset['seed']}/{dataset['split']}  "
+            f"{dataset['question_count']} questions  identity {dataset['identity_sha256'][:16]}"
         )
     if not found:
         print("  (none: run `benchmark compose`)")
@@ -125,35 +177,54 @@ def datasets(options: dict[str, Any]) -> int:
 
 
 def compose(options: dict[str, Any]) -> int:
-    wanted = options["sources"]
-    sources = list(Source.objects.filter(pk__in=wanted))
-    missing = sorted(set(wanted) - {s.pk for s in sources})
-    if missing:
-        return _error(f"unknown source id(s): {', '.join(map(str, missing))}")
-    try:
-        receipt = dataset_compose_receipt(
-            sources=sources, benchmarks=options["benchmarks"], name=options["name"]
-        )
-    except CompositionInvalid as exc:
-        return _error(str(exc))
-    except CompositionConflict as exc:
-        return _error("conflict: " + " | ".join(c["detail"] for c in exc.conflicts))
-    dataset = receipt.dataset
-    if options["json"]:
-        from datasets.serializers import DatasetListSerializer
-
-        row = dataset_list().get(pk=dataset.pk)
-        document = {
-            "dataset": DatasetListSerializer(row).data,
-            "created": receipt.created,
-            "model_requests": receipt.model_requests,
-        }
-        print(json.dumps(document, indent=2, default=str))
+    body: dict[str, Any] = {"sources": options["sources"]}
+    if options.get("benchmarks"):
+        body["benchmarks"] = options["benchmarks"]
+    if options.get("name"):
+        body["name"] = options["name"]
+    receipt = _call(client_from(options), "POST", "datasets/compose/", json=body)
+    if options.get("json"):
+        print(json.dumps(receipt, indent=2, default=str))
         return 0
-    status = "composed" if receipt.created else "reused"
-    count = dataset_list().get(pk=dataset.pk).question_count
+    dataset = receipt["dataset"]
+    status = "composed" if receipt["created"] else "reused"
     print(
-        f"{status}  dataset #{dataset.pk}  {dataset.name}  {count} questions  "
-        f"identity {dataset.identity_sha256}  model requests: {receipt.model_requests}"
+        f"{status}  dataset #{dataset['id']}  {dataset['name']}  "
+        f"{dataset['question_count']} questions  identity {dataset['identity_sha256']}  "
+        f"model requests: {receipt['model_requests']}"
     )
+    return 0
+
+
+def _question_text(payload: dict[str, Any]) -> str:
+    for key in ("question", "problem", "prompt", "instruction", "task"):
+        if isinstance(payload.get(key), str):
+            return " ".join(payload[key].split())
+    return json.dumps(payload, ensure_ascii=False)
+
+
+def questions(options: dict[str, Any]) -> int:
+    params: dict[str, Any] = {"page": options["page"], "page_size": options["page_size"]}
+    for key, param in (("benchmark", "benchmark"), ("subject", "subject"), ("search", "q")):
+        if options.get(key):
+            params[param] = options[key]
+    page = _call(
+        client_from(options), "GET", f"datasets/{options['dataset_id']}/questions/", params=params
+    )
+    if options.get("json"):
+        print(json.dumps(page, indent=2, ensure_ascii=False))
+        return 0
+    for q in page["results"]:
+        text = _question_text(q["payload"])
+        text = text if len(text) <= 80 else text[:79] + "…"
+        print(
+            f"{q['position'] if q['position'] is not None else '-':>5}  {q['benchmark']:<14} "
+            f"{q['native_id']:<24} {q['subject'] or '-':<18} {text}"
+        )
+    if not page["results"]:
+        print("no questions")
+    shown = len(page["results"])
+    first = (options["page"] - 1) * options["page_size"]
+    more = f"; next: --page {options['page'] + 1}" if page["next"] else ""
+    print(f"questions {first + 1 if shown else 0}–{first + shown} of {page['count']}{more}")
     return 0

@@ -42,7 +42,10 @@ class SourceSerializer(serializers.ModelSerializer):
 class DatasetListSerializer(serializers.ModelSerializer):
     question_count = serializers.IntegerField(read_only=True, allow_null=True)
     sources = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    # Null for a dataset frozen by a command or a fixture rather than a user.
+    created_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
 
     class Meta:
         model = FrozenDataset

@@ -9,8 +9,9 @@ from typing import Any
 
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
-from rest_framework import generics, status
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import generics, serializers, status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -25,7 +26,31 @@ from recipes.serializers import (
 )
 from recipes.views import recipe_download_response
 from runs.models import Run, Target
-from srbench.api import error_response
+from srbench.api import ApiSchema, error_response, error_responses
+
+RunRecipeSerializer = inline_serializer(
+    "RunRecipe",
+    {
+        "run": serializers.IntegerField(),
+        "available": serializers.BooleanField(),
+        "recipes": RecipeDetailSerializer(many=True),
+        "not_captured": serializers.JSONField(),
+        "reason": serializers.CharField(required=False, help_text="when not available"),
+    },
+)
+RoutePreviewSerializer = inline_serializer(
+    "RoutePreview",
+    {
+        "target": serializers.CharField(),
+        "requested_model": serializers.CharField(allow_null=True),
+        "selected_model": serializers.CharField(allow_null=True),
+        "decision": serializers.CharField(allow_null=True),
+        "config_hash": serializers.CharField(allow_null=True),
+        "config_hash_matches": serializers.BooleanField(allow_null=True),
+        "preview_context": serializers.DictField(),
+        "model_requests": serializers.IntegerField(),
+    },
+)
 
 
 class RecipePagination(PageNumberPagination):
@@ -38,6 +63,7 @@ class RecipePagination(PageNumberPagination):
 class RecipeListView(generics.ListAPIView):
     """Frozen recipes, newest first."""
 
+    schema = ApiSchema()
     serializer_class = RecipeSummarySerializer
     pagination_class = RecipePagination
 
@@ -49,24 +75,36 @@ class RecipeListView(generics.ListAPIView):
 class RecipeDetailView(generics.RetrieveAPIView):
     """One recipe: hashes, ETag, confirmations, the redacted recipe and its redaction list."""
 
+    schema = ApiSchema()
     serializer_class = RecipeDetailSerializer
 
     def get_queryset(self):  # type: ignore[no-untyped-def]
         return recipe_list()
 
 
-@extend_schema(tags=["recipes"], responses={(200, "application/json"): dict})
+@extend_schema(
+    tags=["recipes"],
+    responses={
+        (200, "application/json"): OpenApiResponse(
+            OpenApiTypes.OBJECT, description="the recipe artefact, as a file"
+        )
+    },
+)
 class RecipeDownloadView(APIView):
     """The recipe as a JSON file marked "recipe artefact, not a deployable configuration"."""
+
+    schema = ApiSchema()
 
     def get(self, request: Request, pk: int) -> HttpResponse:
         return recipe_download_response(get_object_or_404(recipe_list(), pk=pk))
 
 
-@extend_schema(tags=["recipes"], responses=dict)
+@extend_schema(tags=["recipes"], responses=RunRecipeSerializer)
 class RunRecipeView(APIView):
     """This run's own recipes, or `available: false` with the reason — never another run's
     recipe, even of the same router (R12.5)."""
+
+    schema = ApiSchema()
 
     def get(self, request: Request, run_id: int) -> Response:
         run = get_object_or_404(Run, pk=run_id)
@@ -82,9 +120,18 @@ class RunRecipeView(APIView):
         return Response(document)
 
 
-@extend_schema(tags=["recipes"], request=RoutePreviewRequestSerializer, responses=dict)
+@extend_schema(
+    tags=["recipes"],
+    request=RoutePreviewRequestSerializer,
+    responses={
+        200: RoutePreviewSerializer,
+        **error_responses(_502="the router's preview endpoint failed"),
+    },
+)
 class RoutePreviewView(APIView):
     """Which model and decision the router would choose; `model_requests` is always 0."""
+
+    schema = ApiSchema()
 
     def post(self, request: Request, slug: str) -> Response:
         target = get_object_or_404(Target, slug=slug)

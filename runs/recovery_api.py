@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import status
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -27,7 +27,59 @@ from runs.recovery import (
     run_lineage,
 )
 from runs.serializers import RunSerializer
-from srbench.api import error_response
+from srbench.api import ApiSchema, error_response, error_responses
+
+RECOVERY_MODES = ["undispatched", "failed"]
+RecoveryPlanPageSerializer = inline_serializer(
+    "RecoveryPlanPage",
+    {
+        "plan_sha256": serializers.CharField(),
+        "mode": serializers.ChoiceField(choices=RECOVERY_MODES),
+        "parent_run": serializers.IntegerField(),
+        "parent": serializers.DictField(),
+        "counts": serializers.DictField(),
+        "selected_cells_count": serializers.IntegerField(),
+        "eligible_cells": serializers.ListField(child=serializers.DictField()),
+        "next_eligible_after": serializers.IntegerField(allow_null=True),
+        "excluded": serializers.ListField(child=serializers.DictField()),
+        "next_excluded_after": serializers.IntegerField(allow_null=True),
+        "requires_acknowledgement": serializers.BooleanField(),
+        "model_requests": serializers.IntegerField(),
+    },
+)
+RecoverRequestSerializer = inline_serializer(
+    "RecoverRequest",
+    {
+        "plan_sha256": serializers.CharField(required=False),
+        "mode": serializers.ChoiceField(choices=RECOVERY_MODES, required=False),
+        "selected_cells": serializers.ListField(child=serializers.IntegerField(), required=False),
+        "plan": serializers.DictField(required=False, help_text="the reviewed plan, whole"),
+        "idempotency_key": serializers.CharField(required=False),
+        "acknowledge_new_attempt": serializers.BooleanField(required=False),
+    },
+)
+
+
+class RecoveredRunSerializer(RunSerializer):
+    recovery = serializers.DictField(allow_null=True)
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "recovery"]
+
+
+LineageSerializer = inline_serializer(
+    "Lineage",
+    {
+        "run": serializers.DictField(),
+        "original_known_cost_usd": serializers.CharField(allow_null=True),
+        "original_cost_complete": serializers.BooleanField(),
+        "parent": serializers.DictField(allow_null=True),
+        "recovered_from": serializers.DictField(allow_null=True),
+        "children": serializers.ListField(child=serializers.DictField()),
+        "next_children_after": serializers.IntegerField(allow_null=True),
+        "model_requests": serializers.IntegerField(),
+    },
+)
 
 
 def _refusal(exc: RecoveryError) -> Response:
@@ -40,6 +92,8 @@ class RecoveryPlanView(APIView):
     """Reconcile the run, then show what a recovery in `mode` would run and what it would
     not, with a reason per excluded cell. Never calls a model (model_requests: 0)."""
 
+    schema = ApiSchema()
+
     @extend_schema(
         parameters=[
             OpenApiParameter("mode", str, enum=["undispatched", "failed"], required=True),
@@ -47,7 +101,10 @@ class RecoveryPlanView(APIView):
             OpenApiParameter("excluded_after", int, description="cursor: cell id"),
             OpenApiParameter("limit", int, description=f"≤ {MAX_RECOVERY_PAGE}"),
         ],
-        responses=dict,
+        responses={
+            200: RecoveryPlanPageSerializer,
+            **error_responses(_409="the ledger is in a state that allows no plan"),
+        },
     )
     def get(self, request: Request, pk: int) -> Response:
         run = get_object_or_404(Run, pk=pk)
@@ -70,7 +127,20 @@ class RecoverView(APIView):
     plan and cells (header Idempotent-Replayed), 409 when the ledger or the claims changed,
     422 when the key was used for something else or a condition is not met."""
 
-    @extend_schema(request=dict, responses=RunSerializer)
+    schema = ApiSchema()
+
+    @extend_schema(
+        request=RecoverRequestSerializer,
+        parameters=[OpenApiParameter(IDEMPOTENCY_HEADER, str, OpenApiParameter.HEADER)],
+        responses={
+            201: RecoveredRunSerializer,
+            200: RecoveredRunSerializer,
+            **error_responses(
+                _409="the ledger or the claims changed since the review",
+                _422="the key was used for something else, or a condition is not met",
+            ),
+        },
+    )
     def post(self, request: Request, pk: int) -> Response:
         run = get_object_or_404(Run, pk=pk)
         data: Any = request.data
@@ -114,12 +184,14 @@ class LineageView(APIView):
     """The run's parent and its recovery children (paginated), each with its own status,
     progress and known cost; the original's known cost separately."""
 
+    schema = ApiSchema()
+
     @extend_schema(
         parameters=[
             OpenApiParameter("children_after", int, description="cursor: child run id"),
             OpenApiParameter("limit", int, description=f"≤ {MAX_RECOVERY_PAGE}"),
         ],
-        responses=dict,
+        responses=LineageSerializer,
     )
     def get(self, request: Request, pk: int) -> Response:
         run = get_object_or_404(Run, pk=pk)

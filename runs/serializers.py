@@ -10,7 +10,16 @@ from runs import selectors
 from runs.models import Call, Cell, Run, RunEvent, Target
 
 
+class BlankAsNullURLField(serializers.URLField):
+    """An optional URL column stores "" for none; the API says null (unknown is null)."""
+
+    def to_representation(self, value: Any) -> str | None:
+        return value or None
+
+
 class TargetSerializer(serializers.ModelSerializer):
+    preview_url = BlankAsNullURLField(read_only=True, allow_null=True)
+
     class Meta:
         model = Target
         fields = [

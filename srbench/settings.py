@@ -149,6 +149,17 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # One name per enum, so the schema validates without collision warnings.
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "runs.models.RunStatus",
+        "CellStatusEnum": "runs.models.CellStatus",
+        "CallStatusEnum": "runs.models.CallStatus",
+        "RunModeEnum": "runs.models.Run.Mode",
+        "PlanModeEnum": ["live", "preview"],
+        "BenchmarkEnum": "datasets.benchmarks.ADAPTERS",
+        "RecoveryModeEnum": ["undispatched", "failed"],
+        "ProfileEnum": "datasets.models.Profile",
+    },
 }
 
 # --- Celery: the database is the truth, the broker only a doorbell (DESIGN §4) -------------

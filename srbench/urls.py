@@ -1,19 +1,24 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
-from rest_framework.routers import DefaultRouter
+from rest_framework.routers import SimpleRouter
 
+from compare.api import ComparisonView
 from runs.api import PlanReviewView, RunViewSet, TargetViewSet
 from runs.recovery_api import LineageView, RecoverView, RecoveryPlanView
+from srbench.api import SCHEMA_SETTINGS, api_not_found
 
-router = DefaultRouter()
+# SimpleRouter: no browsable root view and no `.json` suffix routes, so every API route is
+# one the OpenAPI schema documents (tests/api/test_schema.py walks them all).
+router = SimpleRouter()
 router.register("targets", TargetViewSet)
 router.register("runs", RunViewSet, basename="run")
 
 urlpatterns = [
     path("", include("runs.urls")),
     path("datasets/", include("datasets.urls")),
+    path("compare/", include("compare.urls")),
     path("recipes/", include("recipes.urls")),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -24,8 +29,16 @@ urlpatterns = [
     ),
     path("api/v1/runs/<int:pk>/recover/", RecoverView.as_view(), name="run-recover"),
     path("api/v1/runs/<int:pk>/lineage/", LineageView.as_view(), name="run-lineage"),
+    path("api/v1/comparisons/", ComparisonView.as_view(), name="comparison"),
     path("api/v1/", include(router.urls)),
     path("api/v1/", include("datasets.api_urls")),
     path("api/v1/", include("recipes.api_urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/v1/", include("compare.api_urls")),
+    path(
+        "api/schema/",
+        SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS),
+        name="api-schema",
+    ),
+    # Last: an unmatched /api/ path answers the JSON error document (not an endpoint).
+    re_path(r"^api/(?P<path>[\s\S]*)\Z", api_not_found, name="api-not-found"),
 ]

@@ -55,6 +55,10 @@ def test_anonymous_visitor_gets_no_data(client, path):
         return
     if response.status_code in (301, 302):
         assert "/login/" in response["Location"], (path, response["Location"])
+    elif response.status_code == 404 and path.startswith("/api/"):
+        # Only the catch-all for unknown API paths answers 404: an error document, no data.
+        assert response.json()["code"] == "not_found", (path, response.content[:200])
+        assert set(response.json()) == {"error", "code", "detail"}
     else:
         assert response.status_code in (401, 403, 405), (path, response.status_code)
         if path.startswith("/api/") and response.status_code != 405:
