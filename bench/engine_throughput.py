@@ -65,12 +65,28 @@ def main() -> None:
     args = parser.parse_args()
 
     os.environ.update(
-        DJANGO_SETTINGS_MODULE="srbench.settings", SECRET_KEY="bench-only", DATABASE_URL=DB,
-        CELERY_BROKER_URL=BROKER, SRBENCH_VAR_DIR=tempfile.mkdtemp(prefix="srbench-bench-"),
+        DJANGO_SETTINGS_MODULE="srbench.settings",
+        SECRET_KEY="bench-only",
+        DATABASE_URL=DB,
+        CELERY_BROKER_URL=BROKER,
+        SRBENCH_VAR_DIR=tempfile.mkdtemp(prefix="srbench-bench-"),
     )
     dbname = DB.rsplit("/", 1)[1]
-    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-c",
-                    f"DROP DATABASE IF EXISTS {dbname}", "-c", f"CREATE DATABASE {dbname}"], check=True)
+    subprocess.run(
+        [
+            "psql",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-q",
+            "-c",
+            f"DROP DATABASE IF EXISTS {dbname}",
+            "-c",
+            f"CREATE DATABASE {dbname}",
+        ],
+        check=True,
+    )
     import django
 
     django.setup()
@@ -97,7 +113,10 @@ def main() -> None:
     questions = []
     for q in loaded:
         question = Question.objects.create(
-            benchmark=q.benchmark, native_id=q.native_id, subject=q.subject, payload=q.payload,
+            benchmark=q.benchmark,
+            native_id=q.native_id,
+            subject=q.subject,
+            payload=q.payload,
             content_sha256=sha256_hex([q.benchmark, q.native_id, q.payload, q.secret]),
         )
         QuestionSecret.objects.create(question=question, data=q.secret)
@@ -109,17 +128,34 @@ def main() -> None:
     port = free_port()
     config = work / "sim.toml"
     config.write_text(
-        f'seed = 1\n[models.bench]\naccuracy = 0.8\nttft_s = {args.ttft}\n'
-        f'tokens_per_second = {1 / args.chunk_gap}\nchunk_tokens = 1\nprefix_cache = false\n'
+        f"seed = 1\n[models.bench]\naccuracy = 0.8\nttft_s = {args.ttft}\n"
+        f"tokens_per_second = {1 / args.chunk_gap}\nchunk_tokens = 1\nprefix_cache = false\n"
         f'reasoning = "{reasoning}"\n[answer_key]\nsources = [["mmlu-pro", "{data}"]]\n'
     )
-    sim = subprocess.Popen([sys.executable, "-m", "srbench.simulator", "--port", str(port),
-                            "--config", str(config)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "srbench.simulator", "--port", str(port), "--config", str(config)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "srbench", "worker", "--pool=threads",
-         "--concurrency=2", "--without-gossip", "--without-mingle", "--loglevel=WARNING"],
-        cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "srbench",
+            "worker",
+            "--pool=threads",
+            "--concurrency=2",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel=WARNING",
+        ],
+        cwd=ROOT,
+        env=os.environ.copy(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
     try:
@@ -131,41 +167,69 @@ def main() -> None:
                 break
             except httpx.HTTPError:
                 time.sleep(0.1)
-        Target.objects.create(slug="bench", name="bench", model="bench",
-                              base_url=f"http://127.0.0.1:{port}/v1",
-                              prices={"bench": {"input": "1", "output": "2"}})
+        Target.objects.create(
+            slug="bench",
+            name="bench",
+            model="bench",
+            base_url=f"http://127.0.0.1:{port}/v1",
+            prices={"bench": {"input": "1", "output": "2"}},
+        )
         owner = get_user_model().objects.create(username="bench")
         # The unloaded latency L of one call, measured the way the engine streams it.
         t0 = time.monotonic()
-        with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions", json={
-            "model": "bench", "stream": True, "messages": adapter.messages(loaded[0].payload)}) as r:
+        with httpx.stream(
+            "POST",
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            json={
+                "model": "bench",
+                "stream": True,
+                "messages": adapter.messages(loaded[0].payload),
+            },
+        ) as r:
             for _ in r.iter_raw():
                 pass
         latency = time.monotonic() - t0
-        print(f"unloaded call latency L = {latency:.3f} s (TTFT {args.ttft} s + {args.chunks} "
-              f"chunks {args.chunk_gap} s apart); N = {len(questions)} cells")
+        print(
+            f"unloaded call latency L = {latency:.3f} s (TTFT {args.ttft} s + {args.chunks} "
+            f"chunks {args.chunk_gap} s apart); N = {len(questions)} cells"
+        )
         for concurrency in args.concurrency:
             dataset = FrozenDataset.objects.create(
-                identity_sha256=sha256_hex(["bench", concurrency, time.time()]), name="bench",
-                profile="quick", seed=1, split="dev", selection={},
+                identity_sha256=sha256_hex(["bench", concurrency, time.time()]),
+                name="bench",
+                profile="quick",
+                seed=1,
+                split="dev",
+                selection={},
             )
             DatasetQuestion.objects.bulk_create(
                 DatasetQuestion(dataset=dataset, question=q, position=i)
                 for i, q in enumerate(questions)
             )
+
             # CPU of every process of ours: worker (with its children), PostgreSQL backends
             # (including ones that come and go during the run: sampled while it runs) and
             # Redis; not the simulator.
             def ours() -> list[int]:
-                return sorted({*pids_of("celery -A srbench worker"), *pids_of("postgres"),
-                               *pids_of("redis-server")})
+                return sorted(
+                    {
+                        *pids_of("celery -A srbench worker"),
+                        *pids_of("postgres"),
+                        *pids_of("redis-server"),
+                    }
+                )
 
             before = cpu_by_pid(ours())
             seen = dict(before)
-            run, _ = run_create(owner=owner, plan={
-                "name": f"bench C={concurrency}", "dataset": dataset.pk, "targets": ["bench"],
-                "limits": {"concurrency": concurrency, "max_output_tokens": 4096},
-            })
+            run, _ = run_create(
+                owner=owner,
+                plan={
+                    "name": f"bench C={concurrency}",
+                    "dataset": dataset.pk,
+                    "targets": ["bench"],
+                    "limits": {"concurrency": concurrency, "max_output_tokens": 4096},
+                },
+            )
             while True:
                 for pid, cpu in cpu_by_pid(ours()).items():
                     seen[pid] = max(cpu, seen.get(pid, 0.0))

@@ -108,7 +108,9 @@ class GPQAAdapter(BenchmarkAdapter):
 
     def messages(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
         letters = option_letters(len(payload["options"]))
-        options = "\n".join(f"{ltr}) {text}" for ltr, text in zip(letters, payload["options"], strict=False))
+        options = "\n".join(
+            f"{ltr}) {text}" for ltr, text in zip(letters, payload["options"], strict=False)
+        )
         prompt = (
             "Answer the multiple choice question below. Reason step by step first. Make the last "
             f"line of your reply 'Answer: X', where X is one of {''.join(letters)}.\n\n"

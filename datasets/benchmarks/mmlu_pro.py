@@ -127,7 +127,9 @@ class MMLUProAdapter(BenchmarkAdapter):
         # Zero-shot form of the official CoT prompt, asking for the phrase the strict grader reads.
         options = "\n".join(
             f"{letter}. {text}"
-            for letter, text in zip(option_letters(len(payload["options"])), payload["options"], strict=False)
+            for letter, text in zip(
+                option_letters(len(payload["options"])), payload["options"], strict=False
+            )
         )
         prompt = (
             f"The following is a multiple choice question about {payload['category']}. Think "

@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,161 +14,318 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Question',
+            name="Question",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('benchmark', models.CharField(max_length=32)),
-                ('native_id', models.CharField(max_length=255)),
-                ('subject', models.CharField(blank=True, max_length=255)),
-                ('payload', models.JSONField()),
-                ('content_sha256', models.CharField(max_length=64, unique=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("benchmark", models.CharField(max_length=32)),
+                ("native_id", models.CharField(max_length=255)),
+                ("subject", models.CharField(blank=True, max_length=255)),
+                ("payload", models.JSONField()),
+                ("content_sha256", models.CharField(max_length=64, unique=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
         ),
         migrations.CreateModel(
-            name='Source',
+            name="Source",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('benchmark', models.CharField(max_length=32)),
-                ('profile', models.CharField(choices=[('smoke', 'Smoke'), ('quick', 'Quick'), ('standard', 'Standard')], max_length=16)),
-                ('seed', models.BigIntegerField()),
-                ('split', models.CharField(choices=[('dev', 'Dev'), ('holdout', 'Holdout')], max_length=16)),
-                ('content_sha256', models.CharField(max_length=64)),
-                ('provenance', models.JSONField()),
-                ('requested_count', models.PositiveIntegerField()),
-                ('count', models.PositiveIntegerField()),
-                ('synthetic', models.BooleanField(default=False)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("benchmark", models.CharField(max_length=32)),
+                (
+                    "profile",
+                    models.CharField(
+                        choices=[("smoke", "Smoke"), ("quick", "Quick"), ("standard", "Standard")],
+                        max_length=16,
+                    ),
+                ),
+                ("seed", models.BigIntegerField()),
+                (
+                    "split",
+                    models.CharField(
+                        choices=[("dev", "Dev"), ("holdout", "Holdout")], max_length=16
+                    ),
+                ),
+                ("content_sha256", models.CharField(max_length=64)),
+                ("provenance", models.JSONField()),
+                ("requested_count", models.PositiveIntegerField()),
+                ("count", models.PositiveIntegerField()),
+                ("synthetic", models.BooleanField(default=False)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
         ),
         migrations.CreateModel(
-            name='SourceQuestion',
+            name="SourceQuestion",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('position', models.PositiveIntegerField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("position", models.PositiveIntegerField()),
             ],
         ),
         migrations.CreateModel(
-            name='FrozenDataset',
+            name="FrozenDataset",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('identity_sha256', models.CharField(max_length=64, unique=True)),
-                ('name', models.CharField(max_length=200)),
-                ('profile', models.CharField(choices=[('smoke', 'Smoke'), ('quick', 'Quick'), ('standard', 'Standard')], max_length=16)),
-                ('seed', models.BigIntegerField()),
-                ('split', models.CharField(choices=[('dev', 'Dev'), ('holdout', 'Holdout')], max_length=16)),
-                ('selection', models.JSONField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("identity_sha256", models.CharField(max_length=64, unique=True)),
+                ("name", models.CharField(max_length=200)),
+                (
+                    "profile",
+                    models.CharField(
+                        choices=[("smoke", "Smoke"), ("quick", "Quick"), ("standard", "Standard")],
+                        max_length=16,
+                    ),
+                ),
+                ("seed", models.BigIntegerField()),
+                (
+                    "split",
+                    models.CharField(
+                        choices=[("dev", "Dev"), ("holdout", "Holdout")], max_length=16
+                    ),
+                ),
+                ("selection", models.JSONField()),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='DatasetQuestion',
+            name="DatasetQuestion",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('position', models.PositiveIntegerField()),
-                ('dataset', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='entries', to='datasets.frozendataset')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("position", models.PositiveIntegerField()),
+                (
+                    "dataset",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="entries",
+                        to="datasets.frozendataset",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='QuestionSecret',
+            name="QuestionSecret",
             fields=[
-                ('question', models.OneToOneField(on_delete=django.db.models.deletion.PROTECT, primary_key=True, related_name='secret', serialize=False, to='datasets.question')),
-                ('data', models.JSONField()),
+                (
+                    "question",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        primary_key=True,
+                        related_name="secret",
+                        serialize=False,
+                        to="datasets.question",
+                    ),
+                ),
+                ("data", models.JSONField()),
             ],
         ),
         migrations.AddIndex(
-            model_name='question',
-            index=models.Index(fields=['benchmark', 'subject'], name='datasets_qu_benchma_7ef5ba_idx'),
+            model_name="question",
+            index=models.Index(
+                fields=["benchmark", "subject"], name="datasets_qu_benchma_7ef5ba_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='question',
-            constraint=models.CheckConstraint(condition=models.Q(('benchmark__in', ('mmlu-pro', 'simpleqa', 'gpqa', 'hle', 'arc', 'livecodebench', 'scicode', 'terminal-bench', 'tau3'))), name='question_benchmark_known'),
+            model_name="question",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    (
+                        "benchmark__in",
+                        (
+                            "mmlu-pro",
+                            "simpleqa",
+                            "gpqa",
+                            "hle",
+                            "arc",
+                            "livecodebench",
+                            "scicode",
+                            "terminal-bench",
+                            "tau3",
+                        ),
+                    )
+                ),
+                name="question_benchmark_known",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='question',
-            constraint=models.CheckConstraint(condition=models.Q(('content_sha256__regex', '^[0-9a-f]{64}$')), name='question_sha256_hex'),
+            model_name="question",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("content_sha256__regex", "^[0-9a-f]{64}$")),
+                name="question_sha256_hex",
+            ),
         ),
         migrations.AddField(
-            model_name='frozendataset',
-            name='questions',
-            field=models.ManyToManyField(related_name='+', through='datasets.DatasetQuestion', to='datasets.question'),
+            model_name="frozendataset",
+            name="questions",
+            field=models.ManyToManyField(
+                related_name="+", through="datasets.DatasetQuestion", to="datasets.question"
+            ),
         ),
         migrations.AddField(
-            model_name='datasetquestion',
-            name='question',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='datasets.question'),
+            model_name="datasetquestion",
+            name="question",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to="datasets.question",
+            ),
         ),
         migrations.AddField(
-            model_name='frozendataset',
-            name='sources',
-            field=models.ManyToManyField(related_name='datasets', to='datasets.source'),
+            model_name="frozendataset",
+            name="sources",
+            field=models.ManyToManyField(related_name="datasets", to="datasets.source"),
         ),
         migrations.AddField(
-            model_name='sourcequestion',
-            name='question',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='datasets.question'),
+            model_name="sourcequestion",
+            name="question",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to="datasets.question",
+            ),
         ),
         migrations.AddField(
-            model_name='sourcequestion',
-            name='source',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='entries', to='datasets.source'),
+            model_name="sourcequestion",
+            name="source",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="entries",
+                to="datasets.source",
+            ),
         ),
         migrations.AddField(
-            model_name='source',
-            name='questions',
-            field=models.ManyToManyField(related_name='+', through='datasets.SourceQuestion', to='datasets.question'),
+            model_name="source",
+            name="questions",
+            field=models.ManyToManyField(
+                related_name="+", through="datasets.SourceQuestion", to="datasets.question"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='datasetquestion',
-            constraint=models.UniqueConstraint(fields=('dataset', 'position'), name='datasetquestion_position'),
+            model_name="datasetquestion",
+            constraint=models.UniqueConstraint(
+                fields=("dataset", "position"), name="datasetquestion_position"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='datasetquestion',
-            constraint=models.UniqueConstraint(fields=('dataset', 'question'), name='datasetquestion_once'),
+            model_name="datasetquestion",
+            constraint=models.UniqueConstraint(
+                fields=("dataset", "question"), name="datasetquestion_once"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='frozendataset',
-            constraint=models.CheckConstraint(condition=models.Q(('identity_sha256__regex', '^[0-9a-f]{64}$')), name='dataset_identity_hex'),
+            model_name="frozendataset",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("identity_sha256__regex", "^[0-9a-f]{64}$")),
+                name="dataset_identity_hex",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='frozendataset',
-            constraint=models.CheckConstraint(condition=models.Q(('profile__in', ['smoke', 'quick', 'standard'])), name='dataset_profile_known'),
+            model_name="frozendataset",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("profile__in", ["smoke", "quick", "standard"])),
+                name="dataset_profile_known",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='frozendataset',
-            constraint=models.CheckConstraint(condition=models.Q(('split__in', ['dev', 'holdout'])), name='dataset_split_known'),
+            model_name="frozendataset",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("split__in", ["dev", "holdout"])), name="dataset_split_known"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='sourcequestion',
-            constraint=models.UniqueConstraint(fields=('source', 'position'), name='sourcequestion_position'),
+            model_name="sourcequestion",
+            constraint=models.UniqueConstraint(
+                fields=("source", "position"), name="sourcequestion_position"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='sourcequestion',
-            constraint=models.UniqueConstraint(fields=('source', 'question'), name='sourcequestion_once'),
+            model_name="sourcequestion",
+            constraint=models.UniqueConstraint(
+                fields=("source", "question"), name="sourcequestion_once"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='source',
-            constraint=models.UniqueConstraint(fields=('benchmark', 'profile', 'seed', 'split'), name='source_unique_coordinate'),
+            model_name="source",
+            constraint=models.UniqueConstraint(
+                fields=("benchmark", "profile", "seed", "split"), name="source_unique_coordinate"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='source',
-            constraint=models.CheckConstraint(condition=models.Q(('benchmark__in', ('mmlu-pro', 'simpleqa', 'gpqa', 'hle', 'arc', 'livecodebench', 'scicode', 'terminal-bench', 'tau3'))), name='source_benchmark_known'),
+            model_name="source",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    (
+                        "benchmark__in",
+                        (
+                            "mmlu-pro",
+                            "simpleqa",
+                            "gpqa",
+                            "hle",
+                            "arc",
+                            "livecodebench",
+                            "scicode",
+                            "terminal-bench",
+                            "tau3",
+                        ),
+                    )
+                ),
+                name="source_benchmark_known",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='source',
-            constraint=models.CheckConstraint(condition=models.Q(('profile__in', ['smoke', 'quick', 'standard'])), name='source_profile_known'),
+            model_name="source",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("profile__in", ["smoke", "quick", "standard"])),
+                name="source_profile_known",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='source',
-            constraint=models.CheckConstraint(condition=models.Q(('split__in', ['dev', 'holdout'])), name='source_split_known'),
+            model_name="source",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("split__in", ["dev", "holdout"])), name="source_split_known"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='source',
-            constraint=models.CheckConstraint(condition=models.Q(('count__lte', models.F('requested_count'))), name='source_never_padded'),
+            model_name="source",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("count__lte", models.F("requested_count"))),
+                name="source_never_padded",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='source',
-            constraint=models.CheckConstraint(condition=models.Q(('content_sha256__regex', '^[0-9a-f]{64}$')), name='source_sha256_hex'),
+            model_name="source",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("content_sha256__regex", "^[0-9a-f]{64}$")),
+                name="source_sha256_hex",
+            ),
         ),
     ]

@@ -43,6 +43,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
     from playwright import sync_api  # installed by make test (scripts/ensure_browser.sh)
+
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: run scripts/ensure_browser.sh")
     if not HTMX.exists():

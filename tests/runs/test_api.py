@@ -23,8 +23,9 @@ def member(client):
 @pytest.fixture
 def plan():
     targets = {
-        "strong": f.target_create(slug="sim-strong", model="sim-strong",
-                                  prices={"sim-strong": es.PRICES["sim-strong"]}),
+        "strong": f.target_create(
+            slug="sim-strong", model="sim-strong", prices={"sim-strong": es.PRICES["sim-strong"]}
+        ),
     }
     dataset = es.fixture_dataset(["mmlu-pro", "arc"])
     return {"name": "api", "dataset": dataset.pk, "targets": [targets["strong"].slug]}
@@ -55,7 +56,9 @@ def test_plan_review_freezes_without_a_model_call_or_a_run(client, member, plan)
     ],
 )
 def test_invalid_plan_is_a_400_naming_the_field(client, member, plan, change, field):
-    response = client.post("/api/v1/plans/review/", {**plan, **change}, content_type="application/json")
+    response = client.post(
+        "/api/v1/plans/review/", {**plan, **change}, content_type="application/json"
+    )
     assert response.status_code == 400
     body = response.json()
     assert body["code"] == "invalid_plan" and field in body["detail"], body
@@ -73,10 +76,12 @@ def test_judge_benchmark_needs_a_judge_target(client, member):
 
 
 def test_same_idempotency_key_same_plan_returns_the_same_run(client, member, plan):
-    first = client.post("/api/v1/runs/", plan, content_type="application/json",
-                        headers={"Idempotency-Key": "k-1"})
-    second = client.post("/api/v1/runs/", plan, content_type="application/json",
-                         headers={"Idempotency-Key": "k-1"})
+    first = client.post(
+        "/api/v1/runs/", plan, content_type="application/json", headers={"Idempotency-Key": "k-1"}
+    )
+    second = client.post(
+        "/api/v1/runs/", plan, content_type="application/json", headers={"Idempotency-Key": "k-1"}
+    )
     assert first.status_code == 201 and second.status_code == 200
     assert second["Idempotent-Replayed"] == "true"
     assert first.json()["id"] == second.json()["id"]
@@ -84,9 +89,15 @@ def test_same_idempotency_key_same_plan_returns_the_same_run(client, member, pla
 
 
 def test_same_idempotency_key_with_another_plan_is_422_and_creates_nothing(client, member, plan):
-    client.post("/api/v1/runs/", plan, content_type="application/json", headers={"Idempotency-Key": "k-1"})
-    other = client.post("/api/v1/runs/", {**plan, "name": "other"}, content_type="application/json",
-                        headers={"Idempotency-Key": "k-1"})
+    client.post(
+        "/api/v1/runs/", plan, content_type="application/json", headers={"Idempotency-Key": "k-1"}
+    )
+    other = client.post(
+        "/api/v1/runs/",
+        {**plan, "name": "other"},
+        content_type="application/json",
+        headers={"Idempotency-Key": "k-1"},
+    )
     assert other.status_code == 422
     assert other.json()["code"] == "idempotency_key_reused"
     assert Run.objects.count() == 1
@@ -95,8 +106,11 @@ def test_same_idempotency_key_with_another_plan_is_422_and_creates_nothing(clien
 def test_run_list_filters_and_cursor_pages_neither_skip_nor_repeat(client, member, plan):
     ids = []
     for i in range(7):
-        ids.append(client.post("/api/v1/runs/", {**plan, "name": f"run {i}"},
-                               content_type="application/json").json()["id"])
+        ids.append(
+            client.post(
+                "/api/v1/runs/", {**plan, "name": f"run {i}"}, content_type="application/json"
+            ).json()["id"]
+        )
     Run.objects.filter(pk=ids[0]).update(status="failed", finished_at=timezone.now())
     seen: list[int] = []
     cursor = None
@@ -140,7 +154,9 @@ def test_cancel_a_queued_run_is_idempotent(client, member, plan):
 
 
 def test_judge_call_detail_withholds_the_reference_answer(client, member):
-    call = f.call_create(role="judge", request={"messages": [{"role": "user", "content": "REFERENCE-XYZ"}]})
+    call = f.call_create(
+        role="judge", request={"messages": [{"role": "user", "content": "REFERENCE-XYZ"}]}
+    )
     response = client.get(f"/api/v1/runs/{call.cell.run_id}/calls/{call.pk}/")
     assert response.status_code == 200
     assert "REFERENCE-XYZ" not in response.content.decode()

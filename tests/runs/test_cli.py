@@ -28,7 +28,9 @@ def bench(capsys, *args: str) -> tuple[int, str, str]:
 
 def test_plan_run_show_report_cancel_through_the_cli(celery_worker, capsys):
     benchmarks = ["mmlu-pro"]
-    with es.simulator(benchmarks, models={"sim-strong": {"ttft_s": 0.3, "tokens_per_second": 20.0}}) as url:
+    with es.simulator(
+        benchmarks, models={"sim-strong": {"ttft_s": 0.3, "tokens_per_second": 20.0}}
+    ) as url:
         es.sim_targets(url)
         dataset = es.fixture_dataset(benchmarks)
         f.user_create(username="ops", staff=True)
@@ -38,24 +40,51 @@ def test_plan_run_show_report_cancel_through_the_cli(celery_worker, capsys):
         assert code == 0 and json.loads(out)["model_requests"] == 0
         assert not Run.objects.exists()
 
-        code, out, err = bench(capsys, "run", *common, "--concurrency", "2", "--detach",
-                               "--idempotency-key", "cli-1", "--json")
+        code, out, err = bench(
+            capsys,
+            "run",
+            *common,
+            "--concurrency",
+            "2",
+            "--detach",
+            "--idempotency-key",
+            "cli-1",
+            "--json",
+        )
         assert code == 0, err
         run_id = json.loads(out)["id"]
-        code, _, err = bench(capsys, "run", *common, "--concurrency", "2", "--detach",
-                             "--idempotency-key", "cli-1")
+        code, _, err = bench(
+            capsys, "run", *common, "--concurrency", "2", "--detach", "--idempotency-key", "cli-1"
+        )
         assert code == 0 and "already existed" in err and Run.objects.count() == 1
 
-        wait_until(lambda: Run.objects.get(pk=run_id).cells.filter(calls__status="streaming").exists()
-                   or Run.objects.get(pk=run_id).cells.filter(calls__isnull=False).exists(), timeout=60)
-        code, out, _ = bench(capsys, "show", str(run_id), "--calls", "--active", "--limit", "10",
-                             "--user", "ops", "--json")
+        wait_until(
+            lambda: (
+                Run.objects.get(pk=run_id).cells.filter(calls__status="streaming").exists()
+                or Run.objects.get(pk=run_id).cells.filter(calls__isnull=False).exists()
+            ),
+            timeout=60,
+        )
+        code, out, _ = bench(
+            capsys,
+            "show",
+            str(run_id),
+            "--calls",
+            "--active",
+            "--limit",
+            "10",
+            "--user",
+            "ops",
+            "--json",
+        )
         assert code == 0
         page = json.loads(out)
         assert len(page["results"]) <= 10
         for call in page["results"]:
             assert call["status"] in ("sent", "streaming")
-            assert {"stage", "elapsed_seconds", "last_activity_at", "bytes_received"} <= set(call["live"])
+            assert {"stage", "elapsed_seconds", "last_activity_at", "bytes_received"} <= set(
+                call["live"]
+            )
 
         wait_until(lambda: es.terminal(Run.objects.get(pk=run_id)), timeout=120)
         code, out, _ = bench(capsys, "report", str(run_id), "--user", "ops")

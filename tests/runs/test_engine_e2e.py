@@ -186,8 +186,13 @@ def test_agent_benchmarks_run_their_tool_loops_through_the_ledger(celery_worker)
         dataset = es.fixture_dataset(benchmarks)
         run, _ = run_create(
             owner=f.user_create(),
-            plan={"name": "agents", "dataset": dataset.pk, "targets": ["sim-strong"],
-                  "simulators": {"tau3": "sim-user"}, "failure_policy": "continue"},
+            plan={
+                "name": "agents",
+                "dataset": dataset.pk,
+                "targets": ["sim-strong"],
+                "simulators": {"tau3": "sim-user"},
+                "failure_policy": "continue",
+            },
         )
         wait_until(lambda: es.terminal(run), timeout=240)
         stats = es.sim_stats(url)

@@ -38,8 +38,9 @@ def test_reference_solutions_pass_and_a_wrong_step_fails(tmp_path):
     assert set(questions) == set(SOLUTIONS)
     for native_id, steps in SOLUTIONS.items():
         q = questions[native_id]
-        good = grade_scicode(step_replies=[reply(c) for c in steps], payload=q.payload,
-                             secret=q.secret, h5_path=h5)
+        good = grade_scicode(
+            step_replies=[reply(c) for c in steps], payload=q.payload, secret=q.secret, h5_path=h5
+        )
         assert good["correct"] is True, (native_id, good)
         broken = [reply(c) for c in steps]
         broken[-1] = reply(steps[-1].replace("return", "return 1.5 + ", 1))

@@ -155,6 +155,7 @@ def test_the_correct_agent_says_the_required_outputs_and_the_wrong_one_does_not(
 
 # -- Terminal-Bench --------------------------------------------------------------------------------
 
+
 def needs_sandbox(test):  # type: ignore[no-untyped-def]
     """make test installs bubblewrap; a missing sandbox fails the test rather than skipping."""
 

@@ -52,8 +52,17 @@ def test_demo_prints_a_url_and_login_that_work_and_stops_cleanly(tmp_path):
         assert finished.group(2) == "completed", "".join(lines)
         text = "".join(lines)
         # All nine benchmarks complete, so each target gets a full sr-bench score (R4.2).
-        for benchmark in ("mmlu-pro", "gpqa", "simpleqa", "hle", "arc", "livecodebench",
-                          "scicode", "terminal-bench", "tau3"):
+        for benchmark in (
+            "mmlu-pro",
+            "gpqa",
+            "simpleqa",
+            "hle",
+            "arc",
+            "livecodebench",
+            "scicode",
+            "terminal-bench",
+            "tau3",
+        ):
             assert benchmark in text
         assert "sim-router (mom): sr-bench score" in text, text
         assert "subset macro average" not in text
