@@ -223,19 +223,15 @@ class Driver:
         if cell.benchmark == "tau3":
             await self._run_tau(cell, target)
             return
-        subject = await self.call(
-            cell, role="subject", sequence=0, target=target, messages=adapter.messages(cell.payload)
+        subject = await self._turn(
+            cell,
+            role="subject",
+            sequence=0,
+            target=target,
+            messages=adapter.messages(cell.payload),
+            calls_made=0,
         )
-        if subject.call_id is None:
-            await self.db(store.cell_release, cell_id=cell.cell_id, token=cell.token)
-            await self.stop("budget: the next call could exceed max_cost_usd")
-            return
-        if not subject.ok:
-            await self.finish(
-                cell, "failed", None, None, "", f"{subject.error_code}: {subject.error}"
-            )
-            if subject.transport_failure and self.ctx.manifest["failure_policy"] == "stop":
-                await self.stop(f"first transport failure (fail closed): {subject.error_code}")
+        if subject is None:
             return
         answer = subject.content
         if subject.truncated:
@@ -266,7 +262,7 @@ class Driver:
             await self.finish(cell, "completed", grade.correct, grade.detail, answer, "")
             return
         judge_target = self.ctx.judges[cell.benchmark]
-        judge = await self.call(
+        judge = await self._turn(
             cell,
             role="judge",
             sequence=0,
@@ -274,29 +270,13 @@ class Driver:
             messages=scoring.judge_request_messages(
                 payload=cell.payload, secret=cell.secret, answer=answer
             ),
+            calls_made=1,
+            answer=answer,
         )
-        if judge.call_id is None:
-            await self.finish(
-                cell,
-                "failed",
-                None,
-                None,
-                answer,
-                "budget: the judge call could exceed max_cost_usd",
-            )
-            await self.stop("budget: the next call could exceed max_cost_usd")
+        if judge is None:
             return
-        if not judge.ok or judge.truncated:
-            await self.finish(
-                cell,
-                "failed",
-                None,
-                None,
-                answer,
-                f"judge {judge.error_code or 'truncated'}: {judge.error}",
-            )
-            if judge.transport_failure and self.ctx.manifest["failure_policy"] == "stop":
-                await self.stop(f"first transport failure (fail closed): judge {judge.error_code}")
+        if judge.truncated:
+            await self.finish(cell, "failed", None, None, answer, "judge reply truncated")
             return
         try:
             grade = scoring.grade_from_verdict(judge.content)
@@ -366,16 +346,19 @@ class Driver:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         calls_made: int,
+        answer: str = "",
     ) -> CallOutcome | None:
-        """One call of a multi-turn case; on any stop (call cap, budget, failure) it finishes
-        the cell itself and returns None."""
+        """One call of a case, with the one set of stop rules: the per-case call cap, the
+        budget (a refused first call gives the cell back unsent), a failed call (fail closed
+        by default). On a stop it finishes the cell itself (keeping `answer`) and returns
+        None."""
         if calls_made >= self.limits["max_calls_per_case"]:
             await self.finish(
                 cell,
                 "failed",
                 None,
                 None,
-                "",
+                answer,
                 f"max_calls_per_case ({self.limits['max_calls_per_case']}) reached",
             )
             return None
@@ -391,7 +374,7 @@ class Driver:
                     "failed",
                     None,
                     None,
-                    "",
+                    answer,
                     "budget: the next call could exceed max_cost_usd",
                 )
             await self.stop("budget: the next call could exceed max_cost_usd")
@@ -402,7 +385,7 @@ class Driver:
                 "failed",
                 None,
                 None,
-                "",
+                answer,
                 f"{role} call {sequence + 1}: {outcome.error_code}: {outcome.error}",
             )
             if outcome.transport_failure and self.ctx.manifest["failure_policy"] == "stop":
@@ -604,45 +587,15 @@ class Driver:
         for step, prompt in enumerate(prompts):
             if step:
                 messages = [*messages, {"role": "user", "content": prompt}]
-            if step >= self.limits["max_calls_per_case"]:
-                await self.finish(
-                    cell,
-                    "failed",
-                    None,
-                    None,
-                    "",
-                    f"max_calls_per_case ({self.limits['max_calls_per_case']}) "
-                    f"reached before step {step + 1} of {len(prompts)}",
-                )
-                return
-            outcome = await self.call(
-                cell, role="subject", sequence=step, target=target, messages=messages
+            outcome = await self._turn(
+                cell,
+                role="subject",
+                sequence=step,
+                target=target,
+                messages=messages,
+                calls_made=step,
             )
-            if outcome.call_id is None:
-                if step == 0:
-                    await self.db(store.cell_release, cell_id=cell.cell_id, token=cell.token)
-                else:
-                    await self.finish(
-                        cell,
-                        "failed",
-                        None,
-                        None,
-                        "",
-                        "budget: the next step could exceed max_cost_usd",
-                    )
-                await self.stop("budget: the next call could exceed max_cost_usd")
-                return
-            if not outcome.ok:
-                await self.finish(
-                    cell,
-                    "failed",
-                    None,
-                    None,
-                    "",
-                    f"step {step + 1}: {outcome.error_code}: {outcome.error}",
-                )
-                if outcome.transport_failure and self.ctx.manifest["failure_policy"] == "stop":
-                    await self.stop(f"first transport failure (fail closed): {outcome.error_code}")
+            if outcome is None:
                 return
             replies.append(outcome.content)
             messages = [*messages, {"role": "assistant", "content": outcome.content}]
