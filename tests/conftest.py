@@ -58,9 +58,18 @@ def purge_broker() -> None:
 class WorkerProcess:
     """A real `celery worker` subprocess on the configured broker and the test database."""
 
-    def __init__(self, log_path: Path, extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        log_path: Path,
+        extra_args: list[str] | None = None,
+        *,
+        broker_url: str | None = None,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.log_path = log_path
         self.extra_args = extra_args or []
+        self.broker_url = broker_url or settings.CELERY_BROKER_URL
+        self.extra_env = extra_env or {}
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -68,8 +77,9 @@ class WorkerProcess:
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "srbench.settings_test",
             "DATABASE_URL": database_url_for_worker(),
-            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+            "CELERY_BROKER_URL": self.broker_url,
             "SRBENCH_VAR_DIR": str(settings.VAR_DIR),
+            **self.extra_env,
         }
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         self.process = subprocess.Popen(

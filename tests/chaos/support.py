@@ -9,26 +9,21 @@ trial can be summarised before it is asserted.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Count, Q, Sum
 
-from datasets.benchmarks import get_adapter
-from datasets.models import DatasetQuestion, FrozenDataset, Question, QuestionSecret
+from datasets.models import FrozenDataset
 from runs.models import TERMINAL_RUN_STATUSES, Call, CallEvidence, Cell, Run
 from runs.recovery import RecoveryError, recovery_plan
 from runs.report import run_report
 from runs.services import run_cancel, run_create
-from srbench.canonical import sha256_hex
-from tests.conftest import ROOT, WorkerProcess, database_url_for_worker
+from tests.conftest import WorkerProcess
+from tests.runs.engine_support import fixture_dataset
 
 # Short leases: a killed worker's cells are settled about 2 s after its last renewal. A live
 # worker renews every third of a lease, so 2.5 s leaves room for a loaded 2-core machine.
@@ -48,39 +43,14 @@ class ChaosWorker(WorkerProcess):
     """A `celery worker --pool=threads` with short leases, optionally on another broker."""
 
     def __init__(self, log_path: Path, *, broker_url: str | None = None) -> None:
-        super().__init__(log_path, ["--pool=threads", "--concurrency=4"])
-        self.broker_url = broker_url or settings.CELERY_BROKER_URL
-
-    def start(self) -> None:
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "srbench.settings_test",
-            "DATABASE_URL": database_url_for_worker(),
-            "CELERY_BROKER_URL": self.broker_url,
-            "SRBENCH_VAR_DIR": str(settings.VAR_DIR),
-            "SRBENCH_CELL_LEASE_SECONDS": str(LEASE_SECONDS),
-            "SRBENCH_REAPER_INTERVAL_SECONDS": str(REAPER_SECONDS),
-        }
-        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "srbench",
-                "worker",
-                "--loglevel=INFO",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                *self.extra_args,
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        super().__init__(
+            log_path,
+            ["--pool=threads", "--concurrency=4"],
+            broker_url=broker_url,
+            extra_env={
+                "SRBENCH_CELL_LEASE_SECONDS": str(LEASE_SECONDS),
+                "SRBENCH_REAPER_INTERVAL_SECONDS": str(REAPER_SECONDS),
+            },
         )
 
     @property
@@ -90,36 +60,7 @@ class ChaosWorker(WorkerProcess):
 
 def small_dataset(name: str = "chaos") -> FrozenDataset:
     """PER_BENCHMARK fixture questions of each of BENCHMARKS (secrets included, for grading)."""
-    rows, hashes = [], []
-    for benchmark in BENCHMARKS:
-        adapter = get_adapter(benchmark)
-        for q in list(adapter.load(adapter.fixture_path()))[:PER_BENCHMARK]:
-            sha = sha256_hex([q.benchmark, q.native_id, q.subject, q.payload, q.secret])
-            question, created = Question.objects.get_or_create(
-                content_sha256=sha,
-                defaults={
-                    "benchmark": q.benchmark,
-                    "native_id": q.native_id,
-                    "subject": q.subject,
-                    "payload": q.payload,
-                },
-            )
-            if created:
-                QuestionSecret.objects.create(question=question, data=q.secret)
-            rows.append(question)
-            hashes.append(sha)
-    dataset = FrozenDataset.objects.create(
-        identity_sha256=sha256_hex([name, hashes]),
-        name=name,
-        profile="smoke",
-        seed=1,
-        split="dev",
-        selection={"benchmarks": BENCHMARKS},
-    )
-    DatasetQuestion.objects.bulk_create(
-        DatasetQuestion(dataset=dataset, question=q, position=i) for i, q in enumerate(rows)
-    )
-    return dataset
+    return fixture_dataset(BENCHMARKS, name=name, per_benchmark=PER_BENCHMARK)
 
 
 def start_run(owner: Any, dataset: FrozenDataset, name: str, concurrency: int = 3) -> Run:

@@ -11,6 +11,7 @@ import httpx
 
 from datasets.benchmarks import get_adapter
 from datasets.models import DatasetQuestion, FrozenDataset, Question, QuestionSecret
+from datasets.services import question_content_sha256
 from runs.models import Run, Target
 from srbench.canonical import sha256_hex
 from srbench.simulator.oracle import AnswerKey
@@ -28,13 +29,17 @@ PRICES = {
 }
 
 
-def fixture_dataset(benchmarks: list[str], *, name: str = "fixtures") -> FrozenDataset:
+def fixture_dataset(
+    benchmarks: list[str], *, name: str = "fixtures", per_benchmark: int | None = None
+) -> FrozenDataset:
+    """A frozen dataset of the bundled fixture questions (the first `per_benchmark` of each),
+    stored under the project's own content address."""
     hashes = []
     rows = []
     for benchmark in benchmarks:
         adapter = get_adapter(benchmark)
-        for q in adapter.load(adapter.fixture_path()):
-            sha = sha256_hex([q.benchmark, q.native_id, q.subject, q.payload, q.secret])
+        for q in adapter.load(adapter.fixture_path())[:per_benchmark]:
+            sha = question_content_sha256(q)
             question, created = Question.objects.get_or_create(
                 content_sha256=sha,
                 defaults={
