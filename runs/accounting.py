@@ -25,7 +25,9 @@ __all__ = [
     "ReceiptOutcome",
     "UsageBuckets",
     "UsageOutcome",
+    "CallAccounting",
     "cache_neutral_cost",
+    "call_accounting",
     "call_cost",
     "mom_call_cost",
     "parse_model_usage_receipt",
@@ -603,3 +605,47 @@ def mom_call_buckets(headers: Mapping[str, str], stream_usage: object) -> UsageB
     if _call_count(headers) == 1 and (_header(headers, HEADER_SELECTED_MODEL) or "").strip():
         return usage_buckets(stream_usage)
     return None
+
+
+# --------------------------------------------------------------------------------------------
+# One call: what the engine records and what reconcile recomputes from evidence
+
+
+class CallAccounting(NamedTuple):
+    """The usage and money of one finished call. ``buckets`` None means unknown usage, and then
+    ``cost`` and ``cache_neutral`` are None too (a cost without usage cannot be audited)."""
+
+    buckets: UsageBuckets | None
+    cost: Decimal | None
+    cache_neutral: Decimal | None
+    note: str
+
+
+def call_accounting(
+    *,
+    kind: str,
+    usage: object,
+    served_model: str | None,
+    headers: Mapping[str, str],
+    price_table: Mapping[str, Mapping[str, Any]],
+) -> CallAccounting:
+    """Buckets, cost and cache-neutral cost of one call of a finished stream: the one
+    composition that both the engine (at close) and ``reconcile-usage`` (from saved evidence)
+    apply. ``kind`` is the target's kind (``single`` or ``mom``); ``headers`` are the response
+    headers with lower-cased names (only MoM reads them). A MoM call is bucketed and priced only
+    from a complete receipt or a proven direct call, and has no cache-neutral cost (a router
+    call has no single input price to neutralise caching). Raises :class:`PriceError` for a
+    malformed price entry."""
+    if kind == "mom":
+        buckets = mom_call_buckets(headers, usage)
+        cost, note = mom_call_cost(headers, usage, price_table)
+        neutral = None
+    else:
+        buckets = usage_buckets(usage)
+        cost, note = priced_call_cost(usage, served_model or None, price_table)
+        neutral = cache_neutral_cost(buckets, price_for_model(price_table, served_model))
+    if buckets is None:
+        if cost is not None:
+            note = "usage unknown"
+        cost, neutral = None, None
+    return CallAccounting(buckets, cost, neutral, note)

@@ -17,8 +17,22 @@ def events_append(*, run_id: int, events: Sequence[tuple[str, dict[str, Any]]]) 
     if not events:
         return
     assert transaction.get_connection().in_atomic_block, "events_append needs a transaction"
-    last = Run.objects.select_for_update().values_list("last_event_seq", flat=True).get(pk=run_id)
-    Run.objects.filter(pk=run_id).update(last_event_seq=F("last_event_seq") + len(events))
+    connection = transaction.get_connection()
+    if connection.vendor == "postgresql":
+        # One statement: the UPDATE locks the counter row and returns the new value.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE runs_run SET last_event_seq = last_event_seq + %s WHERE id = %s "
+                "RETURNING last_event_seq",
+                [len(events), run_id],
+            )
+            (last,) = cursor.fetchone()
+        last -= len(events)
+    else:
+        last = (
+            Run.objects.select_for_update().values_list("last_event_seq", flat=True).get(pk=run_id)
+        )
+        Run.objects.filter(pk=run_id).update(last_event_seq=F("last_event_seq") + len(events))
     RunEvent.objects.bulk_create(
         RunEvent(run_id=run_id, seq=last + i, type=kind, payload=payload)
         for i, (kind, payload) in enumerate(events, start=1)

@@ -25,15 +25,9 @@ from runs.accounting import (
     HEADER_MODEL_USAGE,
     HEADER_SELECTED_MODEL,
     PriceError,
-    UsageBuckets,
-    cache_neutral_cost,
-    mom_call_buckets,
-    mom_call_cost,
+    call_accounting,
     parse_model_usage_receipt,
-    price_for_model,
-    priced_call_cost,
     sum_known,
-    usage_buckets,
 )
 from runs.engine.sse import ChatStreamAccumulator, SSEError, decode_sse
 from runs.events import events_append
@@ -148,25 +142,22 @@ def _reconcile_call(row: dict[str, Any], kind: str, prices: Mapping[str, Any]) -
     if result.usage != row["usage_raw"]:
         return _unverifiable(call_id, "usage in evidence differs from the recorded raw usage")
 
-    buckets: UsageBuckets | None
+    headers = _lower(row["response_headers"]) if kind == "mom" else {}
+    if kind == "mom":
+        problem = _mom_proof(headers)
+        if problem:
+            return _unverifiable(call_id, problem)
     try:
-        if kind == "mom":
-            headers = _lower(row["response_headers"])
-            problem = _mom_proof(headers)
-            if problem:
-                return _unverifiable(call_id, problem)
-            buckets = mom_call_buckets(headers, result.usage)
-            cost, note = mom_call_cost(headers, result.usage, prices)
-            # As in the engine: a router call has no single input price to neutralise caching.
-            neutral = None
-        else:
-            buckets = usage_buckets(result.usage)
-            cost, note = priced_call_cost(result.usage, result.served_model, prices)
-            neutral = cache_neutral_cost(buckets, price_for_model(prices, result.served_model))
+        # The same composition the engine applied when it closed the call.
+        buckets, cost, neutral, note = call_accounting(
+            kind=kind,
+            usage=result.usage,
+            served_model=result.served_model,
+            headers=headers,
+            price_table=prices,
+        )
     except PriceError as exc:
         return _unverifiable(call_id, f"malformed frozen price: {exc}")
-    if buckets is None:
-        cost, neutral = None, None  # a cost without usage cannot be audited
 
     entry: dict[str, Any] = {
         "call_id": call_id,

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -29,14 +29,7 @@ from django.utils import timezone
 
 from datasets.benchmarks import get_adapter
 from datasets.grading import MalformedVerdict
-from runs.accounting import (
-    cache_neutral_cost,
-    mom_call_buckets,
-    mom_call_cost,
-    price_for_model,
-    priced_call_cost,
-    usage_buckets,
-)
+from runs.accounting import call_accounting, price_for_model
 from runs.engine import scoring, store
 from runs.engine.finish import run_finish_if_done
 from runs.engine.sse import (
@@ -45,7 +38,9 @@ from runs.engine.sse import (
     SSEError,
     output_cap_violation,
     repeated_tail_block,
+    stream_byte_cap,
 )
+from runs.engine.transport import engine_client
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -154,7 +149,7 @@ class LedgerBatcher:
 @dataclass
 class Activity:
     stage: str
-    last: Any
+    last: float  # time.time() of the last activity: cheap on the per-chunk path
     bytes: int = 0
     dirty: bool = True
 
@@ -697,7 +692,7 @@ class Driver:
             return CallOutcome(call_id=None)
         self.reserved[call_id] = reservation
         # The row is committed: from here on the request may leave, and never a second time.
-        self.activity[call_id] = Activity(stage="waiting", last=timezone.now())
+        self.activity[call_id] = Activity(stage="waiting", last=time.time())
         try:
             return await self._stream(call_id, target, body)
         finally:
@@ -722,6 +717,7 @@ class Driver:
         error_code = error = ""
         activity = self.activity[call_id]
         max_chars = self.limits["max_output_chars"]
+        byte_cap = stream_byte_cap(max_chars)  # checked per chunk; the message only on a breach
         next_repetition_check = REPETITION_CHECK_BYTES
         try:
             async with asyncio.timeout(self.limits["total_timeout_s"]):
@@ -734,7 +730,7 @@ class Driver:
                     }
                     activity.stage, activity.last, activity.dirty = (
                         "streaming",
-                        timezone.now(),
+                        time.time(),
                         True,
                     )
                     if resp.status_code != 200:
@@ -745,23 +741,31 @@ class Driver:
                         error_code = f"http_{resp.status_code}"
                         error = http_error_text(resp.status_code, resp.reason_phrase, bytes(raw))
                     else:
-                        async for chunk in resp.aiter_bytes():
+                        # Without a content encoding the raw body is the SSE itself: skip
+                        # httpx's decoder layers on the per-chunk path.
+                        encoded = resp.headers.get("content-encoding", "identity") != "identity"
+                        chunks = resp.aiter_bytes() if encoded else resp.aiter_raw()
+                        async for chunk in chunks:
                             raw += chunk
                             activity.bytes, activity.last, activity.dirty = (
                                 len(raw),
-                                timezone.now(),
+                                time.time(),
                                 True,
                             )
                             acc.feed_events(decoder.feed(chunk))
-                            violation = output_cap_violation(
-                                content_chars=acc.content_chars,
-                                reasoning_chars=acc.reasoning_chars,
-                                received_bytes=len(raw),
-                                max_output_chars=max_chars,
-                            )
-                            if violation:
-                                error_code, error = "output_cap", violation
-                                break
+                            if (
+                                acc.content_chars + acc.reasoning_chars > max_chars
+                                or len(raw) > byte_cap
+                            ):
+                                violation = output_cap_violation(
+                                    content_chars=acc.content_chars,
+                                    reasoning_chars=acc.reasoning_chars,
+                                    received_bytes=len(raw),
+                                    max_output_chars=max_chars,
+                                )
+                                if violation:
+                                    error_code, error = "output_cap", violation
+                                    break
                             if len(raw) >= next_repetition_check:
                                 next_repetition_check = len(raw) + REPETITION_CHECK_BYTES
                                 if repeated_tail_block(
@@ -848,18 +852,13 @@ class Driver:
             else sent_wall + timedelta(seconds=result.ttft_s),
             "last_activity_at": timezone.now(),
         }
+        lower = {k.lower(): v for k, v in kept.items()}
         if target.kind == "mom":
-            lower = {k.lower(): v for k, v in kept.items()}
             fields["selected_model"] = lower.get("x-vsr-selected-model", "")
             fields["selected_decision"] = lower.get("x-vsr-selected-decision", "")
             fields["config_hash_ack"] = lower.get("x-vsr-config-hash", "")[:64]
             count = lower.get("x-vsr-inference-call-count", "")
             fields["inference_call_count"] = int(count) if count.isdigit() else None
-            buckets = mom_call_buckets(lower, usage)
-            cost, note = (
-                mom_call_cost(lower, usage, target.prices) if http_status == 200 else (None, "")
-            )
-            cache_neutral = None
             if (
                 http_status == 200
                 and not error_code
@@ -870,12 +869,15 @@ class Driver:
                     f"router acknowledged config {fields['config_hash_ack'] or 'nothing'}, "
                     f"expected {target.config_hash}"
                 )
+        if result.complete and (not error_code or error_code == "config_hash_mismatch"):
+            buckets, cost, cache_neutral, note = call_accounting(
+                kind=target.kind,
+                usage=usage,
+                served_model=served,
+                headers=lower,
+                price_table=target.prices,
+            )
         else:
-            buckets = usage_buckets(usage)
-            cost, note = priced_call_cost(usage, served or None, target.prices)
-            price = price_for_model(target.prices, served) if served else None
-            cache_neutral = cache_neutral_cost(buckets, price)
-        if not result.complete or (error_code and error_code != "config_hash_mismatch"):
             # Usage is trusted only from a finished stream (one [DONE], a finish_reason): a
             # usage chunk in a broken stream stays in the evidence but is not a receipt.
             buckets, cost, cache_neutral = None, None, None
@@ -889,9 +891,6 @@ class Driver:
                 cached_reported=buckets.cached_reported,
                 cache_write_reported=buckets.cache_write_reported,
             )
-        if cost is not None and buckets is None:
-            cost = None  # a cost without usage cannot be audited (and the DB refuses it)
-            note = "usage unknown"
         fields.update(cost_usd=cost, cache_neutral_cost_usd=cache_neutral, cost_note=note[:200])
         ok = not error_code
         fields["status"] = (
@@ -923,7 +922,9 @@ class Driver:
         while True:
             await asyncio.sleep(1.0)
             dirty = [
-                (pk, a.stage, a.last, a.bytes) for pk, a in list(self.activity.items()) if a.dirty
+                (pk, a.stage, datetime.fromtimestamp(a.last, tz=UTC), a.bytes)
+                for pk, a in list(self.activity.items())
+                if a.dirty
             ]
             for pk, *_ in dirty:
                 if pk in self.activity:
@@ -961,7 +962,7 @@ async def drive(run_id: int) -> str | None:
             connect=10.0, read=float(limits["idle_timeout_s"]), write=30.0, pool=None
         )
         pool = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency)
-        async with httpx.AsyncClient(timeout=timeout, limits=pool, trust_env=False) as client:
+        async with engine_client(timeout=timeout, limits=pool) as client:
             driver = Driver(
                 ctx=ctx,
                 worker=worker_id(),

@@ -9,12 +9,13 @@ database thread. The order matters and is the point of this module:
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, models, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -141,7 +142,22 @@ def cells_claim(
         running = Cell.objects.filter(run_id=run_id, status="running").count()
         n = min(limit, concurrency - running)
         ids: list[int] = []
-        if n > 0:
+        rows: list[tuple[int, int, int, str, int]] = []
+        lease = now + timedelta(seconds=lease_seconds)
+        if n > 0 and connection.vendor == "postgresql":
+            # One statement: lock, claim and read back the claimed cells.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "UPDATE runs_cell SET status = 'running', claim_token = claim_token + 1, "
+                    "claimed_by = %s, lease_expires_at = %s, started_at = %s "
+                    "WHERE id IN (SELECT id FROM runs_cell WHERE run_id = %s "
+                    "AND status = 'pending' ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) "
+                    "RETURNING id, claim_token, target_id, benchmark, question_id",
+                    [worker, lease, now, run_id, n],
+                )
+                rows = sorted(cursor.fetchall())
+            ids = [r[0] for r in rows]
+        elif n > 0:
             ids = list(
                 Cell.objects.select_for_update(skip_locked=True)
                 .filter(run_id=run_id, status="pending")
@@ -153,7 +169,7 @@ def cells_claim(
                     status="running",
                     claim_token=F("claim_token") + 1,
                     claimed_by=worker,
-                    lease_expires_at=now + timedelta(seconds=lease_seconds),
+                    lease_expires_at=lease,
                     started_at=now,
                 )
         # Only worth a count when nothing was claimed: then the caller decides whether the
@@ -163,11 +179,12 @@ def cells_claim(
         )
     if not ids:
         return [], pending_left
-    rows = list(
-        Cell.objects.filter(pk__in=ids).values_list(
-            "id", "claim_token", "target_id", "benchmark", "question_id"
+    if not rows:
+        rows = list(
+            Cell.objects.filter(pk__in=ids)
+            .order_by("id")
+            .values_list("id", "claim_token", "target_id", "benchmark", "question_id")
         )
-    )
     questions = {
         q.pk: q
         for q in Question.objects.filter(pk__in={r[4] for r in rows}).select_related("secret")
@@ -220,6 +237,70 @@ class FinishCell:
 
 
 LedgerOp = OpenCall | CloseCall | FinishCell
+
+
+def _bulk_update_sql(
+    model: type[models.Model],
+    *,
+    keys: tuple[str, ...],
+    fields: tuple[str, ...],
+    rows: list[tuple[Any, ...]],
+    where: str = "",
+    extra_set: str = "",
+    returning: bool = False,
+) -> list[int]:
+    """Many rows' updates in ONE PostgreSQL statement: UPDATE … FROM (VALUES …) matched on
+    `keys`, each row carrying its own values of `fields`. `where` adds conditions on the target
+    row (alias t), so a guarded update stays guarded row by row. Returns the updated ids when
+    `returning`. Values go through the fields' own database preparation (JSON, Decimal,
+    datetimes), and every VALUES cell is cast to its column type."""
+    qn = connection.ops.quote_name
+    cols = [model._meta.get_field(name) for name in (*keys, *fields)]
+    row_sql = "(" + ", ".join(f"%s::{_value_type(c)}" for c in cols) + ")"
+    names = ", ".join(qn(c.column) for c in cols)
+    sets = [f"{qn(c.column)} = v.{qn(c.column)}" for c in cols[len(keys) :]]
+    if extra_set:
+        sets.append(extra_set)
+    match = " AND ".join(f"t.{qn(c.column)} = v.{qn(c.column)}" for c in cols[: len(keys)])
+    updated: list[int] = []
+    for start in range(0, len(rows), 500):
+        chunk = rows[start : start + 500]
+        params = [
+            c.get_db_prep_save(value, connection)
+            for row in chunk
+            for c, value in zip(cols, row, strict=True)
+        ]
+        sql = (
+            f"UPDATE {qn(model._meta.db_table)} AS t SET {', '.join(sets)} "
+            f"FROM (VALUES {', '.join([row_sql] * len(chunk))}) AS v ({names}) WHERE {match}"
+            + (f" AND {where}" if where else "")
+            + (" RETURNING t.id" if returning else "")
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            if returning:
+                updated.extend(r[0] for r in cursor.fetchall())
+    return updated
+
+
+def _value_type(field: models.Field) -> str:
+    """The column's type without its length or precision: an explicit cast to varchar(n) would
+    silently truncate, whereas the assignment to the column refuses a value too long, as an
+    ORM update does."""
+    base = field.db_type(connection).split("(")[0].strip()
+    return "text" if base == "varchar" else base
+
+
+def _first_per_key(items: list[tuple[int, Any]], key: Callable[[Any], Any]) -> tuple[list, list]:
+    """Split (index, op) pairs into the first op per key and the later repeats: one UPDATE …
+    FROM VALUES may not name a row twice, and repeats must see the first one's effect."""
+    seen: set[Any] = set()
+    first, repeats = [], []
+    for item in items:
+        k = key(item[1])
+        (repeats if k in seen else first).append(item)
+        seen.add(k)
+    return first, repeats
 
 
 def ledger_apply(*, run_id: int, max_cost: Decimal | None, ops: list[LedgerOp]) -> list[Any]:
@@ -287,9 +368,9 @@ def ledger_apply(*, run_id: int, max_cost: Decimal | None, ops: list[LedgerOp]) 
                 events.append(("call.sent", {"call": call.pk, "cell": op.cell_id, "role": op.role}))
 
         closes = [(i, op) for i, op in enumerate(ops) if isinstance(op, CloseCall)]
+        _calls_close(closes)
         budget_delta = Decimal(0)
         for _, op in closes:
-            Call.objects.filter(pk=op.call_id, status__in=["sent", "streaming"]).update(**op.fields)
             cost = op.fields.get("cost_usd")
             if max_cost is not None and cost is not None and op.reserved is not None:
                 budget_delta += cost - op.reserved
@@ -310,22 +391,10 @@ def ledger_apply(*, run_id: int, max_cost: Decimal | None, ops: list[LedgerOp]) 
                 budget_committed_usd=F("budget_committed_usd") + budget_delta
             )
 
-        for i, op in enumerate(ops):
-            if not isinstance(op, FinishCell):
-                continue
-            done = (
-                Cell.objects.filter(pk=op.cell_id, status="running", claim_token=op.token).update(
-                    status=op.status,
-                    correct=op.correct,
-                    scored=op.correct is not None,
-                    grade=op.grade,
-                    final_answer=op.final_answer,
-                    error=op.error,
-                    finished_at=now,
-                    lease_expires_at=None,
-                )
-                == 1
-            )
+        finishes = [(i, op) for i, op in enumerate(ops) if isinstance(op, FinishCell)]
+        finished = _cells_finish(finishes, now)
+        for i, op in finishes:
+            done = finished[i]
             results[i] = done
             if done:
                 payload: dict[str, Any] = {"cell": op.cell_id}
@@ -338,9 +407,108 @@ def ledger_apply(*, run_id: int, max_cost: Decimal | None, ops: list[LedgerOp]) 
     return results
 
 
+CLOSE_GUARD = "t.status IN ('sent', 'streaming')"
+
+
+def _calls_close(closes: list[tuple[int, CloseCall]]) -> None:
+    """Write the outcome of closed calls that are still open (sent/streaming): one statement
+    per shape of outcome on PostgreSQL, row by row elsewhere."""
+    if connection.vendor != "postgresql":
+        for _, op in closes:
+            Call.objects.filter(pk=op.call_id, status__in=["sent", "streaming"]).update(**op.fields)
+        return
+    first, repeats = _first_per_key(closes, lambda op: op.call_id)
+    shapes: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+    for _, op in first:
+        names = tuple(op.fields)
+        shapes.setdefault(names, []).append((op.call_id, *op.fields.values()))
+    for names, rows in shapes.items():
+        _bulk_update_sql(Call, keys=("id",), fields=names, rows=rows, where=CLOSE_GUARD)
+    for _, op in repeats:
+        Call.objects.filter(pk=op.call_id, status__in=["sent", "streaming"]).update(**op.fields)
+
+
+def _cells_finish(finishes: list[tuple[int, FinishCell]], now: Any) -> dict[int, bool]:
+    """Finish cells still running under the given fencing token; by op index, whether each
+    finished its cell."""
+    done: dict[int, bool] = {}
+
+    def one(op: FinishCell) -> bool:
+        return (
+            Cell.objects.filter(pk=op.cell_id, status="running", claim_token=op.token).update(
+                status=op.status,
+                correct=op.correct,
+                scored=op.correct is not None,
+                grade=op.grade,
+                final_answer=op.final_answer,
+                error=op.error,
+                finished_at=now,
+                lease_expires_at=None,
+            )
+            == 1
+        )
+
+    if connection.vendor != "postgresql":
+        return {i: one(op) for i, op in finishes}
+    first, repeats = _first_per_key(finishes, lambda op: op.cell_id)
+    if first:
+        updated = set(
+            _bulk_update_sql(
+                Cell,
+                keys=("id", "claim_token"),
+                fields=(
+                    "status",
+                    "correct",
+                    "scored",
+                    "grade",
+                    "final_answer",
+                    "error",
+                    "finished_at",
+                    "lease_expires_at",
+                ),
+                rows=[
+                    (
+                        op.cell_id,
+                        op.token,
+                        op.status,
+                        op.correct,
+                        op.correct is not None,
+                        op.grade,
+                        op.final_answer,
+                        op.error,
+                        now,
+                        None,
+                    )
+                    for _, op in first
+                ],
+                where="t.status = 'running'",
+                returning=True,
+            )
+        )
+        done.update((i, op.cell_id in updated) for i, op in first)
+    for i, op in repeats:
+        done[i] = one(op)
+    return done
+
+
 def calls_checkpoint(*, activity: list[tuple[int, str, Any, int]]) -> None:
     """Live activity (R10.3) of in-flight calls in one statement: (call, stage, last, bytes)."""
     if not activity:
+        return
+    if connection.vendor == "postgresql":
+        # Only calls still open: a checkpoint that lands after a call's close must not
+        # overwrite its final stage.
+        _bulk_update_sql(
+            Call,
+            keys=("id",),
+            fields=("stage", "last_activity_at", "bytes_received"),
+            rows=list({pk: (pk, stage, last, n) for pk, stage, last, n in activity}.values()),
+            where=CLOSE_GUARD,
+            extra_set=(
+                "status = CASE WHEN v.stage = 'streaming' AND t.status = 'sent' "
+                "THEN 'streaming' ELSE t.status END"
+            ),
+        )
         return
     calls = [
         Call(pk=pk, stage=stage, last_activity_at=last, bytes_received=n)

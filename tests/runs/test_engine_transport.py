@@ -1,0 +1,148 @@
+"""The engine's asyncio network backend behaves like httpx's own at the edges the engine
+classifies: a clean stream, an idle read timeout, a connection cut mid-body, a refused connect,
+and a keep-alive connection the server closed while it sat in the pool."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import httpx
+import pytest
+
+from runs.engine.transport import engine_client
+
+
+async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            path = head.split()[1]
+            if path == b"/stream":
+                writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                for i in range(5):
+                    data = f"data: {i}\n\n".encode()
+                    writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    await writer.drain()
+                    await asyncio.sleep(0.005)
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+            elif path == b"/idle":
+                writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+                await writer.drain()
+                await asyncio.sleep(2)
+                return
+            elif path == b"/cut":
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc")
+                await writer.drain()
+                writer.close()
+                return
+            elif path == b"/once":
+                # Keep-alive by HTTP/1.1 default, but the server closes right after answering.
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+                writer.close()
+                return
+    except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+        return
+
+
+def _run(test) -> None:
+    async def main() -> None:
+        server = await asyncio.start_server(_serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = engine_client(
+            timeout=httpx.Timeout(5.0, read=0.2),
+            limits=httpx.Limits(max_connections=4, max_keepalive_connections=4),
+        )
+        try:
+            async with client:
+                await test(client, f"http://127.0.0.1:{port}")
+        finally:
+            server.close()
+
+    # In a thread of its own: an earlier browser test may leave its event loop marked as
+    # running in this one (Playwright's sync API).
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # handed back to the test's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+
+
+def test_a_stream_arrives_whole_and_the_connection_is_reused() -> None:
+    async def test(client: httpx.AsyncClient, base: str) -> None:
+        seen = set()
+        for _ in range(3):
+            async with client.stream("GET", f"{base}/stream") as response:
+                body = b"".join([chunk async for chunk in response.aiter_raw()])
+                seen.add(response.extensions["network_stream"])
+            assert body == b"".join(f"data: {i}\n\n".encode() for i in range(5))
+        assert len(seen) == 1
+
+    _run(test)
+
+
+def test_silence_is_a_read_timeout() -> None:
+    async def test(client: httpx.AsyncClient, base: str) -> None:
+        with pytest.raises(httpx.ReadTimeout):
+            async with client.stream("GET", f"{base}/idle") as response:
+                async for _ in response.aiter_raw():
+                    pass
+
+    _run(test)
+
+
+def test_a_cut_body_is_a_protocol_error() -> None:
+    async def test(client: httpx.AsyncClient, base: str) -> None:
+        with pytest.raises(httpx.RemoteProtocolError):
+            async with client.stream("GET", f"{base}/cut") as response:
+                async for _ in response.aiter_raw():
+                    pass
+
+    _run(test)
+
+
+def test_a_refused_connect_is_a_connect_error() -> None:
+    async def test(client: httpx.AsyncClient, base: str) -> None:
+        with pytest.raises(httpx.ConnectError):
+            await client.get("http://127.0.0.1:1/")
+
+    _run(test)
+
+
+def test_a_pooled_connection_the_server_closed_is_not_reused() -> None:
+    async def test(client: httpx.AsyncClient, base: str) -> None:
+        for _ in range(3):
+            response = await client.get(f"{base}/once")
+            assert response.text == "ok"
+            await asyncio.sleep(0.05)  # the server's close reaches the idle pooled connection
+
+    _run(test)
+
+
+def test_the_pool_caps_connections_and_gets_them_back_after_failures() -> None:
+    async def test(client: httpx.AsyncClient, base: str) -> None:
+        async def one() -> bytes:
+            async with client.stream("GET", f"{base}/stream") as response:
+                return b"".join([chunk async for chunk in response.aiter_raw()])
+
+        for _ in range(3):  # every slot is given back after a timeout or a cut body
+            with pytest.raises(httpx.ReadTimeout):
+                await client.get(f"{base}/idle")
+            with pytest.raises(httpx.RemoteProtocolError):
+                await client.get(f"{base}/cut")
+        bodies = await asyncio.gather(*(one() for _ in range(12)))
+        assert len(set(bodies)) == 1 and bodies[0].startswith(b"data: 0")
+        pool = client._transport._pool  # type: ignore[attr-defined]
+        assert len(pool._open) <= 4
+
+    _run(test)
