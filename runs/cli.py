@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from srbench.cli.client import CliError, add_connection_arguments, client_from
+from srbench.cli.client import (
+    ApiUnreachable,
+    CliError,
+    add_connection_arguments,
+    api_error_text,
+    client_from,
+)
 
 TERMINAL = {"completed", "failed", "cancelled", "interrupted"}
 
@@ -29,7 +36,7 @@ def _plan_arguments(p: Any) -> None:
     p.add_argument("--failure-policy", choices=["stop", "continue"])
 
 
-def plan_from(options: dict[str, Any]) -> dict[str, Any]:
+def plan_from(options: dict[str, Any], *, default_name: str | None = None) -> dict[str, Any]:
     plan: dict[str, Any] = {}
     if options.get("plan_file"):
         try:
@@ -64,7 +71,7 @@ def plan_from(options: dict[str, Any]) -> dict[str, Any]:
             sampling[key] = options[key]
     if sampling:
         plan["sampling"] = sampling
-    plan.setdefault("name", f"cli {time.strftime('%Y-%m-%d %H:%M')}")
+    plan.setdefault("name", default_name or f"cli {time.strftime('%Y-%m-%d %H:%M')}")
     return plan
 
 
@@ -129,13 +136,24 @@ def _plan(options: dict[str, Any]) -> int:
 
 def _run(options: dict[str, Any]) -> int:
     client = client_from(options)
-    key = options.get("idempotency_key") or f"cli-{uuid.uuid4()}"
-    response = client.request(
-        "POST", "runs/", json=plan_from(options), headers={"Idempotency-Key": key}
-    )
+    given = options.get("idempotency_key")
+    key = given or f"cli-{uuid.uuid4()}"
+    # Repeating a command with its key must send the same plan: a default name from the clock
+    # would differ a minute later, so with a given key the default name is the key's, and the
+    # resume hint of a generated key names the clock's.
+    default_name = f"cli {given}" if given else f"cli {time.strftime('%Y-%m-%d %H:%M')}"
+    plan = plan_from(options, default_name=default_name)
+    again = f"repeat this command with --idempotency-key {key}"
+    if not given and plan["name"] == default_name:
+        again += f" --name {shlex.quote(default_name)}"
+    try:
+        response = client.request("POST", "runs/", json=plan, headers={"Idempotency-Key": key})
+    except ApiUnreachable as exc:
+        raise ApiUnreachable(
+            f"{exc}. The run may or may not have been created: {again} "
+            "(it returns that run, never a second one)"
+        ) from exc
     if response.status_code not in (200, 201):
-        from srbench.cli.client import api_error_text
-
         raise CliError(api_error_text(response))
     run = response.json()
     replayed = response.headers.get("Idempotent-Replayed") == "true"
@@ -147,15 +165,22 @@ def _run(options: dict[str, Any]) -> int:
     if options.get("detach"):
         emit(options, run, f"run {run['id']}: {run['status']}")
         return 0
-    last = None
-    while run["status"] not in TERMINAL:
-        time.sleep(options.get("poll") or 1.0)
-        run = client.json("GET", f"runs/{run['id']}/")
-        progress = (run["progress"]["completed"], run["progress"]["denominator"])
-        if progress != last and not options.get("json"):
-            print(f"  {run['status']}: {progress[0]}/{progress[1]} completed", file=sys.stderr)
-            last = progress
-    report = client.json("GET", f"runs/{run['id']}/report/")
+    try:
+        last = None
+        while run["status"] not in TERMINAL:
+            time.sleep(options.get("poll") or 1.0)
+            run = client.json("GET", f"runs/{run['id']}/")
+            progress = (run["progress"]["completed"], run["progress"]["denominator"])
+            if progress != last and not options.get("json"):
+                print(f"  {run['status']}: {progress[0]}/{progress[1]} completed", file=sys.stderr)
+                last = progress
+        report = client.json("GET", f"runs/{run['id']}/report/")
+    except ApiUnreachable as exc:
+        # The run is the server's: it goes on without this follower.
+        raise ApiUnreachable(
+            f"{exc}. Run {run['id']} goes on without this command: follow it with "
+            f"`srbench show {run['id']}` and `srbench report {run['id']}`, or {again}"
+        ) from exc
     emit(options, report, report_text(report))
     return 0 if report["run"]["status"] == "completed" else 1
 
@@ -254,7 +279,7 @@ def _guard(handler: Any) -> Any:
             return handler(options)
         except CliError as exc:
             print(f"error: {exc}", file=sys.stderr)
-            return 2
+            return exc.exit_code
 
     return run
 
@@ -266,7 +291,15 @@ def register(verbs: Any) -> None:
     add_connection_arguments(p)
     p.set_defaults(handler=_guard(_plan))
 
-    p = verbs.add_parser("run", help="start a run (and wait for its report unless --detach)")
+    p = verbs.add_parser(
+        "run",
+        help="start a run (and wait for its report unless --detach)",
+        description="Start a run and follow it to its report. Over --url, reads and the "
+        "create request (it carries an idempotency key) are retried with backoff while the "
+        "web process restarts (SRBENCH_RETRY_SECONDS, default 60). Exit codes: 0 completed, "
+        "1 ended without completing, 2 refused or failed, 3 the API stayed unreachable (the "
+        "run goes on; the error line says how to resume).",
+    )
     _plan_arguments(p)
     p.add_argument("--idempotency-key", help="reuse to make a retried submission safe")
     p.add_argument("--detach", action="store_true")

@@ -8,13 +8,60 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
+# Exit codes of every verb: 0 done, 1 the run ended but did not complete, 2 refused or failed
+# (one `error:` line), 3 the API stayed unreachable after the retries below — the server side
+# may have gone on (a run keeps running): the line says how to resume without repeating work.
+EXIT_FAILED = 2
+EXIT_UNREACHABLE = 3
+
+# A web process restarting (a deploy, a crash, an OOM kill) drops connections for seconds.
+# Requests that are safe to repeat — reads, and POSTs carrying an Idempotency-Key the server
+# deduplicates — are retried with backoff for up to this long; other writes never are.
+RETRY_SECONDS = 60.0
+RETRY_FIRST_DELAY = 0.25
+RETRY_MAX_DELAY = 4.0
+RETRY_STATUSES = frozenset({502, 503, 504})  # a proxy in front of a web process that is down
+# No response, or the connection broke before a whole one arrived: the request may or may not
+# have been handled, so only a request that is safe to repeat is repeated.
+RETRY_ERRORS = (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError)
+
 
 class CliError(Exception):
     """A failure to show the user in one line; the command exits non-zero."""
+
+    exit_code = EXIT_FAILED
+
+
+class ApiUnreachable(CliError):
+    """The API did not answer within the retry budget (or a request that is not safe to
+    repeat lost its connection). The caller adds how to resume."""
+
+    exit_code = EXIT_UNREACHABLE
+
+
+def retry_seconds() -> float:
+    raw = os.environ.get("SRBENCH_RETRY_SECONDS")
+    if raw in (None, ""):
+        return RETRY_SECONDS
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        raise CliError(f"SRBENCH_RETRY_SECONDS must be a number of seconds, got {raw!r}") from None
+
+
+def is_repeatable(method: str, headers: Any) -> bool:
+    """GET/HEAD, or a POST the server deduplicates by its Idempotency-Key."""
+    method = method.upper()
+    if method in ("GET", "HEAD"):
+        return True
+    return method == "POST" and bool(httpx.Headers(headers or {}).get("Idempotency-Key"))
 
 
 LOCAL_ACCOUNT = "srbench-local"
@@ -90,9 +137,18 @@ class ApiClient:
         token: str | None = None,
         user: str | None = None,
         timeout: float = 60.0,
+        retry_for: float | None = None,
+        notice: Callable[[str], None] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         url = url or os.environ.get("SRBENCH_URL")
         token = token or os.environ.get("SRBENCH_TOKEN")
+        # In process there is no connection to lose: nothing is retried.
+        self.retry_for = (retry_seconds() if retry_for is None else retry_for) if url else 0.0
+        self.notice = notice or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.sleep, self.clock = sleep, clock
+        self.reached = False  # whether the server ever answered (or took) a request of ours
         if url:
             if not token:
                 raise CliError("a remote --url needs --token or SRBENCH_TOKEN")
@@ -111,10 +167,57 @@ class ApiClient:
             )
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            return self.http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise CliError(f"cannot reach the srbench API: {exc}") from exc
+        """One request; when it is repeatable (`is_repeatable`) a lost connection or a 502/503/
+        504 is retried with exponential backoff for up to `retry_for` seconds, with one notice
+        line per outage. A server that never answered this client is not waited for (a wrong
+        URL fails at once, exit 2). Raises ApiUnreachable (exit 3) when the API stays away or a
+        request that is not repeatable lost its connection, CliError otherwise."""
+        repeatable = self.retry_for > 0 and is_repeatable(method, kwargs.get("headers"))
+        deadline = self.clock() + self.retry_for
+        delay = RETRY_FIRST_DELAY
+        noticed = False
+        while True:
+            try:
+                response = self.http.request(method, path, **kwargs)
+            except RETRY_ERRORS as exc:
+                problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+                if never_sent and not self.reached:
+                    # Never answered this client: a wrong URL or a server that is not up.
+                    raise CliError(f"cannot reach the srbench API: {exc}") from exc
+                self.reached = True
+                if not repeatable:
+                    raise ApiUnreachable(
+                        f"lost the connection to the srbench API during {method.upper()} "
+                        f"{path} ({problem}); not retried: "
+                        + (
+                            "the request was not sent"
+                            if never_sent
+                            else "the request may or may not have been handled"
+                        )
+                    ) from exc
+            except httpx.HTTPError as exc:
+                raise CliError(f"cannot reach the srbench API: {exc}") from exc
+            else:
+                self.reached = True
+                if not (repeatable and response.status_code in RETRY_STATUSES):
+                    if noticed:
+                        self.notice("  the srbench API answers again")
+                    return response
+                problem = f"HTTP {response.status_code}"
+            if self.clock() + delay > deadline:
+                raise ApiUnreachable(
+                    f"cannot reach the srbench API ({problem}); gave up after retrying "
+                    f"{method.upper()} {path} for {self.retry_for:g}s"
+                )
+            if not noticed:
+                self.notice(
+                    f"  the srbench API is unreachable ({problem}); retrying {method.upper()} "
+                    f"{path} for up to {self.retry_for:g}s"
+                )
+                noticed = True
+            self.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_DELAY)
 
     def json(
         self, method: str, path: str, *, ok: tuple[int, ...] = (200, 201), **kwargs: Any

@@ -9,12 +9,18 @@ trial can be summarised before it is asserted.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import httpx
+from django.conf import settings
 from django.db.models import Count, Q, Sum
 
 from datasets.models import FrozenDataset
@@ -22,7 +28,7 @@ from runs.models import TERMINAL_RUN_STATUSES, Call, CallEvidence, Cell, Run
 from runs.recovery import RecoveryError, recovery_plan
 from runs.report import run_report
 from runs.services import run_cancel, run_create
-from tests.conftest import WorkerProcess
+from tests.conftest import ROOT, WorkerProcess, database_url_for_worker
 from tests.runs.engine_support import fixture_dataset
 
 # Short leases: a killed worker's cells are settled about 2 s after its last renewal. A live
@@ -268,3 +274,94 @@ def cancel_stuck(run: Run) -> None:
     reviewable for recovery)."""
     run_cancel(run=run)
     run.refresh_from_db()
+
+
+# --- The web process (issue 13: "the web process restarted during a CLI run") -------------
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a process of the project on the test database and broker."""
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "srbench.settings_test",
+        "DATABASE_URL": database_url_for_worker(),
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "SRBENCH_VAR_DIR": str(settings.VAR_DIR),
+        **extra,
+    }
+
+
+class WebProcess:
+    """The API served by uvicorn in its own process group on a fixed loopback port, so it can
+    be SIGKILLed and started again on the same port (uvicorn binds with SO_REUSEADDR)."""
+
+    def __init__(self, log_path: Path, port: int) -> None:
+        self.log_path, self.port = log_path, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.process: Any = None
+        self.starts = 0
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.starts += 1
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "uvicorn", "srbench.asgi:application",
+                 "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"],
+                cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"uvicorn exited with {self.process.returncode}: {self.log()}")
+            try:
+                httpx.get(f"{self.url}/login/", timeout=2)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise AssertionError(f"uvicorn did not answer within {timeout}s: {self.log()}")
+
+    def kill(self) -> None:
+        """SIGKILL: no graceful shutdown, open connections are reset mid-request."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=20)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
+
+
+class CliProcess:
+    """The installed `srbench` console script as a subprocess, its output in files so a test
+    can poll what it has printed so far."""
+
+    def __init__(self, args: list[str], workdir: Path, name: str, **env: str) -> None:
+        self.out_path, self.err_path = workdir / f"{name}.out", workdir / f"{name}.err"
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.process = subprocess.Popen(
+                [str(Path(sys.executable).with_name("srbench")), *args],
+                env=child_env(**env), stdout=out, stderr=err, start_new_session=True,
+            )  # fmt: skip
+
+    def err(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+    def out(self) -> str:
+        return self.out_path.read_text(errors="replace")
+
+    def wait(self, timeout: float) -> int:
+        return self.process.wait(timeout=timeout)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=20)
