@@ -352,6 +352,12 @@ CSV_COLUMNS = (
     "cache_neutral_cost_usd",
     "subject_savings_pct",
     "subject_savings_unknown_reason",
+    "savings_interval_lower",
+    "savings_interval_upper",
+    "savings_interval_alpha",
+    "savings_interval_draws",
+    "savings_interval_seed",
+    "savings_interval_label",
     "total_savings_pct",
     "total_savings_unknown_reason",
     "cache_neutral_savings_pct",
@@ -367,6 +373,9 @@ CSV_COLUMNS = (
     "wall_seconds",
     "refused_reasons",
 )
+
+
+_SAVINGS_INTERVAL_KEYS = ("lower", "upper", "alpha", "draws", "seed", "label")
 
 
 def _usage_cells(u: dict[str, Any]) -> dict[str, Any]:
@@ -407,6 +416,9 @@ def comparison_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     ]
     for c in doc["comparisons"]:
         i, fam, s, boot = c["interval"], c["family_interval"], c["savings"], c["bootstrap"]
+        # The subject savings' stratified paired bootstrap (a diagnostic); unknown leaves
+        # every one of its cells empty.
+        si = c["savings_interval"] or {}
         rows.append(
             {
                 "row": "candidate",
@@ -444,6 +456,7 @@ def comparison_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 "ties": c["ties"],
                 "subject_savings_pct": s["subject_cost_pct"],
                 "subject_savings_unknown_reason": s["subject_cost_unknown_reason"],
+                **{f"savings_interval_{k}": si.get(k) for k in _SAVINGS_INTERVAL_KEYS},
                 "total_savings_pct": s["total_spend_pct"],
                 "total_savings_unknown_reason": s["total_spend_unknown_reason"],
                 "cache_neutral_savings_pct": s["cache_neutral_pct"],

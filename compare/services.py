@@ -8,6 +8,7 @@ all differences are array arithmetic. Reads only; no model call.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -16,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from django.db.models import Count
 
 from compare.compatibility import IncomparableRuns, runs_differences
 from compare.stats import (
@@ -25,11 +25,11 @@ from compare.stats import (
     BaselineChoice,
     PairedResult,
     paired_difference,
-    savings_bootstrap_interval,
+    savings_bootstrap_intervals,
     savings_pct,
     select_baseline,
 )
-from runs.models import Cell, Run
+from runs.models import Cell, Run, Target
 from runs.reconcile import effective_call_sums
 from runs.report import run_reports
 
@@ -153,126 +153,126 @@ def _load_runs(baseline_run_id: int, candidate_run_ids: Sequence[int]) -> dict[i
     return runs
 
 
-def _target_ids(run_ids: Sequence[int]) -> dict[tuple[int, str], int]:
-    rows = (
-        Cell.objects.filter(run_id__in=run_ids)
-        .values_list("run_id", "target__slug", "target_id")
-        .distinct()
-    )
-    return {(run_id, slug): tid for run_id, slug, tid in rows}
+@dataclass(frozen=True)
+class _CellTable:
+    """Every cell of the compared runs, from one query, as arrays grouped by (run, target)."""
 
+    id: npt.NDArray[np.int64]
+    key: npt.NDArray[np.int64]  # question_id * slots + slot, as in _Cases
+    correct: npt.NDArray[np.bool_]
+    rows: dict[tuple[int, int], npt.NDArray[np.intp]]  # (run, target) -> its rows, ascending
+    states: dict[tuple[int, int], dict[str, int]]  # (run, target) -> status -> cells
+    target_ids: dict[tuple[int, str], int]  # (run, target slug) -> target id
 
-def _cell_states(run_ids: Sequence[int]) -> dict[tuple[int, int], dict[str, int]]:
-    states: dict[tuple[int, int], dict[str, int]] = {}
-    rows = (
-        Cell.objects.filter(run_id__in=run_ids)
-        .values_list("run_id", "target_id", "status")
-        .annotate(n=Count("id"))
-    )
-    for run_id, target_id, status, n in rows:
-        states.setdefault((run_id, target_id), {})[status] = n
-    return states
-
-
-def _correct_keys(
-    run_ids: Sequence[int], slots: int
-) -> dict[tuple[int, int], npt.NDArray[np.int64]]:
-    """The (question, slot) keys of every correct cell, per (run, target), in one query."""
-    rows = np.array(
-        list(
-            Cell.objects.filter(run_id__in=run_ids, correct=True).values_list(
-                "run_id", "target_id", "question_id", "slot"
+    @classmethod
+    def load(cls, run_ids: Sequence[int], slots: int) -> _CellTable:
+        rows = list(
+            Cell.objects.filter(run_id__in=run_ids).values_list(
+                "id", "run_id", "target_id", "question_id", "slot", "status", "correct"
             )
-        ),
-        dtype=np.int64,
-    ).reshape(-1, 4)
-    out: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
-    if not rows.size:
-        return out
-    pairs, inverse = np.unique(rows[:, :2], axis=0, return_inverse=True)
-    keys = rows[:, 2] * slots + rows[:, 3]
-    order = np.argsort(inverse.ravel(), kind="stable")
-    bounds = np.searchsorted(inverse.ravel()[order], np.arange(len(pairs) + 1))
-    for i, (run_id, target_id) in enumerate(pairs):
-        out[(int(run_id), int(target_id))] = np.sort(keys[order[bounds[i] : bounds[i + 1]]])
-    return out
+        )
+        if not rows:
+            none = np.zeros(0, dtype=np.int64)
+            return cls(none, none, np.zeros(0, dtype=np.bool_), {}, {}, {})
+        ids, run, target, question, slot, status, correct = zip(*rows, strict=True)
+        states: dict[tuple[int, int], dict[str, int]] = {}
+        for (run_id, target_id, state), n in Counter(zip(run, target, status, strict=True)).items():
+            states.setdefault((run_id, target_id), {})[state] = n
+        run_a = np.array(run, dtype=np.int64)
+        target_a = np.array(target, dtype=np.int64)
+        span = int(target_a.max()) + 1
+        pair_codes, inverse = np.unique(run_a * span + target_a, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(pair_codes.size + 1))
+        by_pair = {
+            (int(code // span), int(code % span)): order[bounds[i] : bounds[i + 1]]
+            for i, code in enumerate(pair_codes)
+        }
+        slugs = dict(Target.objects.filter(pk__in=set(target)).values_list("pk", "slug"))
+        return cls(
+            id=np.array(ids, dtype=np.int64),
+            key=np.array(question, dtype=np.int64) * slots + np.array(slot, dtype=np.int64),
+            correct=np.fromiter((c is True for c in correct), dtype=np.bool_, count=len(rows)),
+            rows=by_pair,
+            states=states,
+            target_ids={(r, slugs[t]): t for r, t in by_pair},
+        )
+
+    def correct_keys(self, pair: tuple[int, int]) -> npt.NDArray[np.int64]:
+        """The (question, slot) keys of the pair's correct cells, sorted."""
+        rows = self.rows.get(pair)
+        if rows is None:
+            return np.zeros(0, dtype=np.int64)
+        return np.sort(self.key[rows[self.correct[rows]]])
 
 
 def _case_costs(
-    run_ids: Sequence[int], cases: _Cases
+    run_ids: Sequence[int], cases: _Cases, cells: _CellTable
 ) -> dict[tuple[int, int], npt.NDArray[np.float64]]:
     """Per (run, target): each planned case's subject cost, NaN where unknown.
 
     One aggregate query sums the *effective* (reconciled) subject-call cost per cell, the same
-    usage the reports read; a second maps cells to cases. A case is unknown when its cell has
-    no subject call, any of its subject calls has no cost, or it has no cell at all.
+    usage the reports read; the cell table maps cells to cases. A case is unknown when its cell
+    has no subject call, any of its subject calls has no cost, or it has no cell at all.
     """
-    cells = np.array(
-        list(
-            Cell.objects.filter(run_id__in=run_ids).values_list(
-                "id", "run_id", "target_id", "question_id", "slot"
-            )
-        ),
-        dtype=np.int64,
-    ).reshape(-1, 5)
     out: dict[tuple[int, int], npt.NDArray[np.float64]] = {}
-    if not cells.size:
+    if not cells.id.size:
         return out
     known = [
         (r["cell_id"], float(r["cost"]))
         for r in effective_call_sums(run_ids=run_ids, group_by="cell_role")
         if r["role"] == "subject" and r["cost_unknown"] == 0 and r["cost"] is not None
     ]
-    cell_cost = np.full(len(cells), np.nan)
+    cell_cost = np.full(cells.id.size, np.nan)
     if known:
         ids = np.array([k[0] for k in known], dtype=np.int64)
         costs = np.array([k[1] for k in known], dtype=np.float64)
-        order = np.argsort(cells[:, 0])
-        pos = np.searchsorted(cells[order, 0], ids)
-        inside = pos < len(cells)
+        order = np.argsort(cells.id)
+        pos = np.searchsorted(cells.id[order], ids)
+        inside = pos < cells.id.size
         pos, ids, costs = pos[inside], ids[inside], costs[inside]
-        hit = cells[order[pos], 0] == ids
+        hit = cells.id[order[pos]] == ids
         cell_cost[order[pos[hit]]] = costs[hit]
-    keys = cells[:, 3] * cases.slots + cells[:, 4]
-    idx = np.searchsorted(cases.keys, keys)
+    idx = np.searchsorted(cases.keys, cells.key)
     planned = idx < cases.keys.size
-    planned[planned] = cases.keys[idx[planned]] == keys[planned]
-    pairs, inverse = np.unique(cells[:, 1:3], axis=0, return_inverse=True)
-    inverse = inverse.ravel()
-    for i, (run_id, target_id) in enumerate(pairs):
-        rows = (inverse == i) & planned
+    planned[planned] = cases.keys[idx[planned]] == cells.key[planned]
+    for pair, rows in cells.rows.items():
+        rows = rows[planned[rows]]
         per_case = np.full(cases.keys.size, np.nan)
         per_case[idx[rows]] = cell_cost[rows]
-        out[(int(run_id), int(target_id))] = per_case
+        out[pair] = per_case
     return out
 
 
-def _savings_interval(
-    subject_savings: Decimal | None,
+def _savings_intervals(
     base_costs: npt.NDArray[np.float64] | None,
-    cand_costs: npt.NDArray[np.float64] | None,
+    cand_costs: list[npt.NDArray[np.float64] | None],
     masks: dict[str, npt.NDArray[np.bool_]],
     alpha: float,
-) -> dict[str, Any] | None:
-    """The bootstrap interval of subject savings, or None (unknown) wherever the point
-    savings are unknown: an interval must never be stated for a rate that is not."""
-    if subject_savings is None or base_costs is None or cand_costs is None:
-        return None
-    interval = savings_bootstrap_interval(
+) -> list[dict[str, Any] | None]:
+    """The bootstrap interval of each candidate's subject savings, or None (unknown). Callers
+    pass None for a candidate whose point savings are unknown: an interval must never be
+    stated for a rate that is not."""
+    out: list[dict[str, Any] | None] = [None] * len(cand_costs)
+    wanted = [(i, costs) for i, costs in enumerate(cand_costs) if costs is not None]
+    if base_costs is None or not wanted:
+        return out
+    intervals = savings_bootstrap_intervals(
         {b: base_costs[m] for b, m in masks.items()},
-        {b: cand_costs[m] for b, m in masks.items()},
+        [{b: costs[m] for b, m in masks.items()} for _, costs in wanted],
         alpha=alpha,
     )
-    if interval is None:
-        return None
-    return {
-        "lower": interval.lower,
-        "upper": interval.upper,
-        "alpha": interval.alpha,
-        "draws": interval.draws,
-        "seed": interval.seed,
-        "label": interval.label,
-    }
+    for (i, _), interval in zip(wanted, intervals, strict=True):
+        if interval is not None:
+            out[i] = {
+                "lower": interval.lower,
+                "upper": interval.upper,
+                "alpha": interval.alpha,
+                "draws": interval.draws,
+                "seed": interval.seed,
+                "label": interval.label,
+            }
+    return out
 
 
 def _quality(target_report: dict[str, Any]) -> Fraction | None:
@@ -439,19 +439,17 @@ def comparison_build(
 
     run_ids = list(runs)
     reports = run_reports(runs=list(runs.values()))
-    target_ids = _target_ids(run_ids)
-    states = _cell_states(run_ids)
     cases = _Cases.from_manifest(baseline_run.manifest)
-    correct = _correct_keys(run_ids, cases.slots)
+    cells = _CellTable.load(run_ids, cases.slots)
     empty = np.zeros(0, dtype=np.int64)
 
     def entries_of(run_id: int) -> list[_Entry]:
         out = []
         for t in reports[run_id]["targets"]:
-            tid = target_ids.get((run_id, t["slug"]))
+            tid = cells.target_ids.get((run_id, t["slug"]))
             e = _Entry(runs[run_id], reports[run_id], t, tid)
-            e.states = states.get((run_id, tid), {}) if tid is not None else {}
-            e.outcome = cases.outcome(correct.get((run_id, tid), empty) if tid else empty)
+            e.states = cells.states.get((run_id, tid), {}) if tid is not None else {}
+            e.outcome = cases.outcome(cells.correct_keys((run_id, tid)) if tid else empty)
             out.append(e)
         return out
 
@@ -501,10 +499,24 @@ def comparison_build(
     base_t = base.target
     base_subject, base_total = _dec(base_t["subject_cost_usd"]), _dec(base_t["total_spend_usd"])
     base_neutral = _dec(base_t["cache_neutral_cost_usd"])
-    case_costs = _case_costs(run_ids, cases)
+    case_costs = _case_costs(run_ids, cases, cells)
     base_case_costs = case_costs.get((baseline_run_id, base.target_id or -1))
+    subject_savings = [
+        _savings(choice, _dec(e.target["subject_cost_usd"]), base_subject) for e in candidates
+    ]
+    savings_intervals = _savings_intervals(
+        base_case_costs,
+        [
+            None if subject is None else case_costs.get((e.run.pk, e.target_id or -1))
+            for e, (subject, _) in zip(candidates, subject_savings, strict=True)
+        ],
+        masks,
+        alpha,
+    )
     comparisons = []
-    for e in candidates:
+    for e, (subject, subject_why), savings_interval in zip(
+        candidates, subject_savings, savings_intervals, strict=True
+    ):
         assert e.outcome is not None
         d = e.outcome - base.outcome
         paired = paired_difference(
@@ -513,7 +525,6 @@ def comparison_build(
         t = e.target
         states_e = e.states or {}
         without_result = cases.keys.size - sum(states_e.get(s, 0) for s in _OUTCOME_STATES)
-        subject, subject_why = _savings(choice, _dec(t["subject_cost_usd"]), base_subject)
         total, total_why = _savings(choice, _dec(t["total_spend_usd"]), base_total)
         neutral, neutral_why = _savings(choice, _dec(t["cache_neutral_cost_usd"]), base_neutral)
         quality = _quality(t)
@@ -587,13 +598,7 @@ def comparison_build(
                     "cache_neutral_unknown_reason": neutral_why,
                     "cache_neutral_label": STATEMENTS["cache_neutral"],
                 },
-                "savings_interval": _savings_interval(
-                    subject,
-                    base_case_costs,
-                    case_costs.get((e.run.pk, e.target_id or -1)),
-                    masks,
-                    alpha,
-                ),
+                "savings_interval": savings_interval,
                 "usage": _usage_block(t, e.report),
             }
         )

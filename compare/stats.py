@@ -11,7 +11,7 @@ tuning choices, or of data contamination (R6.3); the UI has to say so.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
@@ -39,6 +39,7 @@ __all__ = [
     "paired_differences",
     "renormalised_weights",
     "savings_bootstrap_interval",
+    "savings_bootstrap_intervals",
     "savings_pct",
     "select_baseline",
     "stratified_bootstrap_interval",
@@ -460,6 +461,9 @@ def savings_pct(candidate_cost: Decimal | None, baseline_cost: Decimal | None) -
         return 100 * (1 - candidate_cost / baseline_cost)
 
 
+# The ledger stores money with 10 decimal places (Call.cost_usd).
+COST_UNITS_PER_USD = 10**10
+
 SAVINGS_INTERVAL_LABEL = "diagnostic: stratified paired bootstrap of the cost ratio"
 
 
@@ -494,42 +498,105 @@ def savings_bootstrap_interval(
     would pass a partial sum off as the whole — when the baseline's total cost is 0, or when
     some resample draws only free baseline cases, so that its ratio does not exist.
     """
+    (interval,) = savings_bootstrap_intervals(
+        baseline_costs_by_benchmark,
+        [candidate_costs_by_benchmark],
+        draws=draws,
+        seed=seed,
+        alpha=alpha,
+    )
+    return interval
+
+
+def _cost_array(benchmark: str, raw: npt.ArrayLike, size: int | None) -> npt.NDArray[np.float64]:
+    # Casting to float64 turns None into NaN, so one NaN test catches both spellings of
+    # unknown; Decimals become floats, enough for a diagnostic interval.
+    costs = np.asarray(raw, dtype=np.float64)
+    if costs.ndim != 1 or costs.size == 0:
+        raise ValueError(f"{benchmark}: costs must be a non-empty 1-D array")
+    if size is not None and costs.size != size:
+        raise ValueError(f"{benchmark}: baseline and candidate must be paired on cases")
+    if (costs < 0).any():
+        raise ValueError("costs cannot be negative")
+    return costs
+
+
+def savings_bootstrap_intervals(
+    baseline_costs_by_benchmark: Mapping[str, npt.ArrayLike],
+    candidates_costs_by_benchmark: Sequence[Mapping[str, npt.ArrayLike]],
+    draws: int = DEFAULT_BOOTSTRAP_DRAWS,
+    seed: int = DEFAULT_BOOTSTRAP_SEED,
+    alpha: float = DEFAULT_ALPHA,
+) -> list[SavingsInterval | None]:
+    """:func:`savings_bootstrap_interval` of several candidates against one baseline, in order.
+
+    Every candidate gets the resamples a lone call would draw (one generator per seed,
+    benchmarks in sorted order) and the sums are exact, so the batch changes no interval. The
+    resamples are drawn once and turned into per-case counts, so the resampled sums of all
+    candidates are one matrix product rather than a gather per candidate. Costs are taken in
+    whole 1e-10 USD, the ledger's precision.
+    """
     if draws < 1:
         raise ValueError("draws must be at least 1")
     if not 0 < alpha < 1:
         raise ValueError("alpha must be in (0, 1)")
-    if set(baseline_costs_by_benchmark) != set(candidate_costs_by_benchmark):
-        raise ValueError("baseline and candidate must cover the same benchmarks")
     if not baseline_costs_by_benchmark:
         raise ValueError("no benchmarks")
-    pairs: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = {}
-    for benchmark in baseline_costs_by_benchmark:
-        # Casting to float64 turns None into NaN, so one NaN test catches both spellings of
-        # unknown; Decimals become floats, enough for a diagnostic interval.
-        base = np.asarray(baseline_costs_by_benchmark[benchmark], dtype=np.float64)
-        cand = np.asarray(candidate_costs_by_benchmark[benchmark], dtype=np.float64)
-        if base.ndim != 1 or base.size == 0:
-            raise ValueError(f"{benchmark}: costs must be a non-empty 1-D array")
-        if base.size != cand.size:
-            raise ValueError(f"{benchmark}: baseline and candidate must be paired on cases")
-        if np.isnan(base).any() or np.isnan(cand).any():
-            return None
-        if (base < 0).any() or (cand < 0).any():
-            raise ValueError("costs cannot be negative")
-        pairs[benchmark] = (base, cand)
-    if sum(float(base.sum()) for base, _ in pairs.values()) == 0:
-        return None
+    benchmarks = sorted(baseline_costs_by_benchmark)
+    for candidate in candidates_costs_by_benchmark:
+        if set(candidate) != set(benchmarks):
+            raise ValueError("baseline and candidate must cover the same benchmarks")
+    base = {b: _cost_array(b, baseline_costs_by_benchmark[b], None) for b in benchmarks}
+    # Column j + 1 of each benchmark's matrix is candidate j; column 0 is the baseline.
+    columns = {
+        b: [base[b]] + [_cost_array(b, c[b], base[b].size) for c in candidates_costs_by_benchmark]
+        for b in benchmarks
+    }
+    out: list[SavingsInterval | None] = [None] * len(candidates_costs_by_benchmark)
+    if any(np.isnan(base[b]).any() for b in benchmarks):
+        return out
+    if sum(float(base[b].sum()) for b in benchmarks) == 0:
+        return out
+    known = [
+        j
+        for j in range(len(candidates_costs_by_benchmark))
+        if not any(np.isnan(columns[b][j + 1]).any() for b in benchmarks)
+    ]
+    if not known:
+        return out
+
+    # Whole units of the ledger's precision (Decimal, 10 places), so that every resample's sum
+    # is an exact integer: float64 products and sums of integers below 2**53 are exact in any
+    # order, so an interval never depends on the other candidates in the batch nor on how the
+    # matrix product is blocked. Past 2**53 units the product is done in int64, still exact.
+    units = {
+        b: np.column_stack(
+            [np.rint(columns[b][0] * COST_UNITS_PER_USD)]
+            + [np.rint(columns[b][j + 1] * COST_UNITS_PER_USD) for j in known]
+        )
+        for b in benchmarks
+    }
+    largest = sum(units[b].max(axis=0) * units[b].shape[0] for b in benchmarks)
+    if largest.max() >= 2**63:
+        raise ValueError("costs too large to resample exactly")
+    in_float = bool(largest.max() < 2**53)
 
     rng = np.random.default_rng(seed)
-    base_sums = np.zeros(draws, dtype=np.float64)
-    cand_sums = np.zeros(draws, dtype=np.float64)
-    for benchmark in sorted(pairs):
-        base, cand = pairs[benchmark]
-        idx = rng.integers(0, base.size, size=(draws, base.size))
-        base_sums += base[idx].sum(axis=1)
-        cand_sums += cand[idx].sum(axis=1)
-    if (base_sums == 0).any():
-        return None
-    savings = 100.0 * (1.0 - cand_sums / base_sums)
-    lower, upper = np.quantile(savings, [alpha / 2, 1 - alpha / 2])
-    return SavingsInterval(float(lower), float(upper), alpha, draws, seed)
+    sums = np.zeros((draws, 1 + len(known)), dtype=np.int64)
+    for benchmark in benchmarks:
+        n = base[benchmark].size
+        idx = rng.integers(0, n, size=(draws, n))
+        # counts[d, i]: how often resample d drew case i, so a resample's sum is counts @ costs.
+        idx += (np.arange(draws, dtype=np.int64) * n)[:, None]
+        counts = np.bincount(idx.ravel(), minlength=draws * n).reshape(draws, n)
+        if in_float:
+            sums += (counts.astype(np.float64) @ units[benchmark]).astype(np.int64)
+        else:
+            sums += counts @ units[benchmark].astype(np.int64)
+    if (sums[:, 0] == 0).any():
+        return out
+    savings = 100.0 * (1.0 - sums[:, 1:].astype(np.float64) / sums[:, :1].astype(np.float64))
+    bounds = np.quantile(savings, [alpha / 2, 1 - alpha / 2], axis=0)
+    for k, j in enumerate(known):
+        out[j] = SavingsInterval(float(bounds[0, k]), float(bounds[1, k]), alpha, draws, seed)
+    return out

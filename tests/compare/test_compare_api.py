@@ -19,6 +19,7 @@ from tests.compare import builders as b
 pytestmark = pytest.mark.django_db
 
 OUT = [True, False, True, False]
+SAVINGS_INTERVAL_KEYS = ("lower", "upper", "alpha", "draws", "seed", "label")
 
 
 @pytest.fixture
@@ -115,9 +116,21 @@ def test_post_compare_input_errors(api, setup):
 
 def test_exports_hold_every_comparison_with_the_api_numbers(api, qs):
     base = b.target("base")
-    baseline = b.run(qs, {base: OUT})
+    D = Decimal
+    baseline = b.run(
+        qs, {base: OUT}, costs={base: [D("0.003"), D("0.001"), D("0.002"), D("0.004")]}
+    )
     router = b.target("router", kind="mom")
-    runs = [b.run(qs, {router: [i % 2 == 0, True, i % 3 == 0, False]}) for i in range(27)]
+
+    def router_costs(i):
+        if i % 9 == 4:
+            return [D("0.002"), None, D("0.003"), D("0.001")]  # one unknown case
+        return [D("0.001") * (1 + i % 3), D("0.002"), D("0.0005"), D("0.004")]
+
+    runs = [
+        b.run(qs, {router: [i % 2 == 0, True, i % 3 == 0, False]}, costs={router: router_costs(i)})
+        for i in range(27)
+    ]
     ids = [r.pk for r in runs]
     posted = api.post(
         "/api/v1/compare/", {"baseline": baseline.pk, "candidates": ids}, format="json"
@@ -141,6 +154,22 @@ def test_exports_hold_every_comparison_with_the_api_numbers(api, qs):
             c["ties"],
         )
         assert row["subject_savings_pct"] == (c["savings"]["subject_cost_pct"] or "")
+        # The savings interval's columns carry the API's numbers; unknown is empty, never 0.
+        si = c["savings_interval"]
+        interval = {k: row[f"savings_interval_{k}"] for k in SAVINGS_INTERVAL_KEYS}
+        if si is None:
+            assert set(interval.values()) == {""}
+        else:
+            assert (float(interval["lower"]), float(interval["upper"])) == (
+                si["lower"],
+                si["upper"],
+            )
+            assert float(interval["alpha"]) == si["alpha"]
+            assert (int(interval["draws"]), int(interval["seed"])) == (si["draws"], si["seed"])
+            assert interval["label"] == si["label"]
+    intervals = [c["savings_interval"] for c in posted["comparisons"]]
+    assert any(si is None for si in intervals)
+    assert any(si is not None and si["lower"] < si["upper"] for si in intervals)
 
     response = api.get(f"/api/v1/compare/export.json?{selection}")
     doc = json.loads(response.content)

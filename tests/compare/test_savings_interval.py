@@ -13,6 +13,7 @@ from compare.stats import (
     DEFAULT_BOOTSTRAP_SEED,
     SAVINGS_INTERVAL_LABEL,
     savings_bootstrap_interval,
+    savings_bootstrap_intervals,
 )
 from compare.views import compare_url
 from tests import factories as f
@@ -46,6 +47,39 @@ def test_the_function_matches_an_independent_computation_and_ignores_dict_order(
     assert got.label == SAVINGS_INTERVAL_LABEL
     reordered = savings_bootstrap_interval(dict(reversed(BASE.items())), CAND)
     assert reordered == got  # same seed, same interval: reproducible
+
+
+def test_a_batch_gives_each_candidate_the_interval_it_would_get_alone():
+    rng = np.random.default_rng(7)
+    # Costs as the ledger holds them: 10 decimal places.
+    base = {"mmlu-pro": rng.uniform(0.001, 0.02, 40), "gpqa": rng.uniform(0, 0.05, 9)}
+    base = {k: np.round(v, 10).tolist() for k, v in base.items()}
+    cands = [
+        {
+            k: np.round(np.asarray(v) * rng.uniform(0.2, 1.5, len(v)), 10).tolist()
+            for k, v in base.items()
+        }
+        for _ in range(4)
+    ]
+    cands.insert(2, {**cands[0], "gpqa": [None] + list(cands[0]["gpqa"][1:])})
+    got = savings_bootstrap_intervals(base, cands, alpha=0.1)
+    assert got[2] is None  # one unknown case cost: that candidate only
+    for interval, cand in zip(got[:2] + got[3:], cands[:2] + cands[3:], strict=True):
+        lo, hi = expected(base, cand, alpha=0.1)
+        assert (interval.lower, interval.upper) == pytest.approx((lo, hi), abs=1e-9)
+        assert interval == savings_bootstrap_interval(base, cand, alpha=0.1)
+    assert savings_bootstrap_intervals({k: [0.0] * len(v) for k, v in base.items()}, cands) == [
+        None
+    ] * len(cands)
+
+
+def test_costs_past_float_exactness_are_resampled_exactly_in_integers():
+    # Σ n_b · max cost ≥ 2**53 units of 1e-10 USD (≈ 900,720 USD): the int64 path.
+    base = {"mmlu-pro": [400_000.5, 250_000.25, 380_000.0], "gpqa": [90_000.0, 120_000.75]}
+    cand = {"mmlu-pro": [100_000.5, 260_000.0, 90_000.25], "gpqa": [30_000.0, 150_000.0]}
+    got = savings_bootstrap_interval(base, cand)
+    lo, hi = expected(base, cand)
+    assert (got.lower, got.upper) == pytest.approx((lo, hi), abs=1e-9)
 
 
 def test_unknown_cost_or_free_baseline_gives_no_interval():

@@ -176,8 +176,19 @@ def test_compare_iterations_from_baseline_to_exports(logged_in_page, live_server
         )
         # Unknown stays an empty cell, never 0.
         assert row["subject_savings_pct"] == (c["savings"]["subject_cost_pct"] or "")
+        si = c["savings_interval"]
+        for key in ("lower", "upper", "alpha", "draws", "seed", "label"):
+            cell = row[f"savings_interval_{key}"]
+            if si is None:
+                assert cell == ""
+            elif key == "label":
+                assert cell == si[key]
+            else:
+                assert float(cell) == si[key]
     assert any(c["savings"]["subject_cost_pct"] is None for c in doc["comparisons"])
     assert any(c["savings"]["subject_cost_pct"] is not None for c in doc["comparisons"])
+    assert any(c["savings_interval"] is None for c in doc["comparisons"])
+    assert any(c["savings_interval"] is not None for c in doc["comparisons"])
 
     # The JSON export is the API's document plus the selection it was made from.
     selection = exported.pop("selection")
