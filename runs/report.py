@@ -6,12 +6,14 @@ given only when every planned cell contributes a known value; the partial sum is
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
+from django.core.cache import cache
 from django.db.models import Count, Q
 from django.utils import timezone
 
@@ -19,8 +21,11 @@ from compare.stats import accuracy, weighted_quality, wilson_interval
 from datasets.benchmarks import ADAPTERS
 from runs.models import Call, Cell, Run
 from runs.reconcile import correction_summary, effective_call_sums, latest_corrections
+from runs.selectors import manifest_head, run_settled_fingerprint
+from srbench.canonical import sha256_hex
 
 BUCKETS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
+SETTLED_REPORT_TIMEOUT = 24 * 3600
 CELL_STATES = ("pending", "running", "completed", "failed", "cancelled", "sent_unknown")
 
 
@@ -280,10 +285,45 @@ def _preview_only(report: dict[str, Any], run: Run, target_id: int) -> None:
     )
 
 
+def _refreshed_head(run: Run) -> Run:
+    """`run` with its row re-read, and a copy of it whose manifest holds only the targets and
+    benchmarks a report reads: a standard run's case list is megabytes, and the manifest is
+    frozen, so it need not be read again (the caller's object keeps its own manifest)."""
+    run.refresh_from_db(
+        fields=[f.attname for f in Run._meta.concrete_fields if f.name != "manifest"]
+    )
+    head = copy.copy(run)
+    head.manifest = manifest_head(run)
+    return head
+
+
 def run_report(*, run: Run) -> dict[str, Any]:
     """The full report of a run. Reads only; no model call."""
-    run.refresh_from_db()
-    return run_reports(runs=[run])[run.pk]
+    return run_reports(runs=[_refreshed_head(run)])[run.pk]
+
+
+def run_report_settled(*, run: Run) -> dict[str, Any]:
+    """`run_report`, computed once per state of a settled run and then served from the cache
+    (see `runs.selectors.run_settled_fingerprint`); a run in progress is always computed
+    afresh. Used by the Run detail page; the API, CLI and exports call `run_report`.
+
+    The fingerprint is read before and after computing, and the report is kept only when
+    both agree, so a report computed across a change is never stored under the old name.
+    """
+    before = run_settled_fingerprint(run)
+    if before is None:
+        return run_report(run=run)
+    key = "srbench:run-report:" + sha256_hex([str(v) for v in before])
+    cached = cache.get(key)
+    if cached is not None:
+        run.refresh_from_db(
+            fields=[f.attname for f in Run._meta.concrete_fields if f.name != "manifest"]
+        )
+        return cached
+    report = run_report(run=run)
+    if run_settled_fingerprint(run) == before:
+        cache.set(key, report, SETTLED_REPORT_TIMEOUT)
+    return report
 
 
 def run_reports(*, runs: list[Run]) -> dict[int, dict[str, Any]]:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, F, IntegerField, Max, OuterRef, Q, QuerySet, Subquery
+from django.core.cache import cache
+from django.db.models import Count, Exists, F, Max, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
-from runs.models import Call, Cell, Run, RunEvent
+from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run, RunEvent, Target, UsageCorrection
+from srbench.canonical import sha256_hex
 
 ACTIVE_CALL_STATUSES = ("sent", "streaming")
 MAX_DETAIL_PAGE = 100  # R13.1: results and calls are read at most 100 at a time
 MAX_EVENT_PAGE = 1000  # R14.2
+FROZEN_TIMEOUT = 7 * 24 * 3600  # what is read from a frozen manifest is kept a week
 
 
 def runs_with_progress(queryset: QuerySet[Run] | None = None) -> QuerySet[Run]:
@@ -41,9 +44,14 @@ def runs_filter(
         qs = qs.filter(name__icontains=name)
     if model:
         # The frozen manifest names every target's model; match on the cell targets' models.
+        # An EXISTS rather than a join + DISTINCT, so the filtered ids can be sliced into a page.
         qs = qs.filter(
-            Q(cells__target__model__icontains=model) | Q(cells__target__slug__icontains=model)
-        ).distinct()
+            Exists(
+                Cell.objects.filter(run=OuterRef("pk")).filter(
+                    Q(target__model__icontains=model) | Q(target__slug__icontains=model)
+                )
+            )
+        )
     if status:
         qs = qs.filter(status=status)
     if mode:
@@ -111,36 +119,155 @@ def call_live_view(call: Call) -> dict[str, Any]:
 
 
 def runs_list_rows(queryset: QuerySet[Run]) -> QuerySet[Run]:
-    """What a Runs row shows, as correlated subqueries rather than joins.
+    """The Run rows a Runs page or a Run detail header shows, without the frozen manifest
+    (megabytes for a standard run); evaluate it, then pass the rows to `runs_decorate`.
 
-    `runs_with_progress` joins cells and events in one GROUP BY, which multiplies a large run's
-    cells by its events; here each count is a subquery the database evaluates only for the 25
-    rows of the page. The frozen manifest (megabytes for a standard run) is not loaded; only
-    its target list is, for the target types.
+    The newest event is a correlated subquery the database evaluates only for the rows read;
+    the cell counts and target types are added by `runs_decorate` for the loaded rows only.
     """
-
-    def cells(**filters: Any) -> Subquery:
-        return Subquery(
-            Cell.objects.filter(run=OuterRef("pk"), **filters)
-            .order_by()
-            .values("run")
-            .annotate(n=Count("pk"))
-            .values("n")[:1],
-            output_field=IntegerField(),
-        )
-
     last_event = RunEvent.objects.filter(run=OuterRef("pk")).order_by("-seq").values("created_at")
     return (
         queryset.select_related("owner")
         .defer("manifest")
-        .annotate(
-            manifest_targets=F("manifest__targets"),
-            cells_total=cells(),
-            cells_completed=cells(status="completed"),
-            cells_failed=cells(status__in=["failed", "sent_unknown"]),
-            last_event_at=Subquery(last_event[:1]),
-        )
+        .annotate(last_event_at=Subquery(last_event[:1]))
     )
+
+
+def runs_decorate(
+    runs: list[Run], *, settled: dict[int, tuple[Any, ...]] | None = None
+) -> list[Run]:
+    """Adds what a list row shows (R7.1) to loaded runs: completed/denominator and failures,
+    from one grouped count over the rows' cells (one pass over the (run, status) index,
+    instead of three counts per run), and the target types of the frozen manifest.
+
+    `settled` maps runs to their `run_settled_fingerprint`: their cells no longer change, so
+    their counts are kept in the cache under it (a count of 100,000 cells is ~50 ms).
+    """
+    settled = settled or {}
+    keys = {
+        pk: "srbench:run-cells:" + sha256_hex([str(v) for v in fp]) for pk, fp in settled.items()
+    }
+    found = cache.get_many(list(keys.values()))
+    counts: dict[int, dict[str, int]] = {r.pk: found.get(keys.get(r.pk, ""), {}) for r in runs}
+    to_count = [r.pk for r in runs if keys.get(r.pk) not in found]
+    rows = (
+        Cell.objects.filter(run_id__in=to_count)
+        .order_by()
+        .values_list("run_id", "status")
+        .annotate(n=Count("pk"))
+    )
+    for run_id, status, n in rows:
+        counts[run_id][status] = n
+    for pk in to_count:
+        # Kept only if the run was still in the same settled state after counting.
+        if (
+            pk in keys
+            and run_settled_fingerprint(next(r for r in runs if r.pk == pk)) == settled[pk]
+        ):
+            cache.set(keys[pk], counts[pk], FROZEN_TIMEOUT)
+    kinds = manifest_target_kinds(runs)
+    for run in runs:
+        by_status = counts[run.pk]
+        run.cells_total = sum(by_status.values())  # type: ignore[attr-defined]
+        run.cells_completed = by_status.get("completed", 0)  # type: ignore[attr-defined]
+        run.cells_failed = by_status.get("failed", 0) + by_status.get("sent_unknown", 0)  # type: ignore[attr-defined]
+        run.target_kinds = kinds[run.pk]  # type: ignore[attr-defined]
+    return runs
+
+
+def _frozen_key(kind: str, run: Run) -> str:
+    # The manifest is frozen (a database trigger refuses any change to it), so what is read
+    # from it is named by the run's identity and never goes stale. created_at guards against
+    # a primary key reused after a rollback (SQLite).
+    return f"srbench:{kind}:{run.pk}:{run.created_at.timestamp()}:{run.plan_sha256}"
+
+
+def manifest_target_kinds(runs: list[Run]) -> dict[int, list[str]]:
+    """The sorted target kinds of each run's frozen manifest. Reading even one key of a large
+    manifest makes the database decompress all of it (~100 ms for 100,000 cases), so each
+    run's kinds are read once and then kept in the cache."""
+    keys = {_frozen_key("target-kinds", r): r for r in runs}
+    found = cache.get_many(list(keys))
+    out = {keys[k].pk: v for k, v in found.items()}
+    missing = [r for k, r in keys.items() if k not in found]
+    loaded = [r for r in missing if "manifest" in r.__dict__]
+    for run in loaded:
+        out[run.pk] = target_types(run)
+    wanted = [r.pk for r in missing if "manifest" not in r.__dict__]
+    if wanted:
+        for pk, targets in Run.objects.filter(pk__in=wanted).values_list(
+            "pk", F("manifest__targets")
+        ):
+            out[pk] = sorted({t["kind"] for t in targets or []})
+    cache.set_many({_frozen_key("target-kinds", r): out[r.pk] for r in missing}, FROZEN_TIMEOUT)
+    return out
+
+
+def manifest_head(run: Run) -> dict[str, Any]:
+    """The targets and benchmarks of the run's frozen manifest (what a report reads), without
+    loading its case list; cached like `manifest_target_kinds`."""
+    if "manifest" in run.__dict__:
+        return {"targets": run.manifest["targets"], "benchmarks": run.manifest["benchmarks"]}
+    key = _frozen_key("manifest-head", run)
+    head = cache.get(key)
+    if head is None:
+        targets, benchmarks = Run.objects.filter(pk=run.pk).values_list(
+            F("manifest__targets"), F("manifest__benchmarks")
+        )[0]
+        head = {"targets": targets, "benchmarks": benchmarks}
+        cache.set(key, head, FROZEN_TIMEOUT)
+    return head
+
+
+def run_settled_fingerprint(run: Run) -> tuple[Any, ...] | None:
+    """What names a settled run's report, or None when the run is not settled.
+
+    Settled: terminal, with a finish time (else the wall time still ticks), no running cell
+    and no call in flight. The engine writes a cell only while it is running under its claim
+    token, a call only while it is `sent`/`streaming`, and the recovery pass only touches
+    those; a finished call never changes in place (a trigger refuses it). What can still
+    change a settled run's report is then in this tuple: the run row (status, times, stop
+    reason, names, event cursor), the usage correction in effect (corrections are appended,
+    never edited), and the targets its frozen slugs name. Regrades append a separate record
+    and change no cell, so they do not enter the report.
+    """
+    # Each part is a subquery on the run's id, not correlated, so each runs once on its own
+    # index (a correlated EXISTS over calls was planned as a scan of every call).
+    row = (
+        Run.objects.filter(pk=run.pk)
+        .annotate(
+            busy_cells=Exists(Cell.objects.filter(run_id=run.pk, status="running")),
+            busy_calls=Exists(
+                Call.objects.filter(cell__run_id=run.pk, status__in=["sent", "streaming"])
+            ),
+            correction=Subquery(
+                UsageCorrection.objects.filter(run_id=run.pk).order_by("-version").values("pk")[:1]
+            ),
+        )
+        .values_list(
+            "status",
+            "mode",
+            "name",
+            "profile",
+            "parent_id",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "updated_at",
+            "stop_reason",
+            "last_event_seq",
+            "plan_sha256",
+            "busy_cells",
+            "busy_calls",
+            "correction",
+        )
+        .first()
+    )
+    if row is None or row[0] not in TERMINAL_RUN_STATUSES or row[7] is None or row[12] or row[13]:
+        return None
+    slugs = [t["slug"] for t in manifest_head(run)["targets"]]
+    targets = sorted(Target.objects.filter(slug__in=slugs).values_list("pk", "slug"))
+    return (run.pk, *row, tuple(targets))
 
 
 def run_last_update(run: Run) -> Any:
@@ -150,10 +277,8 @@ def run_last_update(run: Run) -> Any:
 
 
 def runs_target_types(run: Run) -> list[str]:
-    targets = getattr(run, "manifest_targets", None)
-    if targets is None:
-        return target_types(run)
-    return sorted({t["kind"] for t in targets or []})
+    kinds = getattr(run, "target_kinds", None)
+    return target_types(run) if kinds is None else kinds
 
 
 def events_loaded(

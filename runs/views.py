@@ -38,7 +38,7 @@ from runs.models import Run, Target
 from runs.plans import SUPPORTED_KINDS, PlanError, plan_freeze
 from runs.reconcile import correction_summary, latest_corrections
 from runs.recovery import REASONS, RecoveryError, recovery_plan, recovery_submit, run_lineage
-from runs.report import run_report
+from runs.report import run_report_settled
 from runs.services import IdempotencyConflict, run_cancel, run_create
 
 PAGE_SIZE = 25  # rows shown per page everywhere (R13.1, R14.1)
@@ -84,15 +84,21 @@ def _int(value: str | None, default: int = 0, *, low: int = 0) -> int:
 @vary_on_headers("HX-Request")
 def run_list(request: HttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET)
-    runs = selectors.runs_filter(Run.objects.all(), **form.filters()).order_by("-created_at", "-id")
-    page = Paginator(selectors.runs_list_rows(runs), PAGE_SIZE).get_page(request.GET.get("page"))
+    order = ("-created_at", "-id")
+    runs = selectors.runs_filter(Run.objects.all(), **form.filters()).order_by(*order)
+    # The page is chosen on bare run ids and only its 25 rows are read with what a row shows:
+    # an OFFSET over the annotated rows evaluated the annotations of every skipped run.
+    page = Paginator(runs.values_list("pk", flat=True), PAGE_SIZE).get_page(request.GET.get("page"))
+    page_runs = selectors.runs_list_rows(Run.objects.filter(pk__in=page.object_list)).order_by(
+        *order
+    )
     rows = [
         {
             "run": run,
             "last_update": selectors.run_last_update(run),
             "target_types": selectors.runs_target_types(run),
         }
-        for run in page.object_list
+        for run in selectors.runs_decorate(list(page_runs))
     ]
     return render(
         request,
@@ -366,7 +372,9 @@ def _run_header(run_id: int) -> Run:
     run = selectors.runs_list_rows(Run.objects.filter(pk=run_id)).first()
     if run is None:
         raise Http404("No such run.")
-    return run
+    fingerprint = selectors.run_settled_fingerprint(run)
+    settled = {run.pk: fingerprint} if fingerprint is not None else None
+    return selectors.runs_decorate([run], settled=settled)[0]
 
 
 def _live(run: Run) -> dict[str, Any]:
@@ -422,7 +430,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def _results_context(request: HttpRequest, run: Run) -> dict[str, Any]:
-    report = run_report(run=run)  # R13.2: every summary figure comes from the full report
+    # R13.2: every summary figure comes from the full report (reused while the run is settled).
+    report = run_report_settled(run=run)
     children = Paginator(run.children.order_by("pk").only("pk", "name", "status"), PAGE_SIZE)
     return {
         "report": report,
