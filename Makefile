@@ -42,16 +42,19 @@ test-embedded:
 	CELERY_BROKER_URL=filesystem:// SRBENCH_VAR_DIR=/tmp/srbench-embedded-test \
 		$(BIN)/python -m pytest -p no:cacheprovider -m embedded
 
-## make bench: print the performance figures (docs/performance.md records them).
-BENCH_DB ?= postgres://postgres@127.0.0.1:5432/srbench_bench_pages
+## make bench: print the performance figures (docs/performance.md records them). Every
+## script uses its own database and Redis DB on the servers that ensure_services.sh found.
 bench: $(STAMP)
 	services=$$(scripts/ensure_services.sh) && eval "$$services" && \
+	server="$${DATABASE_URL%/*}" && pages_db="$$server/srbench_bench_pages" && \
+	export BENCH_DATABASE_URL="$$server/srbench_bench" BENCH_BROKER_URL="$${CELERY_BROKER_URL%/*}/12" && \
 	$(BIN)/python bench/simulator_load.py --streams 1000 && \
-	$(BIN)/python bench/engine_throughput.py --concurrency 32 256 1024 && \
-	(psql "$$(dirname $(BENCH_DB))/postgres" -qc "CREATE DATABASE $$(basename $(BENCH_DB))" 2>/dev/null || true) && \
-	DATABASE_URL=$(BENCH_DB) SECRET_KEY=bench $(BIN)/python manage.py migrate -v0 && \
-	DATABASE_URL=$(BENCH_DB) SECRET_KEY=bench $(BIN)/python bench/report_scale.py && \
-	DATABASE_URL=$(BENCH_DB) SECRET_KEY=bench $(BIN)/python bench/pages.py
+	$(BIN)/python bench/engine_throughput.py --concurrency 32 256 --workers 1 2 4 && \
+	$(BIN)/python bench/engine_throughput.py --cells 4096 --chunk-gap 0.016 --concurrency 1024 && \
+	(psql "$$server/postgres" -qc "CREATE DATABASE srbench_bench_pages" 2>/dev/null || true) && \
+	DATABASE_URL="$$pages_db" SECRET_KEY=bench $(BIN)/python manage.py migrate -v0 && \
+	DATABASE_URL="$$pages_db" SECRET_KEY=bench $(BIN)/python bench/report_scale.py && \
+	DATABASE_URL="$$pages_db" SECRET_KEY=bench $(BIN)/python bench/pages.py
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check . && $(BIN)/python -m ruff format --check .

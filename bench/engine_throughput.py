@@ -1,10 +1,20 @@
 """Engine throughput: N cells against the simulator with a fixed latency L at concurrency C.
 
-Prints the achieved wall time against the ideal ceil(N/C)·L, calls per second, harness CPU
-per call counting every process of ours (the worker, PostgreSQL backends, Redis — not the
-simulator), and measured TTFT against the simulator's configured TTFT (PERFORMANCE.md).
+Prints, for each concurrency C on one worker process and for 1..K worker processes sharing one
+run (`--workers`):
+
+- the achieved wall time against the ideal ceil(N/C)·L, and calls per second;
+- harness CPU per call counting every process of ours (the workers, PostgreSQL backends,
+  Redis — not the simulator);
+- measured TTFT against the simulator's configured TTFT (PERFORMANCE.md);
+- worker memory per in-flight stream (peak RSS during the run minus RSS before it, over the
+  streams in flight);
+- database rows and bytes per call (rows of the run in the ledger tables, their tuple bytes,
+  the compressed evidence against the raw SSE, and the on-disk growth of the tables with their
+  indexes and TOAST).
 
     .venv/bin/python bench/engine_throughput.py [--cells 740] [--concurrency 32 256]
+        [--workers 1 2 4] [--workers-concurrency 256]
         [--ttft 0.2] [--chunks 50] [--chunk-gap 0.01]
 
 Needs PostgreSQL and Redis on loopback (as `make test`); uses its own database and Redis DB.
@@ -21,12 +31,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DB = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/srbench_bench")
 BROKER = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/12")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+WORKER_PATTERN = "celery -A srbench worker"
+LEDGER_TABLES = ("runs_cell", "runs_call", "runs_callevidence", "runs_runevent")
 
 
 def free_port() -> int:
@@ -50,15 +63,125 @@ def cpu_by_pid(pids: list[int]) -> dict[int, float]:
     return {pid: cpu_seconds([pid]) for pid in pids}
 
 
+def rss_bytes(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
+
+
 def pids_of(pattern: str) -> list[int]:
     out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
+
+
+def ours() -> list[int]:
+    """Every process of ours: workers, the PostgreSQL backends of the bench database (sampled
+    while the run goes, so that ones that come and go are counted) and PostgreSQL's own
+    background processes, and Redis; not the simulator, and not other databases' backends of a
+    shared server."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        backends = cur.execute(
+            "SELECT pid FROM pg_stat_activity "
+            "WHERE datname = current_database() OR backend_type <> 'client backend'"
+        ).fetchall()
+    return sorted(
+        {*pids_of(WORKER_PATTERN), *(pid for (pid,) in backends), *pids_of("redis-server")}
+    )
+
+
+def start_worker() -> subprocess.Popen:
+    # One drive task per worker process (--concurrency=1 thread for tasks; the engine runs
+    # its streams on an asyncio loop inside that task, the reaper on its own thread).
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "srbench",
+            "worker",
+            "--pool=threads",
+            "--concurrency=1",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel=WARNING",
+        ],
+        cwd=ROOT,
+        env=os.environ.copy(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def wait_for_workers(count: int) -> None:
+    from srbench.celery import app
+
+    for _ in range(300):
+        replies = app.control.ping(timeout=0.5) or []
+        if len(replies) >= count:
+            return
+    raise SystemExit(f"only {len(replies)} of {count} workers answered a ping")
+
+
+def ledger_bytes() -> dict[str, int]:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        return {
+            table: cur.execute("SELECT pg_total_relation_size(%s)", [table]).fetchone()[0]
+            for table in LEDGER_TABLES
+        }
+
+
+def ledger_footprint(run_id: int) -> dict[str, Any]:
+    """Rows and tuple bytes the run left in each ledger table, and its evidence sizes."""
+    from django.db import connection
+
+    queries = {
+        "runs_cell": "SELECT count(*), sum(pg_column_size(t.*)) FROM runs_cell t WHERE run_id = %s",
+        "runs_call": "SELECT count(*), sum(pg_column_size(t.*)) FROM runs_call t "
+        "JOIN runs_cell c ON c.id = t.cell_id WHERE c.run_id = %s",
+        "runs_callevidence": "SELECT count(*), sum(pg_column_size(t.*)) FROM runs_callevidence t "
+        "JOIN runs_call k ON k.id = t.call_id JOIN runs_cell c ON c.id = k.cell_id "
+        "WHERE c.run_id = %s",
+        "runs_runevent": "SELECT count(*), sum(pg_column_size(t.*)) FROM runs_runevent t "
+        "WHERE run_id = %s",
+    }
+    out: dict[str, Any] = {}
+    with connection.cursor() as cur:
+        for table, sql in queries.items():
+            rows, size = cur.execute(sql, [run_id]).fetchone()
+            out[table] = (rows, size or 0)
+        out["evidence"] = cur.execute(
+            "SELECT coalesce(sum(length(e.body)), 0), coalesce(sum(e.raw_size), 0) "
+            "FROM runs_callevidence e JOIN runs_call k ON k.id = e.call_id "
+            "JOIN runs_cell c ON c.id = k.cell_id WHERE c.run_id = %s",
+            [run_id],
+        ).fetchone()
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cells", type=int, default=740)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[32, 256])
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="*",
+        default=[],
+        help="worker process counts to drive one run together (scaling), e.g. 1 2 4",
+    )
+    parser.add_argument("--workers-concurrency", type=int, default=256)
     parser.add_argument("--ttft", type=float, default=0.2)
     parser.add_argument("--chunks", type=int, default=50)
     parser.add_argument("--chunk-gap", type=float, default=0.01)
@@ -71,14 +194,11 @@ def main() -> None:
         CELERY_BROKER_URL=BROKER,
         SRBENCH_VAR_DIR=tempfile.mkdtemp(prefix="srbench-bench-"),
     )
-    dbname = DB.rsplit("/", 1)[1]
+    server, dbname = DB.rsplit("/", 1)
     subprocess.run(
         [
             "psql",
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
+            f"{server}/postgres",
             "-q",
             "-c",
             f"DROP DATABASE IF EXISTS {dbname}",
@@ -103,7 +223,8 @@ def main() -> None:
     from datasets.models import DatasetQuestion, FrozenDataset, Question, QuestionSecret
     from datasets.synthetic import write_synthetic
     from runs.models import Target
-    from runs.services import run_create
+    from runs.report import run_report
+    from runs.services import run_create, run_dispatch
     from srbench.canonical import sha256_hex
 
     work = Path(os.environ["SRBENCH_VAR_DIR"])
@@ -138,26 +259,7 @@ def main() -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "srbench",
-            "worker",
-            "--pool=threads",
-            "--concurrency=2",
-            "--without-gossip",
-            "--without-mingle",
-            "--loglevel=WARNING",
-        ],
-        cwd=ROOT,
-        env=os.environ.copy(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    workers = [start_worker()]
     try:
         import httpx
 
@@ -167,6 +269,7 @@ def main() -> None:
                 break
             except httpx.HTTPError:
                 time.sleep(0.1)
+        wait_for_workers(1)
         Target.objects.create(
             slug="bench",
             name="bench",
@@ -189,13 +292,18 @@ def main() -> None:
             for _ in r.iter_raw():
                 pass
         latency = time.monotonic() - t0
+        n = len(questions)
         print(
             f"unloaded call latency L = {latency:.3f} s (TTFT {args.ttft} s + {args.chunks} "
-            f"chunks {args.chunk_gap} s apart); N = {len(questions)} cells"
+            f"chunks {args.chunk_gap} s apart); N = {n} cells"
         )
-        for concurrency in args.concurrency:
+
+        def measure(concurrency: int, n_workers: int, cells: int = n) -> dict[str, Any]:
+            while len(workers) < n_workers:
+                workers.append(start_worker())
+            wait_for_workers(len(workers))
             dataset = FrozenDataset.objects.create(
-                identity_sha256=sha256_hex(["bench", concurrency, time.time()]),
+                identity_sha256=sha256_hex(["bench", concurrency, n_workers, time.time()]),
                 name="bench",
                 profile="quick",
                 seed=1,
@@ -204,35 +312,31 @@ def main() -> None:
             )
             DatasetQuestion.objects.bulk_create(
                 DatasetQuestion(dataset=dataset, question=q, position=i)
-                for i, q in enumerate(questions)
+                for i, q in enumerate(questions[:cells])
             )
-
-            # CPU of every process of ours: worker (with its children), PostgreSQL backends
-            # (including ones that come and go during the run: sampled while it runs) and
-            # Redis; not the simulator.
-            def ours() -> list[int]:
-                return sorted(
-                    {
-                        *pids_of("celery -A srbench worker"),
-                        *pids_of("postgres"),
-                        *pids_of("redis-server"),
-                    }
-                )
-
+            worker_pids = [w.pid for w in workers]
+            rss_before = rss_bytes(worker_pids)
+            rss_peak = rss_before
+            disk_before = ledger_bytes()
             before = cpu_by_pid(ours())
             seen = dict(before)
             run, _ = run_create(
                 owner=owner,
                 plan={
-                    "name": f"bench C={concurrency}",
+                    "name": f"bench C={concurrency} W={n_workers}",
                     "dataset": dataset.pk,
                     "targets": ["bench"],
                     "limits": {"concurrency": concurrency, "max_output_tokens": 4096},
                 },
             )
+            # One drive task per worker process: they share the run's cells and its
+            # concurrency through the claim protocol (leases and fencing tokens).
+            for _ in range(n_workers - 1):
+                run_dispatch(run_id=run.pk)
             while True:
                 for pid, cpu in cpu_by_pid(ours()).items():
                     seen[pid] = max(cpu, seen.get(pid, 0.0))
+                rss_peak = max(rss_peak, rss_bytes(worker_pids))
                 run.refresh_from_db()
                 if run.is_terminal:
                     break
@@ -240,28 +344,82 @@ def main() -> None:
             for pid, cpu in cpu_by_pid(ours()).items():
                 seen[pid] = max(cpu, seen.get(pid, 0.0))
             used = {pid: cpu - before.get(pid, 0.0) for pid, cpu in seen.items()}
-            worker_pids = set(pids_of("celery -A srbench worker"))
-            worker_cpu = sum(v for pid, v in used.items() if pid in worker_pids)
+            worker_cpu = sum(v for pid, v in used.items() if pid in set(worker_pids))
             total_cpu = sum(used.values())
-            pg_cpu = total_cpu - worker_cpu
             wall = (run.finished_at - run.started_at).total_seconds()
-            ideal = math.ceil(len(questions) / concurrency) * latency
-            from runs.report import run_report
-
+            ideal = math.ceil(cells / concurrency) * latency
             report = run_report(run=run)["targets"][0]
+            disk_after = ledger_bytes()
+            return {
+                "status": run.status,
+                "wall": wall,
+                "ideal": ideal,
+                "rate": cells / wall,
+                "cpu": total_cpu / cells * 1000,
+                "worker_cpu": worker_cpu / cells * 1000,
+                "pg_cpu": (total_cpu - worker_cpu) / cells * 1000,
+                "ttft": report["ttft_p50_ms"],
+                "in_flight": min(concurrency, cells),
+                "rss_before": rss_before,
+                "rss_peak": rss_peak,
+                "footprint": ledger_footprint(run.pk),
+                "disk": sum(disk_after.values()) - sum(disk_before.values()),
+            }
+
+        def line(label: str, m: dict[str, Any]) -> str:
+            per_stream = (m["rss_peak"] - m["rss_before"]) / m["in_flight"] / 1024
+            return (
+                f"{label}: status {m['status']}; wall {m['wall']:.2f} s vs ideal "
+                f"{m['ideal']:.2f} s -> wall/ideal {m['wall'] / m['ideal']:.3f} (efficiency "
+                f"{m['ideal'] / m['wall']:.3f}); {m['rate']:.1f} calls/s; harness CPU "
+                f"{m['cpu']:.2f} ms/call (workers {m['worker_cpu']:.2f}, PostgreSQL + Redis "
+                f"{m['pg_cpu']:.2f}); TTFT p50 {m['ttft']:.0f} ms vs configured "
+                f"{args.ttft * 1000:.0f} ms; worker RSS {m['rss_before'] / 2**20:.0f} -> "
+                f"{m['rss_peak'] / 2**20:.0f} MiB = {per_stream:.1f} KiB per in-flight stream "
+                f"({m['in_flight']})"
+            )
+
+        # A short warm-up run so that imports, connection pools and caches of the worker are
+        # not charged to the first measurement.
+        measure(8, 1, cells=min(16, n))
+        last: dict[str, Any] | None = None
+        for concurrency in args.concurrency:
+            last = measure(concurrency, 1)
+            print(line(f"C={concurrency:>4}, 1 worker", last), flush=True)
+        scaling: list[tuple[int, dict[str, Any]]] = []
+        for n_workers in args.workers:
+            m = measure(args.workers_concurrency, n_workers)
+            scaling.append((n_workers, m))
+            label = f"{n_workers} worker" + ("s" if n_workers > 1 else "")
+            print(line(f"C={args.workers_concurrency:>4}, {label}", m), flush=True)
+            last = m
+        if scaling:
+            base = scaling[0][1]["rate"]
             print(
-                f"C={concurrency:>4}: status {run.status}; wall {wall:.2f} s vs ideal "
-                f"{ideal:.2f} s -> wall/ideal {wall / ideal:.3f} (efficiency {ideal / wall:.3f}); "
-                f"{len(questions) / wall:.1f} calls/s; harness CPU "
-                f"{total_cpu / len(questions) * 1000:.2f} ms/call; TTFT p50 "
-                f"{report['ttft_p50_ms']:.0f} ms vs configured {args.ttft * 1000:.0f} ms "
-                f"(worker {worker_cpu / len(questions) * 1000:.2f} ms/call, PostgreSQL + Redis "
-                f"{pg_cpu / len(questions) * 1000:.2f} ms/call)"
+                "scaling (worker processes: calls/s relative to the first): "
+                + ", ".join(f"{k} x{m['rate'] / base:.2f}" for k, m in scaling)
+                + f" on {os.cpu_count()} cores"
+            )
+        if last is not None:
+            fp = last["footprint"]
+            calls = fp["runs_call"][0] or 1
+            parts = ", ".join(
+                f"{table.removeprefix('runs_')} {rows / calls:.2f} rows {size / calls:,.0f} B"
+                for table, (rows, size) in ((t, fp[t]) for t in LEDGER_TABLES)
+            )
+            stored, raw = fp["evidence"]
+            print(
+                f"database per call ({calls} calls of the last run): {parts}; evidence "
+                f"{stored / calls:,.0f} B compressed of {raw / calls:,.0f} B raw SSE "
+                f"({stored / max(raw, 1):.2f}); tables + indexes + TOAST grew "
+                f"{last['disk'] / calls:,.0f} B per call"
             )
     finally:
-        os.killpg(worker.pid, 15)
+        for worker in workers:
+            os.killpg(worker.pid, 15)
         sim.terminate()
-        worker.wait(timeout=30)
+        for worker in workers:
+            worker.wait(timeout=30)
         sim.wait(timeout=30)
 
 
