@@ -30,7 +30,7 @@ from compare.stats import (
     select_baseline,
 )
 from runs.models import Cell, Run, Target
-from runs.reconcile import effective_call_sums
+from runs.reconcile import effective_cell_costs
 from runs.report import run_reports
 
 __all__ = [
@@ -218,15 +218,11 @@ def _case_costs(
     out: dict[tuple[int, int], npt.NDArray[np.float64]] = {}
     if not cells.id.size:
         return out
-    known = [
-        (r["cell_id"], float(r["cost"]))
-        for r in effective_call_sums(run_ids=run_ids, group_by="cell_role")
-        if r["role"] == "subject" and r["cost_unknown"] == 0 and r["cost"] is not None
-    ]
+    sums = effective_cell_costs(run_ids=run_ids, role="subject")
     cell_cost = np.full(cells.id.size, np.nan)
-    if known:
-        ids = np.array([k[0] for k in known], dtype=np.int64)
-        costs = np.array([k[1] for k in known], dtype=np.float64)
+    if sums:
+        known = np.array(sums, dtype=np.float64)  # an unknown cost (None) becomes NaN
+        ids, costs = known[:, 0].astype(np.int64), known[:, 1]
         order = np.argsort(cells.id)
         pos = np.searchsorted(cells.id[order], ids)
         inside = pos < cells.id.size

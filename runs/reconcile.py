@@ -40,6 +40,7 @@ __all__ = [
     "ReconcileResult",
     "correction_summary",
     "effective_call_sums",
+    "effective_cell_costs",
     "latest_corrections",
     "usage_reconcile",
 ]
@@ -332,22 +333,9 @@ def _entries_sql(vendor: str) -> str:
     return f"SELECT {fields} FROM latest l, json_each(l.corrections, '$.calls') j"
 
 
-GroupBy = Literal["target_role", "cell_role"]
-
-
-def effective_call_sums(*, run_ids: Sequence[int], group_by: GroupBy) -> list[dict[str, Any]]:
-    """Sums of the effective usage of the runs' calls, grouped in SQL.
-
-    A call's usage and costs come from the latest correction of its run when that correction
-    has an entry for it (a null there is unknown, not "fall back"), else from the call row.
-    ``group_by`` is ``target_role`` (run, target of the cell, role) or ``cell_role`` (run,
-    cell, role). Each row carries ``calls``, ``usage_unknown``, ``cost_unknown``,
-    ``neutral_unknown``, the sums of the four buckets, ``cost`` and ``neutral``; sums over only
-    unknown values are None, and a sum is complete only when its ``*_unknown`` is 0.
-    """
-    if not run_ids:
-        return []
-    keys = {"target_role": "target_id", "cell_role": "cell_id"}[group_by]
+def _effective_calls_sql(run_ids: Sequence[int]) -> tuple[str, list[int]]:
+    """The ``WITH`` clause that defines ``eff``: one row per call of the runs with its effective
+    buckets and costs (run_id, target_id of the cell, cell_id, role, buckets, costs)."""
     call_t, cell_t = Call._meta.db_table, Cell._meta.db_table
     correction_t = UsageCorrection._meta.db_table
     marks = ", ".join(["%s"] * len(run_ids))
@@ -367,7 +355,29 @@ def effective_call_sums(*, run_ids: Sequence[int], group_by: GroupBy) -> list[di
             FROM {call_t} c JOIN {cell_t} cell ON cell.id = c.cell_id
             LEFT JOIN entries e ON e.call_id = c.id
             WHERE cell.run_id IN ({marks})
-        )
+        )"""
+    return sql, [*run_ids, *run_ids]
+
+
+GroupBy = Literal["target_role", "cell_role"]
+
+
+def effective_call_sums(*, run_ids: Sequence[int], group_by: GroupBy) -> list[dict[str, Any]]:
+    """Sums of the effective usage of the runs' calls, grouped in SQL.
+
+    A call's usage and costs come from the latest correction of its run when that correction
+    has an entry for it (a null there is unknown, not "fall back"), else from the call row.
+    ``group_by`` is ``target_role`` (run, target of the cell, role) or ``cell_role`` (run,
+    cell, role). Each row carries ``calls``, ``usage_unknown``, ``cost_unknown``,
+    ``neutral_unknown``, the sums of the four buckets, ``cost`` and ``neutral``; sums over only
+    unknown values are None, and a sum is complete only when its ``*_unknown`` is 0.
+    """
+    if not run_ids:
+        return []
+    keys = {"target_role": "target_id", "cell_role": "cell_id"}[group_by]
+    effective, params = _effective_calls_sql(run_ids)
+    sql = f"""
+        {effective}
         SELECT run_id, {keys}, role, COUNT(*),
             SUM(CASE WHEN output_tokens IS NULL THEN 1 ELSE 0 END),
             SUM(CASE WHEN cost_usd IS NULL THEN 1 ELSE 0 END),
@@ -377,7 +387,7 @@ def effective_call_sums(*, run_ids: Sequence[int], group_by: GroupBy) -> list[di
         FROM eff GROUP BY run_id, {keys}, role
     """
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*run_ids, *run_ids])
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     names = (
         "run_id",
@@ -417,3 +427,21 @@ def latest_corrections(*, run_ids: Sequence[int]) -> dict[int, UsageCorrection]:
     ):
         out.setdefault(c.run_id, c)
     return out
+
+
+def effective_cell_costs(*, run_ids: Sequence[int], role: str) -> list[tuple[int, float | None]]:
+    """Per cell of the runs with calls in ``role``: the sum of their effective costs, or None
+    when any of them has no known cost. Floats (exact sums in SQL, then rounded once) for
+    numeric work over many cells; the same effective rule as :func:`effective_call_sums`."""
+    if not run_ids:
+        return []
+    effective, params = _effective_calls_sql(run_ids)
+    sql = f"""
+        {effective}
+        SELECT cell_id, CASE WHEN COUNT(cost_usd) = COUNT(*)
+            THEN CAST(SUM(cost_usd) AS DOUBLE PRECISION) END
+        FROM eff WHERE role = %s GROUP BY cell_id
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, role])
+        return cursor.fetchall()
