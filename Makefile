@@ -47,13 +47,17 @@ test-embedded:
 bench: $(STAMP)
 	services=$$(scripts/ensure_services.sh) && eval "$$services" && \
 	server="$${DATABASE_URL%/*}" && pages_db="$$server/srbench_bench_pages" && \
+	scale_db="$$server/srbench_bench_scale" && \
 	export BENCH_DATABASE_URL="$$server/srbench_bench" BENCH_BROKER_URL="$${CELERY_BROKER_URL%/*}/12" && \
 	$(BIN)/python bench/simulator_load.py --streams 1000 && \
 	$(BIN)/python bench/engine_throughput.py --concurrency 32 256 --workers 1 2 4 && \
 	$(BIN)/python bench/engine_throughput.py --cells 4096 --chunk-gap 0.016 --concurrency 1024 && \
+	psql "$$server/postgres" -qc "DROP DATABASE IF EXISTS srbench_bench_scale" -c "CREATE DATABASE srbench_bench_scale" && \
+	DATABASE_URL="$$scale_db" SECRET_KEY=bench $(BIN)/python manage.py migrate -v0 && \
+	DATABASE_URL="$$scale_db" SECRET_KEY=bench $(BIN)/python bench/report_scale.py --commit && \
+	psql "$$server/postgres" -qc "DROP DATABASE srbench_bench_scale" && \
 	(psql "$$server/postgres" -qc "CREATE DATABASE srbench_bench_pages" 2>/dev/null || true) && \
 	DATABASE_URL="$$pages_db" SECRET_KEY=bench $(BIN)/python manage.py migrate -v0 && \
-	DATABASE_URL="$$pages_db" SECRET_KEY=bench $(BIN)/python bench/report_scale.py && \
 	DATABASE_URL="$$pages_db" SECRET_KEY=bench $(BIN)/python bench/pages.py
 
 lint: $(STAMP)

@@ -1,9 +1,12 @@
 """Scale benchmark: run report over 100,000 cells, comparison of 20 candidates × 3,183 cases.
 
-Targets (PERFORMANCE.md): each ≤ 1 s. Builds the rows with bulk_create inside one transaction
-that is rolled back at the end, so the database is left as it was. Run it on PostgreSQL:
+Targets (PERFORMANCE.md): each ≤ 1 s. By default builds the rows with bulk_create inside one
+transaction that is rolled back at the end, so the database is left as it was; rows a
+transaction has not committed are slower to read (no hint bits, no visibility map), so
+`--commit` (what `make bench` uses, on a scratch database it recreates) commits them and runs
+VACUUM ANALYZE before timing, as on a live database. Run it on PostgreSQL:
 
-    DATABASE_URL=postgres://… .venv/bin/python bench/report_scale.py [--repeat 3]
+    DATABASE_URL=postgres://… .venv/bin/python bench/report_scale.py [--repeat 3] [--commit]
 """
 
 from __future__ import annotations
@@ -150,9 +153,11 @@ def analyze() -> None:
     """Fresh planner statistics, as autovacuum would have gathered them on a live database;
     without them PostgreSQL plans for the empty tables the bench started from."""
     if connection.vendor == "postgresql":
+        # Committed rows (--commit) also get their visibility map, as on a vacuumed database.
+        verb = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
         with connection.cursor() as cursor:
             for model in (Question, Cell, Call, UsageCorrection, Run):
-                cursor.execute(f"ANALYZE {model._meta.db_table}")
+                cursor.execute(f"{verb} {model._meta.db_table}")
 
 
 def timed(label: str, fn: Any, repeat: int) -> float:
@@ -166,102 +171,112 @@ def timed(label: str, fn: Any, repeat: int) -> float:
     return best
 
 
+def measure(repeat: int) -> None:
+    owner = get_user_model().objects.create(username="bench-report-scale")
+    dataset = FrozenDataset.objects.create(
+        identity_sha256=hashlib.sha256(b"bench-report-scale").hexdigest(),
+        name="bench",
+        profile="standard",
+        seed=1,
+        split="dev",
+        selection={},
+    )
+
+    started = time.perf_counter()
+    qs = build_questions(10_000, "r")
+    targets = [
+        Target.objects.create(
+            slug=f"bench-t{k}", name="t", model="m", base_url="http://x/v1", prices=PRICE
+        )
+        for k in range(10)
+    ]
+    big = build_run(qs, targets, dataset, owner, seed=1)
+    analyze()
+    print(f"built 100,000 cells and calls in {time.perf_counter() - started:.1f} s")
+    timed("run_report, 100,000 cells (10 targets)", lambda: run_report(run=big), repeat)
+    call_ids = list(Call.objects.filter(cell__run=big).values_list("pk", flat=True))
+    UsageCorrection.objects.create(
+        run=big,
+        version=1,
+        evidence_sha256="b" * 64,
+        verified_count=len(call_ids),
+        changed_count=0,
+        unverifiable_count=0,
+        old_known_cost_usd=None,
+        new_known_cost_usd=None,
+        corrections={
+            "rules_version": "bench",
+            "calls": [
+                {
+                    "call_id": pk,
+                    "input_tokens": 100,
+                    "cached_input_tokens": 0,
+                    "cache_write_tokens": 0,
+                    "output_tokens": 40,
+                    "cost_usd": "0.0009",
+                    "cache_neutral_cost_usd": "0.0009",
+                }
+                for pk in call_ids
+            ],
+        },
+    )
+    analyze()
+    timed(
+        "run_report, 100,000 cells, with a 100,000-call correction",
+        lambda: run_report(run=big),
+        repeat,
+    )
+
+    started = time.perf_counter()
+    cases = qs[:3183]
+    base_targets = [
+        Target.objects.create(
+            slug=f"bench-base{k}", name="b", model="m", base_url="http://x/v1", prices=PRICE
+        )
+        for k in range(2)
+    ]
+    baseline = build_run(cases, base_targets, dataset, owner, seed=2)
+    candidates = []
+    for k in range(20):
+        router = Target.objects.create(
+            slug=f"bench-router{k}",
+            name="r",
+            kind="mom",
+            model="auto",
+            base_url="http://x/v1",
+            config_hash="c" * 64,
+            prices=PRICE,
+        )
+        candidates.append(build_run(cases, [router], dataset, owner, seed=10 + k).pk)
+    analyze()
+    print(f"built 21 runs × 3,183 cases in {time.perf_counter() - started:.1f} s")
+    doc: dict[str, Any] = {}
+
+    def compare() -> None:
+        doc.update(comparison_build(baseline_run_id=baseline.pk, candidate_run_ids=candidates))
+
+    timed("comparison_build, 20 candidates × 3,183 cases", compare, repeat)
+    assert len(doc["comparisons"]) == 20
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--commit",
+        action="store_true",
+        help="commit the rows and VACUUM ANALYZE before timing, as on a live database "
+        "(use a scratch database: nothing is removed afterwards)",
+    )
     args = parser.parse_args()
     print(f"database: {connection.vendor} {connection.settings_dict['NAME']}")
+    if args.commit:
+        measure(args.repeat)
+        print("committed: the rows stay in this scratch database")
+        return
     try:
         with transaction.atomic():
-            owner = get_user_model().objects.create(username="bench-report-scale")
-            dataset = FrozenDataset.objects.create(
-                identity_sha256=hashlib.sha256(b"bench-report-scale").hexdigest(),
-                name="bench",
-                profile="standard",
-                seed=1,
-                split="dev",
-                selection={},
-            )
-
-            started = time.perf_counter()
-            qs = build_questions(10_000, "r")
-            targets = [
-                Target.objects.create(
-                    slug=f"bench-t{k}", name="t", model="m", base_url="http://x/v1", prices=PRICE
-                )
-                for k in range(10)
-            ]
-            big = build_run(qs, targets, dataset, owner, seed=1)
-            analyze()
-            print(f"built 100,000 cells and calls in {time.perf_counter() - started:.1f} s")
-            timed(
-                "run_report, 100,000 cells (10 targets)", lambda: run_report(run=big), args.repeat
-            )
-            call_ids = list(Call.objects.filter(cell__run=big).values_list("pk", flat=True))
-            UsageCorrection.objects.create(
-                run=big,
-                version=1,
-                evidence_sha256="b" * 64,
-                verified_count=len(call_ids),
-                changed_count=0,
-                unverifiable_count=0,
-                old_known_cost_usd=None,
-                new_known_cost_usd=None,
-                corrections={
-                    "rules_version": "bench",
-                    "calls": [
-                        {
-                            "call_id": pk,
-                            "input_tokens": 100,
-                            "cached_input_tokens": 0,
-                            "cache_write_tokens": 0,
-                            "output_tokens": 40,
-                            "cost_usd": "0.0009",
-                            "cache_neutral_cost_usd": "0.0009",
-                        }
-                        for pk in call_ids
-                    ],
-                },
-            )
-            analyze()
-            timed(
-                "run_report, 100,000 cells, with a 100,000-call correction",
-                lambda: run_report(run=big),
-                args.repeat,
-            )
-
-            started = time.perf_counter()
-            cases = qs[:3183]
-            base_targets = [
-                Target.objects.create(
-                    slug=f"bench-base{k}", name="b", model="m", base_url="http://x/v1", prices=PRICE
-                )
-                for k in range(2)
-            ]
-            baseline = build_run(cases, base_targets, dataset, owner, seed=2)
-            candidates = []
-            for k in range(20):
-                router = Target.objects.create(
-                    slug=f"bench-router{k}",
-                    name="r",
-                    kind="mom",
-                    model="auto",
-                    base_url="http://x/v1",
-                    config_hash="c" * 64,
-                    prices=PRICE,
-                )
-                candidates.append(build_run(cases, [router], dataset, owner, seed=10 + k).pk)
-            analyze()
-            print(f"built 21 runs × 3,183 cases in {time.perf_counter() - started:.1f} s")
-            doc: dict[str, Any] = {}
-
-            def compare() -> None:
-                doc.update(
-                    comparison_build(baseline_run_id=baseline.pk, candidate_run_ids=candidates)
-                )
-
-            timed("comparison_build, 20 candidates × 3,183 cases", compare, args.repeat)
-            assert len(doc["comparisons"]) == 20
+            measure(args.repeat)
             raise Rollback
     except Rollback:
         print("rolled back: the database is unchanged")
