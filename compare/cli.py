@@ -17,10 +17,10 @@ from srbench.cli.client import (
     CliError,
     add_connection_arguments,
     api_error_message,
+    cli_guard,
     client_from,
 )
 
-EXIT_INPUT_ERROR = 2
 
 
 def register(verbs: Any) -> None:
@@ -33,41 +33,26 @@ def register(verbs: Any) -> None:
         "--baseline-target", default=None, help="one of the tied strongest single models"
     )
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(compare))
+    p.set_defaults(handler=cli_guard(compare))
 
     p = verbs.add_parser(
         "reconcile-usage", help="rebuild a finished run's usage from its saved SSE evidence"
     )
     p.add_argument("run_id", type=int, metavar="RUN_ID")
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(reconcile_usage))
+    p.set_defaults(handler=cli_guard(reconcile_usage))
 
     p = verbs.add_parser("regrade", help="re-grade saved mcq/grid answers with today's graders")
     p.add_argument("run_id", type=int, metavar="RUN_ID")
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(regrade))
+    p.set_defaults(handler=cli_guard(regrade))
 
     p = verbs.add_parser("export", help="per-question answer matrix of a dev-split run")
     p.add_argument("run_id", type=int, metavar="RUN_ID")
     p.add_argument("--format", choices=["csv", "json"], default="csv")
     p.add_argument("--output", default=None, metavar="FILE", help="default: standard output")
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(export))
-
-
-def _error(message: str) -> int:
-    print(f"error: {' '.join(message.split())}", file=sys.stderr)
-    return EXIT_INPUT_ERROR
-
-
-def _guard(handler: Any) -> Any:
-    def run(options: dict[str, Any]) -> int:
-        try:
-            return handler(options)
-        except CliError as exc:
-            return _error(str(exc))
-
-    return run
+    p.set_defaults(handler=cli_guard(export))
 
 
 def _call(client: ApiClient, method: str, path: str, **kwargs: Any) -> Any:

@@ -9,7 +9,6 @@ exit code 2, so a script can tell bad input from a crash.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +18,15 @@ from datasets.profiles import DEFAULT_SEED
 from datasets.selectors import PROFILE_TOTAL_LABEL
 from srbench.cli.client import (
     ApiClient,
+    ApiUnreachable,
     CliError,
     add_connection_arguments,
     api_error_message,
+    cli_error,
+    cli_guard,
     client_from,
 )
 
-EXIT_INPUT_ERROR = 2
 PAGE = 100  # the API's largest page
 
 
@@ -41,20 +42,20 @@ def register(verbs: Any) -> None:
         "one benchmark only",
     )
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(prepare))
+    p.set_defaults(handler=cli_guard(prepare))
 
     p = verbs.add_parser("datasets", help="list prepared sources, profile totals and datasets")
     p.add_argument("--profile", choices=Profile.values, default=None)
     p.add_argument("--benchmark", choices=list(ADAPTERS), default=None)
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(datasets))
+    p.set_defaults(handler=cli_guard(datasets))
 
     p = verbs.add_parser("compose", help="compose prepared sources into a frozen dataset")
     p.add_argument("--source", type=int, action="append", required=True, dest="sources")
     p.add_argument("--benchmark", action="append", choices=list(ADAPTERS), dest="benchmarks")
     p.add_argument("--name", default=None)
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(compose))
+    p.set_defaults(handler=cli_guard(compose))
 
     p = verbs.add_parser("questions", help="a frozen dataset's questions (public payload only)")
     p.add_argument("dataset_id", type=int, metavar="DATASET_ID")
@@ -64,23 +65,7 @@ def register(verbs: Any) -> None:
     p.add_argument("--page", type=int, default=1)
     p.add_argument("--page-size", type=int, default=25, help="at most 100")
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(questions))
-
-
-def _guard(handler: Any) -> Any:
-    def run(options: dict[str, Any]) -> int:
-        try:
-            return handler(options)
-        except CliError as exc:
-            return _error(str(exc))
-
-    return run
-
-
-def _error(message: str) -> int:
-    # One line: loader messages name file/row/field and must stay greppable in CI logs.
-    print(f"error: {' '.join(message.split())}", file=sys.stderr)
-    return EXIT_INPUT_ERROR
+    p.set_defaults(handler=cli_guard(questions))
 
 
 def _call(client: ApiClient, method: str, path: str, **kwargs: Any) -> Any:
@@ -116,7 +101,7 @@ def _source_line(source: dict[str, Any]) -> str:
 def prepare(options: dict[str, Any]) -> int:
     benchmarks = list(ADAPTERS) if options["benchmark"] == "all" else [options["benchmark"]]
     if options["source_path"] and len(benchmarks) > 1:
-        return _error("--source-path belongs to one benchmark; use it with --benchmark KEY")
+        return cli_error("--source-path belongs to one benchmark; use it with --benchmark KEY")
     client = client_from(options)
     body: dict[str, Any] = {"profile": options["profile"], "seed": options["seed"]}
     if options["source_path"]:
@@ -129,9 +114,11 @@ def prepare(options: dict[str, Any]) -> int:
             receipt = _call(
                 client, "POST", "sources/prepare/", json={**body, "benchmark": benchmark}
             )
+        except ApiUnreachable:
+            raise  # the others would wait for the same API in vain
         except CliError as exc:
             # Keep going with the other benchmarks: each source is independent.
-            code = _error(f"{benchmark}: {exc}")
+            code = cli_error(f"{benchmark}: {exc}", exc.exit_code)
             continue
         receipts.append(receipt)
         if not options.get("json"):

@@ -15,6 +15,7 @@ from srbench.cli.client import (
     CliError,
     add_connection_arguments,
     api_error_text,
+    cli_guard,
     client_from,
 )
 
@@ -273,23 +274,12 @@ def _targets(options: dict[str, Any]) -> int:
     return 0
 
 
-def _guard(handler: Any) -> Any:
-    def run(options: dict[str, Any]) -> int:
-        try:
-            return handler(options)
-        except CliError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return exc.exit_code
-
-    return run
-
-
 def register(verbs: Any) -> None:
     p = verbs.add_parser("plan", help="review a frozen plan (no model call)")
     _plan_arguments(p)
     p.add_argument("--output", help="write the frozen manifest here")
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(_plan))
+    p.set_defaults(handler=cli_guard(_plan))
 
     p = verbs.add_parser(
         "run",
@@ -305,14 +295,14 @@ def register(verbs: Any) -> None:
     p.add_argument("--detach", action="store_true")
     p.add_argument("--poll", type=float, default=1.0)
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(_run))
+    p.set_defaults(handler=cli_guard(_run))
 
     p = verbs.add_parser("runs", help="list runs")
     for name in ("name", "model", "status", "mode", "profile"):
         p.add_argument(f"--{name}")
     p.add_argument("--limit", type=int)
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(_runs))
+    p.set_defaults(handler=cli_guard(_runs))
 
     p = verbs.add_parser("show", help="a run, its results, calls (--active) or events")
     p.add_argument("run_id", type=int)
@@ -324,18 +314,18 @@ def register(verbs: Any) -> None:
     p.add_argument("--after", type=int)
     p.add_argument("--limit", type=int)
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(_show))
+    p.set_defaults(handler=cli_guard(_show))
 
     p = verbs.add_parser("report", help="the run report")
     p.add_argument("run_id", type=int)
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(_report))
+    p.set_defaults(handler=cli_guard(_report))
 
     p = verbs.add_parser("cancel", help="stop new dispatch of a run")
     p.add_argument("run_id", type=int)
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(_cancel))
+    p.set_defaults(handler=cli_guard(_cancel))
 
     p = verbs.add_parser("targets", help="registered targets")
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(_targets))
+    p.set_defaults(handler=cli_guard(_targets))

@@ -15,8 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runs.cli import _guard, emit, fmt
-from srbench.cli.client import CliError, add_connection_arguments, api_error_text, client_from
+from runs.cli import emit, fmt
+from srbench.cli.client import (
+    CliError,
+    add_connection_arguments,
+    api_error_text,
+    cli_guard,
+    client_from,
+)
 
 PAGE = 100
 
@@ -156,7 +162,7 @@ def register(verbs: Any) -> None:
     p.add_argument("--mode", choices=["undispatched", "failed"], required=True)
     p.add_argument("--output", help="write the plan here (then edit selected_cells)")
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(_recover_plan))
+    p.set_defaults(handler=cli_guard(_recover_plan))
 
     p = verbs.add_parser("recover", help="create a child run from a reviewed recovery plan")
     p.add_argument("run_id", type=int)
@@ -172,9 +178,9 @@ def register(verbs: Any) -> None:
         help="failed mode: confirm new model calls and their extra cost",
     )
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(_recover))
+    p.set_defaults(handler=cli_guard(_recover))
 
     p = verbs.add_parser("lineage", help="a run's parent and recovery children with costs")
     p.add_argument("run_id", type=int)
     add_connection_arguments(p)
-    p.set_defaults(handler=_guard(_lineage))
+    p.set_defaults(handler=cli_guard(_lineage))

@@ -46,6 +46,26 @@ class ApiUnreachable(CliError):
     exit_code = EXIT_UNREACHABLE
 
 
+def cli_error(message: str, exit_code: int = EXIT_FAILED) -> int:
+    """Print one `error:` line (messages name file/row/field and stay greppable in CI logs)
+    and give the exit code."""
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    return exit_code
+
+
+def cli_guard(handler: Callable[[dict[str, Any]], int]) -> Callable[[dict[str, Any]], int]:
+    """A verb's handler whose CliError becomes one line and its exit code (3 when the API
+    stayed unreachable, 2 otherwise), never a traceback."""
+
+    def run(options: dict[str, Any]) -> int:
+        try:
+            return handler(options)
+        except CliError as exc:
+            return cli_error(str(exc), exc.exit_code)
+
+    return run
+
+
 def retry_seconds() -> float:
     raw = os.environ.get("SRBENCH_RETRY_SECONDS")
     if raw in (None, ""):
