@@ -56,9 +56,10 @@ bench: $(STAMP)
 	DATABASE_URL="$$scale_db" SECRET_KEY=bench $(BIN)/python manage.py migrate -v0 && \
 	DATABASE_URL="$$scale_db" SECRET_KEY=bench $(BIN)/python bench/report_scale.py --commit && \
 	psql "$$server/postgres" -qc "DROP DATABASE srbench_bench_scale" && \
-	(psql "$$server/postgres" -qc "CREATE DATABASE srbench_bench_pages" 2>/dev/null || true) && \
+	psql "$$server/postgres" -qc "DROP DATABASE IF EXISTS srbench_bench_pages" -c "CREATE DATABASE srbench_bench_pages" && \
 	DATABASE_URL="$$pages_db" SECRET_KEY=bench $(BIN)/python manage.py migrate -v0 && \
-	DATABASE_URL="$$pages_db" SECRET_KEY=bench $(BIN)/python bench/pages.py
+	DATABASE_URL="$$pages_db" SECRET_KEY=bench $(BIN)/python bench/pages.py --commit && \
+	psql "$$server/postgres" -qc "DROP DATABASE srbench_bench_pages"
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check . && $(BIN)/python -m ruff format --check .
