@@ -87,7 +87,9 @@ class DbThread:
         return await loop.run_in_executor(self.pool, lambda: fn(**kwargs))
 
     def close(self) -> None:
-        self.pool.submit(connection.close).result()
+        # `connection` is looked up in the pool's thread: `connection.close` written here would
+        # bind the caller's connection and fail Django's thread check, leaving this one open.
+        self.pool.submit(lambda: connection.close()).result()
         self.pool.shutdown(wait=True)
 
 
