@@ -54,7 +54,7 @@ def test_a_person_creates_a_smoke_evaluation_watches_it_and_reads_its_evidence(
 
         # Profile first, then the prepared benchmarks of that profile.
         page.get_by_role("link", name="Create evaluation").first.click()
-        page.locator("input[name=profile][value=smoke]").check()
+        page.locator("input[type=radio][name=profile][value=smoke]").check()
         expect(page.locator("#benchmarks")).to_contain_text("gpqa")
         page.get_by_label("Select all benchmarks").check()
         for benchmark in BENCHMARKS:
