@@ -22,7 +22,6 @@ from srbench.cli.client import (
 )
 
 
-
 def register(verbs: Any) -> None:
     p = verbs.add_parser(
         "compare", help="compare candidate runs with the strongest single model of a baseline run"

@@ -132,10 +132,9 @@ def _timings_numpy(run_ids: list[int]) -> dict[tuple[int, int], dict[str, float 
     if not rows:
         return out
     table = np.array(rows, dtype=np.float64)  # a null TTFT becomes NaN
-    keys = [(int(r), int(t)) for r, t in table[:, :2]]
     subject_done = table[:, 2] == 1
     duration_a, ttft_a = table[:, 3], table[:, 4]
-    pairs, inverse = np.unique(np.array(keys), axis=0, return_inverse=True)
+    pairs, inverse = np.unique(table[:, :2].astype(np.int64), axis=0, return_inverse=True)
     inverse = inverse.ravel()
     for i, (run_id, target_id) in enumerate(pairs.tolist()):
         mine = inverse == i
