@@ -195,7 +195,7 @@ class TerminalBenchAdapter(BenchmarkAdapter):
         secret = {
             "tests": _files(task_dir, [task_dir / "tests"]),
             "solution": _files(task_dir, [task_dir / "solution"]),
-            "test_command": "bash tests/test.sh",
+            "test_command": "bash /tests/test.sh",
         }
         return LoadedQuestion(self.key, task, difficulty, payload, secret)
 
@@ -248,7 +248,7 @@ class TerminalBenchAdapter(BenchmarkAdapter):
         secret = {
             "tests": _files(task_dir, [task_dir / "tests", task_dir / "run-tests.sh"]),
             "solution": _files(task_dir, [task_dir / "solution.sh", task_dir / "solution.yaml"]),
-            "test_command": "bash run-tests.sh",
+            "test_command": "bash /tests/run-tests.sh",
         }
         return LoadedQuestion(self.key, task, difficulty, payload, secret)
 

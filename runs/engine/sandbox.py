@@ -26,6 +26,12 @@ What one `sandbox_run` gives:
   limit the outer bubblewrap process group is SIGKILLed; bubblewrap's init in the pid namespace
   dies with its parent (`--die-with-parent`) and the kernel then kills every process left in that
   namespace, including ones that called setsid() or daemonised.
+- **Host-side files**: the host writes only into directories no sandboxed code has seen
+  (`fresh_directory`), opens every path component beneath a directory descriptor with
+  `O_NOFOLLOW` (`write_sandbox_files`, `read_file_beneath`), never mounts anything under `/app`,
+  and deletes with `shutil.rmtree`'s descriptor-based walk, which does not follow links. A
+  symlink planted anywhere in the working directory can therefore not redirect a host write,
+  read or delete (issue 19; docs/decisions.md "Sandbox host paths").
 - **Environment**: cleared; only PATH, HOME, LANG, TMPDIR, single-thread BLAS settings and what
   the caller passes explicitly. No secret, DATABASE_URL or broker URL is inherited.
 
@@ -57,6 +63,7 @@ import secrets
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -235,31 +242,140 @@ def _sandbox_uid(workdir: Path) -> int:
     return uid
 
 
+class SandboxPathError(ValueError):
+    """A host-side file operation beneath a sandbox directory met a symlink, a non-directory
+    parent, an existing entry or a path that leaves the directory: refused, nothing written."""
+
+
 def _safe_relpath(name: str) -> PurePosixPath:
     rel = PurePosixPath(name)
-    if rel.is_absolute() or ".." in rel.parts or not rel.parts:
-        raise ValueError(f"sandbox file path must be relative and inside the workdir: {name!r}")
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts or "\0" in name:
+        raise SandboxPathError(
+            f"sandbox file path must be relative and inside the workdir: {name!r}"
+        )
     return rel
+
+
+# Host-side file handling beneath a directory the sandboxed code can reach (docs/decisions.md,
+# "Sandbox host paths"). Every component is opened relative to its parent's descriptor with
+# O_NOFOLLOW, so a symlink anywhere on the path (not only the last component) is refused instead
+# of followed, and nothing can resolve outside the starting directory.
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_beneath(root_fd: int, parts: Sequence[str], *, create: bool, uid: int | None) -> int:
+    """A descriptor of the directory `root/parts…`, created 0755 (owned by `uid`) when `create`
+    is set. Raises SandboxPathError on a symlink or non-directory component."""
+    fd = os.dup(root_fd)
+    try:
+        for part in parts:
+            created = False
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                    created = True
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:  # ELOOP (a symlink), ENOTDIR, ENOENT
+                raise SandboxPathError(f"not a plain directory: {part!r} ({exc.strerror})") from exc
+            os.close(fd)
+            fd = child
+            if created:
+                # Whatever the process umask: the sandbox uid must be able to traverse it.
+                os.fchmod(fd, 0o755)
+                if uid is not None:
+                    os.fchown(fd, uid, uid)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def write_sandbox_files(workdir: Path, files: Mapping[str, bytes], uid: int | None) -> None:
     """Write `files` (relative paths) into `workdir`, owned by the sandbox uid when we are root.
-    Scripts starting with `#!` are made executable, as a checkout would have them."""
-    for name, data in files.items():
-        target = workdir / _safe_relpath(name)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # Remove first: the sandboxed code may have left a symlink here pointing outside.
-        if target.is_symlink() or target.exists():
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            else:
-                target.unlink()
-        target.write_bytes(data)
-        target.chmod(0o755 if data.startswith(b"#!") else 0o644)
+    Scripts starting with `#!` are made executable, as a checkout would have them.
+
+    Only ever called on a fresh directory that no sandboxed code has touched; it still refuses
+    (SandboxPathError) to follow a symlink or to replace anything that exists, so a mistake can
+    never write through a planted link."""
+    if not files:
+        return
+    root_fd = os.open(workdir, _DIR_FLAGS)
+    try:
+        for name, data in files.items():
+            rel = _safe_relpath(name)
+            parent = _open_beneath(root_fd, rel.parts[:-1], create=True, uid=uid)
+            try:
+                mode = 0o755 if data.startswith(b"#!") else 0o644
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                try:
+                    fd = os.open(rel.parts[-1], flags, mode, dir_fd=parent)
+                except FileExistsError as exc:
+                    raise SandboxPathError(f"{name!r} exists already") from exc
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                    os.fchmod(handle.fileno(), mode)
+                    if uid is not None:
+                        os.fchown(handle.fileno(), uid, uid)
+            finally:
+                os.close(parent)
+    finally:
+        os.close(root_fd)
+
+
+def read_file_beneath(directory: Path, name: str, *, max_bytes: int) -> bytes | None:
+    """The first `max_bytes` of the regular file `directory/name`, or None when it is missing,
+    a symlink (at any component), a FIFO, a device or a directory. Never blocks on a FIFO."""
+    rel = _safe_relpath(name)
+    root_fd = os.open(directory, _DIR_FLAGS)
+    try:
+        try:
+            parent = _open_beneath(root_fd, rel.parts[:-1], create=False, uid=None)
+        except SandboxPathError:
+            return None
+        try:
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            try:
+                fd = os.open(rel.parts[-1], flags, dir_fd=parent)
+            except OSError:
+                return None
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return None
+                return os.read(fd, max_bytes)
+            finally:
+                os.close(fd)
+        finally:
+            os.close(parent)
+    finally:
+        os.close(root_fd)
+
+
+def fresh_directory(prefix: str, *, uid: int | None = None) -> Path:
+    """A new host directory (0755) that no sandboxed code has ever seen, owned by `uid` when
+    given. Hidden files (tests, verifier logs) are only ever written into these."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o755)
     if uid is not None:
-        for root, dirs, names in os.walk(workdir):
-            for name in dirs + names:
-                os.lchown(os.path.join(root, name), uid, uid)
+        os.chown(path, uid, uid)
+    return path
+
+
+def _bind_target(inside: str) -> str:
+    """An extra mount's path inside the sandbox: absolute, normalised, and outside `/app` and
+    `/tmp`. A mount point under `/app` would make bubblewrap resolve (and create) a path in the
+    directory the sandboxed code controls, where a planted symlink could redirect it."""
+    path = PurePosixPath(inside)
+    reserved = (PurePosixPath(SANDBOX_WORKDIR), PurePosixPath("/tmp"), PurePosixPath("/proc"))
+    if (
+        not path.is_absolute()
+        or ".." in path.parts
+        or path == PurePosixPath("/")
+        or any(path == r or path.is_relative_to(r) for r in reserved)
+        or path.parts[1] in ("usr", "bin", "lib", "lib64", "etc", "dev", "opt")
+    ):
+        raise ValueError(f"bind target must be an absolute path outside /app and /tmp: {inside!r}")
+    return str(path)
 
 
 def _command(
@@ -269,6 +385,7 @@ def _command(
     limits: SandboxLimits,
     uid: int | None,
     ro_binds: Mapping[str, Path],
+    rw_binds: Mapping[str, Path],
     env: Mapping[str, str] | None,
     status_fd: int,
     times_fd: int,
@@ -291,9 +408,14 @@ def _command(
         *_runtime_args(),
     ]
     for inside, host in ro_binds.items():
-        if not inside.startswith("/") or inside.rstrip("/") in ("", SANDBOX_WORKDIR, "/tmp"):
-            raise ValueError(f"read-only bind target must be an absolute free path: {inside!r}")
-        cmd += _ro_bind(host, inside)
+        cmd += _ro_bind(host, _bind_target(inside))
+    for inside, host in rw_binds.items():
+        cmd += [
+            *_dir_with_parents(PurePosixPath(_bind_target(inside))),
+            "--bind",
+            str(host),
+            inside,
+        ]
     cmd += [
         "--bind",
         str(workdir),
@@ -363,13 +485,16 @@ def sandbox_run(
     limits: SandboxLimits,
     workdir: Path | None = None,
     ro_binds: Mapping[str, Path] | None = None,
+    rw_binds: Mapping[str, Path] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> SandboxResult:
     """Run `argv` inside a fresh sandbox whose working directory `/app` holds `files`.
 
     `workdir`: an existing host directory to use as `/app` and keep afterwards (a
-    Terminal-Bench session); otherwise a temp directory is created and removed.
-    `ro_binds`: extra read-only mounts, absolute sandbox path -> host path.
+    Terminal-Bench session); otherwise a temp directory is created and removed. `files` may only
+    be given for a fresh directory: the host never writes where sandboxed code has been.
+    `ro_binds` / `rw_binds`: extra mounts, absolute sandbox path (outside `/app`, `/tmp`) ->
+    host path.
     """
     if not argv:
         raise ValueError("argv must not be empty")
@@ -386,6 +511,7 @@ def sandbox_run(
             limits=limits,
             uid=uid,
             ro_binds=dict(ro_binds or {}),
+            rw_binds=dict(rw_binds or {}),
             env=env,
         )
     finally:
@@ -401,6 +527,7 @@ def _execute(
     limits: SandboxLimits,
     uid: int | None,
     ro_binds: Mapping[str, Path],
+    rw_binds: Mapping[str, Path],
     env: Mapping[str, str] | None,
 ) -> SandboxResult:
     status_r, status_w = os.pipe()
@@ -411,6 +538,7 @@ def _execute(
         limits=limits,
         uid=uid,
         ro_binds=ro_binds,
+        rw_binds=rw_binds,
         env=env,
         status_fd=status_w,
         times_fd=times_w,

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import base64
 import shutil
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from runs.engine.sandbox import (
-    SANDBOX_WORKDIR,
     SandboxLimits,
     SandboxResult,
+    fresh_directory,
+    read_file_beneath,
     sandbox_run,
     write_sandbox_files,
 )
@@ -35,7 +35,12 @@ TERMINAL_LIMITS = SandboxLimits(
     file_size_bytes=64 * 1024 * 1024,
     output_bytes=1024 * 1024,
 )
-REWARD_FILE = PurePosixPath("logs/verifier/reward.txt")
+# The verifier's view (Harbor's convention): hidden tests at /tests, its logs at /logs, both
+# fresh host directories mounted for the verification only; the agent's /app is the workdir.
+TESTS_INSIDE = "/tests"
+LOGS_INSIDE = "/logs"
+REWARD_FILE = "verifier/reward.txt"  # beneath LOGS_INSIDE
+REWARD_MAX_BYTES = 4096
 # Image build files are not part of the task's working directory (upstream COPYs the data).
 BUILD_FILES = {"Dockerfile", "docker-compose.yaml", "docker-compose.yml"}
 
@@ -116,22 +121,35 @@ class TerminalSession:
         return exit_code, _tail(result.stdout), _tail(result.stderr) + _limit_note(result, timeout)
 
     def verify(self) -> tuple[int, dict[str, Any]]:
-        """Copy the task's tests in (over anything the agent left at those paths), run its test
-        command and read the reward: Harbor tasks write `logs/verifier/reward.txt`; legacy tasks
-        (run-tests.sh + pytest) pass when the command exits 0. Reward 1 only for a full pass."""
-        # A reward the agent wrote itself must not count.
-        shutil.rmtree(self.workdir / "logs" / "verifier", ignore_errors=True)
-        tests = {entry["path"]: _decode(entry) for entry in self.secret["tests"]}
-        write_sandbox_files(self.workdir, tests, uid=self._uid())
-        result = sandbox_run(
-            argv=["bash", "-c", self.secret["test_command"]],
-            files={},
-            limits=replace(
-                self.limits, wall_s=self.verifier_timeout_s, cpu_s=self.verifier_timeout_s
-            ),
-            workdir=self.workdir,
-            env={"TEST_DIR": f"{SANDBOX_WORKDIR}/tests"},
-        )
+        """Run the task's test command with its hidden tests at `/tests` and read the reward:
+        Harbor tasks write `/logs/verifier/reward.txt`; legacy tasks (run-tests.sh + pytest)
+        pass when the command exits 0. Reward 1 only for a full pass.
+
+        The host never writes into, deletes from or reads through the agent's directory: the
+        tests go into a fresh directory mounted read-only at `/tests`, the verifier's logs into
+        a fresh one mounted at `/logs`, and the reward is read from there without following
+        symlinks. A reward or a `tests/` the agent planted in `/app` is never looked at."""
+        uid = self._uid()
+        tests_dir = fresh_directory("srbench-terminal-tests-")
+        logs_dir = fresh_directory("srbench-terminal-logs-", uid=uid)
+        try:
+            write_sandbox_files(tests_dir, hidden_test_files(self.secret), uid=None)
+            write_sandbox_files(logs_dir, {"verifier/.keep": b""}, uid=uid)
+            result = sandbox_run(
+                argv=["bash", "-c", self.secret["test_command"]],
+                files={},
+                limits=replace(
+                    self.limits, wall_s=self.verifier_timeout_s, cpu_s=self.verifier_timeout_s
+                ),
+                workdir=self.workdir,
+                ro_binds={TESTS_INSIDE: tests_dir},
+                rw_binds={LOGS_INSIDE: logs_dir},
+                env={"TEST_DIR": TESTS_INSIDE},
+            )
+            raw_reward = read_file_beneath(logs_dir, REWARD_FILE, max_bytes=REWARD_MAX_BYTES)
+        finally:
+            shutil.rmtree(tests_dir, ignore_errors=True)
+            shutil.rmtree(logs_dir, ignore_errors=True)
         detail: dict[str, Any] = {
             "grader": "terminal-bench",
             "version": TERMINAL_GRADER_VERSION,
@@ -140,9 +158,8 @@ class TerminalSession:
             "verifier_output_tail": _tail(result.stdout + result.stderr)[-1500:],
             "commands_run": self.commands_run,
         }
-        reward_file = self.workdir / REWARD_FILE
-        if reward_file.is_file() and not reward_file.is_symlink():
-            raw = reward_file.read_text(encoding="utf-8", errors="replace").strip()
+        if raw_reward is not None:
+            raw = raw_reward.decode("utf-8", errors="replace").strip()
             try:
                 value = float(raw)
             except ValueError:
@@ -158,6 +175,18 @@ class TerminalSession:
         return owner if owner != 0 else None
 
 
+def hidden_test_files(secret: dict[str, Any]) -> dict[str, bytes]:
+    """The task's test files as they appear under `/tests`: a Harbor task's `tests/…` and a
+    legacy task's `tests/…` plus `run-tests.sh` (TB1 copies both into its test dir)."""
+    files = {}
+    for entry in secret["tests"]:
+        path = PurePosixPath(entry["path"])
+        if path.parts[:1] == ("tests",):
+            path = PurePosixPath(*path.parts[1:])
+        files[str(path)] = _decode(entry)
+    return files
+
+
 def terminal_session_start(
     task_payload: dict[str, Any],
     secret: dict[str, Any],
@@ -165,7 +194,7 @@ def terminal_session_start(
     limits: SandboxLimits = TERMINAL_LIMITS,
 ) -> TerminalSession:
     """Materialise the task's environment files in a fresh directory (the sandbox's `/app`)."""
-    workdir = Path(tempfile.mkdtemp(prefix="srbench-terminal-"))
+    workdir = fresh_directory("srbench-terminal-")
     try:
         # An empty first run makes the directory the session's: sandbox_run assigns it a
         # sandbox uid and writes the files owned by it.

@@ -38,7 +38,7 @@ NAMED_SECRETS = {
     "arc": ["[[1, 0, 7], [2, 0, 0], [0, 3, 3]]"],  # a test output grid
     "livecodebench": ["-2 -4 7 8 0"],  # a private test input, not among the public ones
     "scicode": ["assert np.allclose(time_of_flight(v0, theta, g), target)"],  # hidden tests
-    "terminal-bench": ["echo 1 > logs/verifier/reward.txt"],  # the verifier script
+    "terminal-bench": ["echo 1 > /logs/verifier/reward.txt"],  # the verifier script
     "tau3": ["L-1 is eligible: not overdue"],  # the evaluation notes
 }
 
