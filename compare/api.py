@@ -33,7 +33,7 @@ from compare.selectors import (
 from compare.services import CandidatesRefused, ComparisonError, comparison_build
 from runs.api import int_param
 from runs.models import Run
-from srbench.api import ApiSchema, error_response, error_responses
+from srbench.api import ApiSchema, StrictFieldsSerializer, error_response, error_responses
 
 MAX_CANDIDATES = 100
 
@@ -235,7 +235,7 @@ class CompareCandidatesView(APIView):
         )
 
 
-class CompareRequestSerializer(serializers.Serializer):
+class CompareRequestSerializer(StrictFieldsSerializer):
     baseline = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
     candidates = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=2**63 - 1),

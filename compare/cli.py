@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from srbench.cli.client import (
@@ -19,6 +18,7 @@ from srbench.cli.client import (
     api_error_message,
     cli_guard,
     client_from,
+    text_file_write,
 )
 
 
@@ -174,7 +174,7 @@ def export(options: dict[str, Any]) -> int:
         text = response.text
         rows = max(len(text.splitlines()) - 1, 0)  # minus the header
     if options["output"]:
-        Path(options["output"]).write_text(text, encoding="utf-8")
+        text_file_write(options["output"], text, "export")
         print(f"wrote {rows} rows to {options['output']}", file=sys.stderr)
     else:
         sys.stdout.write(text)

@@ -48,12 +48,12 @@ from datasets.services import (
     dataset_compose_receipt,
     source_prepare_receipt,
 )
-from srbench.api import ApiSchema, error_response, error_responses
+from srbench.api import ApiSchema, StrictFieldsSerializer, error_response, error_responses
 
 EXPORT_CHUNK = 200
 
 
-class PrepareRequestSerializer(serializers.Serializer):
+class PrepareRequestSerializer(StrictFieldsSerializer):
     benchmark = serializers.ChoiceField(choices=list(ADAPTERS))
     profile = serializers.ChoiceField(choices=Profile.choices)
     seed = serializers.IntegerField(default=DEFAULT_SEED, min_value=-(2**63), max_value=2**63 - 1)

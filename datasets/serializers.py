@@ -15,6 +15,7 @@ from rest_framework import serializers
 from datasets.benchmarks import ADAPTERS
 from datasets.models import FrozenDataset, Question, Source
 from datasets.selectors import dataset_coverage, dataset_sources, dataset_subject_groups
+from srbench.api import StrictFieldsSerializer
 
 
 class SourceSerializer(serializers.ModelSerializer):
@@ -118,7 +119,7 @@ class QuestionSerializer(serializers.ModelSerializer):
         return ADAPTERS[question.benchmark].kind
 
 
-class ComposeRequestSerializer(serializers.Serializer):
+class ComposeRequestSerializer(StrictFieldsSerializer):
     sources = serializers.ListField(
         child=serializers.IntegerField(min_value=1), min_length=1, max_length=50
     )

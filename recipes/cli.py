@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-from srbench.cli.client import CliError, add_connection_arguments, client_from
+from srbench.cli.client import CliError, add_connection_arguments, client_from, json_file_read
 
 
 def register(verbs: Any) -> None:
@@ -29,10 +28,7 @@ def register(verbs: Any) -> None:
 def _request_body(options: dict[str, Any]) -> dict[str, Any]:
     body: dict[str, Any] = {}
     if options.get("messages_file"):
-        try:
-            messages = json.loads(Path(options["messages_file"]).read_text())
-        except (OSError, ValueError) as exc:
-            raise CliError(f"cannot read messages file {options['messages_file']}: {exc}") from exc
+        messages = json_file_read(options["messages_file"], "messages file")
         if not isinstance(messages, list):
             raise CliError("a messages file must hold a JSON list of chat messages")
         body["messages"] = messages

@@ -16,12 +16,14 @@ from drf_spectacular.utils import (
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from runs import selectors
 from runs.models import Run, Target
+from runs.permissions import MayActOnRun
 from runs.plans import PlanError, PlanSerializer, plan_freeze
 from runs.report import run_report
 from runs.serializers import (
@@ -33,10 +35,19 @@ from runs.serializers import (
     TargetSerializer,
 )
 from runs.services import IdempotencyConflict, run_cancel, run_create
-from srbench.api import ApiSchema, error_response, error_responses, require_object
+from srbench.api import (
+    ApiSchema,
+    error_response,
+    error_responses,
+    require_no_body_fields,
+    require_object,
+)
+from srbench.parsers import json_value_problem
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 IDEMPOTENCY_KEY_MAX = 255  # the column's length: a longer key is a 400, never a database error
+# Cancel, reconcile, regrade, export and recover: the run's owner or an operator (runs/permissions).
+RUN_WRITE_PERMISSIONS = [IsAuthenticated, MayActOnRun]
 
 
 BIGINT_MAX = 2**63 - 1
@@ -293,9 +304,15 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     def create(self, request: Request) -> Response:
         require_object(request.data)
         key = request.headers.get(IDEMPOTENCY_HEADER) or request.data.get("idempotency_key")
-        if key is not None and (not isinstance(key, str) or len(key) > IDEMPOTENCY_KEY_MAX):
+        # The header bypasses the body parser's checks: a NUL would be a database error.
+        if key is not None and (
+            not isinstance(key, str) or len(key) > IDEMPOTENCY_KEY_MAX or json_value_problem(key)
+        ):
             raise ValidationError(
-                {"idempotency_key": f"a string of at most {IDEMPOTENCY_KEY_MAX} characters"}
+                {
+                    "idempotency_key": f"a string of at most {IDEMPOTENCY_KEY_MAX} characters, "
+                    "valid Unicode without NUL"
+                }
             )
         plan = {k: v for k, v in request.data.items() if k != "idempotency_key"}
         try:
@@ -321,8 +338,9 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         return response
 
     @extend_schema(request=None, responses=RunCancelSerializer)
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"], permission_classes=RUN_WRITE_PERMISSIONS)
     def cancel(self, request: Request, pk: str | None = None) -> Response:
+        require_no_body_fields(request.data)
         run = self.get_object()
         changed = run_cancel(run=run, user=request.user)
         run = selectors.runs_with_progress(Run.objects.filter(pk=run.pk)).get()
@@ -391,11 +409,8 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             return error_response(
                 http_status=404, code="not_found", error="No such call in this run."
             )
-        data = CallDetailSerializer(call).data
-        if call.role == "judge":
-            # The judge is shown the reference answer; it must not reach a page or API (R9.3).
-            data["request"] = {"withheld": "the judge request contains the reference answer"}
-        return Response(data)
+        # A judge call's request and reply are withheld there, as on the call page (R9.3).
+        return Response(CallDetailSerializer(call).data)
 
     @extend_schema(
         parameters=[
@@ -432,12 +447,18 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             **error_responses(_409="the run cannot be reconciled (not ended, or a preview)"),
         },
     )
-    @action(detail=True, methods=["post"], url_path="reconcile-usage")
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path="reconcile-usage",
+        permission_classes=RUN_WRITE_PERMISSIONS,
+    )
     def reconcile_usage(self, request: Request, pk: str | None = None) -> Response:
         """Rebuild usage from the saved SSE evidence and append an idempotent, versioned cost
         correction (R2). Makes no model call."""
         from runs.reconcile import ReconcileRefused, correction_summary, usage_reconcile
 
+        require_no_body_fields(request.data)
         run = self.get_object()
         try:
             result = usage_reconcile(run_id=run.pk)
@@ -453,11 +474,12 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             **error_responses(_409="the run cannot be re-graded (not ended, or a preview)"),
         },
     )
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"], permission_classes=RUN_WRITE_PERMISSIONS)
     def regrade(self, request: Request, pk: str | None = None) -> Response:
         """Re-grade saved mcq/grid answers with today's graders (R14.4). No model call."""
         from runs.regrade import RegradeRefused, run_regrade
 
+        require_no_body_fields(request.data)
         run = self.get_object()
         try:
             result = run_regrade(run_id=run.pk)
@@ -492,7 +514,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             **error_responses(_409="only completed live dev-split runs can be exported"),
         },
     )
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], permission_classes=RUN_WRITE_PERMISSIONS)
     def export(self, request: Request, pk: str | None = None) -> Response | HttpResponse:
         """The per-question answer matrix of a completed dev-split run (R14.4). No model call."""
         from runs.export import ExportRefused, export_csv, export_matrix

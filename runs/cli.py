@@ -7,7 +7,6 @@ import shlex
 import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 from srbench.cli.client import (
@@ -17,6 +16,8 @@ from srbench.cli.client import (
     api_error_text,
     cli_guard,
     client_from,
+    json_file_read,
+    text_file_write,
 )
 
 TERMINAL = {"completed", "failed", "cancelled", "interrupted"}
@@ -40,10 +41,7 @@ def _plan_arguments(p: Any) -> None:
 def plan_from(options: dict[str, Any], *, default_name: str | None = None) -> dict[str, Any]:
     plan: dict[str, Any] = {}
     if options.get("plan_file"):
-        try:
-            plan = json.loads(Path(options["plan_file"]).read_text())
-        except (OSError, ValueError, RecursionError) as exc:
-            raise CliError(f"cannot read plan file {options['plan_file']}: {exc}") from exc
+        plan = json_file_read(options["plan_file"], "plan file")
         if not isinstance(plan, dict):
             raise CliError("a plan file must hold a JSON object")
     for key in ("name", "dataset", "targets", "benchmarks", "failure_policy"):
@@ -102,7 +100,7 @@ def report_text(report: dict[str, Any]) -> str:
         label = "sr-bench score" if score["kind"] == "sr-bench" else "subset macro average"
         lines.append(
             f"  {t['slug']} ({t['kind']}): {label} {fmt(score.get('value'))}  "
-            f"subject cost ${fmt(t['subject_cost_usd'])} (known ${t['known_cost_usd']})  "
+            f"subject cost ${fmt(t['subject_cost_usd'])} (known ${fmt(t['known_cost_usd'])})  "
             f"judge ${fmt(t['evaluation_cost_usd'])}  cache-neutral ${fmt(t['cache_neutral_cost_usd'])}  "
             f"TTFT p50 {fmt(t['ttft_p50_ms'] and round(t['ttft_p50_ms']), 'ms')}"
         )
@@ -122,7 +120,7 @@ def _plan(options: dict[str, Any]) -> int:
     client = client_from(options)
     summary = client.json("POST", "plans/review/", json=plan_from(options))
     if options.get("output"):
-        Path(options["output"]).write_text(json.dumps(summary["manifest"], indent=2))
+        text_file_write(options["output"], json.dumps(summary["manifest"], indent=2), "manifest")
     emit(
         options,
         summary,

@@ -3,7 +3,9 @@
 The matrix is what a router is trained or tuned on: for each case (question × slot), every
 target's saved answer, whether it was right, and its effective subject cost (R2.2). Holdout
 (standard-profile) questions must never feed tuning (R9.5), so holdout runs are refused. Reads
-only; no model call. Reference answers and other secrets are never part of it (R9.3).
+only; no model call. Reference answers and other secrets are never part of it (R9.3): per cell
+it carries only what runs.public shows a member as stored (correct, the subject's own answer),
+never a grade, an error or a call's content.
 """
 
 from __future__ import annotations
@@ -11,21 +13,17 @@ from __future__ import annotations
 import csv
 import io
 import json
-from decimal import Decimal
 from typing import Any
 
 from runs.models import Cell, Run
 from runs.reconcile import effective_call_sums
+from srbench.money import money_text
 
 __all__ = ["ExportRefused", "export_csv", "export_json", "export_matrix"]
 
 
 class ExportRefused(Exception):
     pass
-
-
-def _money(value: Decimal | None) -> str | None:
-    return None if value is None else format(value.normalize(), "f")
 
 
 def export_matrix(*, run_id: int) -> dict[str, Any]:
@@ -89,7 +87,7 @@ def export_matrix(*, run_id: int) -> dict[str, Any]:
         row["targets"][slug] = {
             "correct": correct,
             "answer": answer,
-            "subject_cost_usd": _money(usage["cost"]) if cost_known and usage else None,
+            "subject_cost_usd": money_text(usage["cost"]) if cost_known and usage else None,
             "output_tokens": usage["output_tokens"]
             if usage is not None and usage["usage_unknown"] == 0
             else None,

@@ -15,6 +15,7 @@ from rest_framework import serializers
 from datasets.benchmarks import ADAPTERS
 from datasets.models import DatasetQuestion, FrozenDataset
 from runs.models import Target
+from srbench.api import StrictFieldsSerializer
 from srbench.canonical import sha256_hex
 
 MANIFEST_VERSION = 1
@@ -66,7 +67,7 @@ class SamplingSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
-class LimitsSerializer(serializers.Serializer):
+class LimitsSerializer(StrictFieldsSerializer):
     concurrency = serializers.IntegerField(default=8, min_value=1, max_value=4096)
     total_timeout_s = serializers.FloatField(default=300, min_value=1)
     idle_timeout_s = serializers.FloatField(default=60, min_value=0.5)
@@ -96,7 +97,7 @@ class LimitsSerializer(serializers.Serializer):
         return attrs
 
 
-class PlanSerializer(serializers.Serializer):
+class PlanSerializer(StrictFieldsSerializer):
     name = serializers.CharField(max_length=200)
     dataset = serializers.IntegerField(min_value=1)
     targets = serializers.ListField(

@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from runs import selectors
-from runs.api import IDEMPOTENCY_HEADER, int_param
+from runs.api import IDEMPOTENCY_HEADER, RUN_WRITE_PERMISSIONS, int_param
 from runs.models import Run
 from runs.recovery import (
     MAX_RECOVERY_PAGE,
@@ -27,7 +27,8 @@ from runs.recovery import (
     run_lineage,
 )
 from runs.serializers import RunSerializer
-from srbench.api import ApiSchema, error_response, error_responses
+from srbench.api import ApiSchema, error_response, error_responses, refuse_unknown_fields
+from srbench.parsers import json_value_problem
 
 RECOVERY_MODES = ["undispatched", "failed"]
 RecoveryPlanPageSerializer = inline_serializer(
@@ -125,9 +126,12 @@ class RecoveryPlanView(APIView):
 class RecoverView(APIView):
     """Create the child run of a reviewed plan: 201 new child, 200 replay of the same key,
     plan and cells (header Idempotent-Replayed), 409 when the ledger or the claims changed,
-    422 when the key was used for something else or a condition is not met."""
+    422 when the key was used for something else or a condition is not met. Only the run's
+    owner or an operator may submit (403 otherwise): a recovery spends money."""
 
     schema = ApiSchema()
+    permission_classes = RUN_WRITE_PERMISSIONS
+    run_action = "recover"
 
     @extend_schema(
         request=RecoverRequestSerializer,
@@ -143,11 +147,14 @@ class RecoverView(APIView):
     )
     def post(self, request: Request, pk: int) -> Response:
         run = get_object_or_404(Run, pk=pk)
+        self.check_object_permissions(request, run)
         data: Any = request.data
         if not isinstance(data, dict):
             return error_response(
                 http_status=400, code="invalid", error="The body must be a JSON object."
             )
+        # The documented fields only; inside `plan` (the reviewed plan, whole) anything goes.
+        refuse_unknown_fields(data, frozenset(RecoverRequestSerializer.fields))
         # The full reviewed plan, or just its hash, mode and the selected cells.
         # A top-level selected_cells overrides the one in the plan.
         source = data["plan"] if isinstance(data.get("plan"), dict) else data
@@ -155,6 +162,12 @@ class RecoverView(APIView):
         if "selected_cells" in data:
             plan["selected_cells"] = data["selected_cells"]
         key = request.headers.get(IDEMPOTENCY_HEADER) or data.get("idempotency_key") or ""
+        if json_value_problem(key):  # a header is not checked by the body parser
+            return error_response(
+                http_status=400,
+                code="invalid",
+                error="The idempotency key must be valid Unicode without NUL.",
+            )
         ack = data.get("acknowledge_new_attempt", False)
         if not isinstance(ack, bool):
             return error_response(

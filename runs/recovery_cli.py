@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from runs.cli import emit, fmt
@@ -22,6 +21,8 @@ from srbench.cli.client import (
     api_error_text,
     cli_guard,
     client_from,
+    json_file_read,
+    text_file_write,
 )
 
 PAGE = 100
@@ -88,16 +89,13 @@ def _recover_plan(options: dict[str, Any]) -> int:
     client = client_from(options)
     plan = _plan_all_pages(client, options["run_id"], options["mode"])
     if options.get("output"):
-        Path(options["output"]).write_text(json.dumps(plan, indent=2) + "\n")
+        text_file_write(options["output"], json.dumps(plan, indent=2) + "\n", "recovery plan")
     emit(options, plan, _plan_text(plan, options.get("output")))
     return 0
 
 
 def _recover(options: dict[str, Any]) -> int:
-    try:
-        plan = json.loads(Path(options["plan"]).read_text())
-    except (OSError, ValueError, RecursionError) as exc:
-        raise CliError(f"cannot read recovery plan {options['plan']}: {exc}") from exc
+    plan = json_file_read(options["plan"], "recovery plan")
     if not isinstance(plan, dict):
         raise CliError("a recovery plan file must hold a JSON object")
     if plan.get("parent_run") not in (None, options["run_id"]):

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from runs import selectors
 from runs.models import Call, Cell, Run, RunEvent, Target
+from runs.public import (
+    grade_reasons,
+    public_call_content,
+    public_cell_error,
+    public_event_payload,
+    public_grade,
+)
+from runs.report import timing_shown
+from srbench.money import money_text
 
 
 class BlankAsNullURLField(serializers.URLField):
@@ -15,6 +27,20 @@ class BlankAsNullURLField(serializers.URLField):
 
     def to_representation(self, value: Any) -> str | None:
         return value or None
+
+
+class MoneyField(serializers.CharField):
+    """A ledger amount as its exact decimal string (srbench.money): ``"0.0000011"``, never the
+    column's padded scale nor a JSON float. Read-only; null is unknown."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(read_only=True, allow_null=True, **kwargs)
+
+    def to_representation(self, value: Decimal) -> str:
+        # A serializer never asks a field to represent None (it writes null itself).
+        text = money_text(value)
+        assert text is not None
+        return text
 
 
 class TargetSerializer(serializers.ModelSerializer):
@@ -94,9 +120,14 @@ class RunSerializer(serializers.ModelSerializer):
 
 
 class ResultSerializer(serializers.ModelSerializer):
+    """A cell as a member sees it: grade, reasons and error pass the rule in runs.public."""
+
     target = serializers.CharField(source="target.slug")
     question_native_id = serializers.CharField(source="question.native_id")
     subject = serializers.CharField(source="question.subject")
+    grade = serializers.SerializerMethodField(help_text="the grade without hidden criteria")
+    reasons = serializers.SerializerMethodField(help_text="the verdict's reasons in words")
+    error = serializers.SerializerMethodField()
 
     class Meta:
         model = Cell
@@ -112,11 +143,24 @@ class ResultSerializer(serializers.ModelSerializer):
             "correct",
             "scored",
             "grade",
+            "reasons",
             "final_answer",
             "error",
             "started_at",
             "finished_at",
         ]
+
+    @extend_schema_field(
+        {"type": "object", "additionalProperties": {}, "nullable": True, "readOnly": True}
+    )
+    def get_grade(self, cell: Cell) -> dict[str, Any] | None:
+        return public_grade(cell.grade)
+
+    def get_reasons(self, cell: Cell) -> list[str]:
+        return grade_reasons(public_grade(cell.grade))
+
+    def get_error(self, cell: Cell) -> str:
+        return public_cell_error(cell.error)
 
 
 USAGE_FIELDS = [
@@ -132,11 +176,26 @@ USAGE_FIELDS = [
 ]
 
 
+class MillisecondsField(serializers.FloatField):
+    """A measured duration in milliseconds, to the microsecond (runs.report.timing_shown):
+    553.229290, not the clock difference's 553.2292899999902. Read-only; null is unknown."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(read_only=True, allow_null=True, **kwargs)
+
+    def to_representation(self, value: float) -> float | None:
+        return timing_shown(value)
+
+
 class CallSummarySerializer(serializers.ModelSerializer):
     target = serializers.CharField(source="target.slug")
     cell = serializers.IntegerField(source="cell_id")
     benchmark = serializers.CharField(source="cell.benchmark")
     live = serializers.SerializerMethodField()
+    cost_usd = MoneyField()
+    cache_neutral_cost_usd = MoneyField()
+    ttft_ms = MillisecondsField()
+    duration_ms = MillisecondsField()
 
     class Meta:
         model = Call
@@ -169,9 +228,22 @@ class CallSummarySerializer(serializers.ModelSerializer):
 
 
 class CallDetailSerializer(CallSummarySerializer):
+    """A call's content as a member sees it (runs.public): a judge call shows neither its
+    request nor its reply, exactly as the call page."""
+
+    withheld = serializers.CharField(
+        allow_null=True, read_only=True, help_text="why request and reply are not shown"
+    )
+    request = serializers.JSONField(allow_null=True, read_only=True)
+    content = serializers.CharField(allow_null=True, read_only=True)
+    reasoning = serializers.CharField(allow_null=True, read_only=True)
+    tool_calls = serializers.JSONField(allow_null=True, read_only=True)
+    response_headers = serializers.JSONField(read_only=True)
+
     class Meta(CallSummarySerializer.Meta):
         fields = [
             *CallSummarySerializer.Meta.fields,
+            "withheld",
             "request",
             "content",
             "reasoning",
@@ -183,8 +255,29 @@ class CallDetailSerializer(CallSummarySerializer):
             "worker",
         ]
 
+    def to_representation(self, call: Call) -> dict[str, Any]:
+        # The stored request and reply are replaced by what runs.public shows a member.
+        shown = public_call_content(call)
+        data = super().to_representation(call)
+        for key in (
+            "withheld",
+            "request",
+            "content",
+            "reasoning",
+            "tool_calls",
+            "response_headers",
+        ):
+            data[key] = shown[key]
+        return data
+
 
 class EventSerializer(serializers.ModelSerializer):
+    payload = serializers.SerializerMethodField()
+
     class Meta:
         model = RunEvent
         fields = ["seq", "created_at", "type", "payload"]
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_payload(self, event: RunEvent) -> Any:
+        return public_event_payload(event.type, event.payload)

@@ -35,11 +35,14 @@ from recipes.selectors import run_recipe_availability
 from runs import selectors
 from runs.forms import EvaluationForm, RunFilterForm
 from runs.models import Run, Target
+from runs.permissions import may_act_on_run, run_action_require
 from runs.plans import SUPPORTED_KINDS, PlanError, plan_freeze
+from runs.public import public_call_content, public_cell, public_cell_error, public_event_payload
 from runs.reconcile import correction_summary, latest_corrections
 from runs.recovery import REASONS, RecoveryError, recovery_plan, recovery_submit, run_lineage
 from runs.report import run_report_settled
 from runs.services import IdempotencyConflict, run_cancel, run_create
+from srbench.money import money_text
 
 PAGE_SIZE = 25  # rows shown per page everywhere (R13.1, R14.1)
 # The report's four exclusive token classes (R1.1), in words.
@@ -410,6 +413,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "tabs": TABS,
         "last_update": selectors.run_last_update(run),
         "target_types": selectors.runs_target_types(run),
+        "may_act": may_act_on_run(request.user, run),
         **_live(run),
     }
     context.update(TAB_CONTEXT[tab](request, run))
@@ -486,7 +490,9 @@ def _loaded_window(request: HttpRequest, records: list[Any], search_fields: Any)
 
 def _questions_context(request: HttpRequest, run: Run) -> dict[str, Any]:
     cells = selectors.results_page(run=run, after=_int(request.GET.get("after")))
-    return _loaded_window(
+    # Searched and shown as a member sees it (runs.public): a search over the stored error
+    # would answer whether hidden text is in it.
+    context = _loaded_window(
         request,
         cells,
         lambda c: (
@@ -496,9 +502,13 @@ def _questions_context(request: HttpRequest, run: Run) -> dict[str, Any]:
             c.target.slug,
             c.status,
             c.final_answer,
-            c.error,
+            public_cell_error(c.error),
         ),
     )
+    context["rows"] = [
+        {"cell": c, "error": public_cell_error(c.error)} for c in context["page"].object_list
+    ]
+    return context
 
 
 def _calls_context(request: HttpRequest, run: Run) -> dict[str, Any]:
@@ -544,7 +554,15 @@ def _evidence_context(request: HttpRequest, run: Run) -> dict[str, Any]:
     paginator = Paginator(range(matching), PAGE_SIZE)
     page = paginator.get_page(request.GET.get("page"))
     offset = (page.number - 1) * PAGE_SIZE
-    events = selectors.events_loaded(run=run, upto=upto, types=types, offset=offset)
+    events = [
+        {
+            "seq": e.seq,
+            "created_at": e.created_at,
+            "type": e.type,
+            "payload": public_event_payload(e.type, e.payload),
+        }
+        for e in selectors.events_loaded(run=run, upto=upto, types=types, offset=offset)
+    ]
     # The receipt of the correction in effect (R2.3), as the report shows it.
     correction = correction_summary(latest_corrections(run_ids=[run.pk]).get(run.pk))
     return {
@@ -580,23 +598,12 @@ TAB_CONTEXT = {
 
 
 def _call_context(call: Any) -> dict[str, Any]:
-    """Full call content (R13.1, on demand). The judge's request holds the reference answer
-    and its output may quote it, so neither reaches a page (R9.3); the verdict the grader
-    read is in the question's grade."""
-    withheld = call.role == "judge"
-    headers = {
-        k: v
-        for k, v in (call.response_headers or {}).items()
-        if k.lower().startswith(("x-", "openai-", "anthropic-", "retry-", "content-type", "date"))
-        or k.lower() in ("server", "via")
-    }
+    """Full call content (R13.1, on demand), as a member may see it (runs.public, the same rule
+    as the API): a judge call shows neither its request nor its reply (R9.3); the verdict the
+    grader read is in the question's grade."""
     return {
         "call": call,
-        "withheld": withheld,
-        "request_messages": None if withheld else (call.request or {}).get("messages"),
-        "request_params": None
-        if withheld
-        else {k: v for k, v in (call.request or {}).items() if k != "messages"},
+        "shown": public_call_content(call),
         "buckets": [
             ("uncached input", call.input_tokens),
             (
@@ -609,7 +616,6 @@ def _call_context(call: Any) -> dict[str, Any]:
             ),
             ("output", call.output_tokens),
         ],
-        "headers": headers,
         "live": selectors.call_live_view(call),
     }
 
@@ -643,6 +649,8 @@ def run_question(request: HttpRequest, run_id: int, cell_id: int) -> HttpRespons
             "nav": "runs",
             "run": run,
             "cell": cell,
+            # Grade, reasons and error as a member may see them (runs.public).
+            **public_cell(cell),
             "calls": calls,
             # What the subject was asked: the public payload rendered as the adapter sends it.
             "prompt_messages": adapter.messages(cell.question.payload),
@@ -654,6 +662,7 @@ def run_question(request: HttpRequest, run_id: int, cell_id: int) -> HttpRespons
 @require_POST
 def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run.objects.defer("manifest"), pk=run_id)
+    run_action_require(user=request.user, run=run, action="cancel")
     if run_cancel(run=run, user=request.user):
         messages.success(
             request,
@@ -682,6 +691,8 @@ def _recovery_context(request: HttpRequest, run: Run, mode: str) -> tuple[dict[s
         # Generated when this page rendered: the no-JS form resubmitted with it finds the
         # same child instead of creating a second one.
         "idempotency_key": uuid.uuid4().hex,
+        # Reviewing is a read for every member; submitting is for the owner and operators.
+        "may_act": may_act_on_run(request.user, run),
     }
     try:
         plan = recovery_plan(run=run, mode=mode)
@@ -699,7 +710,7 @@ def _recovery_context(request: HttpRequest, run: Run, mode: str) -> tuple[dict[s
         eligible_page=eligible.get_page(request.GET.get("page")),
         excluded_page=excluded.get_page(request.GET.get("excluded_page")),
         excluded_by_reason=[(r, REASONS[r], n) for r, n in sorted(reasons.items())],
-        previous_attempts_cost=sum((Decimal(p) for p in previous if p), Decimal(0))
+        previous_attempts_cost=money_text(sum((Decimal(p) for p in previous if p), Decimal(0)))
         if mode == "failed"
         else None,
     )
@@ -719,6 +730,7 @@ def run_recovery(request: HttpRequest, run_id: int) -> HttpResponse:
         mode = "undispatched"
     error = None
     if request.method == "POST":
+        run_action_require(user=request.user, run=run, action="recover")
         try:
             cells = sorted({int(c) for c in request.POST.getlist("cell")})
         except ValueError:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import BadRequest, SuspiciousOperation
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse
@@ -84,6 +86,73 @@ def api_not_found(request: HttpRequest, path: str = "") -> JsonResponse:
     return JsonResponse(
         {"error": "No such API endpoint.", "code": "not_found", "detail": None}, status=404
     )
+
+
+# --- request bodies: unknown fields are refused (issue 19) ----------------------------------
+
+
+class StrictFieldsSerializer(serializers.Serializer):
+    """A request body that refuses fields it does not know (400) instead of dropping them:
+    a misspelt option must not turn into a request made without it."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({k: ["Unknown field."] for k in unknown})
+        return super().to_internal_value(data)
+
+
+def refuse_unknown_fields(data: Any, known: set[str] | frozenset[str]) -> None:
+    """The same rule for a view that reads its body by hand."""
+    if isinstance(data, Mapping):
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise exceptions.ValidationError({k: ["Unknown field."] for k in unknown})
+
+
+def require_no_body_fields(data: Any) -> None:
+    """For an action that takes no body: none, or `{}`. Reading `request.data` to pass it here
+    also puts the body through the parser's checks (size, depth, Unicode, content type)."""
+    require_object(data)
+    refuse_unknown_fields(data, frozenset())
+
+
+# --- Django's own error pages under /api/ (settings via srbench/urls.py handler*) -------------
+# DRF answers its views' errors through exception_handler above; these cover what reaches
+# Django instead: an uncaught exception (500), a 400/403/404 raised outside a DRF view.
+
+
+def _api_error_page(http_status: int, code: str, error: str) -> JsonResponse:
+    return JsonResponse({"error": error, "code": code, "detail": None}, status=http_status)
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path_info.startswith("/api/")
+
+
+def error_400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return _api_error_page(400, "bad_request", "The request is not valid.")
+    return defaults.bad_request(request, exception)
+
+
+def error_403(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return _api_error_page(403, "permission_denied", "Not allowed.")
+    return defaults.permission_denied(request, exception)
+
+
+def error_404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return _api_error_page(404, "not_found", "Not found.")
+    return defaults.page_not_found(request, exception)
+
+
+def error_500(request: HttpRequest) -> HttpResponse:
+    if _is_api(request):
+        return _api_error_page(500, "server_error", "Internal server error; it has been logged.")
+    return defaults.server_error(request)
 
 
 def require_object(data: Any) -> None:

@@ -8,6 +8,13 @@ from compare.api import ComparisonView
 from runs.api import PlanReviewView, RunViewSet, TargetViewSet
 from runs.recovery_api import LineageView, RecoverView, RecoveryPlanView
 from srbench.api import SCHEMA_SETTINGS, api_not_found
+from srbench.api_docs import ApiDocsView, ApiRedocView
+
+# Under /api/ Django's own 400/403/404/500 answers are the JSON error document too.
+handler400 = "srbench.api.error_400"
+handler403 = "srbench.api.error_403"
+handler404 = "srbench.api.error_404"
+handler500 = "srbench.api.error_500"
 
 # SimpleRouter: no browsable root view and no `.json` suffix routes, so every API route is
 # one the OpenAPI schema documents (tests/api/test_schema.py walks them all).
@@ -39,6 +46,9 @@ urlpatterns = [
         SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS),
         name="api-schema",
     ),
+    # Swagger UI and Redoc: the schema's own protection, assets from drf_spectacular_sidecar.
+    path("api/docs/", ApiDocsView.as_view(), name="api-docs"),
+    path("api/redoc/", ApiRedocView.as_view(), name="api-redoc"),
     # Last: an unmatched /api/ path answers the JSON error document (not an endpoint).
     re_path(r"^api/(?P<path>[\s\S]*)\Z", api_not_found, name="api-not-found"),
 ]

@@ -625,7 +625,9 @@ def tau_reward(
         "db_sha256": final_hash,
         "gold_db_sha256": gold_hash,
         "missing_info": missing_info,
+        "info_total": len(info),
         "unmatched_actions": unmatched,
+        "actions_total": len(actions),
         "tool_calls": len(environment.calls),
         "tool_errors": sum(1 for c in environment.calls if not c.ok),
     }

@@ -11,9 +11,11 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
+from django.db.utils import OperationalError, ProgrammingError
 
 # Exit codes of every verb: 0 done, 1 the run ended but did not complete, 2 refused or failed
 # (one `error:` line), 3 the API stayed unreachable after the retries below — the server side
@@ -62,8 +64,45 @@ def cli_guard(handler: Callable[[dict[str, Any]], int]) -> Callable[[dict[str, A
             return handler(options)
         except CliError as exc:
             return cli_error(str(exc), exc.exit_code)
+        except (ProgrammingError, OperationalError) as exc:
+            # The in-process API on a database that is missing or not migrated yet (a fresh
+            # var/, before `make demo`): say what to do, not a 40-line traceback.
+            if "does not exist" in str(exc) or isinstance(exc, OperationalError):
+                return cli_error(
+                    f"the database is not ready ({str(exc).splitlines()[0]}); run "
+                    "`python manage.py migrate` (make demo does it) or check DATABASE_URL",
+                    EXIT_UNREACHABLE,
+                )
+            raise
 
     return run
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def json_file_read(path: str, what: str) -> Any:
+    """A JSON file the user named (`--plan-file`, `--plan`, `--messages-file`). Missing,
+    unreadable, not UTF-8, not JSON, or JSON the API would refuse (too deep, a lone surrogate,
+    NUL, a non-finite number): one CliError naming the file, never a traceback."""
+    from srbench.parsers import json_value_problem
+
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+    except (OSError, ValueError, RecursionError) as exc:
+        raise CliError(f"cannot read {what} {path}: {exc}") from exc
+    if problem := json_value_problem(value):
+        raise CliError(f"cannot read {what} {path}: {problem[1]}")
+    return value
+
+
+def text_file_write(path: str, text: str, what: str) -> None:
+    """Write an `--output` file; a path that cannot be written is one CliError (exit 2)."""
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except (OSError, ValueError) as exc:
+        raise CliError(f"cannot write {what} {path}: {exc}") from exc
 
 
 def retry_seconds() -> float:
@@ -192,6 +231,20 @@ class ApiClient:
         line per outage. A server that never answered this client is not waited for (a wrong
         URL fails at once, exit 2). Raises ApiUnreachable (exit 3) when the API stays away or a
         request that is not repeatable lost its connection, CliError otherwise."""
+        if "json" in kwargs:
+            # httpx would raise from inside its encoder on a lone surrogate (an argument that
+            # was not valid UTF-8) or a NaN: one line instead of a traceback.
+            try:
+                body = json.dumps(
+                    kwargs.pop("json"), ensure_ascii=False, allow_nan=False, separators=(",", ":")
+                )
+                kwargs["content"] = body.encode("utf-8")
+            except ValueError as exc:
+                raise CliError(f"cannot send {method.upper()} {path}: {exc}") from exc
+            kwargs["headers"] = {
+                **(kwargs.get("headers") or {}),
+                "Content-Type": "application/json",
+            }
         repeatable = self.retry_for > 0 and is_repeatable(method, kwargs.get("headers"))
         deadline = self.clock() + self.retry_for
         delay = RETRY_FIRST_DELAY

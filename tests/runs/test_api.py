@@ -146,8 +146,9 @@ def test_events_are_cursor_pages_without_a_total(client, member, plan):
 
 def test_cancel_a_queued_run_is_idempotent(client, member, plan):
     run_id = client.post("/api/v1/runs/", plan, content_type="application/json").json()["id"]
-    first = client.post(f"/api/v1/runs/{run_id}/cancel/").json()
-    second = client.post(f"/api/v1/runs/{run_id}/cancel/").json()
+    # No body; the API speaks JSON only (the test client's default is a multipart body: 415).
+    first = client.post(f"/api/v1/runs/{run_id}/cancel/", content_type="application/json").json()
+    second = client.post(f"/api/v1/runs/{run_id}/cancel/", content_type="application/json").json()
     assert first["cancel_requested"] is True and second["cancel_requested"] is False
     assert first["status"] == "cancelled" and first["model_requests"] == 0
     assert RunEvent.objects.filter(run_id=run_id, type="run.cancel_requested").count() == 1

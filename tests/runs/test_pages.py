@@ -266,7 +266,7 @@ def test_evidence_reads_1000_then_loads_more_and_filters_loaded_only(client, mem
 
 
 def test_cancel_is_a_post_that_requests_cancellation_once(client, member):
-    run = f.run_create(status="running")
+    run = f.run_create(status="running", owner=member)  # only the owner or an operator cancels
     assert client.get(f"/runs/{run.pk}/cancel/").status_code == 405
     response = client.post(f"/runs/{run.pk}/cancel/")
     assert response.status_code == 303

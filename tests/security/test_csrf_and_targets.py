@@ -71,12 +71,13 @@ def test_no_unsafe_request_without_a_csrf_token_changes_anything(data: dict[str,
 
 def test_the_same_requests_with_a_token_get_past_the_csrf_check(data: dict[str, Any]) -> None:
     """Not vacuous: with the token, session-authenticated writes reach their views."""
-    member = f.user_create(username="member")
+    run = data["runs"][0]
+    # The run's owner: a member acting on someone else's run is refused (test_permissions.py).
+    member = Run.objects.get(pk=run).owner
     client = Client(enforce_csrf_checks=True)
     client.force_login(member)
     client.get("/")
     token = client.cookies["csrftoken"].value
-    run = data["runs"][0]
     review = client.post(
         "/api/v1/plans/review/", data="{}", content_type="application/json", HTTP_X_CSRFTOKEN=token
     )

@@ -1,0 +1,366 @@
+"""What a member may see of a cell and of a call: the one rule (R9.3, issue 19).
+
+Every surface that shows a cell's grade or error, a call's content or a run event to a member
+reads it from here: the run pages (questions, question result, calls, call, evidence), the REST
+API (results, calls, call, events; the CLI's `show` prints what the API answers) and the
+exports. So the pages and the API cannot disagree on what is secret.
+
+Never shown:
+
+- **reference answers** and what may quote them: a judge call's request *and* its reply
+  (content, reasoning, tool calls), and the judge reply a "malformed judge verdict" error quotes;
+- **hidden tests**: LiveCodeBench and SciCode grades keep per-test statuses by index only;
+  Terminal-Bench's verifier output (its tests' own assertions, paths and expected values) is
+  dropped, its exit code, reason and reward are kept;
+- **τ³ criteria**: natural-language assertion texts (also the keys of the judge's verdicts),
+  the expected values of required outputs, gold action ids and their replay errors, the gold
+  database hash (and the final one, which equals it when they match);
+- **deployment details**: host paths in a grader's set-up error. Credentials never reach a
+  cell or call (target keys live in ``TargetSecret``; request bodies carry no headers).
+
+Grades pass through an allow-list per grader, so a field a grader adds later stays hidden until
+it is named here. Members get their verdict and its reasons in words that count what was missed
+without naming it ("2 of 5 expected actions missing"). Shown as stored: a cell's status,
+correct, scored and the subject's own final answer (all the answer-matrix export reads).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "JUDGE_WITHHELD",
+    "grade_reasons",
+    "public_call_content",
+    "public_cell",
+    "public_cell_error",
+    "public_event_payload",
+    "public_grade",
+    "public_headers",
+]
+
+JUDGE_WITHHELD = (
+    "a judge's request contains the reference answer and its reply may quote it; neither is shown"
+)
+MALFORMED_VERDICT = (
+    "malformed judge verdict (the judge's reply is withheld: it may quote the reference answer)"
+)
+SCICODE_DATA_MISSING = (
+    "SciCode's test data (test_data.h5) is not configured on this server: the case cannot be graded"
+)
+# A value a grader writes from a fixed vocabulary (status, verdict, version, model name, hash).
+# Anything longer or freer (prose, test output, a quoted answer) is not shown.
+_TOKEN = re.compile(r"[\w .:/@+-]{0,100}")
+_HOST_PATH = re.compile(r"(?<![\w:/])/(?:[^\s/'\"]+/)*[^\s/'\"]+")
+HEADER_PREFIXES = ("x-", "openai-", "anthropic-", "retry-", "content-type", "date")
+HEADER_NAMES = ("server", "via")
+
+
+# --- values ------------------------------------------------------------------------------------
+
+
+def _token(value: Any) -> Any:
+    """A scalar as stored when it is a number, a boolean or a short token; else None."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str) and _TOKEN.fullmatch(value):
+        return value
+    return None
+
+
+def _count(value: Any) -> int | None:
+    """How many items a hidden list has (the list itself is not shown)."""
+    if isinstance(value, list | tuple | dict):
+        return len(value)
+    return None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _pick(source: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: _token(source[k]) for k in keys if k in source}
+
+
+def _inner(grade: Mapping[str, Any]) -> Mapping[str, Any]:
+    inner = grade.get("detail")
+    return inner if isinstance(inner, Mapping) else {}
+
+
+# --- grades ------------------------------------------------------------------------------------
+
+_FLAT_KEYS: dict[str, tuple[str, ...]] = {
+    "mcq": ("grader", "version", "correct", "extracted", "status", "strict_format"),
+    "grid": ("grader", "status", "pairs_correct", "pairs_total"),
+    "judge": ("grader", "verdict"),
+    "truncated": ("grader", "finish_reason"),
+    "livecodebench": ("grader", "version", "status", "correct", "tests_total", "tests_passed"),
+    "scicode": ("grader", "version", "status", "correct", "steps_total", "steps_passed"),
+}
+# Per-test (per-step) rows of the code graders: index and outcome, never the test itself.
+_ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "livecodebench": ("tests", ("index", "status", "wall_s")),
+    "scicode": ("steps", ("index", "step_number", "status", "wall_s")),
+}
+_PREVIEW_KEYS = ("selected_model", "decision", "selection_status", "config_hash")
+
+
+def _terminal_bench(grade: Mapping[str, Any]) -> dict[str, Any]:
+    inner = _inner(grade)
+    reward = inner.get("reward")
+    return {
+        "grader": "terminal-bench",
+        "version": _token(inner.get("version")),
+        "reward": _token(grade.get("reward")),
+        "steps": _int(grade.get("steps")),
+        "commands_run": _int(inner.get("commands_run")),
+        "verifier_reason": _token(inner.get("verifier_reason")),
+        "verifier_exit_code": _int(inner.get("verifier_exit_code")),
+        "reward_source": _token(inner.get("reward_source")),
+        "verifier_reward": reward if isinstance(reward, int | float) else None,
+    }
+
+
+def _tau3(grade: Mapping[str, Any]) -> dict[str, Any]:
+    inner = _inner(grade)
+    pending = inner.get("not_evaluated")
+    pending = pending if isinstance(pending, Mapping) else {}
+    verdicts = grade.get("nl_verdicts")
+    judged = len(verdicts) if isinstance(verdicts, Mapping) else 0
+    satisfied = sum(1 for v in verdicts.values() if v is True) if judged else None
+    left = _count(pending.get("NL_ASSERTION"))
+    components = inner.get("components")
+    return {
+        "grader": "tau3",
+        "version": _token(inner.get("version")),
+        "domain": _token(inner.get("domain")),
+        "termination": _token(grade.get("termination", inner.get("termination"))),
+        "reward": _token(grade.get("reward")),
+        "complete": _token(grade.get("complete")),
+        "reward_basis": [_token(c) for c in inner.get("reward_basis") or []],
+        "components": {
+            str(_token(k)): v if isinstance(v, bool) or v == "not evaluated" else None
+            for k, v in (components.items() if isinstance(components, Mapping) else ())
+        },
+        "db_match": _token(grade.get("db_match")),
+        "outputs_ok": _token(grade.get("outputs_ok")),
+        "expected_actions_missing": _count(inner.get("unmatched_actions")),
+        "expected_actions_total": _int(inner.get("actions_total")),
+        "required_outputs_missing": _count(inner.get("missing_info")),
+        "required_outputs_total": _int(inner.get("info_total")),
+        "nl_assertions_judged": judged,
+        "nl_assertions_satisfied": satisfied,
+        # The judge's verdicts settle the assertions the grader left (the list stays stored).
+        "nl_assertions_unjudged": max(0, (left or 0) - judged),
+        "env_assertions_unevaluated": _count(pending.get("ENV_ASSERTION")) or 0,
+        "expected_actions_not_replayable": _count(inner.get("gold_action_errors")) or 0,
+        "tool_calls": _int(inner.get("tool_calls")),
+        "tool_errors": _int(inner.get("tool_errors")),
+    }
+
+
+def public_grade(grade: Any) -> dict[str, Any] | None:
+    """A cell's grade as a member sees it: per grader, only the fields named here."""
+    if not isinstance(grade, Mapping):
+        return None
+    preview = grade.get("preview")
+    if isinstance(preview, Mapping):
+        routing = _pick(preview, _PREVIEW_KEYS)
+        if "config_hash_matches" in preview:
+            routing["config_hash_matches"] = _token(preview["config_hash_matches"])
+        return {"preview": routing}
+    grader = grade.get("grader")
+    if grader == "terminal-bench":
+        return _terminal_bench(grade)
+    if grader == "tau3":
+        return _tau3(grade)
+    if grader in _FLAT_KEYS:
+        shown = _pick(grade, _FLAT_KEYS[grader])
+        if grader in _ROWS:
+            key, fields = _ROWS[grader]
+            rows = grade.get(key)
+            shown[key] = [_pick(row, fields) for row in rows or [] if isinstance(row, Mapping)]
+        return shown
+    # A grader this module does not know: its verdict only.
+    return {"grader": _token(grader), "status": _token(grade.get("status"))}
+
+
+def _n(count: int, one: str, many: str | None = None) -> str:
+    return f"{count} {one if count == 1 else (many or one + 's')}"
+
+
+def _of(missing: int, total: int | None, one: str, many: str | None = None) -> str:
+    if total is None:
+        return _n(missing, one, many)
+    return f"{missing} of {_n(total, one, many)}"
+
+
+def _tau3_reasons(g: Mapping[str, Any]) -> list[str]:
+    words: list[str] = []
+    termination = g.get("termination")
+    if termination not in (None, "user_stop", "agent_stop"):
+        words.append(f"the episode ended by {termination}, not by the user or the agent")
+    basis = g.get("reward_basis") or []
+    if g.get("db_match") is True:
+        words.append("the final database matches the expected state")
+    elif g.get("db_match") is False:
+        words.append("the final database differs from the expected state")
+    missing = g.get("expected_actions_missing")
+    if missing:
+        words.append(_of(missing, g.get("expected_actions_total"), "expected action") + " missing")
+    elif missing == 0 and "ACTION" in basis:
+        words.append("every expected action was taken")
+    missing = g.get("required_outputs_missing")
+    if missing:
+        words.append(
+            _of(missing, g.get("required_outputs_total"), "required output") + " not communicated"
+        )
+    elif missing == 0 and "COMMUNICATE" in basis:
+        words.append("every required output was communicated")
+    if g.get("nl_assertions_judged"):
+        words.append(
+            f"{g.get('nl_assertions_satisfied')} of "
+            f"{_n(g['nl_assertions_judged'], 'natural-language assertion')} judged satisfied"
+        )
+    if g.get("nl_assertions_unjudged"):
+        words.append(
+            _n(g["nl_assertions_unjudged"], "natural-language assertion")
+            + " left to the judge (not scored)"
+        )
+    if g.get("env_assertions_unevaluated"):
+        words.append(
+            _n(g["env_assertions_unevaluated"], "environment assertion") + " not evaluated"
+        )
+    if g.get("expected_actions_not_replayable"):
+        words.append(
+            _n(g["expected_actions_not_replayable"], "expected action")
+            + " could not be replayed (a problem of the task's data)"
+        )
+    return words
+
+
+def grade_reasons(public: Mapping[str, Any] | None) -> list[str]:
+    """The verdict's reasons in words, from the public grade only (so they cannot say more)."""
+    if not public:
+        return []
+    if "preview" in public:
+        p = public["preview"]
+        return [
+            f"the router chose {p.get('selected_model') or 'an unknown model'}"
+            f" ({p.get('decision') or 'unknown decision'})"
+        ]
+    grader, status = public.get("grader"), public.get("status")
+    if grader == "mcq":
+        if status == "ok":
+            return [f"the answer was read as {public.get('extracted')}"]
+        if status == "ambiguous":
+            return ["the answer names several different options (ambiguous, graded wrong)"]
+        return ["no answer letter was found (unparsed, graded wrong)"]
+    if grader == "grid":
+        if status == "ok":
+            return [f"{public.get('pairs_correct')} of {public.get('pairs_total')} grids correct"]
+        if status == "wrong_count":
+            return [f"the answer has the wrong number of grids ({public.get('pairs_total')} asked)"]
+        return ["no grid could be read from the answer"]
+    if grader == "judge":
+        return [f"judge verdict: {str(public.get('verdict')).replace('_', ' ')}"]
+    if grader == "truncated":
+        return ["the answer was cut off at the output limit (graded wrong)"]
+    if grader == "livecodebench":
+        if status == "unparsed":
+            return ["no Python code block was found in the answer"]
+        if status == "compile_error":
+            return ["the program does not compile"]
+        words = [f"{public.get('tests_passed')} of {public.get('tests_total')} hidden tests passed"]
+        failed = [t["status"] for t in public.get("tests") or [] if t.get("status") != "passed"]
+        if failed and failed[0] != "not_run":
+            words.append(f"first failure: {str(failed[0]).replace('_', ' ')}")
+        return words
+    if grader == "scicode":
+        words = [f"{public.get('steps_passed')} of {public.get('steps_total')} sub-steps passed"]
+        for outcome in ("failed", "timeout", "unparsed", "memory"):
+            n = sum(1 for s in public.get("steps") or [] if s.get("status") == outcome)
+            if n:
+                words.append(f"{_n(n, 'sub-step')} {outcome}")
+        return words
+    if grader == "terminal-bench":
+        passed = public.get("reward") == 1
+        words = ["the task's tests passed" if passed else "the task's tests did not pass"]
+        if public.get("verifier_reason") not in (None, "ok"):
+            words.append(f"the verifier stopped: {public['verifier_reason']}")
+        if public.get("reward_source") == "missing":
+            words.append("the verifier wrote no reward")
+        return words
+    if grader == "tau3":
+        return _tau3_reasons(public)
+    return ["the details of this grader are not shown"]
+
+
+# --- cells -------------------------------------------------------------------------------------
+
+
+def public_cell_error(error: str) -> str:
+    """A cell's error as a member sees it: no quoted judge reply, no host path."""
+    if not error:
+        return error
+    if error.startswith("malformed judge verdict"):
+        return MALFORMED_VERDICT
+    if "test_data.h5 not found" in error:
+        return SCICODE_DATA_MISSING
+    if error.startswith("task set-up failed"):
+        return _HOST_PATH.sub("<path>", error)
+    return error
+
+
+def public_cell(cell: Any) -> dict[str, Any]:
+    """The parts of a cell that need the rule: its grade, the reasons in words, its error."""
+    grade = public_grade(cell.grade)
+    return {"grade": grade, "reasons": grade_reasons(grade), "error": public_cell_error(cell.error)}
+
+
+def public_event_payload(event_type: str, payload: Any) -> Any:
+    """A run event's payload: a failed cell's error passes the cell rule."""
+    if (
+        event_type.startswith("cell.")
+        and isinstance(payload, Mapping)
+        and isinstance(payload.get("error"), str)
+    ):
+        return {**payload, "error": public_cell_error(payload["error"])}
+    return payload
+
+
+# --- calls -------------------------------------------------------------------------------------
+
+
+def public_headers(headers: Any) -> dict[str, Any]:
+    """Response headers of interest: routing, receipts, rate limits, request ids."""
+    if not isinstance(headers, Mapping):
+        return {}
+    return {
+        k: v
+        for k, v in headers.items()
+        if k.lower().startswith(HEADER_PREFIXES) or k.lower() in HEADER_NAMES
+    }
+
+
+def public_call_content(call: Any) -> dict[str, Any]:
+    """A call's request and reply as a member sees them. A judge call shows neither: its request
+    holds the reference answer and its reply may quote it; the verdict the grader read is in the
+    cell's public grade. Withheld parts are None (not shown), not empty."""
+    withheld = JUDGE_WITHHELD if call.role == "judge" else None
+    request = None if withheld else dict(call.request or {})
+    return {
+        "withheld": withheld,
+        "request": request,
+        "request_messages": None if request is None else request.get("messages"),
+        "request_params": None
+        if request is None
+        else {k: v for k, v in request.items() if k != "messages"},
+        "content": None if withheld else call.content,
+        "reasoning": None if withheld else call.reasoning,
+        "tool_calls": None if withheld else call.tool_calls,
+        "response_headers": public_headers(call.response_headers),
+    }
