@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-MCQ_GRADER_VERSION = "mcq-strict/1"
+MCQ_GRADER_VERSION = "mcq-final/2"
 JUDGE_PROTOCOL_VERSION = "judge-json/1"
 GRID_GRADER_VERSION = "grid-exact/1"
 
@@ -39,114 +39,153 @@ def strip_reasoning(text: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Multiple choice
+# Multiple choice: `mcq-final/2`, the reference rule (sr-bench `sr-bench-mcq-final-v2`)
+#
+# Candidates come from three places, and all of them are collected:
+#   1. every standalone answer line: a line that is only a letter, as `A`, `(B)`, `ANSWER: C`,
+#      `**D**` or `` `B` `` (a leading answer line is the first of them);
+#   2. every explicit declaration: "the (correct|final) answer is X", "answer: X",
+#      "final answer: X", with the alternatives joined to X by or / and / "," / "/";
+#   3. every `\boxed{X}`.
+# One distinct candidate → parsed; several → ambiguous; none → unparsed. No "last letter" guess.
+# The previous version, `mcq-strict/1`, is frozen in datasets/mcq_grader_v1.py.
 
 MCQStatus = Literal["ok", "ambiguous", "unparsed"]
+MCQ_STATUSES: tuple[MCQStatus, ...] = ("ok", "ambiguous", "unparsed")
 
 
 @dataclass(frozen=True)
 class MCQGrade:
+    """`extracted` is the one option letter read (None unless status is "ok"). `strict_format`
+    (reference meaning, reported apart from correctness): the visible reply is exactly that
+    letter, nothing around it but whitespace."""
+
     correct: bool
     extracted: str | None
     status: MCQStatus
     strict_format: bool
 
 
-# One answer letter as written after an explicit cue: optional "option"/"choice", optional
-# brackets or $...$. Upper case may be followed by prose ("The answer is C because ..."); lower
-# case must stand alone, or "the answer is a function" would read as option A.
-_LETTER = r"""
+_THINK_TAG = re.compile(r"</?think\s*>", re.IGNORECASE)
+# Emphasis and code spans decorate an answer without changing it (`**D**`, `` `B` ``, `_C_`).
+_MARKDOWN_MARKS = re.compile(r"[*_`]")
+# A letter given as an answer. Upper case may be followed by prose ("The answer is C because");
+# lower case must end the statement or lead into an alternative, or "the answer is a function"
+# would read as option A.
+_ANSWER_LETTER = re.compile(
+    r"""
     (?:(?:option|choice)\s+)?
-    \$?\(?\$?
+    (?:\$\s*)?(?:[(\[]\s*)?(?:\$\s*)?
     (?:
         (?P<up>[A-Z])(?![A-Za-z0-9'’])
-      | (?P<low>[a-z])(?=\)|\s*[.,;:!]?\s*(?:$|\n))
+      | (?P<low>[a-z])(?=[)\]$]|[.,;:!]?[ \t]*(?:\n|\Z)|\s*(?:,|/|&|or\b|and\b))
     )
-"""
-# "I" as a pronoun after a cue ("the answer is I think B") is not option I.
+    """,
+    re.VERBOSE,
+)
+# "I" as a pronoun ("the answer is I think B") is not option I.
 _PRONOUN_I = re.compile(r"I\s+(?:think|believe|guess|would|am|feel|suppose|need|will|can)\b")
-# A second letter joined by or/and/comma/slash makes the statement a list, hence ambiguous.
-_MORE_LETTERS = re.compile(
-    r"\s*\)?\$?\s*(?:,|/|&|\bor\b|\band\b)\s*(?:(?:option|choice)\s+)?\(?([A-Za-z])\)?(?![A-Za-z0-9])"
+# What joins an alternative to the letter before it: "B or C", "B, C", "B/C", "(B) and (C)".
+_ALTERNATIVE_JOIN = re.compile(
+    r"(?:\s*[)\]])?(?:\s*\$)?\s*(?:,\s*(?:or|and)\b|,|/|&|\bor\b|\band\b)\s*", re.IGNORECASE
 )
-_EXPLICIT_CUES = [
-    re.compile(r"\banswer\s+is\b\s*:?\s*", re.IGNORECASE),
-    re.compile(r"\banswer\s*:\s*", re.IGNORECASE),
-]
+_DECLARATION = re.compile(
+    r"\b(?:the\s+(?:(?:correct|final)\s+)?answer\s+is\b(?:\s*:)?|answer\s*:)\s*", re.IGNORECASE
+)
 _BOXED = re.compile(r"\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
-_BOXED_INNER = re.compile(
-    r"^\s*(?:\\text(?:bf)?\s*\{\s*)?\(?\s*([A-Za-z])\s*\)?\s*\}?\s*(?:[.):]\s*.*)?$", re.DOTALL
+_BOXED_LETTER = re.compile(
+    r"\s*(?:\\(?:text|textbf|mathrm|mathbf)\s*\{\s*)?\(?\s*([A-Za-z])\s*\)?\s*\}?\s*(?:[.):].*)?",
+    re.DOTALL,
 )
-_LEADING_BARE = re.compile(r"^\s*\(?([A-Za-z])\)?\s*[.:)]?\s*$")
-_LEADING_LABELLED = re.compile(r"^\s*(?:\(([A-Z])\)|([A-Z])[.)])\s+\S")
-_LETTER_AFTER_CUE = re.compile(_LETTER, re.VERBOSE)
+# Matched against one line with whitespace runs collapsed to one space and trimmed.
+_ANSWER_LINE = re.compile(
+    r"""
+    (?:>\ ?)*(?:\#{1,6}\ |[-+]\ )?          # block quote, heading, bullet (`*` is already gone)
+    (?:(?:final\ |correct\ )?answer\ ?:\ ?)?  # an "Answer:" label
+    \$?[(\[]?\ ?([A-Za-z])\ ?[)\]]?\$?[.:)]?
+    """,
+    re.VERBOSE | re.IGNORECASE,
+)
+_SPACES = re.compile(r"\s+")
 
 
-def _letters_after(text: str, start: int) -> list[str]:
-    if _PRONOUN_I.match(text, start):
-        return []
-    first = _LETTER_AFTER_CUE.match(text, start)
-    if first is None:
-        return []
-    letters = [first.group("up") or first.group("low")]
-    pos = first.end()
-    while True:
-        more = _MORE_LETTERS.match(text, pos)
-        if more is None:
-            break
-        letters.append(more.group(1))
-        pos = more.end()
+def mcq_visible_text(response_text: str) -> str | None:
+    """The reply without its closed `<think>…</think>` blocks, or None when a think tag remains
+    (an unclosed block, or a close tag with no opening): the reference then reads no answer.
+
+    A linear walk over the tags, the same as removing `<think>.*?</think>` left to right."""
+    kept: list[str] = []
+    pos = 0
+    open_at: int | None = None
+    for tag in _THINK_TAG.finditer(response_text):
+        closing = tag.group().startswith("</")
+        if open_at is None:
+            if closing:
+                return None
+            kept.append(response_text[pos : tag.start()])
+            open_at = tag.start()
+        elif closing:
+            pos, open_at = tag.end(), None
+    if open_at is not None:
+        return None
+    kept.append(response_text[pos:])
+    return "".join(kept)
+
+
+def _letter_at(text: str, pos: int) -> re.Match[str] | None:
+    match = _ANSWER_LETTER.match(text, pos)
+    if match is None or (match.group("up") == "I" and _PRONOUN_I.match(text, match.start("up"))):
+        return None
+    return match
+
+
+def _declared_letters(text: str, start: int) -> list[str]:
+    """The letter a declaration gives at `start`, and every alternative joined to it."""
+    letters: list[str] = []
+    match = _letter_at(text, start)
+    while match is not None:
+        letters.append(match.group("up") or match.group("low"))
+        join = _ALTERNATIVE_JOIN.match(text, match.end())
+        match = _letter_at(text, join.end()) if join else None
     return letters
 
 
-def _candidates(text: str) -> list[str]:
-    """Every letter the reply states as its answer, with original case."""
+def mcq_candidates(text: str) -> list[str]:
+    """Every letter the visible reply gives as its answer (upper case, with repeats), from its
+    standalone answer lines, its declarations and its `\\boxed{}`."""
+    text = _MARKDOWN_MARKS.sub("", text)
     found: list[str] = []
-    for match in _BOXED.finditer(text):
-        inner = _BOXED_INNER.match(match.group(1))
+    for line in text.splitlines():
+        standalone = _ANSWER_LINE.fullmatch(_SPACES.sub(" ", line).strip())
+        if standalone:
+            found.append(standalone.group(1))
+    for cue in _DECLARATION.finditer(text):
+        found.extend(_declared_letters(text, cue.end()))
+    for boxed in _BOXED.finditer(text):
+        inner = _BOXED_LETTER.fullmatch(boxed.group(1))
         if inner:
             found.append(inner.group(1))
-    for cue in _EXPLICIT_CUES:
-        for match in cue.finditer(text):
-            found.extend(_letters_after(text, match.end()))
-    first_line = next((line for line in text.splitlines() if line.strip()), "")
-    bare = _LEADING_BARE.match(first_line)
-    if bare:
-        found.append(bare.group(1))
-    else:
-        labelled = _LEADING_LABELLED.match(first_line)
-        if labelled:
-            found.append(labelled.group(1) or labelled.group(2))
-    return found
+    return [letter.upper() for letter in found]
 
 
 def grade_mcq(response_text: str, correct_letter: str, n_options: int) -> MCQGrade:
-    """Strict final-answer grading: one distinct letter stated as the answer, or it is wrong.
+    """`mcq-final/2`: exactly one distinct candidate letter, which must name an option.
 
-    Accepted statements: a leading line that is just the letter (or "C. text"), "answer is X",
-    "Answer: X" (bold, brackets and `$` tolerated) and `\\boxed{X}`. Several distinct letters →
-    ambiguous; none → unparsed; a letter beyond the options is rejected. Unlike the upstream
-    MMLU-Pro script we never fall back to the last letter in the reasoning or a random guess:
-    both reward a model for not answering.
+    A single candidate beyond the options (`Answer: E` of four) names no option: unparsed. It
+    still counts as a candidate, so `Answer: E` beside `\\boxed{B}` is ambiguous.
     """
-    valid = {chr(ord("A") + i) for i in range(n_options)}
-    # Markdown emphasis is noise around the cue ("**Answer:** **C**").
-    text = strip_reasoning(response_text).replace("**", "").replace("__", "")
-    candidates = _candidates(text)
-    distinct = {c.upper() for c in candidates}
-    if not distinct:
-        return MCQGrade(correct=False, extracted=None, status="unparsed", strict_format=False)
+    visible = mcq_visible_text(response_text)
+    distinct = set(mcq_candidates(visible)) if visible is not None else set()
     if len(distinct) > 1:
         return MCQGrade(correct=False, extracted=None, status="ambiguous", strict_format=False)
-    (letter,) = distinct
-    if letter not in valid:
+    letter = distinct.pop() if distinct else None
+    if letter is None or letter not in {chr(ord("A") + i) for i in range(n_options)}:
         return MCQGrade(correct=False, extracted=None, status="unparsed", strict_format=False)
-    strict = all(c.isupper() for c in candidates)
     return MCQGrade(
-        correct=letter == correct_letter.upper(),
+        correct=letter == correct_letter.strip().upper(),
         extracted=letter,
         status="ok",
-        strict_format=strict,
+        strict_format=visible is not None and visible.strip() == letter,
     )
 
 

@@ -54,6 +54,8 @@ def run_regrade(*, run_id: int) -> RegradeResult:
     kinds = {b: get_adapter(b).kind for b in run.manifest["benchmarks"]}
     regradable = [b for b, k in kinds.items() if k in REGRADABLE_KINDS]
     versions = {b: get_adapter(b).grader_version for b in regradable}
+    # What the cells were graded with: the manifest froze it and the engine honours it.
+    graded_with = {b: run.manifest["benchmarks"][b].get("grader_version") for b in regradable}
     rows = (
         Cell.objects.filter(run=run, benchmark__in=regradable, status="completed")
         .order_by("pk")
@@ -124,6 +126,7 @@ def run_regrade(*, run_id: int) -> RegradeResult:
                     "only completed mcq and grid cells are re-graded; judge, code and agent "
                     "kinds need a model or a sandbox, failed cells have no answer"
                 ),
+                "graded_with": graded_with,
                 "by_target": totals,
                 "cells": results,
             },

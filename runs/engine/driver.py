@@ -253,9 +253,21 @@ class Driver:
             await self.finish(cell, "completed", grade.correct, grade.detail, answer, "")
             return
         if not scoring.needs_judge(cell.benchmark):
-            grade = scoring.grade_direct(
-                benchmark=cell.benchmark, payload=cell.payload, secret=cell.secret, answer=answer
-            )
+            try:
+                # The version frozen in the manifest, not today's: a run resumed after an
+                # upgrade keeps one grader for all its cells.
+                grade = scoring.grade_direct(
+                    benchmark=cell.benchmark,
+                    payload=cell.payload,
+                    secret=cell.secret,
+                    answer=answer,
+                    grader_version=self.ctx.manifest["benchmarks"][cell.benchmark].get(
+                        "grader_version"
+                    ),
+                )
+            except scoring.GradingUnavailable as exc:
+                await self.finish(cell, "failed", None, None, answer, str(exc))
+                return
             await self.finish(cell, "completed", grade.correct, grade.detail, answer, "")
             return
         judge_target = self.ctx.judges[cell.benchmark]

@@ -6,11 +6,21 @@ One dispatch for the engine and for re-grading saved answers: the graders themse
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from datasets.benchmarks import get_adapter
-from datasets.grading import grade_grid, grade_mcq, judge_messages, parse_verdict
+from datasets.grading import (
+    GRID_GRADER_VERSION,
+    MCQ_GRADER_VERSION,
+    MCQGrade,
+    grade_grid,
+    grade_mcq,
+    judge_messages,
+    parse_verdict,
+)
+from datasets.mcq_grader_v1 import MCQ_STRICT_V1_VERSION, grade_mcq_strict_v1
 
 
 @dataclass(frozen=True)
@@ -19,13 +29,32 @@ class Grade:
     detail: dict[str, Any]
 
 
-def grade_direct(*, benchmark: str, payload: dict, secret: dict, answer: str) -> Grade:
-    """Kinds graded without another model call: mcq and grid."""
-    kind = get_adapter(benchmark).kind
-    if kind == "mcq":
-        g = grade_mcq(answer, secret["answer"], len(payload["options"]))
-        return Grade(g.correct, {"grader": "mcq", **asdict(g)})
-    if kind == "grid":
+# Every MCQ grader version this build can apply, so a run is graded by the version its
+# manifest froze even when the current one has moved on (a run resumed across an upgrade).
+MCQ_GRADERS: dict[str, Callable[[str, str, int], MCQGrade]] = {
+    MCQ_GRADER_VERSION: grade_mcq,
+    MCQ_STRICT_V1_VERSION: grade_mcq_strict_v1,
+}
+
+
+def grade_direct(
+    *, benchmark: str, payload: dict, secret: dict, answer: str, grader_version: str | None = None
+) -> Grade:
+    """Kinds graded without another model call: mcq and grid.
+
+    `grader_version` is the version the run's manifest froze; None means today's (regrade).
+    A version this build does not have raises GradingUnavailable: a guess would mix graders."""
+    adapter = get_adapter(benchmark)
+    version = grader_version or adapter.grader_version
+    if adapter.kind == "mcq":
+        grader = MCQ_GRADERS.get(version)
+        if grader is None:
+            raise GradingUnavailable(f"MCQ grader {version!r} is not in this build")
+        g = grader(answer, secret["answer"], len(payload["options"]))
+        return Grade(g.correct, {"grader": "mcq", "version": version, **asdict(g)})
+    if adapter.kind == "grid":
+        if version != GRID_GRADER_VERSION:
+            raise GradingUnavailable(f"grid grader {version!r} is not in this build")
         g = grade_grid(answer, secret["outputs"])
         return Grade(
             g.correct,
@@ -36,7 +65,7 @@ def grade_direct(*, benchmark: str, payload: dict, secret: dict, answer: str) ->
                 "pairs_total": g.pairs_total,
             },
         )
-    raise ValueError(f"{benchmark} ({kind}) is not graded directly")
+    raise ValueError(f"{benchmark} ({adapter.kind}) is not graded directly")
 
 
 class GradingUnavailable(Exception):

@@ -1,10 +1,12 @@
-"""The strict MCQ grader against replies a real model produces, including the tricky ones."""
+"""The frozen MCQ grader `mcq-strict/1` against replies a real model produces: runs whose
+manifest names it are still graded by it, so its behaviour must not move. The current grader,
+`mcq-final/2`, has its own table in test_mcq_reference_rule.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from datasets.grading import grade_mcq
+from datasets.mcq_grader_v1 import grade_mcq_strict_v1 as grade_mcq
 
 # (reply, correct letter, n_options, expected extracted, expected status, expected strict)
 CASES: list[tuple[str, str, int, str | None, str, bool]] = [

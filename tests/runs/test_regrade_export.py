@@ -120,7 +120,7 @@ def test_regrade_records_where_todays_grader_disagrees_without_touching_the_cell
         }
     ]
     assert Cell.objects.get(pk=cell.pk).correct is False
-    assert g.grader_versions == {"mmlu-pro": "mcq-strict/1"}
+    assert g.grader_versions == {"mmlu-pro": "mcq-final/2"}
     with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("DELETE FROM compare_regrade WHERE id = %s", [g.pk])
 
