@@ -24,11 +24,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
+from runs.engine.finish import calls_settle_unheld
 from runs.engine.reaper import ledger_reap
 from runs.events import events_append
 from runs.models import (
     TERMINAL_RUN_STATUSES,
-    Call,
     Cell,
     RecoveryClaim,
     RecoveryRequest,
@@ -36,6 +36,7 @@ from runs.models import (
 )
 from runs.reconcile import effective_call_sums
 from srbench.canonical import sha256_hex
+from srbench.money import money_text
 
 __all__ = [
     "MAX_RECOVERY_PAGE",
@@ -53,7 +54,6 @@ PLAN_VERSION = 1
 MAX_RECOVERY_PAGE = 100  # R13.3 with R13.1: candidates and exclusions are read ≤ 100 at a time
 Mode = Literal["undispatched", "failed"]
 MODES = ("undispatched", "failed")
-OPEN_CALL_STATUSES = ("sent", "streaming")
 AMBIGUOUS_CALL_STATUSES = ("sent", "streaming", "sent_unknown")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -87,10 +87,6 @@ class RecoveryError(Exception):
         super().__init__(message)
 
 
-def _money(value: Decimal | None) -> str | None:
-    return None if value is None else format(value.normalize(), "f")
-
-
 # --- reconciliation (R15.1) --------------------------------------------------------------------
 
 
@@ -105,35 +101,9 @@ def recovery_reconcile(*, run: Run) -> dict[str, int]:
     with transaction.atomic(durable=True):
         locked = Run.objects.select_for_update().get(pk=run.pk)
         if locked.status in TERMINAL_RUN_STATUSES:
-            held = Q(cell__status="running", cell__lease_expires_at__gte=now)
-            open_calls = list(
-                Call.objects.filter(cell__run=locked, status__in=OPEN_CALL_STATUSES)
-                .exclude(held)
-                .values_list("id", "cell_id")
-            )
-            if open_calls:
-                Call.objects.filter(pk__in=[c for c, _ in open_calls]).update(
-                    status="sent_unknown",
-                    stage="done",
-                    error_code="unsettled_after_run_end",
-                    error="the run ended with this call unsettled; whether the model answered "
-                    "is unknown",
-                )
-                cells = sorted({cell for _, cell in open_calls})
-                Cell.objects.filter(pk__in=cells).exclude(
-                    status__in=["completed", "failed"]
-                ).update(status="sent_unknown", lease_expires_at=None)
-                events_append(
-                    run_id=locked.pk,
-                    events=[
-                        (
-                            "cell.sent_unknown",
-                            {"cell": c, "calls": [k for k, cc in open_calls if cc == c]},
-                        )
-                        for c in cells
-                    ],
-                )
-                settled = len(open_calls)
+            # Runs end with nothing open since the terminal-status guard (migration 0004);
+            # this settles runs that ended before it.
+            settled = calls_settle_unheld(run_id=locked.pk, now=now)
     run.refresh_from_db()
     if not run.is_terminal:
         raise RecoveryError(
@@ -172,7 +142,7 @@ def run_known_spend(*, run_ids: list[int]) -> dict[int, dict[str, Any]]:
             entry["complete"] = False
     return {
         r: {
-            "known_spend_usd": _money(v["known"]),
+            "known_spend_usd": money_text(v["known"]),
             "spend_complete": v["complete"],
             "calls": v["calls"],
         }
@@ -251,7 +221,7 @@ def _entry(row: dict[str, Any], mode: str) -> dict[str, Any]:
     }
     if mode == "failed" and row["n_calls"] and not row["cost_unknown"]:
         # What the previous attempt cost: the best guide to what a new attempt will cost.
-        entry["previous_attempt_cost_usd"] = _money(row["known_cost"])
+        entry["previous_attempt_cost_usd"] = money_text(row["known_cost"])
     return entry
 
 

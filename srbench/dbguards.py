@@ -39,11 +39,9 @@ def drop_trigger_sql(table: str, suffix: str) -> str:
 
 
 def run_on_postgres(statements: list[str]):  # type: ignore[no-untyped-def]
-    """A RunPython body that executes the statements on PostgreSQL only."""
+    """A RunPython body that executes the statements (PostgreSQL is the only database)."""
 
     def apply(apps: Any, schema_editor: Any) -> None:
-        if schema_editor.connection.vendor != "postgresql":
-            return
         # A plain cursor without parameters: the plpgsql body contains '%' placeholders that
         # the schema editor would try to interpolate.
         with schema_editor.connection.cursor() as cursor:
@@ -51,3 +49,58 @@ def run_on_postgres(statements: list[str]):  # type: ignore[no-untyped-def]
                 cursor.execute(sql)
 
     return apply
+
+
+def terminal_run_settled_sql(terminal: tuple[str, ...]) -> list[str]:
+    """A run is terminal only when nothing of it is open: no call `sent`/`streaming`, no cell
+    `running` (a client that stops polling at a terminal status must hold the final ledger).
+
+    A constraint trigger deferred to commit, so the closing transaction may settle its calls
+    and cells and set the status in either order; the check reads the run as it is then. It
+    fires only when a run becomes terminal: runs that ended before the guard existed are
+    settled by recovery's reconciliation, not refused on every later write.
+    """
+    statuses = ", ".join(f"'{s}'" for s in terminal)
+    function = f"""
+CREATE OR REPLACE FUNCTION srbench_run_terminal_settled() RETURNS trigger AS $$
+DECLARE
+  current_status text;
+  open_calls bigint;
+  running_cells bigint;
+BEGIN
+  SELECT status INTO current_status FROM runs_run WHERE id = NEW.id;
+  IF current_status IS NULL OR current_status NOT IN ({statuses}) THEN
+    RETURN NULL;
+  END IF;
+  SELECT count(*) INTO running_cells FROM runs_cell
+    WHERE run_id = NEW.id AND status = 'running';
+  SELECT count(*) INTO open_calls FROM runs_call c JOIN runs_cell ce ON ce.id = c.cell_id
+    WHERE ce.run_id = NEW.id AND c.status IN ('sent', 'streaming');
+  IF open_calls > 0 OR running_cells > 0 THEN
+    RAISE EXCEPTION 'srbench: run % cannot be % with % open call(s) and % running cell(s)',
+      NEW.id, current_status, open_calls, running_cells
+      USING ERRCODE = 'integrity_constraint_violation',
+        HINT = 'settle open calls (sent_unknown) and running cells first';
+  END IF;
+  RETURN NULL;
+END;
+$$ LANGUAGE plpgsql;
+"""
+
+    def trigger(suffix: str, event: str, when: str) -> str:
+        return (
+            f"CREATE CONSTRAINT TRIGGER runs_run_{suffix} AFTER {event} ON runs_run "
+            f"DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ({when}) "
+            "EXECUTE FUNCTION srbench_run_terminal_settled();"
+        )
+
+    becomes_terminal = f"NEW.status IN ({statuses})"
+    return [
+        function,
+        trigger(
+            "terminal_settled",
+            "UPDATE OF status",
+            f"{becomes_terminal} AND OLD.status IS DISTINCT FROM NEW.status",
+        ),
+        trigger("terminal_settled_on_insert", "INSERT", becomes_terminal),
+    ]

@@ -15,8 +15,11 @@ from datetime import timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
+from runs.engine.finish import calls_settle_unheld
 from runs.events import events_append
 from runs.models import Call, Cell, Run
+
+INTERRUPT_REASON = "a worker stopped with calls in flight (sent_unknown)"
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +85,38 @@ def ledger_reap(*, now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
                 ("cell.failed", {"cell": c, "error": "worker lost after its calls"})
                 for c in finished_calls_only
             ]
-            if unknown_cells:
-                interrupted = Run.objects.filter(pk=run_id, status="running").update(
-                    status="interrupted",
-                    finished_at=now,
-                    stop_reason="a worker stopped with calls in flight (sent_unknown)",
+            # The run row lock orders this pass after any other pass or driver that settled
+            # cells of this run, so the last one to settle sees that nothing runs any more.
+            status = (
+                Run.objects.select_for_update()
+                .filter(pk=run_id)
+                .values_list("status", flat=True)
+                .get()
+            )
+            stopped_now = False
+            if unknown_cells and status == "running":
+                # No new dispatch at once; the run becomes interrupted only when nothing of it
+                # is open: cells other workers (or this dead one, under later leases) still
+                # hold are settled first (a terminal status is final for those who poll it).
+                stopped_now = bool(
+                    Run.objects.filter(pk=run_id)
+                    .exclude(stop_reason=INTERRUPT_REASON)
+                    .update(stop_reason=INTERRUPT_REASON)
                 )
-                if interrupted:
-                    events.append(("run.interrupted", {"sent_unknown_cells": len(unknown_cells)}))
-                    stats["runs"] += 1
+            if (
+                status == "running"
+                and Cell.objects.filter(run_id=run_id, status="sent_unknown").exists()
+                and not Cell.objects.filter(run_id=run_id, status="running").exists()
+            ):
+                calls_settle_unheld(run_id=run_id, now=now)
+                Run.objects.filter(pk=run_id).update(
+                    status="interrupted", finished_at=now, stop_reason=INTERRUPT_REASON
+                )
+                unknown_total = Cell.objects.filter(run_id=run_id, status="sent_unknown").count()
+                events.append(("run.interrupted", {"sent_unknown_cells": unknown_total}))
+                stats["runs"] += 1
+            elif stopped_now:
+                events.append(("run.dispatch_stopped", {"reason": INTERRUPT_REASON}))
             if never_sent and not unknown_cells:
                 redispatch.add(run_id)
             events_append(run_id=run_id, events=events)
