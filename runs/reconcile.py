@@ -33,6 +33,7 @@ from runs.engine.sse import ChatStreamAccumulator, SSEError, decode_sse
 from runs.events import events_append
 from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run, UsageCorrection
 from srbench.canonical import sha256_bytes, sha256_hex
+from srbench.money import money_text
 
 __all__ = [
     "RULES_VERSION",
@@ -278,8 +279,8 @@ def usage_reconcile(*, run_id: int) -> ReconcileResult:
                         "verified": verified,
                         "changed": changed,
                         "unverifiable": len(entries) - verified,
-                        "old_known_cost_usd": str(old_known),
-                        "new_known_cost_usd": str(new_known),
+                        "old_known_cost_usd": money_text(old_known),
+                        "new_known_cost_usd": money_text(new_known),
                     },
                 )
             ],
@@ -292,10 +293,6 @@ def correction_summary(correction: UsageCorrection | None) -> dict[str, Any] | N
     """What a report shows about the correction in effect (R2.3)."""
     if correction is None:
         return None
-
-    def money(value: Decimal | None) -> str | None:
-        return None if value is None else format(value.normalize(), "f")
-
     return {
         "version": correction.version,
         "evidence_sha256": correction.evidence_sha256,
@@ -303,8 +300,8 @@ def correction_summary(correction: UsageCorrection | None) -> dict[str, Any] | N
         "verified": correction.verified_count,
         "changed": correction.changed_count,
         "unverifiable": correction.unverifiable_count,
-        "old_known_cost_usd": money(correction.old_known_cost_usd),
-        "new_known_cost_usd": money(correction.new_known_cost_usd),
+        "old_known_cost_usd": money_text(correction.old_known_cost_usd),
+        "new_known_cost_usd": money_text(correction.new_known_cost_usd),
     }
 
 
@@ -319,18 +316,12 @@ _ENTRY_COLUMNS_PG = (
 )
 
 
-def _entries_sql(vendor: str) -> str:
+def _entries_sql() -> str:
     """One row per corrected call of each run's latest correction."""
-    if vendor == "postgresql":
-        return (
-            "SELECT x.* FROM latest l CROSS JOIN LATERAL jsonb_to_recordset("
-            f"l.corrections -> 'calls') AS x({_ENTRY_COLUMNS_PG})"
-        )
-    fields = ", ".join(
-        f"json_extract(j.value, '$.{c}') AS {c}"
-        for c in ("call_id", *BUCKET_COLUMNS, *MONEY_COLUMNS)
+    return (
+        "SELECT x.* FROM latest l CROSS JOIN LATERAL jsonb_to_recordset("
+        f"l.corrections -> 'calls') AS x({_ENTRY_COLUMNS_PG})"
     )
-    return f"SELECT {fields} FROM latest l, json_each(l.corrections, '$.calls') j"
 
 
 def _effective_calls_sql(run_ids: Sequence[int]) -> tuple[str, list[int]]:
@@ -349,7 +340,7 @@ def _effective_calls_sql(run_ids: Sequence[int]) -> tuple[str, list[int]]:
             WHERE uc.run_id IN ({marks}) AND uc.version = (
                 SELECT MAX(v.version) FROM {correction_t} v WHERE v.run_id = uc.run_id)
         ),
-        entries AS ({_entries_sql(connection.vendor)}),
+        entries AS ({_entries_sql()}),
         eff AS (
             SELECT cell.run_id, cell.target_id, cell.id AS cell_id, c.role, {effective}
             FROM {call_t} c JOIN {cell_t} cell ON cell.id = c.cell_id
@@ -405,10 +396,8 @@ def effective_call_sums(*, run_ids: Sequence[int], group_by: GroupBy) -> list[di
     for row in rows:
         record = dict(zip(names, row, strict=True))
         for name in ("cost", "neutral"):
-            value = record[name]
-            # SQLite hands back floats or text; PostgreSQL numeric arrives as an exact Decimal.
-            if value is not None and not isinstance(value, Decimal):
-                record[name] = Decimal(str(value))
+            # PostgreSQL numeric arrives as an exact Decimal; anything else is a defect.
+            assert record[name] is None or isinstance(record[name], Decimal), record[name]
         for name in (*BUCKET_COLUMNS, "calls", "usage_unknown", "cost_unknown", "neutral_unknown"):
             if record[name] is not None:
                 record[name] = int(record[name])

@@ -12,30 +12,23 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-import numpy as np
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Case, Count, Q, When
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from compare.stats import accuracy, weighted_quality, wilson_interval
 from datasets.benchmarks import ADAPTERS
+from runs.accounting import sum_known
 from runs.models import Call, Cell, Run, Target
 from runs.reconcile import correction_summary, effective_call_sums, latest_corrections
 from runs.selectors import manifest_head, run_settled_fingerprint
 from srbench.canonical import sha256_hex
+from srbench.money import money_text
 
 BUCKETS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
 SETTLED_REPORT_TIMEOUT = 24 * 3600
 CELL_STATES = ("pending", "running", "completed", "failed", "cancelled", "sent_unknown")
-
-
-def _money(value: Decimal | None) -> str | None:
-    return None if value is None else format(value.normalize(), "f")
-
-
-def _percentile(values: np.ndarray, q: float) -> float | None:
-    return None if not values.size else float(np.percentile(values, q))
 
 
 def _cell_counts(run_ids: list[int]) -> dict[tuple[int, int, str], dict[str, int]]:
@@ -76,20 +69,22 @@ def _call_sums(run_ids: list[int]) -> dict[tuple[int, int, str], dict[str, Any]]
 
 
 TIMING_FIELDS = ("ttft_p50_ms", "latency_p50_ms", "latency_p95_ms", "request_seconds_sum")
+# Timings are shown to the microsecond. A clock difference times 1000 (553.2292899999902 ms),
+# an interpolated percentile or a float sum carries binary noise below that, which is not
+# part of the measurement and reads as a float artefact (issue 18).
+TIMING_DECIMALS = {"ms": 3, "seconds": 6}
+
+
+def timing_shown(value: float | None, unit: str = "ms") -> float | None:
+    return None if value is None else round(float(value), TIMING_DECIMALS[unit])
 
 
 def _timings(run_ids: list[int]) -> dict[tuple[int, int], dict[str, float | None]]:
     """Per (run, target): TTFT p50 and latency p50/p95 of the completed subject calls, and the
     request seconds of every timed call. Percentiles interpolate linearly between order
-    statistics (numpy's default, PostgreSQL's percentile_cont); None when nothing is timed."""
-    if connection.vendor == "postgresql" and SQL_PERCENTILES:
-        return _timings_sql(run_ids)
-    return _timings_numpy(run_ids)
-
-
-# The figures come from SQL on PostgreSQL (no 100,000-row transfer); the tests also run the
-# numpy path there, against the same hand-computed values.
-SQL_PERCENTILES = True
+    statistics (PostgreSQL's percentile_cont), computed in SQL (no 100,000-row transfer); None
+    when nothing is timed."""
+    return _timings_sql(run_ids)
 
 
 def _timings_sql(run_ids: list[int]) -> dict[tuple[int, int], dict[str, float | None]]:
@@ -110,44 +105,17 @@ def _timings_sql(run_ids: list[int]) -> dict[tuple[int, int], dict[str, float | 
         cursor.execute(sql, run_ids)
         return {
             (run_id, target_id): dict(
-                zip(TIMING_FIELDS, (None if v is None else float(v) for v in values), strict=True)
+                zip(
+                    TIMING_FIELDS,
+                    (
+                        timing_shown(v, "seconds" if name.endswith("_seconds_sum") else "ms")
+                        for name, v in zip(TIMING_FIELDS, values, strict=True)
+                    ),
+                    strict=True,
+                )
             )
             for run_id, target_id, *values in cursor.fetchall()
         }
-
-
-def _timings_numpy(run_ids: list[int]) -> dict[tuple[int, int], dict[str, float | None]]:
-    query = Call.objects.filter(cell__run_id__in=run_ids, duration_ms__isnull=False).values_list(
-        "cell__run_id",
-        "cell__target_id",
-        Case(When(role="subject", status="completed", then=1), default=0),
-        "duration_ms",
-        "ttft_ms",
-    )
-    sql, params = query.query.sql_with_params()
-    with connection.cursor() as cursor:  # one fetch, not Django's chunks of 100 rows
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    out: dict[tuple[int, int], dict[str, float | None]] = {}
-    if not rows:
-        return out
-    table = np.array(rows, dtype=np.float64)  # a null TTFT becomes NaN
-    subject_done = table[:, 2] == 1
-    duration_a, ttft_a = table[:, 3], table[:, 4]
-    pairs, inverse = np.unique(table[:, :2].astype(np.int64), axis=0, return_inverse=True)
-    inverse = inverse.ravel()
-    for i, (run_id, target_id) in enumerate(pairs.tolist()):
-        mine = inverse == i
-        chosen = mine & subject_done
-        ttfts = ttft_a[chosen]
-        durations = duration_a[chosen]
-        out[(run_id, target_id)] = {
-            "ttft_p50_ms": _percentile(ttfts[~np.isnan(ttfts)], 50),
-            "latency_p50_ms": _percentile(durations, 50),
-            "latency_p95_ms": _percentile(durations, 95),
-            "request_seconds_sum": float(duration_a[mine].sum()) / 1000,
-        }
-    return out
 
 
 def _routing(runs: list[Run]) -> dict[tuple[int, int], list[dict[str, Any]]]:
@@ -217,10 +185,12 @@ def _target_report(
     cost_complete = cells_all_subject_known and subject.get("cost_unknown", 1) == 0
     neutral_complete = cells_all_subject_known and subject.get("neutral_unknown", 1) == 0
     evaluation = [sums[r] for r in ("judge", "simulator") if r in sums]
-    evaluation_known = sum((e["cost"] or Decimal(0) for e in evaluation), Decimal(0))
+    # Exact sums (sum_known's precision), never a float: a report shows the ledger's digits.
+    evaluation_known = sum_known(e["cost"] or Decimal(0) for e in evaluation).known_sum
     evaluation_complete = all(e["cost_unknown"] == 0 for e in evaluation)
     subject_known = subject.get("cost") or Decimal(0)
     all_complete = cost_complete and evaluation_complete
+    spend_known = sum_known([subject_known, evaluation_known]).known_sum
 
     run_complete = run.status == "completed" and all(v["complete"] for v in benchmarks.values())
     nine = set(manifest["benchmarks"]) == set(ADAPTERS)
@@ -261,13 +231,13 @@ def _target_report(
             b.removesuffix("_tokens"): (subject.get(b) if usage_complete else None) for b in BUCKETS
         },
         "tokens_known_partial": {b.removesuffix("_tokens"): subject.get(b) for b in BUCKETS},
-        "subject_cost_usd": _money(subject_known) if cost_complete else None,
-        "known_cost_usd": _money(subject_known),
-        "evaluation_cost_usd": _money(evaluation_known) if evaluation_complete else None,
-        "known_evaluation_cost_usd": _money(evaluation_known),
-        "total_spend_usd": _money(subject_known + evaluation_known) if all_complete else None,
-        "known_total_spend_usd": _money(subject_known + evaluation_known),
-        "cache_neutral_cost_usd": _money(subject.get("neutral")) if neutral_complete else None,
+        "subject_cost_usd": money_text(subject_known) if cost_complete else None,
+        "known_cost_usd": money_text(subject_known),
+        "evaluation_cost_usd": money_text(evaluation_known) if evaluation_complete else None,
+        "known_evaluation_cost_usd": money_text(evaluation_known),
+        "total_spend_usd": money_text(spend_known) if all_complete else None,
+        "known_total_spend_usd": money_text(spend_known),
+        "cache_neutral_cost_usd": money_text(subject.get("neutral")) if neutral_complete else None,
         **{k: timings.get(k) for k in TIMING_FIELDS},
     }
     if run.mode == "preview":

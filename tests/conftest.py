@@ -34,8 +34,6 @@ def wait_until(
 def database_url_for_worker() -> str:
     """The URL of the *test* database pytest-django created, for a worker process."""
     db = connection.settings_dict
-    if db["ENGINE"] == "django.db.backends.sqlite3":
-        return f"sqlite:///{db['NAME']}"
     user = db.get("USER") or "postgres"
     password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
     host = db.get("HOST") or "127.0.0.1"

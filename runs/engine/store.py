@@ -24,6 +24,7 @@ from runs.events import events_append
 from runs.models import Call, CallEvidence, Cell, Run, Target
 from runs.services import target_api_key
 from srbench.canonical import sha256_bytes
+from srbench.money import money_text
 
 CLAIMABLE_RUN_STATUSES = ("running",)
 
@@ -144,7 +145,7 @@ def cells_claim(
         ids: list[int] = []
         rows: list[tuple[int, int, int, str, int]] = []
         lease = now + timedelta(seconds=lease_seconds)
-        if n > 0 and connection.vendor == "postgresql":
+        if n > 0:
             # One statement: lock, claim and read back the claimed cells.
             with connection.cursor() as cursor:
                 cursor.execute(
@@ -157,21 +158,6 @@ def cells_claim(
                 )
                 rows = sorted(cursor.fetchall())
             ids = [r[0] for r in rows]
-        elif n > 0:
-            ids = list(
-                Cell.objects.select_for_update(skip_locked=True)
-                .filter(run_id=run_id, status="pending")
-                .order_by("id")
-                .values_list("id", flat=True)[:n]
-            )
-            if ids:
-                Cell.objects.filter(pk__in=ids).update(
-                    status="running",
-                    claim_token=F("claim_token") + 1,
-                    claimed_by=worker,
-                    lease_expires_at=lease,
-                    started_at=now,
-                )
         # Only worth a count when nothing was claimed: then the caller decides whether the
         # run is drained or other workers hold the concurrency.
         pending_left = (
@@ -330,11 +316,10 @@ def ledger_apply(*, run_id: int, max_cost: Decimal | None, ops: list[LedgerOp]) 
                             {
                                 "cell": op.cell_id,
                                 "role": op.role,
-                                "committed_usd": str(committed + reserved),
-                                "reservation_usd": None
-                                if op.reservation is None
-                                else str(op.reservation),
-                                "max_cost_usd": str(max_cost),
+                                # Exact text: str() of the column's 0 is "0E-10".
+                                "committed_usd": money_text(committed + reserved),
+                                "reservation_usd": money_text(op.reservation),
+                                "max_cost_usd": money_text(max_cost),
                             },
                         )
                     )
@@ -412,11 +397,7 @@ CLOSE_GUARD = "t.status IN ('sent', 'streaming')"
 
 def _calls_close(closes: list[tuple[int, CloseCall]]) -> None:
     """Write the outcome of closed calls that are still open (sent/streaming): one statement
-    per shape of outcome on PostgreSQL, row by row elsewhere."""
-    if connection.vendor != "postgresql":
-        for _, op in closes:
-            Call.objects.filter(pk=op.call_id, status__in=["sent", "streaming"]).update(**op.fields)
-        return
+    per shape of outcome."""
     first, repeats = _first_per_key(closes, lambda op: op.call_id)
     shapes: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
     for _, op in first:
@@ -448,8 +429,6 @@ def _cells_finish(finishes: list[tuple[int, FinishCell]], now: Any) -> dict[int,
             == 1
         )
 
-    if connection.vendor != "postgresql":
-        return {i: one(op) for i, op in finishes}
     first, repeats = _first_per_key(finishes, lambda op: op.cell_id)
     if first:
         updated = set(
@@ -495,29 +474,19 @@ def calls_checkpoint(*, activity: list[tuple[int, str, Any, int]]) -> None:
     """Live activity (R10.3) of in-flight calls in one statement: (call, stage, last, bytes)."""
     if not activity:
         return
-    if connection.vendor == "postgresql":
-        # Only calls still open: a checkpoint that lands after a call's close must not
-        # overwrite its final stage.
-        _bulk_update_sql(
-            Call,
-            keys=("id",),
-            fields=("stage", "last_activity_at", "bytes_received"),
-            rows=list({pk: (pk, stage, last, n) for pk, stage, last, n in activity}.values()),
-            where=CLOSE_GUARD,
-            extra_set=(
-                "status = CASE WHEN v.stage = 'streaming' AND t.status = 'sent' "
-                "THEN 'streaming' ELSE t.status END"
-            ),
-        )
-        return
-    calls = [
-        Call(pk=pk, stage=stage, last_activity_at=last, bytes_received=n)
-        for pk, stage, last, n in activity
-    ]
-    Call.objects.bulk_update(calls, ["stage", "last_activity_at", "bytes_received"])
-    streaming = [pk for pk, stage, _, _ in activity if stage == "streaming"]
-    if streaming:
-        Call.objects.filter(pk__in=streaming, status="sent").update(status="streaming")
+    # Only calls still open: a checkpoint that lands after a call's close must not
+    # overwrite its final stage.
+    _bulk_update_sql(
+        Call,
+        keys=("id",),
+        fields=("stage", "last_activity_at", "bytes_received"),
+        rows=list({pk: (pk, stage, last, n) for pk, stage, last, n in activity}.values()),
+        where=CLOSE_GUARD,
+        extra_set=(
+            "status = CASE WHEN v.stage = 'streaming' AND t.status = 'sent' "
+            "THEN 'streaming' ELSE t.status END"
+        ),
+    )
 
 
 def cell_release(*, cell_id: int, token: int) -> None:

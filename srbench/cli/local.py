@@ -17,7 +17,12 @@ from typing import Any
 import httpx
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.core.management import call_command
+from django.db import transaction
+
+from srbench.cli.client import EXIT_FAILED, EXIT_UNREACHABLE, cli_error
 
 ROOT = Path(settings.BASE_DIR)
 
@@ -69,6 +74,7 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
 
     Children are started in their own session and stopped together on Ctrl-C.
     """
+    from runs.engine.sandbox import sandbox_available
     from srbench import demo as setup
 
     def stop_on_term(signum: int, frame: object) -> None:
@@ -86,7 +92,6 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
     simulator_config = setup.simulator_config(dataset, var_dir)
     env = {
         **os.environ,
-        "DJANGO_DEBUG": os.environ.get("DJANGO_DEBUG", "1"),
         "SRBENCH_SCICODE_H5": str(setup.scicode_test_data(var_dir)),
     }
     logs = var_dir / "logs"
@@ -151,7 +156,14 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
         if exit_after_ready:
             return 0
         setup.demo_targets(simulator_url)
-        code = demo_evaluation(setup.demo_plan(dataset), username)
+        benchmarks, not_run = setup.demo_benchmarks(dataset, sandbox=sandbox_available())
+        if not_run:
+            print(
+                f"not run: {', '.join(not_run)} — no code sandbox on this machine "
+                "(bubblewrap; run scripts/ensure_sandbox.sh as root, then make demo again)",
+                flush=True,
+            )
+        code = demo_evaluation(setup.demo_plan(dataset, benchmarks), username)
         if code:
             return code
         print(f"open {url} to see it; Press Ctrl-C to stop.", flush=True)
@@ -201,6 +213,70 @@ def demo_evaluation(plan: dict[str, Any], username: str) -> int:
     return 0 if run["status"] == "completed" else 1
 
 
+def simulator_targets(*, simulator_url: str, wait: float = 60.0) -> int:
+    """Register the demo's simulated targets (sim-strong, sim-weak, sim-router, sim-judge,
+    sim-user) against a simulator that is already running, at the URL the workers reach it by:
+    the compose file's `setup` service points them at its `simulator` container. Idempotent:
+    a second call points the same targets at the URL again."""
+    from srbench import demo as setup
+
+    simulator_url = simulator_url.rstrip("/")
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            httpx.get(f"{simulator_url}/health", timeout=2.0).raise_for_status()
+            break
+        except httpx.HTTPError as exc:
+            if time.monotonic() >= deadline:
+                return cli_error(
+                    f"the simulator at {simulator_url} did not answer within {wait:.0f}s: {exc}",
+                    EXIT_UNREACHABLE,
+                )
+            time.sleep(0.5)
+    try:
+        targets = setup.demo_targets(simulator_url)
+    except httpx.HTTPError as exc:
+        return cli_error(f"the simulator at {simulator_url} failed: {exc}", EXIT_UNREACHABLE)
+    for target in targets:
+        print(f"target {target.slug}: model {target.model} at {target.base_url}", flush=True)
+    return 0
+
+
+def ensure_login(*, username: str, operator: bool, password_env: str) -> int:
+    """A portal login for a fresh installation (the compose file's `setup` service).
+
+    Idempotent: when the environment variable `password_env` holds a password, the account is
+    created or its password set to it; otherwise an existing account keeps its password and a
+    new one gets a generated password, printed this once."""
+    password = os.environ.get(password_env, "")
+    user_model = get_user_model()
+    generated = ""
+    with transaction.atomic(durable=True):
+        user, created = user_model.objects.get_or_create(username=username)
+        if password:
+            try:
+                validate_password(password, user)
+            except ValidationError as exc:
+                transaction.set_rollback(True)
+                return cli_error(f"{password_env}: {' '.join(exc.messages)}", EXIT_FAILED)
+            user.set_password(password)
+        elif created:
+            generated = secrets.token_urlsafe(12)
+            user.set_password(generated)
+        if operator:
+            user.is_staff = user.is_superuser = True
+        user.save()
+    role = " (operator)" if user.is_staff else ""
+    if password:
+        print(f"login {username}{role}: password from ${password_env}", flush=True)
+    elif generated:
+        print(f"login {username}{role} created; password: {generated}", flush=True)
+        print(f"  (shown once; set ${password_env} and run this again to choose one)", flush=True)
+    else:
+        print(f"login {username}{role} exists; password unchanged", flush=True)
+    return 0
+
+
 def doctor(*, timeout: float = 30.0) -> int:
     """Prove the whole chain: database write → broker → a worker → database write."""
     from srbench.models import WorkerPing
@@ -237,6 +313,33 @@ def register(verbs: Any) -> None:
             port=o["port"],
             simulator_port=o["simulator_port"],
             exit_after_ready=o["exit_after_ready"],
+        )
+    )
+
+    p = verbs.add_parser(
+        "simulator-targets", help="register the simulated targets of a running simulator"
+    )
+    p.add_argument(
+        "--simulator-url",
+        required=True,
+        help="the simulator's root URL as the workers reach it, e.g. http://simulator:8100",
+    )
+    p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for it to answer")
+    p.set_defaults(
+        handler=lambda o: simulator_targets(simulator_url=o["simulator_url"], wait=o["wait"])
+    )
+
+    p = verbs.add_parser("ensure-login", help="create a portal login (idempotent)")
+    p.add_argument("--username", required=True)
+    p.add_argument("--operator", action="store_true", help="staff: admin and every run")
+    p.add_argument(
+        "--password-env",
+        default="SRBENCH_PASSWORD",
+        help="environment variable holding the password (unset: generate one for a new login)",
+    )
+    p.set_defaults(
+        handler=lambda o: ensure_login(
+            username=o["username"], operator=o["operator"], password_env=o["password_env"]
         )
     )
 

@@ -43,7 +43,8 @@ def _shape(path: str) -> str:
 def api_routes() -> dict[str, set[str]]:
     routes: dict[str, set[str]] = {}
     for path, callback in _routes(get_resolver().url_patterns):
-        if not path.startswith("api/") or path.startswith("api/schema"):
+        # The schema itself and the pages that render it (Swagger UI, Redoc) are not endpoints.
+        if not path.startswith("api/") or path.startswith(("api/schema", "api/docs", "api/redoc")):
             continue
         routes.setdefault(_shape(path), set()).update(_methods(callback))
     return routes

@@ -14,18 +14,6 @@ from tests.runs.test_pages import manifest_for
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(params=["sql", "numpy"], autouse=True)
-def path(request, monkeypatch):  # type: ignore[no-untyped-def]
-    """Both ways of computing the figures (SQL on PostgreSQL, numpy elsewhere)."""
-    from django.db import connection
-
-    # The suite runs on PostgreSQL (the embedded pass selects only `embedded` tests), so the
-    # SQL path is always exercised: fail rather than skip if that ever changes.
-    assert request.param == "numpy" or connection.vendor == "postgresql"
-    monkeypatch.setattr("runs.report.SQL_PERCENTILES", request.param == "sql")
-    return request.param
-
-
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     rank = (len(ordered) - 1) * q / 100

@@ -35,34 +35,56 @@ def test_production_starts_with_a_secret_key():
     assert result.returncode == 0, result.stderr
 
 
-def test_embedded_default_is_sqlite_and_a_serverless_broker():
+def settings_probe(env_over: dict[str, str], drop: set[str], code: str, var_dir: str):
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update({"DJANGO_SETTINGS_MODULE": "srbench.settings", "SRBENCH_VAR_DIR": var_dir})
+    env.update(env_over)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+
+
+def test_embedded_default_is_postgresql_and_a_serverless_broker(tmp_path):
     code = (
         "import django; django.setup(); from django.conf import settings as s; "
         "print(s.DATABASES['default']['ENGINE'], s.CELERY_BROKER_URL, "
         "s.DATABASES['default']['ATOMIC_REQUESTS'], s.CELERY_TASK_ACKS_LATE, "
         "s.CELERY_TASK_REJECT_ON_WORKER_LOST, s.CELERY_WORKER_PREFETCH_MULTIPLIER, "
-        "s.CELERY_ACCEPT_CONTENT)"
+        "s.CELERY_ACCEPT_CONTENT, s.DEBUG)"
     )
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}}
-    env.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "srbench.settings",
-            "DJANGO_DEBUG": "1",
-            "SRBENCH_VAR_DIR": "/tmp/srb-settings",
-        }
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
-    )
+    # No DATABASE_URL, no broker, no SECRET_KEY, no DJANGO_DEBUG: the README's embedded path.
+    drop = {"DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY", "DJANGO_DEBUG"}
+    out = settings_probe({}, drop, code, str(tmp_path))
     assert out.stdout.split() == [
-        "django.db.backends.sqlite3",
-        "filesystem://",
+        "srbench.embedded_pg",
+        "filesystem://localhost/",
         "False",
         "True",
         "True",
         "1",
         "['json']",
+        "False",  # debug off unless asked
     ], out.stderr
+    # Reading settings starts nothing: the server starts on the first connection.
+    assert not (tmp_path / "pg").exists()
+    # A development key was generated once, private, and is reused by the next process.
+    key_file = tmp_path / "secret_key"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    key = key_file.read_text()
+    again = settings_probe({}, drop, code + "; print(s.SECRET_KEY)", str(tmp_path))
+    assert again.stdout.split()[-1] == key.strip()
+
+
+def test_a_database_url_that_is_not_postgresql_is_refused(tmp_path):
+    out = settings_probe(
+        {"DATABASE_URL": f"sqlite:///{tmp_path}/x.sqlite3", "SECRET_KEY": "x" * 50},
+        set(),
+        "import django; django.setup()",
+        str(tmp_path),
+    )
+    assert out.returncode != 0
+    assert "DATABASE_URL must point at PostgreSQL" in out.stderr
+    assert not (tmp_path / "x.sqlite3").exists()
 
 
 def test_redis_broker_visibility_timeout_exceeds_the_task_time_limit():

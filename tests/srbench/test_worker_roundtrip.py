@@ -1,5 +1,5 @@
 """A task crosses the real broker and a real worker process writes to the real database
-(issue 2, DESIGN §1). Runs on PostgreSQL + Redis, and again on the embedded default."""
+(issue 2, DESIGN §1). The embedded default's broker is covered by tests/srbench/test_demo.py."""
 
 import os
 
@@ -9,7 +9,7 @@ from srbench.models import WorkerPing
 from srbench.services import worker_ping_send
 from tests.conftest import wait_until
 
-pytestmark = [pytest.mark.embedded, pytest.mark.worker]
+pytestmark = [pytest.mark.worker]
 
 
 def test_task_crosses_the_broker_and_a_worker_process_answers(celery_worker):

