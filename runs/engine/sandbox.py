@@ -620,7 +620,10 @@ def _execute(
         with os.fdopen(times_r, "rb") as times_file:
             cpu = _children_cpu(times_file.read())
     wall = time.monotonic() - started
-    if killed is None and b'"child-pid"' not in status_lines:
+    # bubblewrap reports the program's exit as {"exit-code": N}; without it the sandbox's own
+    # set-up failed (a missing mount source, a refused capability), possibly after it had
+    # forked: a host problem, never the sandboxed program's failure.
+    if killed is None and b'"exit-code"' not in status_lines:
         raise SandboxError(
             "sandbox failed to start: "
             + b"".join(buffers[err_fd]).decode("utf-8", "replace")[-2000:]

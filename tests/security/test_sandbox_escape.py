@@ -22,6 +22,7 @@ from datasets.benchmarks import get_adapter
 from datasets.scicode_fixture_data import write_fixture_test_data
 from runs.engine.code_grading import grade_livecodebench, grade_scicode
 from runs.engine.sandbox import (
+    SandboxError,
     SandboxLimits,
     SandboxPathError,
     read_file_beneath,
@@ -262,3 +263,16 @@ def test_reading_refuses_symlinks_fifos_and_directories(tmp_path: Path, host_dir
 def test_extra_mounts_may_not_land_in_the_agents_directory(target: str, tmp_path: Path):
     with pytest.raises(ValueError, match="bind target"):
         sandbox_run(argv=["true"], files={}, limits=FAST, ro_binds={target: tmp_path})
+
+
+def test_a_sandbox_that_fails_to_set_up_is_a_host_error_not_a_failing_program(tmp_path: Path):
+    """bubblewrap can fail after it forked (here: a mount source that does not exist; in a
+    container without NET_ADMIN: the loopback set-up). That is the host's fault: SandboxError,
+    never a program that "exited 1" and is graded wrong."""
+    with pytest.raises(SandboxError, match="sandbox failed to start"):
+        sandbox_run(
+            argv=["true"],
+            files={},
+            limits=FAST,
+            ro_binds={"/data/missing": tmp_path / "does-not-exist"},
+        )
