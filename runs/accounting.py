@@ -8,7 +8,7 @@ money is ``Decimal`` and is never rounded here (display code quantises).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any, Literal, NamedTuple
@@ -29,6 +29,7 @@ __all__ = [
     "cache_neutral_cost",
     "call_accounting",
     "call_cost",
+    "mom_cache_neutral_cost",
     "mom_call_cost",
     "parse_model_usage_receipt",
     "parse_model_usage_receipt_explained",
@@ -499,7 +500,31 @@ def mom_call_cost(
     stream_usage: object,
     price_table: Mapping[str, Mapping[str, Any]],
 ) -> CostOutcome:
-    """Cost of one call to a MoM router, known only from explicit evidence (R2.5).
+    """Cost of one call to a MoM router, known only from explicit evidence (R2.5); see
+    :func:`_mom_priced` for which evidence counts."""
+    return _mom_priced(headers, stream_usage, price_table, call_cost)
+
+
+def mom_cache_neutral_cost(
+    headers: Mapping[str, str],
+    stream_usage: object,
+    price_table: Mapping[str, Mapping[str, Any]],
+) -> CostOutcome:
+    """Cache-neutral cost of one call to a MoM router (R3.2): the single-model rule
+    (:func:`cache_neutral_cost`) applied to each receipt entry at its own served model's
+    price, summed; from exactly the evidence that may price the call (:func:`_mom_priced`), so
+    it is unknown only when an entry is missing, has unusable usage or its model is unpriced."""
+    return _mom_priced(headers, stream_usage, price_table, cache_neutral_cost)
+
+
+def _mom_priced(
+    headers: Mapping[str, str],
+    stream_usage: object,
+    price_table: Mapping[str, Mapping[str, Any]],
+    price_call: Callable[[UsageBuckets | None, Price | None], Decimal | None],
+) -> CostOutcome:
+    """An amount of one MoM call, ``price_call`` applied per inference call the router made,
+    known only from explicit evidence (R2.5).
 
     1. A ``x-vsr-model-usage`` receipt, if present, is the only source: it must parse, say
        ``complete: true``, agree with ``x-vsr-inference-call-count`` when that is sent, and
@@ -533,7 +558,7 @@ def mom_call_cost(
                     return CostOutcome(
                         None, f"receipt call {position} has unusable usage: {call.usage_reason}"
                     )
-                cost = call_cost(call.buckets, price_for_model(price_table, call.model))
+                cost = price_call(call.buckets, price_for_model(price_table, call.model))
                 if cost is None:
                     return CostOutcome(
                         None, f"receipt call {position} model {call.model!r} is not priced"
@@ -547,10 +572,17 @@ def mom_call_cost(
     selected = _header(headers, HEADER_SELECTED_MODEL)
     if not selected or not selected.strip():
         return CostOutcome(None, f"direct call without {HEADER_SELECTED_MODEL}")
-    outcome = priced_call_cost(stream_usage, selected.strip(), price_table)
-    if outcome.cost is None:
-        return outcome
-    return CostOutcome(outcome.cost, f"proven direct call to {selected.strip()}")
+    model = selected.strip()
+    outcome = usage_buckets_explained(stream_usage)
+    if outcome.buckets is None:
+        return CostOutcome(None, f"usage {outcome.problem}: {outcome.reason}")
+    price = price_for_model(price_table, model)
+    if price is None:
+        return CostOutcome(None, f"no price for served model {model!r}")
+    cost = price_call(outcome.buckets, price)
+    if cost is None:
+        return CostOutcome(None, f"a used cache bucket has no price for {model!r}")
+    return CostOutcome(cost, f"proven direct call to {model}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -632,14 +664,16 @@ def call_accounting(
     """Buckets, cost and cache-neutral cost of one call of a finished stream: the one
     composition that both the engine (at close) and ``reconcile-usage`` (from saved evidence)
     apply. ``kind`` is the target's kind (``single`` or ``mom``); ``headers`` are the response
-    headers with lower-cased names (only MoM reads them). A MoM call is bucketed and priced only
-    from a complete receipt or a proven direct call, and has no cache-neutral cost (a router
-    call has no single input price to neutralise caching). Raises :class:`PriceError` for a
-    malformed price entry."""
+    headers with lower-cased names (only MoM reads them). A MoM call is bucketed, priced and
+    cache-neutrally priced only from a complete receipt (each entry at its own served model's
+    price) or a proven direct call. When the cost is known but the cache-neutral cost is not,
+    the note says why. Raises :class:`PriceError` for a malformed price entry."""
     if kind == "mom":
         buckets = mom_call_buckets(headers, usage)
         cost, note = mom_call_cost(headers, usage, price_table)
-        neutral = None
+        neutral, neutral_note = mom_cache_neutral_cost(headers, usage, price_table)
+        if neutral is None and cost is not None:
+            note = f"{note}; cache-neutral cost unknown: {neutral_note}"
     else:
         buckets = usage_buckets(usage)
         cost, note = priced_call_cost(usage, served_model or None, price_table)

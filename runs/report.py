@@ -238,6 +238,9 @@ def _target_report(
         "total_spend_usd": money_text(spend_known) if all_complete else None,
         "known_total_spend_usd": money_text(spend_known),
         "cache_neutral_cost_usd": money_text(subject.get("neutral")) if neutral_complete else None,
+        "cache_neutral_unknown_reason": _cache_neutral_unknown_reason(
+            total, missing_subject, subject, cells_all_subject_known, neutral_complete
+        ),
         **{k: timings.get(k) for k in TIMING_FIELDS},
     }
     if run.mode == "preview":
@@ -252,6 +255,34 @@ def _target_report(
         report["selected_models"] = dict(models)
         report["selected_decisions"] = dict(decisions)
     return report
+
+
+def _cache_neutral_unknown_reason(
+    total: dict[str, int],
+    missing_subject: int,
+    subject: dict[str, Any],
+    cells_all_subject_known: bool,
+    neutral_complete: bool,
+) -> str | None:
+    """Why a target's cache-neutral cost is null, from the same counts that made it null. A
+    call's own reason (an unpriced receipt entry's model, a missing entry) is its cost note."""
+    if neutral_complete:
+        return None
+    if not cells_all_subject_known:
+        if total["planned"] == 0:
+            return "no planned cells"
+        if missing_subject:
+            return f"{missing_subject} planned cells have no subject call"
+        return (
+            f"{total['planned'] - total['completed']} of {total['planned']} planned cells "
+            "have no completed result"
+        )
+    unknown = subject.get("neutral_unknown")
+    return (
+        f"{unknown} of {subject.get('calls')} subject calls have no cache-neutral cost (a "
+        "missing or unusable usage receipt entry, or an entry whose model has no price; each "
+        "call's cost note names it)"
+    )
 
 
 def _preview_only(report: dict[str, Any], run: Run, target_id: int) -> None:
@@ -290,6 +321,7 @@ def _preview_only(report: dict[str, Any], run: Run, target_id: int) -> None:
         evaluation_cost_usd=None,
         total_spend_usd=None,
         cache_neutral_cost_usd=None,
+        cache_neutral_unknown_reason="preview run: nothing was answered",
         selected_models=totals["selected_models"],
         selected_decisions=totals["decisions"],
     )
