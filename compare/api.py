@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+from decimal import Decimal
 from typing import Any
 
 from django.http import HttpResponse
@@ -30,9 +31,16 @@ from compare.selectors import (
     candidate_options,
     comparable_pool,
 )
-from compare.services import CandidatesRefused, ComparisonError, comparison_build
+from compare.services import (
+    CandidatesRefused,
+    ComparisonError,
+    MarginFrozen,
+    comparison_build,
+    comparison_margin_check,
+)
 from runs.api import int_param
 from runs.models import Run
+from runs.plans import MarginField
 from srbench.api import ApiSchema, StrictFieldsSerializer, error_response, error_responses
 
 MAX_CANDIDATES = 100
@@ -52,6 +60,28 @@ ComparisonSerializer = inline_serializer(
         "model_requests": serializers.IntegerField(),
     },
 )
+
+
+MARGIN_PARAM = "non_inferiority_margin"
+MARGIN_HELP = (
+    "optional check only: the margin frozen in the runs' plans; any other value is refused "
+    "(409 margin_frozen) — a margin cannot be set or changed after the run"
+)
+
+
+def _margin_param(request: Request) -> Decimal | None:
+    raw = request.query_params.get(MARGIN_PARAM)
+    if raw is None:
+        return None
+    try:
+        value: Decimal = MarginField().run_validation(raw)
+    except ValidationError as exc:
+        raise ValidationError({MARGIN_PARAM: exc.detail}) from None
+    return value
+
+
+def _margin_refused(exc: MarginFrozen) -> Response:
+    return error_response(http_status=409, code="margin_frozen", error=str(exc))
 
 
 def _run_ids(request: Request) -> list[int]:
@@ -87,15 +117,20 @@ class ComparisonView(APIView):
             OpenApiParameter(
                 "baseline_target", str, description="one of the tied strongest single models"
             ),
+            OpenApiParameter(MARGIN_PARAM, str, description=MARGIN_HELP),
         ],
         responses={
             200: ComparisonSerializer,
-            **error_responses(_422="the runs are not comparable, or there is no baseline"),
+            **error_responses(
+                _409="a margin other than the one frozen before the run was given",
+                _422="the runs are not comparable, or there is no baseline",
+            ),
         },
     )
     def get(self, request: Request) -> Response:
         baseline = int_param(request, "baseline", 0, low=1)
         candidates = _run_ids(request)
+        margin = _margin_param(request)
         known = set(Run.objects.filter(pk__in=[baseline, *candidates]).values_list("pk", flat=True))
         missing = sorted({baseline, *candidates} - known)
         if missing:
@@ -110,6 +145,10 @@ class ComparisonView(APIView):
                 candidate_run_ids=candidates,
                 baseline_target=request.query_params.get("baseline_target") or None,
             )
+            if margin is not None:
+                comparison_margin_check(doc, supplied=margin)
+        except MarginFrozen as exc:
+            return _margin_refused(exc)
         except IncomparableRuns as exc:
             return error_response(
                 http_status=422,
@@ -246,13 +285,17 @@ class CompareRequestSerializer(StrictFieldsSerializer):
     baseline_target = serializers.CharField(
         required=False, allow_null=True, allow_blank=True, max_length=64
     )
+    non_inferiority_margin = MarginField(required=False, allow_null=True, help_text=MARGIN_HELP)
 
 
 def _compare(
-    baseline: int, candidates: list[int], baseline_target: str | None
+    baseline: int,
+    candidates: list[int],
+    baseline_target: str | None,
+    margin: Decimal | None = None,
 ) -> dict[str, Any] | Response:
     """The comparison document, or the error answer (404 unknown run, 409 every candidate
-    refused, 422 no baseline)."""
+    refused or a margin other than the frozen one, 422 no baseline)."""
     known = set(Run.objects.filter(pk__in=[baseline, *candidates]).values_list("pk", flat=True))
     missing = sorted({baseline, *candidates} - known)
     if missing:
@@ -262,12 +305,17 @@ def _compare(
             error=f"unknown run(s): {', '.join(map(str, missing))}",
         )
     try:
-        return comparison_build(
+        doc = comparison_build(
             baseline_run_id=baseline,
             candidate_run_ids=candidates,
             baseline_target=baseline_target or None,
             report_refused=True,
         )
+        if margin is not None:
+            comparison_margin_check(doc, supplied=margin)
+        return doc
+    except MarginFrozen as exc:
+        return _margin_refused(exc)
     except CandidatesRefused as exc:
         return error_response(
             http_status=409,
@@ -307,7 +355,12 @@ class CompareView(APIView):
         body = CompareRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         v = body.validated_data
-        out = _compare(v["baseline"], v["candidates"], v.get("baseline_target"))
+        out = _compare(
+            v["baseline"],
+            v["candidates"],
+            v.get("baseline_target"),
+            v.get("non_inferiority_margin"),
+        )
         return out if isinstance(out, Response) else Response(out)
 
 
@@ -513,6 +566,7 @@ EXPORT_PARAMS = [
         description="candidate run ids: comma-separated, ranges allowed (3-9,12)",
     ),
     OpenApiParameter("baseline_target", str, description="one of the tied strongest models"),
+    OpenApiParameter(MARGIN_PARAM, str, description=MARGIN_HELP),
 ]
 
 
@@ -536,7 +590,12 @@ class CompareExportView(APIView):
 
     def get(self, request: Request) -> Response | HttpResponse:
         baseline, candidates = self._selection(request)
-        out = _compare(baseline, candidates, request.query_params.get("baseline_target"))
+        out = _compare(
+            baseline,
+            candidates,
+            request.query_params.get("baseline_target"),
+            _margin_param(request),
+        )
         if isinstance(out, Response):
             return out
         name = f"srbench-compare-{baseline}-vs-{len(candidates)}-runs.{self.export_format}"

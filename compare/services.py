@@ -320,36 +320,91 @@ def _interval(lower: float, upper: float, half: float, alpha: float) -> dict[str
     }
 
 
-def _non_inferiority(
-    paired: PairedResult, margin: float | None, split: str | None
-) -> dict[str, Any]:
-    """A parity verdict only on the terms fixed before the run (R5.5): a margin in the plan and
-    holdout cases. With several candidates the family-wise bound decides, because the claim
-    is made about whichever candidate is picked."""
-    lower = paired.family_lower if paired.family_size > 1 else paired.lower
-    out: dict[str, Any] = {"margin": margin, "lower_bound": lower, "split": split}
+def frozen_margin(run: Run) -> Decimal | None:
+    """The non-inferiority margin frozen in a run's manifest before the run, or None."""
+    raw = run.manifest.get("non_inferiority_margin")
+    return None if raw is None else Decimal(str(raw))
+
+
+class MarginFrozen(ComparisonError):
+    """A margin given at comparison time that is not the one frozen before the run."""
+
+
+def comparison_margin_check(doc: dict[str, Any], *, supplied: Decimal) -> None:
+    """R5.5: the margin is fixed in the plan before the run (the manifest is immutable). A
+    comparison request may restate it as a check; one that differs from the margin frozen in
+    any compared run — or names one where none was frozen — is refused, never applied."""
+    for c in doc["comparisons"]:
+        frozen = c["non_inferiority"]["margin_exact"]
+        if frozen is None or Decimal(frozen) != supplied:
+            raise MarginFrozen(
+                "the non-inferiority margin is fixed in the plan before the run and cannot be "
+                f"set or changed at comparison time: run {c['run']} froze "
+                f"{frozen if frozen is not None else 'no margin'}, the request gave {supplied}"
+            )
+
+
+def _run_split(run: Run) -> str | None:
+    split: str | None = run.manifest.get("dataset", {}).get("split") or run.dataset.split
+    return split
+
+
+def _non_inferiority(paired: PairedResult, candidate: Run, baseline: Run) -> dict[str, Any]:
+    """A parity verdict only on the terms fixed before the run (R5.5, docs/decisions.md
+    "Pre-registered margins"): the margin frozen in the candidate run's manifest — the
+    baseline run's must agree or hold none — and holdout cases in both runs. With several
+    candidates the family-wise bound decides, because the claim is made about whichever
+    candidate is picked. The answer names the margin, its run and the interval used."""
+    family = paired.family_size > 1
+    if family:
+        lower, upper, level = paired.family_lower, paired.family_upper, 1 - paired.family_alpha
+        method = f"weighted Hoeffding, Bonferroni over {paired.family_size}"
+    else:
+        lower, upper, level = paired.lower, paired.upper, 1 - paired.alpha
+        method = "weighted Hoeffding"
+    margin, baseline_margin = frozen_margin(candidate), frozen_margin(baseline)
+    split, baseline_split = _run_split(candidate), _run_split(baseline)
+    used = f"the {level:.2%} {method} interval [{lower:+.4f}, {upper:+.4f}]"
+    out: dict[str, Any] = {
+        "margin": None if margin is None else float(margin),
+        "margin_exact": None if margin is None else str(margin),
+        "margin_run": candidate.pk,
+        "margin_plan_sha256": candidate.plan_sha256,
+        "lower_bound": lower,
+        "interval": {"lower": lower, "upper": upper, "level": level, "method": method},
+        "split": split,
+    }
     if margin is None:
         return {
             **out,
             "verdict": "not shown",
-            "reason": "no non-inferiority margin was fixed in the plan before the run",
+            "reason": f"no non-inferiority margin was fixed in run {candidate.pk}'s plan "
+            "before the run",
         }
-    if split != "holdout":
+    if baseline_margin is not None and baseline_margin != margin:
+        return {
+            **out,
+            "verdict": "not shown",
+            "reason": f"the margins fixed before the runs disagree: {margin} in candidate run "
+            f"{candidate.pk}, {baseline_margin} in baseline run {baseline.pk}",
+        }
+    if split != "holdout" or baseline_split != "holdout":
         return {
             **out,
             "verdict": "not shown",
             "reason": f"the cases are the {split or 'unknown'} split; parity needs holdout cases",
         }
+    source = f"margin {margin} frozen in run {candidate.pk}'s plan"
     if lower > -margin:
         return {
             **out,
             "verdict": "non-inferior",
-            "reason": f"lower bound {lower:+.4f} is above −{margin}",
+            "reason": f"lower bound {lower:+.4f} of {used} is above −{margin} ({source})",
         }
     return {
         **out,
-        "verdict": "inconclusive",
-        "reason": f"lower bound {lower:+.4f} is not above −{margin}",
+        "verdict": "not shown",
+        "reason": f"lower bound {lower:+.4f} of {used} is not above −{margin} ({source})",
     }
 
 
@@ -365,6 +420,19 @@ def _savings(
         return None, "the baseline's cost is incomplete"
     value = savings_pct(candidate, baseline)
     return value, None if value is not None else "the baseline cost is zero"
+
+
+def _cache_neutral_why(
+    why: str | None, candidate: dict[str, Any], baseline: dict[str, Any]
+) -> str | None:
+    """The cache-neutral savings reason, naming the cache-neutral cost (not the bill) and
+    adding the report's account of why it is unknown: cells without a result, or calls whose
+    receipt entry is missing, unusable or served by an unpriced model."""
+    for side, t in (("candidate", candidate), ("baseline", baseline)):
+        if why == f"the {side}'s cost is incomplete":
+            detail = t.get("cache_neutral_unknown_reason")
+            return f"the {side}'s cache-neutral cost is unknown" + (f": {detail}" if detail else "")
+    return why
 
 
 def _usage_block(t: dict[str, Any], run_report_doc: dict[str, Any]) -> dict[str, Any]:
@@ -484,9 +552,8 @@ def comparison_build(
 
     manifest = baseline_run.manifest
     weights = {b: Fraction(manifest["benchmarks"][b]["weight"]) for b in cases.benchmarks}
-    raw_margin = manifest.get("non_inferiority_margin")
-    margin = None if raw_margin is None else float(raw_margin)
-    split = manifest.get("dataset", {}).get("split") or baseline_run.dataset.split
+    split = _run_split(baseline_run)
+    margins = {frozen_margin(e.run) for e in candidates}
     masks = {b: cases.benchmark == i for i, b in enumerate(cases.benchmarks)}
     masks = {b: m for b, m in masks.items() if m.any()}
 
@@ -521,6 +588,7 @@ def comparison_build(
         without_result = cases.keys.size - sum(states_e.get(s, 0) for s in _OUTCOME_STATES)
         total, total_why = _savings(choice, _dec(t["total_spend_usd"]), base_total)
         neutral, neutral_why = _savings(choice, _dec(t["cache_neutral_cost_usd"]), base_neutral)
+        neutral_why = _cache_neutral_why(neutral_why, t, base_t)
         quality = _quality(t)
         comparisons.append(
             {
@@ -566,7 +634,7 @@ def comparison_build(
                 "improvement": paired.improvement,
                 "family_improvement": paired.family_improvement,
                 "not_an_improvement": paired.not_an_improvement_reason,
-                "non_inferiority": _non_inferiority(paired, margin, split),
+                "non_inferiority": _non_inferiority(paired, e.run, baseline_run),
                 "wins": paired.wins,
                 "losses": paired.losses,
                 "ties": paired.ties,
@@ -618,7 +686,10 @@ def comparison_build(
         "family_size": len(candidates),
         "weights": {b: str(w) for b, w in weights.items() if b in masks},
         "split": split,
-        "non_inferiority_margin": margin,
+        # Each comparison's own verdict names its margin; this is the one they share, if any.
+        "non_inferiority_margin": (
+            None if len(margins) != 1 or None in margins else float(next(iter(margins)))
+        ),
         "comparisons": sorted(
             comparisons, key=lambda c: (c["run_created_at"], c["run"], c["target"])
         ),

@@ -36,6 +36,13 @@ def _plan_arguments(p: Any) -> None:
     p.add_argument("--temperature", type=float)
     p.add_argument("--seed", type=int)
     p.add_argument("--failure-policy", choices=["stop", "continue"])
+    # Sent as text: the server validates and freezes the decimal (0 < margin < 1, 4 places).
+    p.add_argument(
+        "--non-inferiority-margin",
+        dest="non_inferiority_margin",
+        metavar="MARGIN",
+        help="parity margin on the weighted quality difference, fixed before the run (R5.5)",
+    )
 
 
 def plan_from(options: dict[str, Any], *, default_name: str | None = None) -> dict[str, Any]:
@@ -44,7 +51,14 @@ def plan_from(options: dict[str, Any], *, default_name: str | None = None) -> di
         plan = json_file_read(options["plan_file"], "plan file")
         if not isinstance(plan, dict):
             raise CliError("a plan file must hold a JSON object")
-    for key in ("name", "dataset", "targets", "benchmarks", "failure_policy"):
+    for key in (
+        "name",
+        "dataset",
+        "targets",
+        "benchmarks",
+        "failure_policy",
+        "non_inferiority_margin",
+    ):
         if options.get(key) is not None:
             plan[key] = options[key]
     if options.get("judges"):

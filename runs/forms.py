@@ -114,6 +114,14 @@ class EvaluationForm(forms.Form):
         initial="stop",
     )
     slots = forms.IntegerField(min_value=1, max_value=16, initial=1, label="Attempts per case")
+    # R5.5: fixed before the run and frozen into the manifest; the plan checks 0 < margin < 1.
+    non_inferiority_margin = forms.DecimalField(
+        required=False,
+        max_digits=5,
+        decimal_places=4,
+        label="Non-inferiority margin",
+        help_text="Optional, e.g. 0.05: a parity verdict on holdout cases is judged against it.",
+    )
 
     # Route preview (R8.7): optional, MoM targets only, never a model call.
     preview_prompt = forms.CharField(
@@ -267,6 +275,8 @@ class EvaluationForm(forms.Form):
             "failure_policy": data["failure_policy"],
             "slots": data["slots"],
         }
+        if data.get("non_inferiority_margin") is not None:
+            plan["non_inferiority_margin"] = str(data["non_inferiority_margin"])
         if benchmarks:
             plan["benchmarks"] = benchmarks
         return plan

@@ -8,6 +8,7 @@ weights, grader versions — whose sha256 is the plan's identity. Freezing never
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from rest_framework import serializers
@@ -97,6 +98,28 @@ class LimitsSerializer(StrictFieldsSerializer):
         return attrs
 
 
+class MarginField(serializers.DecimalField):
+    """A non-inferiority margin (R5.5) on the weighted quality difference: a decimal strictly
+    between 0 and 1 with at most 4 places. Decimal, not float, so that 0.3 and "0.30" freeze
+    to the same manifest text and hash, and 0.30000000000000004 is refused, never rounded."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_digits=5, decimal_places=4, **kwargs)
+
+    def to_internal_value(self, data: Any) -> Decimal:
+        value = super().to_internal_value(data)
+        if not 0 < value < 1:
+            raise serializers.ValidationError(
+                "a non-inferiority margin lies strictly between 0 and 1"
+            )
+        return value
+
+
+def margin_text(value: Decimal) -> str:
+    """The canonical manifest text of a margin: "0.3", never "0.3000" or "3E-1"."""
+    return format(value.normalize(), "f")
+
+
 class PlanSerializer(StrictFieldsSerializer):
     name = serializers.CharField(max_length=200)
     dataset = serializers.IntegerField(min_value=1)
@@ -121,6 +144,8 @@ class PlanSerializer(StrictFieldsSerializer):
     mode = serializers.ChoiceField(choices=["live", "preview"], default="live")
     preview_context = serializers.DictField(required=False, default=dict)
     slots = serializers.IntegerField(default=1, min_value=1, max_value=16)
+    # Fixed before the run (R5.5): a parity verdict is judged only against this frozen value.
+    non_inferiority_margin = MarginField(required=False, allow_null=True, default=None)
 
     def validate_targets(self, value: list[str]) -> list[str]:
         if len(set(value)) != len(value):
@@ -301,6 +326,9 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
         "preview_context": dict(plan["preview_context"]),
         "slots": plan["slots"],
     }
+    if plan["non_inferiority_margin"] is not None:
+        # Only when set, so plans without a margin keep their hash.
+        manifest["non_inferiority_margin"] = margin_text(plan["non_inferiority_margin"])
     return FrozenPlan(
         manifest=manifest,
         plan_sha256=sha256_hex(manifest),

@@ -364,6 +364,7 @@ def _plan_review(frozen: Any) -> dict[str, Any]:
         "limits": m["limits"],
         "failure_policy": m["failure_policy"],
         "slots": m["slots"],
+        "non_inferiority_margin": m.get("non_inferiority_margin"),
         "worst_case": selectors.plan_worst_case_subject_cost(m),
     }
 
