@@ -36,6 +36,7 @@ class TargetAdminForm(forms.ModelForm):
             "preview_url",
             "capture_recipe",
             "max_inference_calls",
+            "errors_billed",
             "active",
         ]
 
@@ -43,13 +44,22 @@ class TargetAdminForm(forms.ModelForm):
 @admin.register(models.Target)
 class TargetAdmin(admin.ModelAdmin):
     form = TargetAdminForm
-    list_display = ["slug", "name", "kind", "model", "base_url", "active", "has_stored_key"]
+    list_display = [
+        "slug",
+        "name",
+        "kind",
+        "model",
+        "base_url",
+        "errors_billed",
+        "active",
+        "has_stored_key",
+    ]
     list_filter = ["kind", "active"]
     search_fields = ["slug", "name", "model"]
     fieldsets = [
         (None, {"fields": ["slug", "name", "kind", "active"]}),
         ("Endpoint", {"fields": ["base_url", "model", "api_key", "clear_api_key", "api_key_env"]}),
-        ("Request and prices", {"fields": ["fixed_params", "prices"]}),
+        ("Request and prices", {"fields": ["fixed_params", "prices", "errors_billed"]}),
         (
             "MoM router",
             {"fields": ["config_hash", "preview_url", "capture_recipe", "max_inference_calls"]},

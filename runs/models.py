@@ -88,6 +88,14 @@ class Target(models.Model):
     preview_url = models.URLField(max_length=500, blank=True)
     capture_recipe = models.BooleanField(default=False)
     max_inference_calls = models.PositiveIntegerField(null=True, blank=True)
+    errors_billed = models.BooleanField(
+        default=False,
+        help_text="The provider bills error responses (an HTTP 4xx/5xx answered before any "
+        "stream byte). Off (the usual OpenAI-compatible terms): such a failure is known to "
+        "cost nothing and failed-mode recovery may retry it. Turn on for a provider that "
+        "bills them, or a router that may run internal calls before it answers with an error. "
+        "Frozen into each plan.",
+    )
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

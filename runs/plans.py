@@ -178,6 +178,9 @@ def _target_snapshot(target: Target) -> dict[str, Any]:
         "config_hash": target.config_hash or None,
         "max_inference_calls": target.max_inference_calls,
         "preview_url": target.preview_url or None,
+        # Frozen so that a later change of the registry cannot change which of this run's
+        # failures recovery treats as known to have cost nothing.
+        "errors_billed": target.errors_billed,
     }
 
 

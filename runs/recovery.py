@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -24,11 +25,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
+from runs.engine.driver import HTTP_ERROR_BODY_CAP
 from runs.engine.finish import calls_settle_unheld
 from runs.engine.reaper import ledger_reap
 from runs.events import events_append
 from runs.models import (
     TERMINAL_RUN_STATUSES,
+    Call,
     Cell,
     RecoveryClaim,
     RecoveryRequest,
@@ -64,8 +67,12 @@ REASONS = {
     "already_claimed_by_another_recovery": "already claimed by another recovery",
     "ambiguous_dispatch_requires_reconciliation": "a call may have reached the model "
     "(sent or sent_unknown); its outcome is unknown, so the cell is not run again",
-    "ambiguous_saved_result_requires_reconciliation": "a saved call has unknown usage or cost; "
-    "reconcile its accounting first",
+    "ambiguous_saved_result_requires_reconciliation": "cost unclear: a saved call has unknown "
+    "usage or cost (a stream cut mid-way, a timeout after bytes arrived, output without a "
+    "usage receipt); the model may have billed it, so the cell is not run again",
+    "error_responses_billed": "cost unclear: a call failed with an HTTP error before any "
+    "stream byte, but the target's registry entry frozen into the plan bills error responses "
+    "(or predates that field), so the failure may have cost money",
     "already_dispatched_requires_new_attempt": "a model call was already sent for this cell; "
     "only 'failed' mode can start a new attempt",
     "never_dispatched_use_undispatched_mode": "no model call was ever sent for this cell; "
@@ -161,6 +168,62 @@ def _progress(run: Run) -> dict[str, int]:
 # --- the plan (R15.2, R15.3) ---------------------------------------------------------------------
 
 
+def http_error_before_stream(call: Mapping[str, Any]) -> bool:
+    """A known failure: the server answered with a complete HTTP 4xx/5xx response before any
+    stream byte. The engine records such a call as `failed` with error_code ``http_<status>``
+    and only when the error body was read to its end (a body cut off at the cap, a disconnect
+    or a timeout while reading it gets another code or more bytes). A router that reports
+    internal inference calls in its error response did work that may be billed."""
+    status = call["http_status"]
+    return (
+        call["status"] == "failed"
+        and status is not None
+        and 400 <= status <= 599
+        and call["error_code"] == f"http_{status}"
+        and call["bytes_received"] <= HTTP_ERROR_BODY_CAP
+        and not call["inference_call_count"]
+    )
+
+
+def _errors_billed(manifest: Mapping[str, Any]) -> dict[str, bool | None]:
+    """Whether each target bills error responses, as frozen in the run's plan (None: the plan
+    predates the field, so the rule is unknown and treated as billed)."""
+    snapshots = [
+        *manifest.get("targets", []),
+        *manifest.get("judges", {}).values(),
+        *manifest.get("simulators", {}).values(),
+    ]
+    return {s["slug"]: s.get("errors_billed") for s in snapshots}
+
+
+def _known_failures(run: Run) -> tuple[Counter[int], Counter[int]]:
+    """Per cell: the known failures known to have cost nothing (their target does not bill
+    error responses) and those whose cost stays unclear (it does, or the plan does not say).
+    Such a call never has usage, so its effective cost is always unknown; the first count is
+    what turns that unknown into a known zero for recovery."""
+    billed = _errors_billed(run.manifest)
+    free: Counter[int] = Counter()
+    unclear: Counter[int] = Counter()
+    calls = Call.objects.filter(
+        cell__run=run, status="failed", http_status__gte=400, cost_usd__isnull=True
+    ).values(
+        "cell_id",
+        "target__slug",
+        "status",
+        "http_status",
+        "error_code",
+        "bytes_received",
+        "inference_call_count",
+    )
+    for call in calls:
+        if http_error_before_stream(call):
+            if billed.get(call["target__slug"]) is False:
+                free[call["cell_id"]] += 1
+            else:
+                unclear[call["cell_id"]] += 1
+    return free, unclear
+
+
 def _cell_rows(run: Run) -> list[dict[str, Any]]:
     rows = list(
         Cell.objects.filter(run=run)
@@ -180,8 +243,10 @@ def _cell_rows(run: Run) -> list[dict[str, Any]]:
     claimed = dict(
         RecoveryClaim.objects.filter(cell__run=run).values_list("cell_id", "request__child_id")
     )
+    free_failures, billed_failures = _known_failures(run)
     for row in rows:
-        row["cost_unknown"] = cost_unknown[row["pk"]]
+        row["cost_unknown"] = max(cost_unknown[row["pk"]] - free_failures[row["pk"]], 0)
+        row["billed_failures"] = billed_failures[row["pk"]]
         row["known_cost"] = known_cost.get(row["pk"], Decimal(0))
         row["claimed_by"] = claimed.get(row["pk"], 0) or None
         row["claimed"] = row["pk"] in claimed
@@ -203,6 +268,8 @@ def _exclusion(row: dict[str, Any], mode: str) -> str | None:
     if not row["n_calls"]:
         return "never_dispatched_use_undispatched_mode"
     if row["cost_unknown"]:
+        if row["cost_unknown"] == row["billed_failures"]:
+            return "error_responses_billed"
         return "ambiguous_saved_result_requires_reconciliation"
     if row["status"] != "failed":
         return "not_failed"
