@@ -97,11 +97,14 @@ def compare(options: dict[str, Any]) -> int:
     )
     for c in doc["comparisons"]:
         i, fam = c["interval"], c["family_interval"]
-        verdict = (
-            "improvement"
-            if c["improvement"]
-            else ("not an improvement" if c["not_an_improvement"] else "no improvement shown")
-        )
+        if c["improvement"]:
+            verdict = "improvement"
+        elif c["not_an_improvement"]:
+            verdict = "not an improvement"
+        elif c["worse"]:
+            verdict = "worse: the whole interval is below zero"
+        else:
+            verdict = "no improvement shown"
         ni = c["non_inferiority"]
         name = f"run {c['run']} / {c['target']}"
         interval = f"[{i['lower']:+.4f}, {i['upper']:+.4f}]"

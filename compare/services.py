@@ -634,6 +634,8 @@ def comparison_build(
                 "improvement": paired.improvement,
                 "family_improvement": paired.family_improvement,
                 "not_an_improvement": paired.not_an_improvement_reason,
+                # The regression named, not folded into "no improvement shown".
+                "worse": paired.upper < 0,
                 "non_inferiority": _non_inferiority(paired, e.run, baseline_run),
                 "wins": paired.wins,
                 "losses": paired.losses,

@@ -113,7 +113,7 @@ def verdict(c: dict[str, Any]) -> tuple[str, str]:
         # The service words the reason (which interval, which bounds); keep it verbatim.
         reason = c["not_an_improvement"].removesuffix(": not an improvement")
         return "warning", f"Not an improvement: {reason}."
-    if c["delta"] < 0 and c["interval"]["upper"] < 0:
+    if c["worse"]:
         return "bad", "Worse: the whole interval is below zero."
     return "", "No improvement shown: the point estimate is not positive."
 

@@ -40,7 +40,7 @@ __all__ = [
     "usage_buckets_explained",
 ]
 
-UsageShape = Literal["openai", "anthropic"]
+UsageShape = Literal["openai", "anthropic", "responses"]
 
 TOKENS_PER_PRICE_UNIT = Decimal(1_000_000)
 
@@ -205,6 +205,35 @@ def _anthropic_buckets(raw: Mapping[str, Any]) -> UsageBuckets:
     )
 
 
+def _responses_buckets(raw: Mapping[str, Any]) -> UsageBuckets:
+    # OpenAI's Responses API: input_tokens *includes* the cache reads reported in
+    # input_tokens_details.cached_tokens (unlike Anthropic's), and output_tokens includes
+    # reasoning tokens. It reports no cache writes.
+    fresh = _count_field(raw, "input_tokens", "")
+    output = _count_field(raw, "output_tokens", "")
+    details = raw.get("input_tokens_details")
+    if details is None:
+        details = {}
+    elif not isinstance(details, Mapping):
+        raise _Invalid(f"input_tokens_details is not an object: {details!r}")
+    d = "input_tokens_details."
+    cached = _count_field(details, "cached_tokens", d)
+    if fresh is None or output is None:
+        missing = "input_tokens" if fresh is None else "output_tokens"
+        raise _Missing(f"{missing} is missing")
+    if (cached or 0) > fresh:
+        raise _Invalid(f"cached ({cached}) exceed input_tokens ({fresh})")
+    return UsageBuckets(
+        input=fresh - (cached or 0),
+        cached_input=cached or 0,
+        cache_write=0,
+        output=output,
+        cached_reported=cached is not None,
+        cache_write_reported=False,
+        shape="responses",
+    )
+
+
 def usage_buckets_explained(raw: object) -> UsageOutcome:
     """Normalise a provider usage object into :class:`UsageBuckets`, saying why not if not.
 
@@ -213,9 +242,12 @@ def usage_buckets_explained(raw: object) -> UsageOutcome:
     * OpenAI (``prompt_tokens``/``completion_tokens``): the prompt includes cached and written
       tokens; input = prompt − cached − written.
     * Anthropic (``input_tokens``/``output_tokens``): ``input_tokens`` excludes the cache fields.
-    * A usage that mixes the two counters, or carries ``input_tokens_details`` (OpenAI's
-      Responses API, where ``input_tokens`` *includes* cache reads) is ``invalid``: which rule
-      applies cannot be told, and a guess would misprice the call.
+    * OpenAI Responses API (``input_tokens``/``output_tokens`` with ``input_tokens_details``):
+      ``input_tokens`` *includes* ``input_tokens_details.cached_tokens``; input = input −
+      cached. The details object is what tells it from Anthropic's shape.
+    * A usage that mixes the OpenAI and Anthropic counters, or Anthropic cache fields beside
+      ``input_tokens_details``, is ``invalid``: which rule applies cannot be told, and a guess
+      would misprice the call.
     """
     if raw is None:
         return UsageOutcome(None, "missing", "no usage object")
@@ -227,8 +259,10 @@ def usage_buckets_explained(raw: object) -> UsageOutcome:
         if has_openai and has_anthropic:
             raise _Invalid("usage mixes OpenAI and Anthropic token counters")
         if "input_tokens_details" in raw:
-            raise _Invalid("Responses-API usage (input_tokens_details) is not supported")
-        if has_openai:
+            if "cache_read_input_tokens" in raw or "cache_creation_input_tokens" in raw:
+                raise _Invalid("usage mixes Responses-API details and Anthropic cache counters")
+            buckets = _responses_buckets(raw)
+        elif has_openai:
             buckets = _openai_buckets(raw)
         elif has_anthropic:
             buckets = _anthropic_buckets(raw)

@@ -162,6 +162,9 @@ ReportSerializer = inline_serializer(
         "denominator": serializers.IntegerField(),
         "counts": serializers.DictField(),
         "targets": serializers.ListField(child=serializers.DictField()),
+        "spend": serializers.DictField(
+            help_text="total spend and waste (failed and unknown-outcome calls), USD text or null"
+        ),
     },
 )
 CorrectionSerializer = inline_serializer(

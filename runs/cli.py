@@ -96,8 +96,21 @@ def fmt(value: Any, suffix: str = "") -> str:
     return "unknown" if value is None else f"{value}{suffix}"
 
 
+def usd(value: str | None) -> str:
+    """A report's money text with its dollar sign, or "unknown" (never "$unknown", never $0)."""
+    return "unknown" if value is None else f"${value}"
+
+
+def spent_text(total: str | None, known: str | None) -> str:
+    """A complete amount, or "unknown" with the known part beside it when there is one."""
+    if total is not None or known is None:
+        return usd(total)
+    return f"unknown (known {usd(known)})"
+
+
 def report_text(report: dict[str, Any]) -> str:
     r = report["run"]
+    counts = report["counts"]
     lines = [
         f"run {r['id']} {r['name']!r}: {r['status']}"
         + (
@@ -105,17 +118,41 @@ def report_text(report: dict[str, Any]) -> str:
             if report["complete"]
             else f" (not a complete evaluation: {'; '.join(report['incomplete_reasons'])})"
         ),
-        f"denominator {report['denominator']}  completed {report['counts']['completed']}  "
-        f"correct {report['counts']['correct']}  failed {report['counts']['failed']}  "
-        f"pending {report['counts']['pending']}  wall {fmt(r['wall_seconds'], 's')}",
+        f"denominator {report['denominator']}  completed {counts['completed']}  "
+        f"correct {counts['correct']}  failed {counts['failed']}  "
+        f"pending {counts['pending']}"
+        + "".join(
+            f"  {label} {counts[key]}"
+            for key, label in (("cancelled", "cancelled"), ("sent_unknown", "outcome unknown"))
+            if counts.get(key)
+        )
+        + f"  wall {fmt(r['wall_seconds'], 's')}",
     ]
+    spend = report.get("spend")
+    if spend is not None:
+        unknown = spend["waste_calls_cost_unknown"]
+        lines.append(
+            f"total spend {spent_text(spend['total_spend_usd'], spend['known_total_spend_usd'])}  "
+            f"waste {spent_text(spend['waste_usd'], spend['known_waste_usd'])} on "
+            f"{spend['waste_calls']} failed or unknown-outcome calls"
+            + (f" ({unknown} of unknown cost)" if unknown else "")
+        )
+    correction = report.get("usage_correction")
+    if correction is not None:
+        lines.append(
+            f"usage correction v{correction['version']} (evidence sha256 "
+            f"{correction['evidence_sha256']}): verified {correction['verified']}  "
+            f"changed {correction['changed']}  unverifiable {correction['unverifiable']}  "
+            f"known cost {usd(correction['old_known_cost_usd'])} → "
+            f"{usd(correction['new_known_cost_usd'])}; the figures below are the corrected ones"
+        )
     for t in report["targets"]:
         score = t["score"]
         label = "sr-bench score" if score["kind"] == "sr-bench" else "subset macro average"
         lines.append(
             f"  {t['slug']} ({t['kind']}): {label} {fmt(score.get('value'))}  "
-            f"subject cost ${fmt(t['subject_cost_usd'])} (known ${fmt(t['known_cost_usd'])})  "
-            f"judge ${fmt(t['evaluation_cost_usd'])}  cache-neutral ${fmt(t['cache_neutral_cost_usd'])}  "
+            f"subject cost {usd(t['subject_cost_usd'])} (known {usd(t['known_cost_usd'])})  "
+            f"judge {usd(t['evaluation_cost_usd'])}  cache-neutral {usd(t['cache_neutral_cost_usd'])}  "
             f"TTFT p50 {fmt(t['ttft_p50_ms'] and round(t['ttft_p50_ms']), 'ms')}"
         )
         for b, v in t["benchmarks"].items():
@@ -124,6 +161,14 @@ def report_text(report: dict[str, Any]) -> str:
             lines.append(
                 f"    {b:<15} {v['correct']}/{v['planned']} = {fmt(v['accuracy'] and round(v['accuracy'], 4))}{ci}"
                 f"  failed {v['failed']}  pending {v['pending']}"
+                + "".join(
+                    f"  {label} {v[key]}"
+                    for key, label in (
+                        ("cancelled", "cancelled"),
+                        ("sent_unknown", "outcome unknown"),
+                    )
+                    if v.get(key)
+                )
             )
         tokens = t["tokens"]
         lines.append("    tokens: " + "  ".join(f"{k} {fmt(v)}" for k, v in tokens.items()))

@@ -17,7 +17,6 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from django.db import connection, transaction
-from django.db.backends.utils import format_number
 from django.db.models import Max
 
 from runs.accounting import (
@@ -33,7 +32,7 @@ from runs.engine.sse import ChatStreamAccumulator, SSEError, decode_sse
 from runs.events import events_append
 from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run, UsageCorrection
 from srbench.canonical import sha256_bytes, sha256_hex
-from srbench.money import money_text
+from srbench.money import money_stored, money_text
 
 __all__ = [
     "RULES_VERSION",
@@ -52,7 +51,6 @@ RULES_VERSION = "reconcile-usage/1"
 
 BUCKET_COLUMNS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
 MONEY_COLUMNS = ("cost_usd", "cache_neutral_cost_usd")
-_COST_FIELD = Call._meta.get_field("cost_usd")
 
 
 class ReconcileRefused(Exception):
@@ -72,9 +70,8 @@ class ReconcileResult:
 def _money_text(value: Decimal | None) -> str | None:
     """The amount as the ledger column stores it (10 decimal places), so a recomputed cost is
     compared with the recorded one at the precision the recorded one has."""
-    if value is None:
-        return None
-    return format_number(value, _COST_FIELD.max_digits, _COST_FIELD.decimal_places)
+    stored = money_stored(value)
+    return None if stored is None else format(stored, "f")
 
 
 def _lower(headers: Mapping[str, Any] | None) -> dict[str, str]:
@@ -326,7 +323,7 @@ def _entries_sql() -> str:
 
 def _effective_calls_sql(run_ids: Sequence[int]) -> tuple[str, list[int]]:
     """The ``WITH`` clause that defines ``eff``: one row per call of the runs with its effective
-    buckets and costs (run_id, target_id of the cell, cell_id, role, buckets, costs)."""
+    buckets and costs (run_id, target_id of the cell, cell_id, role, status, buckets, costs)."""
     call_t, cell_t = Call._meta.db_table, Cell._meta.db_table
     correction_t = UsageCorrection._meta.db_table
     marks = ", ".join(["%s"] * len(run_ids))
@@ -342,7 +339,7 @@ def _effective_calls_sql(run_ids: Sequence[int]) -> tuple[str, list[int]]:
         ),
         entries AS ({_entries_sql()}),
         eff AS (
-            SELECT cell.run_id, cell.target_id, cell.id AS cell_id, c.role, {effective}
+            SELECT cell.run_id, cell.target_id, cell.id AS cell_id, c.role, c.status, {effective}
             FROM {call_t} c JOIN {cell_t} cell ON cell.id = c.cell_id
             LEFT JOIN entries e ON e.call_id = c.id
             WHERE cell.run_id IN ({marks})
@@ -403,6 +400,35 @@ def effective_call_sums(*, run_ids: Sequence[int], group_by: GroupBy) -> list[di
                 record[name] = int(record[name])
         out.append(record)
     return out
+
+
+# A call that spent money and produced nothing usable: an error, or a call whose outcome is
+# unknown (sent, then lost). Cancelled calls were stopped on purpose and are not waste.
+WASTE_CALL_STATUSES = ("failed", "sent_unknown")
+
+
+def effective_run_spend(*, run_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Per run: the sum of the known effective costs of all its calls (``known``) and of its
+    failed and unknown-outcome calls (``waste_known``), with how many costs each leaves
+    unknown (``unknown``, ``waste_unknown``) and ``waste_calls``. A sum over no known cost is
+    None; a run with no calls is absent."""
+    if not run_ids:
+        return {}
+    effective, params = _effective_calls_sql(run_ids)
+    waste = "status IN (" + ", ".join(["%s"] * len(WASTE_CALL_STATUSES)) + ")"
+    sql = f"""
+        {effective}
+        SELECT run_id, SUM(cost_usd), COUNT(*) - COUNT(cost_usd),
+            SUM(cost_usd) FILTER (WHERE {waste}),
+            COUNT(*) FILTER (WHERE {waste}) - COUNT(cost_usd) FILTER (WHERE {waste}),
+            COUNT(*) FILTER (WHERE {waste})
+        FROM eff GROUP BY run_id
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, *WASTE_CALL_STATUSES * 4])
+        rows = cursor.fetchall()
+    names = ("known", "unknown", "waste_known", "waste_unknown", "waste_calls")
+    return {run_id: dict(zip(names, values, strict=True)) for run_id, *values in rows}
 
 
 def latest_corrections(*, run_ids: Sequence[int]) -> dict[int, UsageCorrection]:

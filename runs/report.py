@@ -21,7 +21,12 @@ from compare.stats import accuracy, weighted_quality, wilson_interval
 from datasets.benchmarks import ADAPTERS
 from runs.accounting import sum_known
 from runs.models import Call, Cell, Run, Target
-from runs.reconcile import correction_summary, effective_call_sums, latest_corrections
+from runs.reconcile import (
+    correction_summary,
+    effective_call_sums,
+    effective_run_spend,
+    latest_corrections,
+)
 from runs.selectors import manifest_head, run_settled_fingerprint
 from srbench.canonical import sha256_hex
 from srbench.money import money_text
@@ -186,11 +191,21 @@ def _target_report(
     neutral_complete = cells_all_subject_known and subject.get("neutral_unknown", 1) == 0
     evaluation = [sums[r] for r in ("judge", "simulator") if r in sums]
     # Exact sums (sum_known's precision), never a float: a report shows the ledger's digits.
-    evaluation_known = sum_known(e["cost"] or Decimal(0) for e in evaluation).known_sum
+    # A known partial sum is None, never 0, when no call of its kind has a known cost (a target
+    # without prices); with no evaluation calls at all, nothing was spent on evaluation.
+    evaluation_costs = [e["cost"] for e in evaluation if e["cost"] is not None]
+    evaluation_known = (
+        sum_known(evaluation_costs).known_sum if evaluation_costs or not evaluation else None
+    )
     evaluation_complete = all(e["cost_unknown"] == 0 for e in evaluation)
-    subject_known = subject.get("cost") or Decimal(0)
+    subject_known = subject.get("cost")
     all_complete = cost_complete and evaluation_complete
-    spend_known = sum_known([subject_known, evaluation_known]).known_sum
+    spend_parts = [subject_known, *evaluation_costs]
+    spend_known = (
+        sum_known(p for p in spend_parts if p is not None).known_sum
+        if any(p is not None for p in spend_parts)
+        else None
+    )
 
     run_complete = run.status == "completed" and all(v["complete"] for v in benchmarks.values())
     nine = set(manifest["benchmarks"]) == set(ADAPTERS)
@@ -379,9 +394,39 @@ def run_reports(*, runs: list[Run]) -> dict[int, dict[str, Any]]:
     slugs = dict(Target.objects.filter(pk__in={t for _, t, _ in counts}).values_list("pk", "slug"))
     target_ids = {(run_id, slugs[tid]): tid for run_id, tid, _ in counts}
     corrections = latest_corrections(run_ids=run_ids)
-    return {
+    spend = effective_run_spend(run_ids=run_ids)
+    reports = {
         run.pk: _run_report(run, counts, sums, missing, timings, routing, target_ids, corrections)
         for run in runs
+    }
+    for run_id, report in reports.items():
+        report["spend"] = _run_spend(report["targets"], spend.get(run_id))
+    return reports
+
+
+def _run_spend(targets: list[dict[str, Any]], sums: dict[str, Any] | None) -> dict[str, Any]:
+    """The run's total spend over every call of every role, and beside it the waste: what its
+    failed and unknown-outcome calls cost. A total is given only when every target's is; a
+    known part is None when no cost of it is known (never 0 for "no price")."""
+    if sums is None:  # no call at all (a preview, or nothing dispatched yet)
+        return {
+            "total_spend_usd": None,
+            "known_total_spend_usd": None,
+            "waste_usd": None,
+            "known_waste_usd": None,
+            "waste_calls": 0,
+            "waste_calls_cost_unknown": 0,
+        }
+    complete = sums["unknown"] == 0 and all(t["total_spend_usd"] is not None for t in targets)
+    # No failed or unknown call: nothing was wasted, a known 0.
+    waste_known = sums["waste_known"] if sums["waste_calls"] else Decimal(0)
+    return {
+        "total_spend_usd": money_text(sums["known"]) if complete else None,
+        "known_total_spend_usd": money_text(sums["known"]),
+        "waste_usd": money_text(waste_known) if sums["waste_unknown"] == 0 else None,
+        "known_waste_usd": money_text(waste_known),
+        "waste_calls": sums["waste_calls"],
+        "waste_calls_cost_unknown": sums["waste_unknown"],
     }
 
 
@@ -416,7 +461,16 @@ def _run_report(
     # A count a target leaves unknown (a preview run grades nothing) keeps the total unknown.
     totals = {
         k: None if any(t[k] is None for t in targets) else sum(t[k] for t in targets)
-        for k in ("planned", "completed", "correct", "scored", "failed", "pending", "sent_unknown")
+        for k in (
+            "planned",
+            "completed",
+            "correct",
+            "scored",
+            "failed",
+            "pending",
+            "sent_unknown",
+            "cancelled",
+        )
     }
     now = timezone.now()
     wall = None

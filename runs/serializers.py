@@ -60,6 +60,7 @@ class TargetSerializer(serializers.ModelSerializer):
             "preview_url",
             "capture_recipe",
             "max_inference_calls",
+            "errors_billed",
             "active",
         ]
         read_only_fields = fields

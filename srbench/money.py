@@ -9,9 +9,23 @@ zero padding of the column's scale (``0.0011000000``). Unknown stays ``None``; i
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
-__all__ = ["money_text"]
+__all__ = ["LEDGER_MONEY_PLACES", "money_stored", "money_text"]
+
+# The scale of every money column of the ledger (DecimalField(max_digits=20, decimal_places=10)).
+LEDGER_MONEY_PLACES = 10
+_LEDGER_QUANTUM = Decimal(1).scaleb(-LEDGER_MONEY_PLACES)
+
+
+def money_stored(value: Decimal | None) -> Decimal | None:
+    """``value`` exactly as a ledger money column stores it: 10 places, ties away from zero as
+    PostgreSQL's numeric rounds (Django's ``format_number`` rounds ties to even, which differs by
+    1E-10 on a tie). Every cost written to the ledger or to a correction goes through here, so
+    what is summed is what is stored (issue 21: a 1.5e-8 USD gap between two screens)."""
+    if value is None:
+        return None
+    return value.quantize(_LEDGER_QUANTUM, rounding=ROUND_HALF_UP)
 
 
 def money_text(value: Decimal | int | None) -> str | None:

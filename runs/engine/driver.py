@@ -41,6 +41,7 @@ from runs.engine.sse import (
     stream_byte_cap,
 )
 from runs.engine.transport import engine_client
+from srbench.money import money_stored
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -53,6 +54,9 @@ KEPT_HEADER_PREFIXES = ("x-vsr-", "x-request-id", "x-ratelimit-", "retry-after",
 REPETITION_MIN_BLOCK = 64
 REPETITION_REPEATS = 8
 REPETITION_CHECK_BYTES = 8192
+# An HTTP error body is read to its end up to this size; a call whose bytes_received exceeds it
+# was cut short (recovery then treats its outcome as not fully known).
+HTTP_ERROR_BODY_CAP = 65536
 # Agent episodes (benchmarks.md §8–9): step cap per case and per terminal command time.
 AGENT_MAX_STEPS = 30
 TERMINAL_COMMAND_S = 30
@@ -750,7 +754,7 @@ class Driver:
                     if resp.status_code != 200:
                         async for chunk in resp.aiter_bytes():
                             raw += chunk
-                            if len(raw) > 65536:
+                            if len(raw) > HTTP_ERROR_BODY_CAP:
                                 break
                         error_code = f"http_{resp.status_code}"
                         error = http_error_text(resp.status_code, resp.reason_phrase, bytes(raw))
@@ -905,7 +909,12 @@ class Driver:
                 cached_reported=buckets.cached_reported,
                 cache_write_reported=buckets.cache_write_reported,
             )
-        fields.update(cost_usd=cost, cache_neutral_cost_usd=cache_neutral, cost_note=note[:200])
+        # Rounded here as the column rounds, by the rule reconcile-usage uses (srbench.money).
+        fields.update(
+            cost_usd=money_stored(cost),
+            cache_neutral_cost_usd=money_stored(cache_neutral),
+            cost_note=note[:200],
+        )
         ok = not error_code
         fields["status"] = (
             "completed" if ok else ("cancelled" if error_code == "cancelled" else "failed")

@@ -176,6 +176,14 @@ def wrong_reference(reference: str, salt: str) -> str:
         return str(int(number) + 1 + stable_index(9, "num", salt))
     ref = normalise_answer(reference)
     choices = [w for w in WRONG_FACTS if ref not in normalise_answer(w)]
+    if not choices:
+        # Only a reference that normalises to nothing gets here — above all the HLE
+        # multiple-choice key "A", an article: another letter is the plausible wrong answer.
+        letter = reference.strip().strip("()").upper()
+        if len(letter) == 1 and letter in LETTERS:
+            choices = [x for x in LETTERS[: max(4, LETTERS.index(letter) + 1)] if x != letter]
+        else:
+            choices = list(WRONG_FACTS)
     return choices[stable_index(len(choices), "fact", salt)]
 
 
@@ -578,6 +586,10 @@ def judge_verdict(reference: str, response: str) -> Verdict:
     if not raw or any(phrase in raw for phrase in NOT_ATTEMPTED_PHRASES):
         return "not_attempted"
     ref, resp = normalise_answer(reference), normalise_answer(response)
+    if not ref:
+        # A reference that is all article (the multiple-choice key "A") keeps its words.
+        ref = " ".join(reference.lower().translate(_PUNCT_TABLE).split())
+        resp = " ".join(response.lower().translate(_PUNCT_TABLE).split())
     if not resp:
         return "not_attempted"
     # Whole-word containment: "4" must not match inside "42".

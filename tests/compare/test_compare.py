@@ -526,3 +526,29 @@ def test_cli_compare_fails_with_one_line_listing_the_differences(capsys):
     assert exited.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "sampling.temperature" in err
+
+
+def test_a_router_whose_whole_interval_is_below_zero_is_named_worse(capsys):
+    qs = b.questions({"mmlu-pro": 30})
+    base, router = b.target("base"), b.target("router", kind="mom")
+    r = b.run(qs, {base: [True] * 30, router: [False] * 30})
+
+    c = only(comparison_build(baseline_run_id=r.pk, candidate_run_ids=[r.pk]))
+
+    # Independently: Δ = −1 with a half-width of sqrt(2 ln(2/α) / 30) ≈ 0.50, so the upper
+    # bound is below zero.
+    assert c["delta"] == -1.0
+    assert c["interval"]["upper"] == pytest.approx(-1 + hoeffding({"mmlu-pro": 30}), abs=1e-12)
+    assert c["interval"]["upper"] < 0
+    assert c["worse"] is True and c["improvement"] is False and c["not_an_improvement"] is None
+    call_command("benchmark", "compare", str(r.pk), str(r.pk))
+    line = next(x for x in capsys.readouterr().out.splitlines() if "router" in x)
+    assert "worse: the whole interval is below zero" in line
+
+
+def test_an_interval_reaching_zero_is_not_called_worse():
+    qs = b.questions({"mmlu-pro": 4})
+    base, router = b.target("base"), b.target("router", kind="mom")
+    r = b.run(qs, {base: [True] * 4, router: [True, True, True, False]})
+    c = only(comparison_build(baseline_run_id=r.pk, candidate_run_ids=[r.pk]))
+    assert c["delta"] < 0 < c["interval"]["upper"] and c["worse"] is False

@@ -359,3 +359,12 @@ def test_ids_are_written_compactly_and_read_both_ways():
 def test_login_required(client):
     response = client.get("/compare/")
     assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_a_router_whose_whole_interval_is_below_zero_is_called_worse(member):
+    many = b.questions({"mmlu-pro": 30})
+    a = named(b.run(many, {b.target("base"): [True] * 30}), "baseline")
+    loss = b.run(many, {b.target("r", kind="mom"): [False] * 30})  # Δ = −1, half-width ≈ 0.5
+    html = member.get(url(baseline=a.pk, candidates=[loss.pk], compare=True)).content.decode()
+    assert '<p class="verdict bad">Worse: the whole interval is below zero.</p>' in html
+    assert "No improvement shown" not in html

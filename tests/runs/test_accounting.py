@@ -194,8 +194,17 @@ INVALID_USAGES = [
         id="mixed-shapes",
     ),
     pytest.param(
-        {"input_tokens": 10, "output_tokens": 5, "input_tokens_details": {"cached_tokens": 4}},
-        id="responses-api-shape",
+        {"input_tokens": 10, "output_tokens": 5, "input_tokens_details": {"cached_tokens": 11}},
+        id="responses-api-cached-exceeds-input",
+    ),
+    pytest.param(
+        {
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "input_tokens_details": {"cached_tokens": 4},
+            "cache_read_input_tokens": 4,
+        },
+        id="responses-api-mixed-with-anthropic-cache",
     ),
     pytest.param([1, 2], id="not-an-object"),
 ]
@@ -515,3 +524,18 @@ def test_sum_known_keeps_unknown_total_but_reports_the_known_part() -> None:
 def test_sum_known_of_known_values_is_exact() -> None:
     assert sum_known([Decimal("0.1")] * 3) == (Decimal("0.3"), Decimal("0.3"), True)
     assert sum_known([]) == (Decimal(0), Decimal(0), True)
+
+
+def test_responses_api_usage_counts_cached_tokens_inside_input_tokens() -> None:
+    raw = {
+        "input_tokens": 120,
+        "input_tokens_details": {"cached_tokens": 20},
+        "output_tokens": 30,
+        "output_tokens_details": {"reasoning_tokens": 12},
+        "total_tokens": 150,
+    }
+    outcome = usage_buckets_explained(raw)
+    assert outcome.problem is None, outcome.reason
+    b = outcome.buckets
+    assert (b.input, b.cached_input, b.cache_write, b.output) == (100, 20, 0, 30)
+    assert b.cached_reported and not b.cache_write_reported

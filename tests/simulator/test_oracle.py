@@ -19,6 +19,7 @@ from srbench.simulator.oracle import (
     parse_judge_block,
     subject_answer,
 )
+from srbench.simulator.testing import running_simulator
 from tests.simulator.conftest import CODE_PROMPT, GRID_PROMPT, JUDGE_PROMPT, MCQ_PROMPT
 
 ANSWER_LINE = re.compile(r"Answer: ([A-Z])$")
@@ -405,3 +406,30 @@ def test_the_simulated_user_stops_when_the_agent_closes_and_not_before(sim: http
     body = {"model": "sim-user", "messages": messages}
     reply = sim.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
     assert reply["content"].endswith(USER_STOP)
+
+
+@pytest.mark.parametrize("reference", ["A", "B", "(A)", "E"])
+def test_a_multiple_choice_judge_question_is_answered_wrongly_with_another_letter(reference):
+    key = AnswerKey()
+    prompt = f"HLE question keyed {reference}: pick one of A-E."
+    key.add(prompt, "hle", "judge", {"answer": reference})
+    right = answer(key, prompt, accuracy=1.0)
+    wrong = answer(key, prompt, accuracy=0.0)
+    assert right.correct is True and judge_verdict(reference, right.content) == "correct"
+    assert wrong.correct is False and judge_verdict(reference, wrong.content) == "incorrect"
+
+
+def test_a_wrong_answer_to_an_hle_question_keyed_a_is_served_over_http():
+    key = AnswerKey()
+    prompt = "Which option is right? Answer A, B, C or D."
+    key.add(prompt, "hle", "judge", {"answer": "A"})
+    config = {"models": {"sim-zero": {"accuracy": 0.0, "ttft_s": 0.0}}}
+    with running_simulator(answer_key=key, **config) as url:
+        reply = httpx.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "sim-zero", "messages": [{"role": "user", "content": prompt}]},
+            timeout=10,
+        )
+    assert reply.status_code == 200
+    content = reply.json()["choices"][0]["message"]["content"]
+    assert content.startswith("The answer is ") and judge_verdict("A", content) == "incorrect"
