@@ -349,6 +349,94 @@ class LeanPool:
         await self.aclose()
 
 
+# httpcore's exceptions → httpx's, most specific first (an httpcore exception class is looked
+# up along its MRO, so a subclass httpcore adds later still maps to its nearest known parent).
+_EXCEPTIONS: dict[type[Exception], type[httpx.HTTPError]] = {
+    httpcore.ConnectTimeout: httpx.ConnectTimeout,
+    httpcore.ReadTimeout: httpx.ReadTimeout,
+    httpcore.WriteTimeout: httpx.WriteTimeout,
+    httpcore.PoolTimeout: httpx.PoolTimeout,
+    httpcore.TimeoutException: httpx.TimeoutException,
+    httpcore.ConnectError: httpx.ConnectError,
+    httpcore.ReadError: httpx.ReadError,
+    httpcore.WriteError: httpx.WriteError,
+    httpcore.NetworkError: httpx.NetworkError,
+    httpcore.ProxyError: httpx.ProxyError,
+    httpcore.UnsupportedProtocol: httpx.UnsupportedProtocol,
+    httpcore.LocalProtocolError: httpx.LocalProtocolError,
+    httpcore.RemoteProtocolError: httpx.RemoteProtocolError,
+    httpcore.ProtocolError: httpx.ProtocolError,
+}
+
+
+def _httpx_error(exc: Exception, request: httpx.Request) -> Exception:
+    for cls in type(exc).__mro__:
+        mapped = _EXCEPTIONS.get(cls)
+        if mapped is not None:
+            return mapped(str(exc), request=request)
+    return exc
+
+
+class _ResponseStream(httpx.AsyncByteStream):
+    """The response body as httpx sees it: httpcore's chunks as they come, errors mapped to
+    httpx's once around the loop (not a context manager per chunk)."""
+
+    def __init__(self, stream: _PooledStream, request: httpx.Request) -> None:
+        self._stream = stream
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._stream:
+                yield chunk
+        except Exception as exc:
+            mapped = _httpx_error(exc, self._request)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class EngineTransport(httpx.AsyncBaseTransport):
+    """httpx's public transport interface over the lean pool: httpx keeps its request/response
+    API, h11 its HTTP/1.1 parsing, and nothing reaches into a dependency's private state."""
+
+    def __init__(self, pool: LeanPool) -> None:
+        self._pool = pool
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        core_request = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=request.url.raw_scheme,
+                host=request.url.raw_host,
+                port=request.url.port,
+                target=request.url.raw_path,
+            ),
+            headers=request.headers.raw,
+            content=request.stream,  # type: ignore[arg-type]
+            extensions=request.extensions,
+        )
+        try:
+            response = await self._pool.handle_async_request(core_request)
+        except Exception as exc:
+            mapped = _httpx_error(exc, request)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_ResponseStream(response.stream, request),  # type: ignore[arg-type]
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()
+
+
 def engine_client(*, timeout: httpx.Timeout, limits: httpx.Limits) -> httpx.AsyncClient:
     """The engine's HTTP client: httpx's API and HTTP/1.1 handling on the lean backend. No
     proxies from the environment, no retries (a request that left is never sent again)."""
@@ -359,6 +447,4 @@ def engine_client(*, timeout: httpx.Timeout, limits: httpx.Limits) -> httpx.Asyn
         keepalive_expiry=limits.keepalive_expiry,
         network_backend=AsyncioBackend(),
     )
-    transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
-    transport._pool = pool  # the public constructor takes no network backend
-    return httpx.AsyncClient(timeout=timeout, transport=transport, trust_env=False)
+    return httpx.AsyncClient(timeout=timeout, transport=EngineTransport(pool), trust_env=False)

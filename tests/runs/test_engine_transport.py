@@ -146,3 +146,26 @@ def test_the_pool_caps_connections_and_gets_them_back_after_failures() -> None:
         assert len(pool._open) <= 4
 
     _run(test)
+
+
+def test_the_client_is_built_from_public_interfaces_only() -> None:
+    """Issue 25 point 4: the pool sits behind httpx's public `AsyncBaseTransport`, and the
+    module never assigns an attribute of another object's private state (an upgrade of httpx
+    or httpcore then fails loudly in their public API, not silently in ours)."""
+    import ast
+    import inspect
+
+    import runs.engine.transport as transport
+
+    client = engine_client(timeout=httpx.Timeout(1.0), limits=httpx.Limits(max_connections=2))
+    assert isinstance(client._transport, httpx.AsyncBaseTransport)
+    assert type(client._transport).__module__ == "runs.engine.transport"
+    foreign_private = [
+        ast.unparse(node)
+        for node in ast.walk(ast.parse(inspect.getsource(transport)))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.ctx, ast.Store)
+        and node.attr.startswith("_")
+        and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+    ]
+    assert foreign_private == []
