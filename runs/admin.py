@@ -5,10 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin
-from django.http import HttpRequest
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
+from django.views.decorators.http import require_POST
 
 from runs import models
+from runs.admin_forms import PriceTableField
+from runs.health import target_health_check
 from runs.services import target_set_api_key
 
 
@@ -20,6 +26,7 @@ class TargetAdminForm(forms.ModelForm):
         help_text="Write-only. Leave empty to keep the stored key; it is never shown again.",
     )
     clear_api_key = forms.BooleanField(required=False, help_text="Remove the stored key.")
+    prices = PriceTableField(required=False, label="Prices")
 
     class Meta:
         model = models.Target
@@ -65,6 +72,25 @@ class TargetAdmin(admin.ModelAdmin):
             {"fields": ["config_hash", "preview_url", "capture_recipe", "max_inference_calls"]},
         ),
     ]
+
+    change_form_template = "admin/runs/target/change_form.html"
+
+    def get_urls(self) -> list[Any]:
+        health = self.admin_site.admin_view(require_POST(self.health_view))
+        return [
+            path("<int:object_id>/health/", health, name="runs_target_health"),
+            *super().get_urls(),
+        ]
+
+    def health_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        """POST only (it sends traffic): GET {base_url}/models, timed, shown as a message."""
+        target = get_object_or_404(models.Target, pk=object_id)
+        if not self.has_change_permission(request, target):
+            raise PermissionDenied
+        check = target_health_check(target=target)
+        level = messages.SUCCESS if check.ok and check.model_listed is not False else messages.ERROR
+        self.message_user(request, f"Health check of {target.slug}: {check.summary()}", level)
+        return HttpResponseRedirect(reverse("admin:runs_target_change", args=[target.pk]))
 
     @admin.display(boolean=True, description="stored key")
     def has_stored_key(self, obj: models.Target) -> bool:
