@@ -1,8 +1,9 @@
 """Whether two runs measured the same thing (R11.2, DESIGN §6).
 
 Two runs are comparable only when their frozen manifests agree on the cases, sampling,
-benchmark options, weights, grader versions, limits, judge targets and the price of every model
-both priced. Targets within one run share one manifest. Every difference is listed field by
+benchmark options, weights, grader versions, the limits that change what is asked, judge targets
+and the price of every model both priced. Execution limits (concurrency, timeouts, a cost cap)
+decide how a run is driven, not what it asks; they may differ, and the comparison says where. Targets within one run share one manifest. Every difference is listed field by
 field so a person can see why a pair was refused; nothing is reconciled silently.
 """
 
@@ -17,8 +18,12 @@ from runs.models import TERMINAL_RUN_STATUSES, Run
 
 __all__ = [
     "COMPARED_FIELDS",
+    "EXECUTION_LIMITS",
+    "MEASURED_LIMITS",
     "Difference",
     "IncomparableRuns",
+    "execution_differences",
+    "measured_limits",
     "run_comparison_problems",
     "runs_differences",
 ]
@@ -36,7 +41,26 @@ COMPARED_FIELDS = (
     "simulators",
     "prices",
 )
+# Limits that change what a model is asked or how an answer is kept: a different output budget
+# or episode length is a different test. Every other limit is an execution limit (R11.2).
+MEASURED_LIMITS = ("max_output_tokens", "max_output_chars", "max_calls_per_case")
+EXECUTION_LIMITS = (
+    "concurrency",
+    "total_timeout_s",
+    "idle_timeout_s",
+    "case_timeout_s",
+    "max_run_seconds",
+    "max_cost_usd",
+)
 _MAX_LISTED = 5
+
+
+def measured_limits(limits: Any) -> Any:
+    """The part of a manifest's limits that is compared (anything unknown is kept: a limit
+    nobody classified yet counts as changing the test)."""
+    if not isinstance(limits, Mapping):
+        return limits
+    return {k: v for k, v in limits.items() if k not in EXECUTION_LIMITS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +206,20 @@ def runs_differences(baseline: Run, candidate: Run) -> list[Difference]:
             out.extend(_case_differences(a.get("cases", []), b.get("cases", [])))
         elif name == "prices":
             out.extend(_price_differences(a, b))
+        elif name == "limits":
+            _diff_values(name, measured_limits(a.get(name)), measured_limits(b.get(name)), out)
         else:
             _diff_values(name, a.get(name), b.get(name), out)
+    return out
+
+
+def execution_differences(baseline: Run, candidate: Run) -> list[Difference]:
+    """The execution limits in which a comparable pair differs: shown beside the comparison,
+    never a reason to refuse it."""
+    out: list[Difference] = []
+    limits_a = baseline.manifest.get("limits") or {}
+    limits_b = candidate.manifest.get("limits") or {}
+    for key in EXECUTION_LIMITS:
+        if key in limits_a or key in limits_b:
+            _diff_values(f"limits.{key}", limits_a.get(key), limits_b.get(key), out)
     return out

@@ -27,7 +27,7 @@ from typing import Any
 from django.db.models import F
 from django.db.models.expressions import RawSQL
 
-from compare.compatibility import COMPARED_FIELDS, _model_prices
+from compare.compatibility import COMPARED_FIELDS, EXECUTION_LIMITS, _model_prices
 from runs.models import TERMINAL_RUN_STATUSES, Cell, CellStatus, Run
 
 __all__ = [
@@ -45,12 +45,19 @@ _NO_OUTCOME_STATES = tuple(s for s in CellStatus.values if s not in ("completed"
 # Fields grouped by equality; "cases" is handled apart (a set), "prices" inside groups.
 _EQUAL_FIELDS = tuple(f for f in COMPARED_FIELDS if f not in ("cases", "prices"))
 
+_DROP_EXECUTION_LIMITS = "".join(f" - '{key}'" for key in EXECUTION_LIMITS)
+
 _FINGERPRINT_SQL = (
     "md5(concat_ws('|', "
     "coalesce((SELECT string_agg(DISTINCT e::text, ',' ORDER BY e::text) "
     "FROM jsonb_array_elements(CASE WHEN jsonb_typeof({m}->'cases') = 'array' "
     "THEN {m}->'cases' ELSE '[]'::jsonb END) AS e), ''), "
-    + ", ".join(f"coalesce(({{m}}->'{name}')::text, 'null')" for name in _EQUAL_FIELDS)
+    + ", ".join(
+        # Execution limits are not compared (compatibility.measured_limits): drop their keys.
+        f"coalesce((({{m}}->'{name}'){_DROP_EXECUTION_LIMITS if name == 'limits' else ''})"
+        "::text, 'null')"
+        for name in _EQUAL_FIELDS
+    )
     + "))"
 )
 

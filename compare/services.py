@@ -4,6 +4,10 @@ A comparison is computed afresh on every request: each pair's compatibility is r
 the baseline is re-selected, and qualities, costs and tokens come from the runs' reports, which
 read the effective (reconciled) usage. Per-case outcomes are loaded once, as numpy arrays, and
 all differences are array arithmetic. Reads only; no model call.
+
+The question is the statistical unit (DESIGN §6, docs/statistics.md): the attempts of one
+question are summed into one paired difference and one cost before any interval is computed,
+so n_b, the Hoeffding radius, the family-wise interval and both bootstraps count questions.
 """
 
 from __future__ import annotations
@@ -18,13 +22,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from compare.compatibility import IncomparableRuns, runs_differences
+from compare.compatibility import IncomparableRuns, execution_differences, runs_differences
 from compare.stats import (
     DEFAULT_ALPHA,
     BaselineCandidate,
     BaselineChoice,
     PairedResult,
     paired_difference,
+    question_differences,
+    question_totals,
     savings_bootstrap_intervals,
     savings_pct,
     select_baseline,
@@ -91,6 +97,16 @@ class _Cases:
     benchmark: npt.NDArray[np.int64]  # index into ``benchmarks``
     benchmarks: tuple[str, ...]
     slots: int
+
+    @property
+    def questions(self) -> int:
+        return self.keys.size // self.slots
+
+    @property
+    def question_benchmark(self) -> npt.NDArray[np.int64]:
+        """The benchmark of each question, in question order: the keys sort a question's
+        ``slots`` attempts next to each other, so every slots-th case starts a question."""
+        return self.benchmark[:: self.slots]
 
     @classmethod
     def from_manifest(cls, manifest: dict[str, Any]) -> _Cases:
@@ -554,8 +570,14 @@ def comparison_build(
     weights = {b: Fraction(manifest["benchmarks"][b]["weight"]) for b in cases.benchmarks}
     split = _run_split(baseline_run)
     margins = {frozen_margin(e.run) for e in candidates}
-    masks = {b: cases.benchmark == i for i, b in enumerate(cases.benchmarks)}
+    # Per *question* (the unit): each question's attempts are summed before any statistic.
+    masks = {b: cases.question_benchmark == i for i, b in enumerate(cases.benchmarks)}
     masks = {b: m for b, m in masks.items() if m.any()}
+
+    def per_question_costs(
+        costs: npt.NDArray[np.float64] | None,
+    ) -> npt.NDArray[np.float64] | None:
+        return None if costs is None else question_totals(costs, cases.slots)
 
     base_t = base.target
     base_subject, base_total = _dec(base_t["subject_cost_usd"]), _dec(base_t["total_spend_usd"])
@@ -566,9 +588,11 @@ def comparison_build(
         _savings(choice, _dec(e.target["subject_cost_usd"]), base_subject) for e in candidates
     ]
     savings_intervals = _savings_intervals(
-        base_case_costs,
+        per_question_costs(base_case_costs),
         [
-            None if subject is None else case_costs.get((e.run.pk, e.target_id or -1))
+            None
+            if subject is None
+            else per_question_costs(case_costs.get((e.run.pk, e.target_id or -1)))
             for e, (subject, _) in zip(candidates, subject_savings, strict=True)
         ],
         masks,
@@ -579,9 +603,13 @@ def comparison_build(
         candidates, subject_savings, savings_intervals, strict=True
     ):
         assert e.outcome is not None
-        d = e.outcome - base.outcome
+        d = question_differences(e.outcome, base.outcome, cases.slots)
         paired = paired_difference(
-            {b: d[m] for b, m in masks.items()}, weights, alpha, family_size=len(candidates)
+            {b: d[m] for b, m in masks.items()},
+            weights,
+            alpha,
+            family_size=len(candidates),
+            attempts=cases.slots,
         )
         t = e.target
         states_e = e.states or {}
@@ -600,6 +628,8 @@ def comparison_build(
                 "quality": None if quality is None else float(quality),
                 "quality_exact": None if quality is None else str(quality),
                 "cases": int(cases.keys.size),
+                "questions": int(cases.questions),
+                "attempts_per_question": cases.slots,
                 "cases_without_result": without_result,
                 "failed_or_missing_counted_wrong": True,
                 "delta": float(paired.delta),
@@ -696,6 +726,17 @@ def comparison_build(
             comparisons, key=lambda c: (c["run_created_at"], c["run"], c["target"])
         ),
         "refused": refused,
+        # Compared runs may differ in how they were driven (concurrency, timeouts, a cost
+        # cap), never in what they asked: each such difference is named here (R11.2).
+        "execution_differences": [
+            {
+                "run": run_id,
+                "run_name": runs[run_id].name,
+                "differences": [d.as_dict() for d in found],
+            }
+            for run_id in dict.fromkeys(candidate_run_ids)
+            if (found := execution_differences(baseline_run, runs[run_id]))
+        ],
         "statements": STATEMENTS,
         "model_requests": 0,
     }

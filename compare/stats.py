@@ -4,6 +4,11 @@ Quality values that decide something (the baseline, a tie) are exact ``Fraction`
 bounds are floats: they come from square roots and quantiles and only ever get compared with
 0 or a margin. Money stays ``Decimal``.
 
+The question is the statistical unit (DESIGN §6, issue 21): with several attempt slots per
+question, a question's score is the mean over its attempts, every n and n_b counts questions,
+never cells, and the bootstrap resamples questions with all their attempts. An interval never
+narrows because the same question was asked again. docs/statistics.md gives every formula.
+
 None of the intervals here covers the uncertainty of having picked the strongest baseline, of
 tuning choices, or of data contamination (R6.3); the UI has to say so.
 """
@@ -37,6 +42,8 @@ __all__ = [
     "hoeffding_half_width",
     "paired_difference",
     "paired_differences",
+    "question_differences",
+    "question_totals",
     "renormalised_weights",
     "savings_bootstrap_interval",
     "savings_bootstrap_intervals",
@@ -67,8 +74,14 @@ def accuracy(correct: int, planned: int) -> Fraction:
     return Fraction(correct, planned)
 
 
-def wilson_interval(correct: int, n: int, z: float = Z_95) -> tuple[float, float] | None:
-    """Wilson score interval for a binomial proportion; None when there are no cases.
+def wilson_interval(correct: int | Fraction, n: int, z: float = Z_95) -> tuple[float, float] | None:
+    """Wilson score interval for a proportion over ``n`` questions; None when there are none.
+
+    ``correct`` is the sum of the question scores: with one attempt per question it is the
+    number of correct questions (the classic binomial Wilson interval); with several attempts
+    each question scores the mean over its attempts and ``correct`` is the exact ``Fraction``
+    Σ_q s_q, so p̂ = correct / n is the mean question score and n counts questions, never
+    cells (the question is the unit, DESIGN §6). Repeated attempts therefore never narrow it.
 
     Unlike the normal approximation it stays inside [0, 1] and has non-zero width at 0/n and
     n/n, which is exactly where small benchmark samples live.
@@ -77,7 +90,9 @@ def wilson_interval(correct: int, n: int, z: float = Z_95) -> tuple[float, float
         raise ValueError(f"need 0 <= correct <= n: {correct}/{n}")
     if n == 0:
         return None
-    p = correct / n
+    # Both spellings round the exact quotient once, so an integer count gives the same float
+    # as before and a Fraction sum of question scores is as exact as a float can be.
+    p = correct / n if isinstance(correct, int) else float(Fraction(correct) / n)
     z2 = z * z
     denominator = 1 + z2 / n
     centre = (p + z2 / (2 * n)) / denominator
@@ -141,14 +156,51 @@ def paired_differences(
     return c.astype(np.int8) - b.astype(np.int8)
 
 
-def _checked_diffs(diffs_by_benchmark: Mapping[str, npt.ArrayLike]) -> dict[str, DiffArray]:
+def question_totals(per_attempt: npt.ArrayLike, attempts: int) -> npt.NDArray[np.generic]:
+    """Sum each question's ``attempts`` consecutive attempt values: the array is ordered by
+    question, then attempt slot, as a plan's cases are. Integers stay integers; a NaN (an
+    unknown cost) makes its question's total NaN."""
+    arr = np.asarray(per_attempt)
+    if attempts < 1:
+        raise ValueError("attempts must be at least 1")
+    if arr.ndim != 1 or arr.size % attempts:
+        raise ValueError(f"a 1-D array of whole questions of {attempts} attempts is needed")
+    if attempts == 1:
+        return arr
+    total: npt.NDArray[np.generic] = arr.reshape(-1, attempts).sum(axis=1)
+    return total
+
+
+def question_differences(
+    candidate_correct: npt.ArrayLike, baseline_correct: npt.ArrayLike, attempts: int = 1
+) -> npt.NDArray[np.int64]:
+    """Per question D_q = Σ_attempts (c − b) ∈ [−attempts, attempts]: ``attempts`` times the
+    difference of the two question scores (each the mean over the question's attempts). The
+    arrays hold one entry per case, ordered by question then slot, aligned on identical
+    cases. Pass the result to :func:`paired_difference` with the same ``attempts``."""
+    per_case = paired_differences(candidate_correct, baseline_correct)
+    return question_totals(per_case.astype(np.int64), attempts)
+
+
+def _checked_diffs(
+    diffs_by_benchmark: Mapping[str, npt.ArrayLike], attempts: int = 1
+) -> dict[str, DiffArray]:
+    if attempts < 1:
+        raise ValueError("attempts must be at least 1")
     checked: dict[str, DiffArray] = {}
     for benchmark, raw in diffs_by_benchmark.items():
         arr = np.asarray(raw)
         if arr.ndim != 1 or arr.size == 0:
             raise ValueError(f"{benchmark}: differences must be a non-empty 1-D array")
-        if arr.dtype == np.bool_ or not np.isin(arr, (-1, 0, 1)).all():
-            raise ValueError(f"{benchmark}: differences must be integers in {{-1, 0, 1}}")
+        if (
+            arr.dtype == np.bool_
+            or not np.issubdtype(arr.dtype, np.integer)
+            or (np.abs(arr) > attempts).any()
+        ):
+            raise ValueError(
+                f"{benchmark}: per-question differences must be integers in "
+                f"[-{attempts}, {attempts}] (the sum over {attempts} attempt(s))"
+            )
         checked[benchmark] = arr.astype(np.int64)
     if not checked:
         raise ValueError("no benchmarks to compare")
@@ -158,16 +210,18 @@ def _checked_diffs(diffs_by_benchmark: Mapping[str, npt.ArrayLike]) -> dict[str,
 def hoeffding_half_width(
     n_by_benchmark: Mapping[str, int], weights: Mapping[str, Fraction], alpha: float
 ) -> float:
-    """r = sqrt(2 · ln(2/α) · Σ_b w_b² / n_b) for per-case differences in [−1, 1].
+    """r = sqrt(2 · ln(2/α) · Σ_b w_b² / n_b) for per-question differences in [−1, 1].
 
-    Hoeffding with each case's term ranging over 2·w_b/n_b. It depends only on the sample
+    n_b is the number of *questions* of benchmark b (the question is the unit: a question's
+    difference is the mean over its attempts, still in [−1, 1]). Hoeffding with each
+    question's term ranging over 2·w_b/n_b. It depends only on the sample
     sizes, never on the observed differences, so it cannot collapse to zero width when every
     pair is identical (R6.1). Weights are renormalised over the benchmarks given.
     """
     if not 0 < alpha < 1:
         raise ValueError("alpha must be in (0, 1)")
     if any(n <= 0 for n in n_by_benchmark.values()):
-        raise ValueError("every benchmark needs at least one paired case")
+        raise ValueError("every benchmark needs at least one paired question")
     normalised = renormalised_weights(n_by_benchmark, weights)
     # Σ w²/n is summed exactly; only the final square root is floating point.
     variance_term = float(
@@ -192,13 +246,17 @@ def stratified_bootstrap_interval(
     *,
     draws: int = DEFAULT_BOOTSTRAP_DRAWS,
     seed: int = DEFAULT_BOOTSTRAP_SEED,
+    attempts: int = 1,
 ) -> BootstrapInterval:
-    """Percentile bootstrap of Δ, resampling cases with replacement within each benchmark.
+    """Percentile bootstrap of Δ, resampling questions with replacement within each benchmark.
 
-    A diagnostic only (R6.2): on a small sample with identical pairs it is [0, 0], which proves
-    nothing. Because differences take only the values −1, 0, 1, resampling n_b cases with
-    replacement is exactly a multinomial draw of how many −1s, 0s and 1s the resample holds, so
-    each benchmark costs ``draws × 3`` numbers instead of ``draws × n_b``. Benchmarks are drawn
+    ``diffs_by_benchmark`` holds one entry per question, D_q = Σ over its ``attempts``
+    attempts of (c − b), as :func:`question_differences` makes: a question is resampled with
+    all its attempts together (the question is the unit). A diagnostic only (R6.2): on a small
+    sample with identical pairs it is [0, 0], which proves nothing. Because D_q takes only the
+    2·attempts + 1 values −attempts … attempts, resampling n_b questions with replacement is
+    exactly a multinomial draw of how many of each value the resample holds, so each benchmark
+    costs ``draws × (2·attempts + 1)`` numbers instead of ``draws × n_b``. Benchmarks are drawn
     in sorted order so the same seed gives the same interval whatever the dict order.
     Quantiles use numpy's default (linear) interpolation.
     """
@@ -206,16 +264,18 @@ def stratified_bootstrap_interval(
         raise ValueError("draws must be at least 1")
     if not 0 < alpha < 1:
         raise ValueError("alpha must be in (0, 1)")
-    diffs = _checked_diffs(diffs_by_benchmark)
+    diffs = _checked_diffs(diffs_by_benchmark, attempts)
     normalised = renormalised_weights(diffs, weights)
     rng = np.random.default_rng(seed)
+    values = np.arange(-attempts, attempts + 1, dtype=np.int64)
     estimates = np.zeros(draws, dtype=np.float64)
     for benchmark in sorted(diffs):
         d = diffs[benchmark]
         n = d.size
-        shares = np.array([np.count_nonzero(d == v) for v in (-1, 0, 1)], dtype=np.float64) / n
+        shares = np.array([np.count_nonzero(d == v) for v in values], dtype=np.float64) / n
         counts = rng.multinomial(n, shares, size=draws)
-        resampled_means = (counts[:, 2] - counts[:, 0]) / n
+        # Σ_v v·count_v is an exact integer; one division gives the resample's mean score gap.
+        resampled_means = (counts @ values) / (n * attempts)
         estimates += float(normalised[benchmark]) * resampled_means
     lower, upper = np.quantile(estimates, [alpha / 2, 1 - alpha / 2])
     return BootstrapInterval(float(lower), float(upper), alpha, draws, seed)
@@ -224,12 +284,12 @@ def stratified_bootstrap_interval(
 @dataclass(frozen=True, slots=True)
 class BenchmarkPaired:
     benchmark: str
-    n: int
+    n: int  # questions (not cells)
     weight: Fraction  # renormalised over the benchmarks compared
     mean_difference: Fraction
-    wins: int  # candidate right, baseline wrong
-    losses: int  # candidate wrong, baseline right
-    ties: int
+    wins: int  # questions where the candidate's score is above the baseline's
+    losses: int  # questions where it is below
+    ties: int  # questions with equal scores
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +304,7 @@ class NonInferiority:
 
 @dataclass(frozen=True, slots=True)
 class PairedResult:
-    """Candidate minus baseline on identical cases.
+    """Candidate minus baseline on identical questions.
 
     ``lower``/``upper`` are the Hoeffding interval exactly as computed (it can reach past
     [−1, 1] on small samples); ``display_lower``/``display_upper`` are clipped to [−1, 1] for
@@ -297,19 +357,26 @@ def paired_difference(
     family_size: int = 1,
     bootstrap_draws: int | None = DEFAULT_BOOTSTRAP_DRAWS,
     bootstrap_seed: int = DEFAULT_BOOTSTRAP_SEED,
+    attempts: int = 1,
 ) -> PairedResult:
     """Paired quality difference with its conservative interval (R6, R11.5).
 
-    Δ = Σ_b w_b · mean_b(d), with the weights renormalised over the benchmarks present (the
-    same subset rule as :func:`weighted_quality`, so Δ equals the difference of the two
-    weighted qualities). The micro Δ pools every case with equal weight. ``bootstrap_draws``
-    None skips the diagnostic bootstrap.
+    ``diffs_by_benchmark`` holds one integer per *question*, D_q = Σ over its ``attempts``
+    attempts of (c − b) (:func:`question_differences`); the question's difference is
+    d_q = D_q / attempts ∈ [−1, 1], the candidate's mean score on it minus the baseline's.
+    Δ = Σ_b w_b · mean_{q∈b}(d_q), with the weights renormalised over the benchmarks present
+    (the same subset rule as :func:`weighted_quality`, so Δ equals the difference of the two
+    weighted qualities). n_b, the Hoeffding radius, the family-wise interval and the
+    bootstrap all count questions, so asking a question again never narrows an interval.
+    Wins, losses and ties count questions by the sign of d_q. The micro Δ pools every
+    question with equal weight. ``bootstrap_draws`` None skips the diagnostic bootstrap.
+    With ``attempts`` = 1 a question is a case and D_q = c − b ∈ {−1, 0, 1}.
     """
     if family_size < 1:
         raise ValueError("family_size must be at least 1")
     if margin is not None and not 0 <= margin <= 2:
         raise ValueError("the non-inferiority margin must be in [0, 2]")
-    diffs = _checked_diffs(diffs_by_benchmark)
+    diffs = _checked_diffs(diffs_by_benchmark, attempts)
     normalised = renormalised_weights(diffs, weights)
 
     per_benchmark: list[BenchmarkPaired] = []
@@ -317,12 +384,13 @@ def paired_difference(
     total_sum = 0
     total_n = 0
     for benchmark, d in diffs.items():
-        wins = int(np.count_nonzero(d == 1))
-        losses = int(np.count_nonzero(d == -1))
+        wins = int(np.count_nonzero(d > 0))
+        losses = int(np.count_nonzero(d < 0))
         n = int(d.size)
-        mean = Fraction(wins - losses, n)
+        d_sum = int(d.sum())
+        mean = Fraction(d_sum, n * attempts)
         delta += normalised[benchmark] * mean
-        total_sum += wins - losses
+        total_sum += d_sum
         total_n += n
         per_benchmark.append(
             BenchmarkPaired(
@@ -354,13 +422,18 @@ def paired_difference(
     bootstrap = None
     if bootstrap_draws is not None:
         bootstrap = stratified_bootstrap_interval(
-            diffs, normalised, alpha, draws=bootstrap_draws, seed=bootstrap_seed
+            diffs,
+            normalised,
+            alpha,
+            draws=bootstrap_draws,
+            seed=bootstrap_seed,
+            attempts=attempts,
         )
 
     return PairedResult(
         benchmarks=tuple(per_benchmark),
         delta=delta,
-        micro_delta=Fraction(total_sum, total_n),
+        micro_delta=Fraction(total_sum, total_n * attempts),
         alpha=alpha,
         half_width=half_width,
         lower=lower,
@@ -486,17 +559,19 @@ def savings_bootstrap_interval(
 ) -> SavingsInterval | None:
     """Percentile bootstrap of subject-cost savings, 100 × (1 − Σ candidate / Σ baseline).
 
-    Cases are resampled with replacement within each benchmark (so every resample keeps the
-    plan's n_b), and the same drawn indices are applied to both arrays: the pair (baseline
-    cost, candidate cost) of one case stays together, because the two costs are correlated
-    through the question's length. Savings are a ratio of *sums*, not a mean of per-case
-    ratios, matching the point estimate. Benchmarks are drawn in sorted order so one seed gives
-    one interval whatever the dict order. A diagnostic only: it says how much the savings
-    depend on which cases happened to be sampled, nothing about prices or other workloads.
+    The arrays hold one cost per *question* (its attempts' costs summed, see
+    :func:`question_totals`: the question is the unit). Questions are resampled with
+    replacement within each benchmark (so every resample keeps the plan's n_b), and the same
+    drawn indices are applied to both arrays: the pair (baseline cost, candidate cost) of one
+    question stays together, because the two costs are correlated through the question's
+    length. Savings are a ratio of *sums*, not a mean of per-question ratios, matching the
+    point estimate. Benchmarks are drawn in sorted order so one seed gives one interval
+    whatever the dict order. A diagnostic only: it says how much the savings depend on which
+    questions happened to be sampled, nothing about prices or other workloads.
 
     None (unknown) when any cost is unknown (None or NaN) — an interval over the known part
     would pass a partial sum off as the whole — when the baseline's total cost is 0, or when
-    some resample draws only free baseline cases, so that its ratio does not exist.
+    some resample draws only free baseline questions, so that its ratio does not exist.
     """
     (interval,) = savings_bootstrap_intervals(
         baseline_costs_by_benchmark,

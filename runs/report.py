@@ -33,6 +33,9 @@ from srbench.money import money_text
 
 BUCKETS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
 SETTLED_REPORT_TIMEOUT = 24 * 3600
+# Part of the settled-report cache key: bump it whenever what a report computes changes, so a
+# report cached by the previous code is never served. v2: intervals count questions (issue 21).
+REPORT_CACHE_VERSION = "v2"
 CELL_STATES = ("pending", "running", "completed", "failed", "cancelled", "sent_unknown")
 
 
@@ -48,6 +51,41 @@ def _cell_counts(run_ids: list[int]) -> dict[tuple[int, int, str], dict[str, int
         )
     )
     return {(r.pop("run_id"), r.pop("target_id"), r.pop("benchmark")): r for r in rows}
+
+
+def _question_scores(run_ids: list[int]) -> dict[tuple[int, int, str], tuple[int, Fraction]]:
+    """Per (run, target, benchmark): how many questions, and the exact sum of their scores.
+
+    The question is the statistical unit (DESIGN §6, docs/statistics.md): a question's score is
+    the mean over its planned attempt cells, a cell that is not correct (wrong, failed, still
+    pending, cancelled, outcome unknown) counting 0 as it does in the accuracy. The inner query
+    counts each question's cells and correct cells; the outer one groups questions by their
+    number of cells k, so Σ_q correct_q / k_q = Σ_k (Σ correct) / k is summed exactly with
+    Fractions from a handful of rows (one per k, normally just k = slots), never one per
+    question.
+    """
+    cell_t = Cell._meta.db_table
+    marks = ", ".join(["%s"] * len(run_ids))
+    sql = f"""
+        SELECT run_id, target_id, benchmark, k, COUNT(*), SUM(c)
+        FROM (
+            SELECT run_id, target_id, benchmark, question_id,
+                COUNT(*) AS k, COUNT(*) FILTER (WHERE correct) AS c
+            FROM {cell_t}
+            WHERE run_id IN ({marks})
+            GROUP BY run_id, target_id, benchmark, question_id
+        ) AS per_question
+        GROUP BY run_id, target_id, benchmark, k
+    """
+    out: dict[tuple[int, int, str], tuple[int, Fraction]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, run_ids)
+        for run_id, target_id, benchmark, k, questions, correct in cursor.fetchall():
+            n, total = out.get((run_id, target_id, benchmark), (0, Fraction(0)))
+            # SUM of a bigint is a numeric (a Decimal here): back to an exact integer.
+            score = Fraction(int(correct), int(k))
+            out[(run_id, target_id, benchmark)] = (n + int(questions), total + score)
+    return out
 
 
 def _cells_without_subject_call(run_ids: list[int]) -> dict[tuple[int, int], int]:
@@ -150,6 +188,7 @@ def _target_report(
     missing_subject: int,
     timings: dict[str, Any],
     routed: list[dict[str, Any]],
+    question_scores: dict[str, tuple[int, Fraction]] | None = None,
 ) -> dict[str, Any]:
     manifest = run.manifest
     weights = {b: Fraction(v["weight"]) for b, v in manifest["benchmarks"].items()}
@@ -166,9 +205,14 @@ def _target_report(
         acc = accuracy(c["correct"], planned) if planned else None
         if acc is not None:
             accs[b] = acc
-        interval = wilson_interval(c["correct"], planned) if planned else None
+        # The interval counts questions, not cells (the question is the unit): Wilson on the
+        # mean question score with n = questions. With one attempt per question it is
+        # Wilson(correct, planned), as before; repeated attempts never narrow it.
+        questions, score_sum = (question_scores or {}).get(b, (0, Fraction(0)))
+        interval = wilson_interval(score_sum, questions) if planned and questions else None
         benchmarks[b] = {
             "planned": planned,
+            "questions": questions,
             "completed": c["completed"],
             "correct": c["correct"],
             "scored": c["scored"],
@@ -370,7 +414,7 @@ def run_report_settled(*, run: Run) -> dict[str, Any]:
     before = run_settled_fingerprint(run)
     if before is None:
         return run_report(run=run)
-    key = "srbench:run-report:" + sha256_hex([str(v) for v in before])
+    key = f"srbench:run-report:{REPORT_CACHE_VERSION}:" + sha256_hex([str(v) for v in before])
     cached = cache.get(key)
     if cached is not None:
         run.refresh_from_db(
@@ -387,6 +431,7 @@ def run_reports(*, runs: list[Run]) -> dict[int, dict[str, Any]]:
     """The reports of several runs from one set of queries (a comparison needs twenty-one)."""
     run_ids = [r.pk for r in runs]
     counts = _cell_counts(run_ids)
+    scores = _question_scores(run_ids)
     sums = _call_sums(run_ids)
     missing = _cells_without_subject_call(run_ids)
     timings = _timings(run_ids)
@@ -396,7 +441,9 @@ def run_reports(*, runs: list[Run]) -> dict[int, dict[str, Any]]:
     corrections = latest_corrections(run_ids=run_ids)
     spend = effective_run_spend(run_ids=run_ids)
     reports = {
-        run.pk: _run_report(run, counts, sums, missing, timings, routing, target_ids, corrections)
+        run.pk: _run_report(
+            run, counts, scores, sums, missing, timings, routing, target_ids, corrections
+        )
         for run in runs
     }
     for run_id, report in reports.items():
@@ -433,6 +480,7 @@ def _run_spend(targets: list[dict[str, Any]], sums: dict[str, Any] | None) -> di
 def _run_report(
     run: Run,
     counts: dict[tuple[int, int, str], dict[str, int]],
+    scores: dict[tuple[int, int, str], tuple[int, Fraction]],
     sums: dict[tuple[int, int, str], dict[str, Any]],
     missing: dict[tuple[int, int], int],
     timings: dict[tuple[int, int], dict[str, Any]],
@@ -445,6 +493,7 @@ def _run_report(
     for snapshot in manifest["targets"]:
         tid = target_ids.get((run.pk, snapshot["slug"]))
         by_benchmark = {b: c for (r, t, b), c in counts.items() if r == run.pk and t == tid}
+        question_scores = {b: v for (r, t, b), v in scores.items() if r == run.pk and t == tid}
         by_role = {role: s for (r, t, role), s in sums.items() if r == run.pk and t == tid}
         targets.append(
             _target_report(
@@ -456,6 +505,7 @@ def _run_report(
                 missing.get((run.pk, tid), 0),
                 timings.get((run.pk, tid), {}),
                 routing.get((run.pk, tid), []),
+                question_scores,
             )
         )
     # A count a target leaves unknown (a preview run grades nothing) keeps the total unknown.

@@ -552,3 +552,44 @@ def test_an_interval_reaching_zero_is_not_called_worse():
     r = b.run(qs, {base: [True] * 4, router: [True, True, True, False]})
     c = only(comparison_build(baseline_run_id=r.pk, candidate_run_ids=[r.pk]))
     assert c["delta"] < 0 < c["interval"]["upper"] and c["worse"] is False
+
+
+def test_execution_limits_do_not_make_runs_incomparable_and_are_named():
+    """Issue 23 point 4 (R11.2): concurrency, timeouts and a cost cap decide how a run is
+    driven, not what it asks; a pair differing only there is compared, offered on the page
+    (the database fingerprint agrees with the re-verification) and the differences named."""
+    from compare.compatibility import execution_differences, runs_differences
+    from compare.selectors import candidate_options
+
+    qs = b.questions({"mmlu-pro": 3})
+    base, cand = b.target("base"), b.target("cand")
+    baseline_run = b.run(qs, {base: [True, False, True]})
+    other = b.run(
+        qs,
+        {cand: [True, True, False]},
+        limits={
+            "concurrency": 64,
+            "max_output_tokens": 4096,
+            "total_timeout_s": 30,
+            "max_cost_usd": "2.50",
+        },
+    )
+    assert runs_differences(baseline_run, other) == []
+    named = {d.field: (d.baseline, d.candidate) for d in execution_differences(baseline_run, other)}
+    assert named == {
+        "limits.concurrency": (8, 64),
+        "limits.total_timeout_s": (None, 30),
+        "limits.max_cost_usd": (None, "2.50"),
+    }
+    doc = comparison_build(baseline_run_id=baseline_run.pk, candidate_run_ids=[other.pk])
+    assert [e["run"] for e in doc["execution_differences"]] == [other.pk]
+    assert {d["field"] for d in doc["execution_differences"][0]["differences"]} == set(named)
+    offered = [o.id for o in candidate_options(baseline_run.pk)]
+    assert other.pk in offered
+
+    # A limit that changes what is asked still refuses the pair, in both places.
+    shorter = b.run(qs, {cand: [True] * 3}, limits={"concurrency": 8, "max_output_tokens": 512})
+    assert {d.field for d in runs_differences(baseline_run, shorter)} == {
+        "limits.max_output_tokens"
+    }
+    assert shorter.pk not in [o.id for o in candidate_options(baseline_run.pk)]
