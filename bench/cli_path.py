@@ -1,0 +1,343 @@
+"""The user's path, end to end: the CLI submits a run to the real web process and follows it
+until the report is printed, while a real Celery worker drives it against the simulator.
+
+This is what PERFORMANCE.md's side-by-side workload measures (740 MMLU-Pro-format questions, one
+OpenAI-compatible server with TTFT 0.2 s and 50 chunks 0.01 s apart, C = 32): the wall time from
+submission to the printed report against the ideal ceil(N/C)·L, and the CPU per call of every
+process of ours — the web server, the workers, their PostgreSQL backends (sampled while the run
+goes), Redis and the CLI itself — not the simulator's. Run events are written as in any run, so a
+poll that scaled with the run's events would show here (issue 25).
+
+    .venv/bin/python bench/cli_path.py [--cells 740] [--concurrency 32] [--rounds 3]
+        [--ttft 0.2] [--chunks 50] [--chunk-gap 0.01] [--poll 1.0]
+
+Needs PostgreSQL and Redis on loopback (as `make test`); uses its own database and Redis DB
+(BENCH_DATABASE_URL, BENCH_BROKER_URL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import contextlib
+
+from engine_throughput import (  # noqa: E402  (bench scripts share their process helpers)
+    BROKER,
+    DB,
+    ROOT,
+    cpu_seconds,
+    free_port,
+    pids_of,
+    start_worker,
+    wait_for_workers,
+)
+
+WEB_PATTERN = "uvicorn srbench.asgi:application"
+
+
+def start_web(port: int) -> subprocess.Popen:
+    """The web process as the README starts it (uvicorn, one process)."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "srbench.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ],
+        cwd=ROOT,
+        env=os.environ.copy(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def wait_http(url: str, seconds: float = 60) -> None:
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+class CpuSampler:
+    """CPU seconds per process group, with PostgreSQL backends sampled while they live (a
+    backend that exits takes its counters with it)."""
+
+    def __init__(self, groups: dict[str, list[int]]) -> None:
+        self.groups = groups
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.group_of: dict[int, str] = {}
+        self.sample()
+
+    def _backends(self) -> list[int]:
+        from django.db import connection
+
+        with connection.cursor() as cur:
+            rows = cur.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid()"
+            ).fetchall()
+        return [pid for (pid,) in rows]
+
+    def sample(self) -> None:
+        groups = {**self.groups, "postgres": self._backends()}
+        for name, pids in groups.items():
+            for pid in pids:
+                value = cpu_seconds([pid])
+                if pid not in self.first:
+                    self.first[pid] = value
+                    self.group_of[pid] = name
+                self.last[pid] = max(self.last.get(pid, 0.0), value)
+
+    def totals(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for pid, name in self.group_of.items():
+            out[name] = out.get(name, 0.0) + self.last[pid] - self.first[pid]
+        return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cells", type=int, default=740)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ttft", type=float, default=0.2)
+    parser.add_argument("--chunks", type=int, default=50)
+    parser.add_argument("--chunk-gap", type=float, default=0.01)
+    parser.add_argument("--poll", type=float, default=1.0, help="the CLI's --poll while following")
+    args = parser.parse_args()
+
+    os.environ.update(
+        DJANGO_SETTINGS_MODULE="srbench.settings",
+        SECRET_KEY="bench-only",
+        DATABASE_URL=DB,
+        CELERY_BROKER_URL=BROKER,
+        SRBENCH_VAR_DIR=tempfile.mkdtemp(prefix="srbench-bench-cli-"),
+    )
+    server, dbname = DB.rsplit("/", 1)
+    subprocess.run(
+        ["psql", f"{server}/postgres", "-q", "-c", f"DROP DATABASE IF EXISTS {dbname}"]
+        + ["-c", f"CREATE DATABASE {dbname}"],
+        check=True,
+    )
+    import django
+
+    django.setup()
+    import httpx
+    import redis
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from rest_framework.authtoken.models import Token
+
+    call_command("migrate", verbosity=0)
+    redis.Redis.from_url(BROKER).flushdb()
+
+    from datasets.benchmarks import get_adapter
+    from datasets.models import DatasetQuestion, FrozenDataset, Question, QuestionSecret
+    from datasets.synthetic import write_synthetic
+    from runs.models import Call, Run, RunEvent, Target
+    from srbench.canonical import sha256_hex
+
+    work = Path(os.environ["SRBENCH_VAR_DIR"])
+    data = write_synthetic("mmlu-pro", work / "mmlu", args.cells, 7)
+    adapter = get_adapter("mmlu-pro")
+    loaded = adapter.load(data)[: args.cells]
+    questions = []
+    for q in loaded:
+        question = Question.objects.create(
+            benchmark=q.benchmark,
+            native_id=q.native_id,
+            subject=q.subject,
+            payload=q.payload,
+            content_sha256=sha256_hex([q.benchmark, q.native_id, q.payload, q.secret]),
+        )
+        QuestionSecret.objects.create(question=question, data=q.secret)
+        questions.append(question)
+
+    reasoning = " ".join(["step"] * (args.chunks - 4))
+    sim_port, web_port = free_port(), free_port()
+    config = work / "sim.toml"
+    config.write_text(
+        f"seed = 1\n[models.bench]\naccuracy = 0.8\nttft_s = {args.ttft}\n"
+        f"tokens_per_second = {1 / args.chunk_gap}\nchunk_tokens = 1\nprefix_cache = false\n"
+        f'reasoning = "{reasoning}"\n[answer_key]\nsources = [["mmlu-pro", "{data}"]]\n'
+    )
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "srbench.simulator", "--port", str(sim_port)]
+        + ["--config", str(config)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    web = start_web(web_port)
+    worker = start_worker()
+    try:
+        wait_http(f"http://127.0.0.1:{sim_port}/health")
+        wait_http(f"http://127.0.0.1:{web_port}/")
+        wait_for_workers(1)
+        Target.objects.create(
+            slug="bench",
+            name="bench",
+            model="bench",
+            base_url=f"http://127.0.0.1:{sim_port}/v1",
+            prices={"bench": {"input": "1", "output": "2"}},
+        )
+        owner = get_user_model().objects.create(username="bench")
+        token = Token.objects.create(user=owner).key
+
+        t0 = time.monotonic()
+        with httpx.stream(
+            "POST",
+            f"http://127.0.0.1:{sim_port}/v1/chat/completions",
+            json={
+                "model": "bench",
+                "stream": True,
+                "messages": adapter.messages(loaded[0].payload),
+            },
+        ) as r:
+            for _ in r.iter_raw():
+                pass
+        latency = time.monotonic() - t0
+        n = len(questions)
+        ideal = math.ceil(n / args.concurrency) * latency
+        print(
+            f"user's path: `benchmark run --url` (following, --poll {args.poll}) → web (uvicorn) "
+            f"→ 1 worker → simulator; N = {n} cells, C = {args.concurrency}, unloaded L = "
+            f"{latency:.3f} s (TTFT {args.ttft} s + {args.chunks} chunks {args.chunk_gap} s "
+            f"apart), ideal ceil(N/C)·L = {ideal:.2f} s; load before: "
+            f"{os.getloadavg()[0]:.2f}"
+        )
+        rows = []
+        cli_cpu_seconds()  # children reaped so far (psql) are not the CLI's
+        for round_no in range(args.rounds):
+            dataset = FrozenDataset.objects.create(
+                identity_sha256=sha256_hex(["bench-cli", round_no, time.time()]),
+                name="bench",
+                profile="quick",
+                seed=1,
+                split="dev",
+                selection={},
+            )
+            DatasetQuestion.objects.bulk_create(
+                DatasetQuestion(dataset=dataset, question=q, position=i)
+                for i, q in enumerate(questions)
+            )
+            groups = {
+                "web": [web.pid, *pids_of(WEB_PATTERN)],
+                "worker": [worker.pid, *pids_of("celery -A srbench worker")],
+                "redis": pids_of("redis-server"),
+            }
+            sampler = CpuSampler(groups)
+            started = time.monotonic()
+            cli = subprocess.Popen(
+                [sys.executable, "manage.py", "benchmark", "run"]
+                + ["--url", f"http://127.0.0.1:{web_port}", "--token", token]
+                + ["--dataset", str(dataset.pk), "--target", "bench", "--name", f"cli {round_no}"]
+                + ["--concurrency", str(args.concurrency), "--poll", str(args.poll)],
+                cwd=ROOT,
+                env=os.environ.copy(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            while cli.poll() is None:
+                sampler.sample()
+                time.sleep(0.25)
+            wall = time.monotonic() - started
+            out, err = cli.communicate()
+            sampler.sample()
+            if cli.returncode != 0:
+                raise SystemExit(f"the CLI failed ({cli.returncode}): {err.strip()[-2000:]}")
+            run = Run.objects.latest("pk")
+            calls = Call.objects.filter(cell__run=run, status="completed").count()
+            events = RunEvent.objects.filter(run=run).count()
+            cpu = sampler.totals()
+            cli_cpu = cli_cpu_seconds()
+            cpu["cli"] = cli_cpu
+            ttft = [
+                t
+                for t in Call.objects.filter(cell__run=run, ttft_ms__isnull=False).values_list(
+                    "ttft_ms", flat=True
+                )
+            ]
+            finished = run.finished_at
+            engine_wall = (finished - run.started_at).total_seconds() if finished else None
+            rows.append(
+                {
+                    "wall": wall,
+                    "engine_wall": engine_wall,
+                    "calls": calls,
+                    "events": events,
+                    "cpu": cpu,
+                    "ttft_ms": statistics.median(ttft) if ttft else None,
+                    "status": run.status,
+                }
+            )
+            print(
+                f"  round {round_no + 1}: {run.status}, {calls} calls, {events} events; wall "
+                f"{wall:.2f} s = {wall / ideal:.2f}× ideal (engine {engine_wall or 0:.2f} s = "
+                f"{(engine_wall or 0) / ideal:.2f}×; report printed {wall - (engine_wall or 0):.2f}"
+                f" s after submission+run), {calls / wall:.1f} calls/s; CPU per call "
+                f"{sum(cpu.values()) / max(calls, 1) * 1000:.1f} ms ("
+                + ", ".join(f"{k} {v / max(calls, 1) * 1000:.1f}" for k, v in sorted(cpu.items()))
+                + f"); median TTFT {rows[-1]['ttft_ms'] or 0:.0f} ms for {args.ttft * 1000:.0f}"
+                f"; load {os.getloadavg()[0]:.2f}"
+            )
+        ratios = [r["wall"] / ideal for r in rows]
+        per_call = [sum(r["cpu"].values()) / max(r["calls"], 1) * 1000 for r in rows]
+        print(
+            f"summary over {len(rows)} rounds: wall/ideal median {statistics.median(ratios):.2f}× "
+            f"[{min(ratios):.2f}–{max(ratios):.2f}], CPU per call median "
+            f"{statistics.median(per_call):.1f} ms [{min(per_call):.1f}–{max(per_call):.1f}]"
+        )
+    finally:
+        for proc in (worker, web):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 15)
+        sim.terminate()
+        for proc in (worker, web, sim):
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+_CHILDREN_CPU = [0.0]
+
+
+def cli_cpu_seconds() -> float:
+    """CPU of the CLI processes reaped since the last call (RUSAGE_CHILDREN grows as they end)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = usage.ru_utime + usage.ru_stime
+    spent, _CHILDREN_CPU[0] = total - _CHILDREN_CPU[0], total
+    return spent
+
+
+if __name__ == "__main__":
+    main()
