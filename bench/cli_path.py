@@ -34,6 +34,8 @@ from engine_throughput import (  # noqa: E402  (bench scripts share their proces
     BROKER,
     DB,
     ROOT,
+    broker_pids,
+    broker_purge,
     cpu_seconds,
     free_port,
     pids_of,
@@ -148,13 +150,12 @@ def main() -> None:
 
     django.setup()
     import httpx
-    import redis
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from rest_framework.authtoken.models import Token
 
     call_command("migrate", verbosity=0)
-    redis.Redis.from_url(BROKER).flushdb()
+    broker_purge()
 
     from datasets.benchmarks import get_adapter
     from datasets.models import DatasetQuestion, FrozenDataset, Question, QuestionSecret
@@ -249,7 +250,7 @@ def main() -> None:
             groups = {
                 "web": [web.pid, *pids_of(WEB_PATTERN)],
                 "worker": [worker.pid, *pids_of("celery -A srbench worker")],
-                "redis": pids_of("redis-server"),
+                "broker": broker_pids(),
             }
             sampler = CpuSampler(groups)
             started = time.monotonic()

@@ -59,6 +59,23 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / CLK_TCK
 
 
+def broker_purge() -> None:
+    """Start from an empty queue: a Redis DB is flushed; a RabbitMQ (amqp://) queue purged."""
+    if BROKER.startswith("redis://"):
+        import redis
+
+        redis.Redis.from_url(BROKER).flushdb()
+    else:
+        from srbench.celery import app
+
+        app.control.purge()
+
+
+def broker_pids() -> list[int]:
+    """The broker's processes on this machine (its CPU is ours): Redis or RabbitMQ's VM."""
+    return pids_of("redis-server") if BROKER.startswith("redis://") else pids_of("beam.smp")
+
+
 def cpu_by_pid(pids: list[int]) -> dict[int, float]:
     return {pid: cpu_seconds([pid]) for pid in pids}
 
@@ -92,9 +109,7 @@ def ours() -> list[int]:
             "SELECT pid FROM pg_stat_activity "
             "WHERE datname = current_database() OR backend_type <> 'client backend'"
         ).fetchall()
-    return sorted(
-        {*pids_of(WORKER_PATTERN), *(pid for (pid,) in backends), *pids_of("redis-server")}
-    )
+    return sorted({*pids_of(WORKER_PATTERN), *(pid for (pid,) in backends), *broker_pids()})
 
 
 def start_worker() -> subprocess.Popen:
@@ -213,9 +228,8 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    import redis
 
-    redis.Redis.from_url(BROKER).flushdb()
+    broker_purge()
 
     from django.contrib.auth import get_user_model
 
