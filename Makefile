@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; assert sys.version_info[:2] == (3, 12), f"Python 3.12 needed, found {sys.version}"'
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q -e ".[test,data]" && $(BIN)/python -m pip install -q --no-deps "nvidia-scicode==26.3"
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 install: $(STAMP) frontend

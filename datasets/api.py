@@ -24,6 +24,7 @@ from rest_framework.utils.urls import replace_query_param
 
 from datasets.benchmarks import ADAPTERS, LoaderError
 from datasets.models import FrozenDataset, Profile, Question, Source, Split
+from datasets.packages import PackageUnavailable
 from datasets.profiles import DEFAULT_SEED
 from datasets.selectors import (
     dataset_list,
@@ -60,6 +61,24 @@ class PrepareRequestSerializer(StrictFieldsSerializer):
     source_path = serializers.CharField(
         required=False, allow_blank=True, max_length=4096, help_text="operators only"
     )
+    from_package = serializers.BooleanField(
+        default=False,
+        help_text="read the benchmark's public data in place from the installed package that "
+        "carries it (no download); not with source_path",
+    )
+    package = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=200,
+        help_text="with from_package: the distribution expected to carry it",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("from_package") and attrs.get("source_path"):
+            raise ValidationError({"from_package": "choose either source_path or from_package"})
+        if attrs.get("package") and not attrs.get("from_package"):
+            raise ValidationError({"package": "package needs from_package"})
+        return attrs
 
 
 class PrepareReceiptSerializer(serializers.Serializer):
@@ -215,9 +234,12 @@ class SourceViewSet(viewsets.ReadOnlyModelViewSet):
     )
     @action(detail=False, methods=["post"])
     def prepare(self, request: Request) -> Response:
-        """Prepare one benchmark's frozen question window (R9): from the bundled fixture, or
-        for an operator from `source_path`, a file or folder on the server. Idempotent: the
-        same content answers 200 with the existing source. No model call."""
+        """Prepare one benchmark's frozen question window (R9): from the bundled fixture, for
+        an operator from `source_path`, a file or folder on the server, or with `from_package`
+        from the installed registry package that carries the benchmark's public data (a fixed
+        path inside a fixed distribution, so any member may: the request names no path; a
+        package that is not installed answers 400 `package_unavailable`). Idempotent: the
+        same content answers 200 with the existing source. No model call, no download."""
         form = PrepareRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
@@ -230,6 +252,8 @@ class SourceViewSet(viewsets.ReadOnlyModelViewSet):
                 profile=data["profile"],
                 seed=data["seed"],
                 source_path=data.get("source_path") or None,
+                from_package=data["from_package"],
+                package=data.get("package") or None,
             )
         except PreparationConflict as exc:
             return error_response(
@@ -237,6 +261,12 @@ class SourceViewSet(viewsets.ReadOnlyModelViewSet):
                 code="preparation_conflict",
                 error=" ".join(str(exc).split()),
                 detail={"source": exc.existing.pk, "content_sha256": exc.new_content_sha256},
+            )
+        except PackageUnavailable as exc:
+            return error_response(
+                http_status=status.HTTP_400_BAD_REQUEST,
+                code="package_unavailable",
+                error=" ".join(str(exc).split()),
             )
         except (LoaderError, ValueError, OSError) as exc:
             return error_response(

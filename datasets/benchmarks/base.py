@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -86,6 +86,15 @@ class BenchmarkAdapter:
 
     def load_with_report(self, path: Path) -> LoadResult:
         raise NotImplementedError
+
+    def load_with_options(self, path: Path, options: Mapping[str, str]) -> LoadResult:
+        """Load with a packaged source's loader hint (datasets.packages). An adapter that takes
+        no options refuses any, so a hint is never silently ignored."""
+        if options:
+            raise LoaderError(
+                f"{self.key} takes no loader options, got {', '.join(sorted(options))}", file=path
+            )
+        return self.load_with_report(path)
 
     def messages(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
         raise NotImplementedError
