@@ -26,7 +26,12 @@ from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from runs.engine.driver import HTTP_ERROR_BODY_CAP
-from runs.engine.finish import calls_settle_unheld
+from runs.engine.finish import (
+    EPISODE_INTERRUPTED,
+    LEGACY_SETTLED_ERROR,
+    calls_settle_unheld,
+    single_answer,
+)
 from runs.engine.reaper import ledger_reap
 from runs.events import events_append
 from runs.models import (
@@ -78,6 +83,13 @@ REASONS = {
     "never_dispatched_use_undispatched_mode": "no model call was ever sent for this cell; "
     "use 'undispatched' mode",
     "not_failed": "the cell did not fail",
+    "complete_answer_stored": "complete answer stored: every call of this cell completed and "
+    "its answer is saved (a worker stopped before it recorded the grade); a finished answer is "
+    "never run again",
+    EPISODE_INTERRUPTED: "episode interrupted: a worker stopped after every call it sent for "
+    "this cell had completed and before the episode's next call (a later step, turn or the "
+    "judge); that call is never sent automatically and a new attempt would send the completed "
+    "ones again, so the cell is not run again (evidence kept)",
 }
 
 
@@ -102,7 +114,8 @@ def recovery_reconcile(*, run: Run) -> dict[str, int]:
     recovery pass), then calls of a terminal run still recorded as `sent`/`streaming` whose
     cell no live worker holds → `sent_unknown` (they may have reached the model; they are never
     sent again). Idempotent. Raises RecoveryError when the run is not terminal."""
-    stats = ledger_reap()
+    # Code graded from a stored answer is left to the workers' pass: not in a web request.
+    stats = ledger_reap(sandbox=False)
     now = timezone.now()
     settled = 0
     with transaction.atomic(durable=True):
@@ -228,10 +241,14 @@ def _cell_rows(run: Run) -> list[dict[str, Any]]:
     rows = list(
         Cell.objects.filter(run=run)
         .order_by("pk")
-        .values("pk", "question_id", "benchmark", "target__slug", "slot", "status")
+        .values("pk", "question_id", "benchmark", "target__slug", "slot", "status", "error")
         .annotate(
             n_calls=Count("calls"),
             ambiguous_calls=Count("calls", filter=Q(calls__status__in=AMBIGUOUS_CALL_STATUSES)),
+            completed_calls=Count("calls", filter=Q(calls__status="completed")),
+            subject_completed=Count(
+                "calls", filter=Q(calls__status="completed", calls__role="subject")
+            ),
         )
     )
     cost_unknown: Counter[int] = Counter()
@@ -263,6 +280,9 @@ def _exclusion(row: dict[str, Any], mode: str) -> str | None:
         return "completed_evidence_preserved"
     if row["ambiguous_calls"] or row["status"] in ("sent_unknown", "running"):
         return "ambiguous_dispatch_requires_reconciliation"
+    stored = _stored_answer(row)
+    if stored:
+        return stored
     if mode == "undispatched":
         return "already_dispatched_requires_new_attempt" if row["n_calls"] else None
     if not row["n_calls"]:
@@ -274,6 +294,22 @@ def _exclusion(row: dict[str, Any], mode: str) -> str | None:
     if row["status"] != "failed":
         return "not_failed"
     return None
+
+
+def _stored_answer(row: dict[str, Any]) -> str | None:
+    """Cells a worker left after every call it sent had completed (R15.3: a complete answer is
+    never run again; issue 20 point 1). The recovery pass finishes such a cell from the ledger:
+    graded (then it is `completed`), or failed as `episode_interrupted` when the episode had
+    more calls to send. Cells settled before that rule carry its old message: one whose single
+    subject call completed holds a complete answer; a multi-call one was interrupted."""
+    error = row["error"] or ""
+    if error.startswith(f"{EPISODE_INTERRUPTED}:"):
+        return EPISODE_INTERRUPTED
+    if error != LEGACY_SETTLED_ERROR:
+        return None
+    if single_answer(row["benchmark"]):
+        return "complete_answer_stored" if row["subject_completed"] else None
+    return EPISODE_INTERRUPTED if row["completed_calls"] == row["n_calls"] else None
 
 
 def _entry(row: dict[str, Any], mode: str) -> dict[str, Any]:

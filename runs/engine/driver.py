@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import socket
 import time
 import uuid
@@ -60,6 +61,10 @@ HTTP_ERROR_BODY_CAP = 65536
 # Agent episodes (benchmarks.md §8–9): step cap per case and per terminal command time.
 AGENT_MAX_STEPS = 30
 TERMINAL_COMMAND_S = 30
+# Fault injection for the kill trials (tests/chaos/test_kill_after_calls.py), never set in
+# production: a comma-separated list of benchmarks. The worker SIGKILLs itself when it is about
+# to finish a cell of one of them — every call of the cell is committed, its grade is not.
+FAULT_KILL_BEFORE_FINISH = os.environ.get("SRBENCH_FAULT_KILL_BEFORE_FINISH", "")
 
 
 def http_error_text(status: int, phrase: str, body: bytes) -> str:
@@ -641,6 +646,8 @@ class Driver:
         answer: str,
         error: str,
     ) -> None:
+        if FAULT_KILL_BEFORE_FINISH and cell.benchmark in FAULT_KILL_BEFORE_FINISH.split(","):
+            os.kill(os.getpid(), signal.SIGKILL)
         await self.ledger.submit(
             store.FinishCell(cell.cell_id, cell.token, status, correct, grade, answer, error)
         )

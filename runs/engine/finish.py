@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Count, Q
@@ -101,3 +103,159 @@ def run_finish_if_done(*, run_id: int) -> str | None:
         )
         events_append(run_id=run_id, events=events)
     return status
+
+
+# --- finishing a cell from the ledger (the recovery pass, R15.3) -------------------------------
+
+# Error prefix of a cell the recovery pass could neither grade nor resume: the worker stopped
+# inside a multi-call episode (or before the judge call of a judged cell) after every call it
+# sent had completed. Recovery shows such a cell as excluded with this code (runs/recovery.py).
+EPISODE_INTERRUPTED = "episode_interrupted"
+# What the recovery pass wrote before it finished cells from the ledger (issue 20 point 1):
+# cells settled that way are read as interrupted episodes or complete answers, never retried.
+LEGACY_SETTLED_ERROR = "worker lost after its calls finished; evidence kept"
+# Kinds whose whole episode is one subject call (a judged kind adds one judge call after it).
+SINGLE_ANSWER_KINDS = ("mcq", "grid", "judge")
+SINGLE_ANSWER_CODE = ("livecodebench",)
+
+
+def single_answer(benchmark: str) -> bool:
+    """Whether a completed subject call of this benchmark is the cell's complete answer."""
+    from datasets.benchmarks import get_adapter
+
+    return get_adapter(benchmark).kind in SINGLE_ANSWER_KINDS or benchmark in SINGLE_ANSWER_CODE
+
+
+@dataclass(frozen=True)
+class StoredCall:
+    role: str
+    sequence: int
+    status: str
+    content: str
+    finish_reason: str
+    error_code: str
+    error: str
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """How a cell ends from what its calls stored: the fields `store.FinishCell` writes."""
+
+    status: str
+    correct: bool | None = None
+    grade: dict[str, Any] | None = None
+    answer: str = ""
+    error: str = ""
+
+
+def _interrupted(calls: list[StoredCall], what: str, answer: str = "") -> Settlement:
+    return Settlement(
+        "failed",
+        answer=answer,
+        error=(
+            f"{EPISODE_INTERRUPTED}: the worker stopped after {len(calls)} completed call(s) "
+            f"and before {what}; that call is never sent automatically and a new attempt would "
+            "send the completed ones again, so recovery excludes this cell (evidence kept)"
+        ),
+    )
+
+
+def cell_settlement(
+    *,
+    benchmark: str,
+    manifest: dict[str, Any],
+    payload: dict[str, Any],
+    secret: dict[str, Any],
+    calls: list[StoredCall],
+    sandbox: bool,
+) -> Settlement | None:
+    """The end of a cell whose worker died after all its calls were settled (none open), from
+    the ledger alone and with the engine's own rules (runs/engine/driver.py `_run_cell`,
+    graders in runs/engine/scoring.py): never a new model call.
+
+    - a call that failed or was cancelled fails the cell with the driver's message;
+    - one-call kinds (mcq, grid) are graded from the stored answer with the grader version the
+      manifest froze; a truncated answer is wrong, as in the engine;
+    - judged kinds use the stored verdict; a judge call never sent → `episode_interrupted`;
+    - code (LiveCodeBench; SciCode with every step answered) runs the hidden tests: only when
+      `sandbox` is True, else None (the caller grades it where the sandbox may run);
+    - any other multi-call episode (SciCode short of its last step, τ³, Terminal-Bench)
+      → `episode_interrupted`: its state (a conversation with tools, a sandbox session) cannot
+      be rebuilt from the ledger without replaying it, and its next call was never sent.
+    """
+    from datasets.benchmarks import get_adapter
+    from datasets.grading import MalformedVerdict
+    from runs.engine import scoring
+
+    subjects = [c for c in calls if c.role == "subject"]
+    answer = subjects[-1].content if subjects and subjects[-1].status == "completed" else ""
+    unfinished = [c for c in calls if c.status != "completed"]
+    if unfinished:
+        # The driver stops at the first call that did not complete and fails the cell with it.
+        c = unfinished[0]
+        return Settlement(
+            "failed",
+            answer=answer,
+            error=f"{c.role} call {c.sequence + 1}: {c.error_code}: {c.error}",
+        )
+    kind = get_adapter(benchmark).kind
+    if single_answer(benchmark):
+        subject = next((c for c in subjects if c.sequence == 0), None)
+        if subject is None:
+            return _interrupted(calls, "its subject call")
+        if subject.finish_reason == "length":
+            return Settlement(
+                "completed",
+                False,
+                {"grader": "truncated", "finish_reason": "length"},
+                subject.content,
+            )
+        if kind == "code":
+            if not sandbox:
+                return None
+            grade = scoring.grade_code(
+                benchmark=benchmark, payload=payload, secret=secret, answers=[subject.content]
+            )
+            return Settlement("completed", grade.correct, grade.detail, subject.content)
+        if kind != "judge":
+            try:
+                grade = scoring.grade_direct(
+                    benchmark=benchmark,
+                    payload=payload,
+                    secret=secret,
+                    answer=subject.content,
+                    grader_version=manifest["benchmarks"][benchmark].get("grader_version"),
+                )
+            except scoring.GradingUnavailable as exc:
+                return Settlement("failed", answer=subject.content, error=str(exc))
+            return Settlement("completed", grade.correct, grade.detail, subject.content)
+        judge = next((c for c in calls if c.role == "judge" and c.sequence == 0), None)
+        if judge is None:
+            return _interrupted(calls, "its judge call", subject.content)
+        if judge.finish_reason == "length":
+            return Settlement("failed", answer=subject.content, error="judge reply truncated")
+        try:
+            grade = scoring.grade_from_verdict(judge.content)
+        except MalformedVerdict as exc:
+            return Settlement(
+                "failed", answer=subject.content, error=f"malformed judge verdict: {exc}"
+            )
+        return Settlement("completed", grade.correct, grade.detail, subject.content)
+    if benchmark == "scicode":
+        from runs.engine.code_grading import scicode_step_prompts
+
+        steps = len(scicode_step_prompts(payload))
+        replies = [c.content for c in sorted(subjects, key=lambda c: c.sequence)]
+        if len(replies) < steps:
+            return _interrupted(calls, f"step {len(replies) + 1} of {steps}")
+        if not sandbox:
+            return None
+        joined = "\n\n".join(replies)
+        try:
+            grade = scoring.grade_code(
+                benchmark=benchmark, payload=payload, secret=secret, answers=list(replies)
+            )
+        except scoring.GradingUnavailable as exc:
+            return Settlement("failed", answer=replies[-1], error=str(exc))
+        return Settlement("completed", grade.correct, grade.detail, joined)
+    return _interrupted(calls, f"the rest of its {benchmark} episode")

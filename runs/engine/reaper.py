@@ -3,7 +3,10 @@
 A cell whose lease ran out belongs to a dead worker. What happens to it depends only on the
 ledger: a call row in `sent`/`streaming` may have reached the model, so it becomes
 `sent_unknown` (and its cell and run say so) — it is never sent again automatically. A cell
-that committed no call sent nothing and simply returns to `pending`.
+that committed no call sent nothing and simply returns to `pending`. A cell whose calls are
+all settled is finished from what they stored (R15.3, `finish.cell_settlement`): graded from
+the saved answer (and saved verdict) when its episode is complete, else failed as
+`episode_interrupted`, which recovery never offers. The pass itself never sends a call.
 """
 
 from __future__ import annotations
@@ -12,24 +15,131 @@ import logging
 import threading
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
-from runs.engine.finish import calls_settle_unheld
+from runs.engine import store
+from runs.engine.finish import (
+    Settlement,
+    StoredCall,
+    calls_settle_unheld,
+    cell_settlement,
+    run_finish_if_done,
+)
 from runs.events import events_append
 from runs.models import Call, Cell, Run
 
 INTERRUPT_REASON = "a worker stopped with calls in flight (sent_unknown)"
+# Who holds a cell the pass took over to grade in the sandbox, and for how long at least: a
+# grader that dies with its process leaves the cell to the next pass, which grades it again
+# (grading sends nothing, so doing it twice is harmless; the fencing token keeps one result).
+GRADER = "recovery-pass:grading"
+GRADING_LEASE_SECONDS = 600.0
 
 log = logging.getLogger(__name__)
 
 
-def ledger_reap(*, now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def _settlements(cell_ids: list[int], *, sandbox: bool) -> dict[int, Settlement | None]:
+    """How each of these cells (every call settled) ends from its stored calls; None: it needs
+    the sandbox and `sandbox` is False."""
+    calls: dict[int, list[StoredCall]] = {c: [] for c in cell_ids}
+    for cell_id, *fields in (
+        Call.objects.filter(cell_id__in=cell_ids)
+        .order_by("pk")
+        .values_list(
+            "cell_id",
+            "role",
+            "sequence",
+            "status",
+            "content",
+            "finish_reason",
+            "error_code",
+            "error",
+        )
+    ):
+        calls[cell_id].append(StoredCall(*fields))
+    rows = Cell.objects.filter(pk__in=cell_ids).values_list(
+        "pk", "benchmark", "run__manifest", "question__payload", "question__secret__data"
+    )
+    out: dict[int, Settlement | None] = {}
+    for pk, benchmark, manifest, payload, secret in rows:
+        try:
+            out[pk] = cell_settlement(
+                benchmark=benchmark,
+                manifest=manifest,
+                payload=payload,
+                secret=secret or {},
+                calls=calls[pk],
+                sandbox=sandbox,
+            )
+        except Exception as exc:  # as the driver does: a bug fails the cell, not the pass
+            log.exception("settling cell %s from the ledger failed", pk)
+            answer = next((c.content for c in reversed(calls[pk]) if c.role == "subject"), "")
+            out[pk] = Settlement(
+                "failed", answer=answer, error=f"internal error: {type(exc).__name__}: {exc}"
+            )
+    return out
+
+
+def _settle_event(cell_id: int, s: Settlement) -> tuple[str, dict[str, object]]:
+    if s.status == "completed":
+        return (
+            "cell.completed",
+            {"cell": cell_id, "correct": s.correct, "settled_by": "recovery_pass"},
+        )
+    return ("cell.failed", {"cell": cell_id, "error": s.error[:500], "settled_by": "recovery_pass"})
+
+
+def cells_grade_taken_over(cells: list[tuple[int, int, int]]) -> int:
+    """Grade cells the pass took over for the sandbox, (run, cell, token) each, outside any
+    transaction, and finish them with their fencing token; then end their runs if done.
+    Returns how many it finished."""
+    done = 0
+    for run_id, cell_id, token in cells:
+        settlement = _settlements([cell_id], sandbox=True).get(cell_id)
+        if settlement is None:  # unreachable with sandbox=True; never guess a grade
+            continue
+        finished = store.ledger_apply(
+            run_id=run_id,
+            max_cost=None,
+            ops=[
+                store.FinishCell(
+                    cell_id,
+                    token,
+                    settlement.status,
+                    settlement.correct,
+                    settlement.grade,
+                    settlement.answer,
+                    settlement.error,
+                )
+            ],
+        )[0]
+        done += bool(finished)
+        run_finish_if_done(run_id=run_id)
+    return done
+
+
+def ledger_reap(*, now=None, sandbox: bool = True) -> dict[str, int]:  # type: ignore[no-untyped-def]
     """Settle every expired cell lease. Idempotent and safe to run from many workers at once
-    (row locks with skip_locked; conditional updates)."""
+    (row locks with skip_locked; conditional updates).
+
+    `sandbox`: whether this caller may grade code in the sandbox (seconds of CPU, after the
+    settling transaction). The workers' pass may; a web request (recovery review) passes False
+    and leaves such cells to the workers."""
     now = now or timezone.now()
-    stats = {"sent_unknown_cells": 0, "returned_cells": 0, "failed_cells": 0, "runs": 0}
+    stats = {
+        "sent_unknown_cells": 0,
+        "returned_cells": 0,
+        "completed_cells": 0,
+        "failed_cells": 0,
+        "graded_in_sandbox": 0,
+        "runs": 0,
+    }
     redispatch: set[int] = set()
+    settled_runs: set[int] = set()
+    to_grade: list[tuple[int, int, int]] = []
     with transaction.atomic(durable=True):
         expired = list(
             Cell.objects.select_for_update(skip_locked=True)
@@ -61,12 +171,33 @@ def ledger_reap(*, now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
             Cell.objects.filter(pk__in=unknown_cells).update(
                 status="sent_unknown", lease_expires_at=None, error="worker lost mid-call"
             )
-            Cell.objects.filter(pk__in=finished_calls_only).update(
-                status="failed",
-                lease_expires_at=None,
-                finished_at=now,
-                error="worker lost after its calls finished; evidence kept",
-            )
+            settlements = _settlements(finished_calls_only, sandbox=False)
+            settled: dict[int, Settlement] = {}
+            for cell_id, settlement in settlements.items():
+                if settlement is not None:
+                    Cell.objects.filter(pk=cell_id, status="running").update(
+                        status=settlement.status,
+                        correct=settlement.correct,
+                        scored=settlement.correct is not None,
+                        grade=settlement.grade,
+                        final_answer=settlement.answer,
+                        error=settlement.error,
+                        finished_at=now,
+                        lease_expires_at=None,
+                    )
+                    settled[cell_id] = settlement
+                elif sandbox:
+                    # Graded after this transaction (the sandbox takes seconds); the cell is
+                    # held under a fresh fencing token so only that grading can finish it.
+                    grading_lease = max(settings.SRBENCH_CELL_LEASE_SECONDS, GRADING_LEASE_SECONDS)
+                    Cell.objects.filter(pk=cell_id).update(
+                        claim_token=F("claim_token") + 1,
+                        claimed_by=GRADER,
+                        lease_expires_at=now + timedelta(seconds=grading_lease),
+                    )
+                    token = Cell.objects.values_list("claim_token", flat=True).get(pk=cell_id)
+                    to_grade.append((run_id, cell_id, token))
+                # else: left expired for a worker's pass, which may run the sandbox.
             Cell.objects.filter(pk__in=never_sent).update(
                 status="pending", claimed_by="", lease_expires_at=None, started_at=None
             )
@@ -81,10 +212,9 @@ def ledger_reap(*, now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
                 ("cell.returned", {"cell": c, "reason": "worker lost before sending"})
                 for c in never_sent
             ]
-            events += [
-                ("cell.failed", {"cell": c, "error": "worker lost after its calls"})
-                for c in finished_calls_only
-            ]
+            events += [_settle_event(c, settled[c]) for c in sorted(settled)]
+            if settled:
+                settled_runs.add(run_id)
             # The run row lock orders this pass after any other pass or driver that settled
             # cells of this run, so the last one to settle sees that nothing runs any more.
             status = (
@@ -122,11 +252,17 @@ def ledger_reap(*, now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
             events_append(run_id=run_id, events=events)
             stats["sent_unknown_cells"] += len(unknown_cells)
             stats["returned_cells"] += len(never_sent)
-            stats["failed_cells"] += len(finished_calls_only)
+            stats["completed_cells"] += sum(s.status == "completed" for s in settled.values())
+            stats["failed_cells"] += sum(s.status == "failed" for s in settled.values())
         for run_id in redispatch:
             from runs.services import run_dispatch
 
             transaction.on_commit(lambda r=run_id: run_dispatch(run_id=r))
+    # Cells finished from the ledger may have been the run's last: nobody else would end it
+    # (its driver may have ended before the lease ran out). Idempotent; None while it goes on.
+    for run_id in sorted(settled_runs - redispatch):
+        run_finish_if_done(run_id=run_id)
+    stats["graded_in_sandbox"] = cells_grade_taken_over(to_grade)
     stats["redispatched_runs"] = runs_redispatch_idle(now=now)
     return stats
 
@@ -137,7 +273,6 @@ def runs_redispatch_idle(*, now=None) -> int:  # type: ignore[no-untyped-def]
     first claim, or the broker lost the message). Safe because claims are idempotent; the
     event it appends keeps it from ringing more than once a lease while a queue is backed up.
     """
-    from django.conf import settings
     from django.db.models import Exists, Max, OuterRef
 
     from runs.services import run_dispatch
