@@ -38,7 +38,7 @@ test: $(STAMP) frontend
 bench: $(STAMP)
 	services=$$(scripts/ensure_services.sh) && eval "$$services" && \
 	server="$${DATABASE_URL%/*}" && pages_db="$$server/srbench_bench_pages" && \
-	scale_db="$$server/srbench_bench_scale" && \
+	scale_db="$$server/srbench_bench_scale" && poll_db="$$server/srbench_bench_poll" && \
 	export BENCH_DATABASE_URL="$$server/srbench_bench" BENCH_BROKER_URL="$${CELERY_BROKER_URL%/*}/12" && \
 	$(BIN)/python bench/simulator_load.py --streams 1000 && \
 	$(BIN)/python bench/engine_throughput.py --concurrency 32 256 --workers 1 2 4 && \
@@ -47,6 +47,10 @@ bench: $(STAMP)
 	DATABASE_URL="$$scale_db" SECRET_KEY=bench $(BIN)/python manage.py migrate -v0 && \
 	DATABASE_URL="$$scale_db" SECRET_KEY=bench $(BIN)/python bench/report_scale.py --commit && \
 	psql "$$server/postgres" -qc "DROP DATABASE srbench_bench_scale" && \
+	psql "$$server/postgres" -qc "DROP DATABASE IF EXISTS srbench_bench_poll" -c "CREATE DATABASE srbench_bench_poll" && \
+	DATABASE_URL="$$poll_db" SECRET_KEY=bench $(BIN)/python manage.py migrate -v0 && \
+	DATABASE_URL="$$poll_db" SECRET_KEY=bench $(BIN)/python bench/poll_scale.py --commit && \
+	psql "$$server/postgres" -qc "DROP DATABASE srbench_bench_poll" && \
 	psql "$$server/postgres" -qc "DROP DATABASE IF EXISTS srbench_bench_pages" -c "CREATE DATABASE srbench_bench_pages" && \
 	DATABASE_URL="$$pages_db" SECRET_KEY=bench $(BIN)/python manage.py migrate -v0 && \
 	DATABASE_URL="$$pages_db" SECRET_KEY=bench $(BIN)/python bench/pages.py --commit && \

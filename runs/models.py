@@ -511,3 +511,54 @@ class RecoveryClaim(models.Model):
     cell = models.OneToOneField(Cell, on_delete=models.PROTECT, related_name="recovery_claim")
     request = models.ForeignKey(RecoveryRequest, on_delete=models.PROTECT, related_name="claims")
     created_at = models.DateTimeField(auto_now_add=True)
+
+
+class RunSummary(models.Model):
+    """A run's cells counted by status, kept exact by PostgreSQL triggers (R7.1, R10.2).
+
+    What a run poll, a run page or the runs list shows of its cells is read from this one
+    row, not counted over the cells: reading it costs the same at 10 cells or 100,000 (issue
+    25). Statement-level triggers on `runs_cell` (INSERT, UPDATE, DELETE, with transition
+    tables) add each statement's status changes here in the same transaction, so bulk
+    `.update()` calls, the reaper, recovery and raw SQL are all counted. Migration 0006
+    holds the triggers; a new cell status needs a column here and in them.
+
+    Locking: a trigger locks the run row (FOR NO KEY UPDATE, in run id order) before it
+    updates this row, so this row is always taken after its run and adds no new lock order;
+    the engine's transactions hold that run row anyway (`events_append`, claims, budget).
+    The newest event is read from `runs_runevent`'s (run, seq) index, not kept here.
+    """
+
+    run = models.OneToOneField(
+        Run, on_delete=models.CASCADE, primary_key=True, related_name="summary"
+    )
+    pending = models.BigIntegerField(default=0)
+    running = models.BigIntegerField(default=0)
+    completed = models.BigIntegerField(default=0)
+    failed = models.BigIntegerField(default=0)
+    cancelled = models.BigIntegerField(default=0)
+    sent_unknown = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(pending__gte=0)
+                & Q(running__gte=0)
+                & Q(completed__gte=0)
+                & Q(failed__gte=0)
+                & Q(cancelled__gte=0)
+                & Q(sent_unknown__gte=0),
+                name="run_summary_counts_not_negative",
+            )
+        ]
+
+    @property
+    def total(self) -> int:
+        return (
+            self.pending
+            + self.running
+            + self.completed
+            + self.failed
+            + self.cancelled
+            + self.sent_unknown
+        )

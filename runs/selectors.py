@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.cache import cache
-from django.db.models import Count, Exists, F, Max, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run, RunEvent, Target, UsageCorrection
-from srbench.canonical import sha256_hex
 from srbench.money import money_text
 
 ACTIVE_CALL_STATUSES = ("sent", "streaming")
@@ -18,18 +17,40 @@ MAX_EVENT_PAGE = 1000  # R14.2
 FROZEN_TIMEOUT = 7 * 24 * 3600  # what is read from a frozen manifest is kept a week
 
 
-def runs_with_progress(queryset: QuerySet[Run] | None = None) -> QuerySet[Run]:
-    """Runs annotated with what a list row shows (R7.1): completed/denominator, failures,
-    the last persisted update and the target types — one query for a whole page."""
-    qs = queryset if queryset is not None else Run.objects.all()
-    return qs.select_related("owner").annotate(
-        cells_total=Count("cells", distinct=True),
-        cells_completed=Count("cells", filter=Q(cells__status="completed"), distinct=True),
-        cells_failed=Count(
-            "cells", filter=Q(cells__status__in=["failed", "sent_unknown"]), distinct=True
+def progress_annotations() -> dict[str, Any]:
+    """What a run row shows of its cells and events (R7.1), read in O(1) per run (issue 25):
+    the cells by status from the run's summary row (kept by database triggers in the
+    transaction that changes the cells, see `RunSummary`), the newest event from the
+    (run, seq) index. Never a count over the run's cells or a join with its events.
+
+    `cells_failed` counts failed and sent_unknown cells (an outcome not known is not a
+    success). A run without a summary row (none exists: every run gets one on insert) would
+    read null, not 0."""
+    s = "summary__"
+    return {
+        "cells_total": F(s + "pending")
+        + F(s + "running")
+        + F(s + "completed")
+        + F(s + "failed")
+        + F(s + "cancelled")
+        + F(s + "sent_unknown"),
+        "cells_completed": F(s + "completed"),
+        "cells_failed": F(s + "failed") + F(s + "sent_unknown"),
+        "last_event_at": Subquery(
+            RunEvent.objects.filter(run=OuterRef("pk")).order_by("-seq").values("created_at")[:1]
         ),
-        last_event_at=Max("events__created_at"),
-    )
+    }
+
+
+def runs_with_progress(queryset: QuerySet[Run] | None = None) -> QuerySet[Run]:
+    """Runs annotated with what a list row or a run poll shows (R7.1, R10.2): completed /
+    denominator, failures and the last persisted update, each read from indexed per-run
+    figures (`progress_annotations`), so a poll costs the same at 1,000 cells as at 100,000
+    (R13: reads cost O(page), not O(run)). The frozen manifest is deferred: a standard run's
+    case list is megabytes; what is read from it comes from `manifest_target_kinds` /
+    `manifest_head` (cached), or loads it on first access."""
+    qs = queryset if queryset is not None else Run.objects.all()
+    return qs.select_related("owner").defer("manifest").annotate(**progress_annotations())
 
 
 def runs_filter(
@@ -123,55 +144,17 @@ def runs_list_rows(queryset: QuerySet[Run]) -> QuerySet[Run]:
     """The Run rows a Runs page or a Run detail header shows, without the frozen manifest
     (megabytes for a standard run); evaluate it, then pass the rows to `runs_decorate`.
 
-    The newest event is a correlated subquery the database evaluates only for the rows read;
-    the cell counts and target types are added by `runs_decorate` for the loaded rows only.
+    The cell counts and the newest event come with the rows (`progress_annotations`: the
+    run's summary row and one index probe), the same for 10 cells or 100,000.
     """
-    last_event = RunEvent.objects.filter(run=OuterRef("pk")).order_by("-seq").values("created_at")
-    return (
-        queryset.select_related("owner")
-        .defer("manifest")
-        .annotate(last_event_at=Subquery(last_event[:1]))
-    )
+    return runs_with_progress(queryset)
 
 
-def runs_decorate(
-    runs: list[Run], *, settled: dict[int, tuple[Any, ...]] | None = None
-) -> list[Run]:
-    """Adds what a list row shows (R7.1) to loaded runs: completed/denominator and failures,
-    from one grouped count over the rows' cells (one pass over the (run, status) index,
-    instead of three counts per run), and the target types of the frozen manifest.
-
-    `settled` maps runs to their `run_settled_fingerprint`: their cells no longer change, so
-    their counts are kept in the cache under it (a count of 100,000 cells is ~50 ms).
-    """
-    settled = settled or {}
-    keys = {
-        pk: "srbench:run-cells:" + sha256_hex([str(v) for v in fp]) for pk, fp in settled.items()
-    }
-    found = cache.get_many(list(keys.values()))
-    counts: dict[int, dict[str, int]] = {r.pk: found.get(keys.get(r.pk, ""), {}) for r in runs}
-    to_count = [r.pk for r in runs if keys.get(r.pk) not in found]
-    rows = (
-        Cell.objects.filter(run_id__in=to_count)
-        .order_by()
-        .values_list("run_id", "status")
-        .annotate(n=Count("pk"))
-    )
-    for run_id, status, n in rows:
-        counts[run_id][status] = n
-    for pk in to_count:
-        # Kept only if the run was still in the same settled state after counting.
-        if (
-            pk in keys
-            and run_settled_fingerprint(next(r for r in runs if r.pk == pk)) == settled[pk]
-        ):
-            cache.set(keys[pk], counts[pk], FROZEN_TIMEOUT)
+def runs_decorate(runs: list[Run]) -> list[Run]:
+    """Adds the target types of the frozen manifest to loaded runs (R7.1), read once per run
+    and then cached; the cell counts were annotated by `runs_list_rows`."""
     kinds = manifest_target_kinds(runs)
     for run in runs:
-        by_status = counts[run.pk]
-        run.cells_total = sum(by_status.values())  # type: ignore[attr-defined]
-        run.cells_completed = by_status.get("completed", 0)  # type: ignore[attr-defined]
-        run.cells_failed = by_status.get("failed", 0) + by_status.get("sent_unknown", 0)  # type: ignore[attr-defined]
         run.target_kinds = kinds[run.pk]  # type: ignore[attr-defined]
     return runs
 

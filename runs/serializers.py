@@ -100,8 +100,7 @@ class RunSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_progress(self, run: Run) -> dict[str, int | None]:
-        total = getattr(run, "cells_total", None)
-        if total is None:  # not annotated (detail view): count here
+        if not hasattr(run, "cells_total"):  # not annotated: read the run's summary row
             run = selectors.runs_with_progress(Run.objects.filter(pk=run.pk)).get()
         return {
             "completed": run.cells_completed,
@@ -117,7 +116,9 @@ class RunSerializer(serializers.ModelSerializer):
         return max(last, run.updated_at).isoformat()
 
     def get_target_types(self, run: Run) -> list[str]:
-        return selectors.target_types(run)
+        # From the manifest if loaded, else cached by the run's frozen identity: a poll does
+        # not read a standard run's megabytes of case list (issue 25).
+        return selectors.manifest_target_kinds([run])[run.pk]
 
 
 class ResultSerializer(serializers.ModelSerializer):

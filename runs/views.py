@@ -376,9 +376,7 @@ def _run_header(run_id: int) -> Run:
     run = selectors.runs_list_rows(Run.objects.filter(pk=run_id)).first()
     if run is None:
         raise Http404("No such run.")
-    fingerprint = selectors.run_settled_fingerprint(run)
-    settled = {run.pk: fingerprint} if fingerprint is not None else None
-    return selectors.runs_decorate([run], settled=settled)[0]
+    return selectors.runs_decorate([run])[0]
 
 
 def _live(run: Run) -> dict[str, Any]:

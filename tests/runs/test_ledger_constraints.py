@@ -196,6 +196,37 @@ def test_frozen_manifest_cannot_change():
     rejected(lambda: Run.objects.filter(pk=run.pk).update(manifest={"other": 1}))
     rejected(lambda: Run.objects.filter(pk=run.pk).update(plan_sha256=H))
     Run.objects.filter(pk=run.pk).update(status="running")  # progress still moves
+    # A full save names every column, so the guard still compares (and refuses) there.
+    run.refresh_from_db()
+    run.manifest = {"other": 2}
+    rejected(lambda: run.save())
+
+
+@pytest.mark.parametrize(
+    ("table", "column"),
+    [
+        ("runs_run", "manifest"),
+        ("runs_call", "request"),
+        ("datasets_question", "payload"),
+        ("datasets_questionsecret", "data"),
+        ("datasets_source", "content_sha256"),
+        ("datasets_frozendataset", "selection"),
+    ],
+)
+def test_frozen_column_guards_fire_only_for_updates_that_name_them(table, column):
+    """Issue 25: an UPDATE of status, lease or event sequence does not run the frozen guard,
+    so a megabyte manifest or request is never decompressed to compare it."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_triggerdef(t.oid) FROM pg_trigger t "
+            "WHERE t.tgname = %s AND NOT t.tgisinternal",
+            [f"{table}_frozen"],
+        )
+        (definition,) = cursor.fetchone()
+    assert "BEFORE UPDATE OF " in definition, definition
+    assert column in definition.split(" ON ")[0], definition
 
 
 def test_parent_run_with_children_cannot_be_deleted():
