@@ -4,10 +4,17 @@
 Per task, the public payload is what the agent and the user simulator start from (policy,
 initial database, user scenario); the evaluation criteria (gold actions, assertions, required
 communications) and the author's description, which often spells out the solution, are secret.
+
+The initial database is public. A small one (the self-authored fixtures) is embedded in each
+task's payload; a large one (the official airline db.json is 7 MB, shared by its 50 tasks) is
+referenced by ``db_sha256`` alone — the sha256 of its canonical JSON, which the question's own
+content hash covers — and the runner resolves that hash to the installed domain package's copy,
+verified, or refuses the task as "not available here" (runs/engine/tau.py, ``initial_db``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import tomllib
 from fractions import Fraction
@@ -22,9 +29,12 @@ from datasets.benchmarks.base import (
     is_synthetic,
     require_path,
 )
-from srbench.canonical import sha256_hex
+from srbench.canonical import canonical_json, sha256_hex
 
 POLICY_FILES = ("policy.md", "main_policy.md")
+# A database up to this size (canonical JSON) travels in every task's payload; a larger one is
+# referenced by its hash (see the module docstring).
+EMBED_DB_MAX_BYTES = 256 * 1024
 REWARD_BASES = {"DB", "ENV_ASSERTION", "COMMUNICATE", "NL_ASSERTION", "ACTION"}
 
 AGENT_PREAMBLE = (
@@ -72,13 +82,27 @@ def _read_db(domain_dir: Path) -> dict[str, Any]:
     return db
 
 
+@functools.lru_cache(maxsize=8)
+def _domain_db_cached(domain_dir: str) -> dict[str, Any]:
+    return _read_db(Path(domain_dir))
+
+
+def domain_db(path: Path, payload: dict[str, Any]) -> dict[str, Any]:
+    """A task's initial database read from the domains directory it was loaded from, whether
+    or not the payload embeds it (the simulator's answer key draws plausible ids from it)."""
+    if isinstance(payload.get("db"), dict):
+        return payload["db"]
+    domain_dir = path if (path / "tasks.json").is_file() else path / str(payload["domain"])
+    return _domain_db_cached(str(domain_dir.resolve()))
+
+
 class Tau3Adapter(BenchmarkAdapter):
     key = "tau3"
     title = "τ³-bench"
     weight = Fraction(1, 10)
     kind = "agent"
     grader_version = "agent-tau/pending"
-    loader_version = "tau3/1"
+    loader_version = "tau3/2"
     licence_note = (
         "τ³-bench (sierra-research/tau2-bench v1.0+), MIT licence. Results from self-authored or "
         "locally run domains are not leaderboard-comparable."
@@ -100,6 +124,7 @@ class Tau3Adapter(BenchmarkAdapter):
         policy = _read_policy(domain_dir)
         db = _read_db(domain_dir)
         db_hash = sha256_hex(db)
+        embedded = {"db": db} if len(canonical_json(db)) <= EMBED_DB_MAX_BYTES else {}
         try:
             tasks = json.loads(tasks_file.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
@@ -149,7 +174,7 @@ class Tau3Adapter(BenchmarkAdapter):
                         "domain": domain,
                         "task_id": task_id,
                         "policy": policy,
-                        "db": db,
+                        **embedded,
                         "db_sha256": db_hash,
                         "user_scenario": scenario,
                         "initial_state": task.get("initial_state"),

@@ -7,11 +7,11 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from runs.events import events_append
-from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run
+from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run, RunSummary
 
 OPEN_CALL_STATUSES = ("sent", "streaming")
 
@@ -60,14 +60,18 @@ def run_finish_if_done(*, run_id: int) -> str | None:
     """
 
     def cell_counts() -> dict[str, int]:
-        return Cell.objects.filter(run_id=run_id).aggregate(
-            total=Count("id"),
-            running=Count("id", filter=Q(status="running")),
-            pending=Count("id", filter=Q(status="pending")),
-            completed=Count("id", filter=Q(status="completed")),
-            unknown=Count("id", filter=Q(status="sent_unknown")),
-            failed=Count("id", filter=Q(status="failed")),
-        )
+        # The run's summary row, not a count over its cells (issue 25): exact here, because
+        # its triggers lock this run's row before they change it, and this transaction holds
+        # that row — no other cell status of this run can commit until it ends.
+        s = RunSummary.objects.get(run_id=run_id)
+        return {
+            "total": s.total,
+            "running": s.running,
+            "pending": s.pending,
+            "completed": s.completed,
+            "unknown": s.sent_unknown,
+            "failed": s.failed,
+        }
 
     with transaction.atomic(durable=True):
         run = Run.objects.select_for_update().get(pk=run_id)

