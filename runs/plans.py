@@ -14,7 +14,8 @@ from typing import Any
 from rest_framework import serializers
 
 from datasets.benchmarks import ADAPTERS
-from datasets.models import DatasetQuestion, FrozenDataset
+from datasets.models import DatasetQuestion, FrozenDataset, Question
+from runs.engine.tau import tau_unavailable_reason
 from runs.models import Target
 from srbench.api import StrictFieldsSerializer
 from srbench.canonical import sha256_hex
@@ -184,6 +185,22 @@ def _target_snapshot(target: Target) -> dict[str, Any]:
     }
 
 
+def _tau_unavailable(question_ids: list[int]) -> str:
+    """Why τ³ tasks of this selection cannot run here (a domain without local tools, a database
+    this machine does not hold), refused before any model call: "not available here" is never
+    a wrong answer. One check per distinct domain and database."""
+    reasons: dict[str, int] = {}
+    seen: dict[tuple[str, str], str | None] = {}
+    for payload in Question.objects.filter(pk__in=question_ids).values_list("payload", flat=True):
+        key = (str(payload.get("domain")), str(payload.get("db_sha256") or ""))
+        if key not in seen or key[1] == "":
+            seen[key] = tau_unavailable_reason(payload)
+        reason = seen[key]
+        if reason:
+            reasons[reason] = reasons.get(reason, 0) + 1
+    return "; ".join(f"τ³: {n} task(s): {r}" for r, n in sorted(reasons.items()))
+
+
 def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
     """Validate a plan and resolve it into a canonical manifest. Reads only; no model call."""
     serializer = PlanSerializer(data=data)
@@ -287,6 +304,10 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
     extra_judges = sorted(set(plan["judges"]) - set(chosen))
     if extra_judges:
         errors.setdefault("judges", {})["_"] = f"judge for unselected: {', '.join(extra_judges)}"
+    if "tau3" in chosen and not preview:
+        unavailable = _tau_unavailable([qid for qid, _, b in entries if b == "tau3"])
+        if unavailable:
+            errors.setdefault("benchmarks", unavailable)
     if errors:
         raise PlanError(errors)
 

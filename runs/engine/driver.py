@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -474,7 +475,9 @@ class Driver:
         from runs.engine import tau
 
         try:
-            environment = tau.TauEnvironment.from_payload(cell.payload)
+            # Off the event loop: an airline episode loads and copies a 7 MB database (~0.5 s)
+            # while other cells' streams are being read on this loop.
+            environment = await asyncio.to_thread(tau.TauEnvironment.from_payload, cell.payload)
         except tau.TauError as exc:
             await self.finish(cell, "failed", None, None, "", f"τ³ task not runnable: {exc}")
             return
@@ -517,12 +520,15 @@ class Driver:
             if tau.is_conversation_end(user.content):
                 termination = "user_stop"
                 break
-        reward = tau.tau_reward(
-            payload=cell.payload,
-            secret=cell.secret,
-            environment=environment,
-            agent_outputs=tau.agent_texts(messages),
-            termination=termination,
+        reward = await asyncio.to_thread(  # a gold replay on a fresh database: off the loop
+            functools.partial(
+                tau.tau_reward,
+                payload=cell.payload,
+                secret=cell.secret,
+                environment=environment,
+                agent_outputs=tau.agent_texts(messages),
+                termination=termination,
+            )
         )
         detail = {"grader": "tau3", "termination": termination, **reward}
         judge = self.ctx.judges.get(cell.benchmark)

@@ -241,3 +241,39 @@ def test_agent_texts_skip_tool_only_turns():
         assistant_message("Done: 2026-10-04"),
     ]
     assert agent_texts(conversation) == ["Done: 2026-10-04"]
+
+
+@pytest.mark.django_db
+def test_a_plan_with_tau3_tasks_that_cannot_run_here_is_refused_before_any_model_call():
+    """Issue 22 points 2–3 (R4): a τ³ domain without local tools, or a database this machine
+    does not hold, is "not available here" at plan time — never a failed or wrong cell."""
+    from datasets.models import DatasetQuestion
+    from runs.plans import PlanError, plan_freeze
+    from tests import factories as f
+
+    def plan_for(payloads: list[dict[str, Any]]) -> dict[str, Any]:
+        dataset = f.dataset_create(selection={"benchmarks": ["tau3"]})
+        for i, payload in enumerate(payloads):
+            q = f.question_create(benchmark="tau3", payload=payload)
+            DatasetQuestion.objects.create(dataset=dataset, question=q, position=i)
+        return {
+            "name": "tau",
+            "dataset": dataset.pk,
+            "targets": [subject.slug],
+            "simulators": {"tau3": user.slug},
+        }
+
+    subject, user = f.target_create(), f.target_create()
+    good = TASKS["renew_simple"].payload
+    retail = good | {"domain": "retail"}
+    unknown_db = good | {"domain": "airline", "db_sha256": "0" * 64}
+    unknown_db.pop("db", None)
+
+    frozen = plan_for([good])
+    assert plan_freeze(data=frozen).manifest["benchmarks"]["tau3"]["cases"] == 1
+
+    with pytest.raises(PlanError) as caught:
+        plan_freeze(data=plan_for([good, retail, retail, unknown_db]))
+    text = str(caught.value.errors["benchmarks"])
+    assert "τ³: 2 task(s): τ³ domain 'retail' is not available here" in text
+    assert "τ³: 1 task(s): τ³ domain 'airline' is not available here: no installed copy" in text
