@@ -159,6 +159,11 @@ ReportSerializer = inline_serializer(
         "run": serializers.DictField(),
         "complete": serializers.BooleanField(),
         "incomplete_reasons": serializers.ListField(child=serializers.CharField()),
+        "not_run": serializers.ListField(
+            child=serializers.DictField(),
+            help_text="questions left out at plan time because they cannot run on this server: "
+            "benchmark, reason, questions",
+        ),
         "denominator": serializers.IntegerField(),
         "counts": serializers.DictField(),
         "targets": serializers.ListField(child=serializers.DictField()),

@@ -128,6 +128,11 @@ def report_text(report: dict[str, Any]) -> str:
         )
         + f"  wall {fmt(r['wall_seconds'], 's')}",
     ]
+    for entry in report.get("not_run", []):
+        lines.append(
+            f"not run here: {entry['questions']} {entry['benchmark']} question(s) — "
+            f"{entry['reason']} (left out of the plan; not counted as failed or wrong)"
+        )
     spend = report.get("spend")
     if spend is not None:
         unknown = spend["waste_calls_cost_unknown"]

@@ -15,7 +15,7 @@ from rest_framework import serializers
 
 from datasets.benchmarks import ADAPTERS
 from datasets.models import DatasetQuestion, FrozenDataset, Question
-from runs.engine.tau import tau_unavailable_reason
+from runs import runnable
 from runs.models import Target
 from srbench.api import StrictFieldsSerializer
 from srbench.canonical import sha256_hex
@@ -185,20 +185,26 @@ def _target_snapshot(target: Target) -> dict[str, Any]:
     }
 
 
-def _tau_unavailable(question_ids: list[int]) -> str:
-    """Why τ³ tasks of this selection cannot run here (a domain without local tools, a database
-    this machine does not hold), refused before any model call: "not available here" is never
-    a wrong answer. One check per distinct domain and database."""
-    reasons: dict[str, int] = {}
-    seen: dict[tuple[str, str], str | None] = {}
-    for payload in Question.objects.filter(pk__in=question_ids).values_list("payload", flat=True):
-        key = (str(payload.get("domain")), str(payload.get("db_sha256") or ""))
-        if key not in seen or key[1] == "":
-            seen[key] = tau_unavailable_reason(payload)
-        reason = seen[key]
-        if reason:
-            reasons[reason] = reasons.get(reason, 0) + 1
-    return "; ".join(f"τ³: {n} task(s): {r}" for r, n in sorted(reasons.items()))
+def _not_runnable_here(entries: list[tuple[int, str, str]], chosen: list[str]) -> dict[int, str]:
+    ids = [qid for qid, _, b in entries if b in chosen and b in runnable.CHECKED]
+    if not ids:
+        return {}
+    rows = Question.objects.filter(pk__in=ids).values_list(
+        "pk", "benchmark", "payload", "secret__data"
+    )
+    return runnable.not_runnable(rows)
+
+
+def _not_run_summary(
+    entries: list[tuple[int, str, str]], excluded: dict[int, str]
+) -> list[dict[str, Any]]:
+    """The manifest's `not_run`: per benchmark and reason, how many questions were left out."""
+    counts: dict[tuple[str, str], int] = {}
+    for qid, _, benchmark in entries:
+        if qid in excluded:
+            key = (benchmark, excluded[qid])
+            counts[key] = counts.get(key, 0) + 1
+    return [{"benchmark": b, "reason": r, "questions": n} for (b, r), n in sorted(counts.items())]
 
 
 def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
@@ -304,16 +310,25 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
     extra_judges = sorted(set(plan["judges"]) - set(chosen))
     if extra_judges:
         errors.setdefault("judges", {})["_"] = f"judge for unselected: {', '.join(extra_judges)}"
-    if "tau3" in chosen and not preview:
-        unavailable = _tau_unavailable([qid for qid, _, b in entries if b == "tau3"])
-        if unavailable:
-            errors.setdefault("benchmarks", unavailable)
     if errors:
         raise PlanError(errors)
 
-    cases = [[qid, sha, b] for qid, sha, b in entries if b in chosen]
+    # Questions that cannot run on this server are left out before any model call, each with
+    # its reason (runs.runnable): "not run" is never a wrong answer or a failed cell.
+    excluded = {} if preview else _not_runnable_here(entries, chosen)
+    cases = [[qid, sha, b] for qid, sha, b in entries if b in chosen and qid not in excluded]
+    not_run = _not_run_summary(entries, excluded)
     if not cases:
-        raise PlanError({"benchmarks": "the selection has no questions"})
+        reasons = "; ".join(f"{e['questions']} × {e['reason']}" for e in not_run)
+        raise PlanError(
+            {
+                "benchmarks": "the selection has no question that can run here"
+                + (f": {reasons}" if reasons else "")
+            }
+        )
+    chosen = [b for b in chosen if any(c[2] == b for c in cases)]
+    judges = {b: j for b, j in judges.items() if b in chosen}
+    simulators = {b: u for b, u in simulators.items() if b in chosen}
     ordered_targets = [targets[s] for s in plan["targets"]]
     priced = {t.slug: t.prices for t in [*ordered_targets, *judge_targets.values()]}
     manifest = {
@@ -350,6 +365,9 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
         "preview_context": dict(plan["preview_context"]),
         "slots": plan["slots"],
     }
+    if not_run:
+        # Only when something was left out, so plans without exclusions keep their hash.
+        manifest["not_run"] = not_run
     if plan["non_inferiority_margin"] is not None:
         # Only when set, so plans without a margin keep their hash.
         manifest["non_inferiority_margin"] = margin_text(plan["non_inferiority_margin"])

@@ -34,8 +34,9 @@ from srbench.money import money_text
 BUCKETS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
 SETTLED_REPORT_TIMEOUT = 24 * 3600
 # Part of the settled-report cache key: bump it whenever what a report computes changes, so a
-# report cached by the previous code is never served. v2: intervals count questions (issue 21).
-REPORT_CACHE_VERSION = "v2"
+# report cached by the previous code is never served. v2: intervals count questions (issue 21);
+# v3: the questions not run here (issue 22).
+REPORT_CACHE_VERSION = "v3"
 CELL_STATES = ("pending", "running", "completed", "failed", "cancelled", "sent_unknown")
 
 
@@ -252,7 +253,8 @@ def _target_report(
     )
 
     run_complete = run.status == "completed" and all(v["complete"] for v in benchmarks.values())
-    nine = set(manifest["benchmarks"]) == set(ADAPTERS)
+    # Questions left out as not runnable here (runs.runnable) make any score a subset.
+    nine = set(manifest["benchmarks"]) == set(ADAPTERS) and not manifest.get("not_run")
     score: dict[str, Any]
     if accs and run_complete and nine and run.parent_id is None:
         score = {
@@ -264,7 +266,12 @@ def _target_report(
         q = weighted_quality(accs, weights)
         score = {
             "kind": "subset",
-            "label": "selected-benchmark subset macro average (not an sr-bench score)",
+            "label": (
+                "selected-benchmark subset macro average (not an sr-bench score)"
+                if not manifest.get("not_run")
+                else "subset macro average over the questions that could run here (not an "
+                "sr-bench score)"
+            ),
             "benchmarks": sorted(accs),
             "value": float(q),
             "exact": str(q),
@@ -554,6 +561,9 @@ def _run_report(
         },
         "complete": not reasons,
         "incomplete_reasons": reasons,
+        # Questions the plan left out because they cannot run on this server (never counted
+        # as planned, failed or wrong): benchmark, reason and how many.
+        "not_run": list(run.manifest.get("not_run", [])),
         "denominator": totals["planned"],
         "counts": totals,
         "targets": targets,

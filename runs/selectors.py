@@ -191,14 +191,18 @@ def manifest_head(run: Run) -> dict[str, Any]:
     """The targets and benchmarks of the run's frozen manifest (what a report reads), without
     loading its case list; cached like `manifest_target_kinds`."""
     if "manifest" in run.__dict__:
-        return {"targets": run.manifest["targets"], "benchmarks": run.manifest["benchmarks"]}
-    key = _frozen_key("manifest-head", run)
+        return {
+            "targets": run.manifest["targets"],
+            "benchmarks": run.manifest["benchmarks"],
+            "not_run": run.manifest.get("not_run", []),
+        }
+    key = _frozen_key("manifest-head-2", run)  # -2: with not_run (issue 22)
     head = cache.get(key)
     if head is None:
-        targets, benchmarks = Run.objects.filter(pk=run.pk).values_list(
-            F("manifest__targets"), F("manifest__benchmarks")
+        targets, benchmarks, not_run = Run.objects.filter(pk=run.pk).values_list(
+            F("manifest__targets"), F("manifest__benchmarks"), F("manifest__not_run")
         )[0]
-        head = {"targets": targets, "benchmarks": benchmarks}
+        head = {"targets": targets, "benchmarks": benchmarks, "not_run": not_run or []}
         cache.set(key, head, FROZEN_TIMEOUT)
     return head
 

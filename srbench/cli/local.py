@@ -90,10 +90,11 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
     )
     dataset = setup.demo_dataset(var_dir)
     simulator_config = setup.simulator_config(dataset, var_dir)
-    env = {
-        **os.environ,
-        "SRBENCH_SCICODE_H5": str(setup.scicode_test_data(var_dir)),
-    }
+    scicode_h5 = str(setup.scicode_test_data(var_dir))
+    env = {**os.environ, "SRBENCH_SCICODE_H5": scicode_h5}
+    # This process freezes the demo's plan, and a plan leaves out SciCode problems whose test
+    # targets the server does not hold (runs.runnable): it must see the same file.
+    settings.SRBENCH_SCICODE_H5 = scicode_h5
     logs = var_dir / "logs"
     logs.mkdir(exist_ok=True)
     port = free_port(port)

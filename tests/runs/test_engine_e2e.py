@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runs.models import Call, CallEvidence, Cell, RunEvent
+from runs.models import Call, CallEvidence, Cell, Run, RunEvent
 from runs.services import run_create
 from tests import factories as f
 from tests.conftest import wait_until
@@ -153,24 +153,26 @@ def test_livecodebench_answers_are_graded_in_the_sandbox(celery_worker):
             assert all(set(t) <= {"index", "status", "wall_s"} for t in c.grade["tests"])
 
 
-def test_scicode_without_its_test_data_fails_cells_with_the_reason_not_as_wrong(celery_worker):
+@pytest.mark.django_db
+def test_scicode_without_its_test_data_is_not_run_and_sends_nothing(settings):
+    """Issue 22 point 3 (R4): without SciCode's test data on this server its problems are not
+    run — refused at plan time with the reason, before any model call — never failed or 0."""
+    from runs.plans import PlanError
+
+    settings.SRBENCH_SCICODE_H5 = None
     benchmarks = ["scicode"]
     with es.simulator(benchmarks) as url:
         es.sim_targets(url)
         dataset = es.fixture_dataset(benchmarks)
-        run, _ = run_create(
-            owner=f.user_create(),
-            plan={"name": "scicode", "dataset": dataset.pk, "targets": ["sim-strong"]},
-        )
-        wait_until(lambda: es.terminal(run), timeout=180)
-    cells = Cell.objects.filter(run=run)
-    assert run.status == "failed"
-    assert cells.count() > 0 and not cells.exclude(status="failed").exists()
-    for cell in cells:
-        assert "test_data.h5" in cell.error and cell.correct is None
-        # one subject call per sub-step, each kept
-        steps = len(cell.question.payload["sub_steps"])
-        assert cell.calls.filter(role="subject").count() == steps
+        with pytest.raises(PlanError) as caught:
+            run_create(
+                owner=f.user_create(),
+                plan={"name": "scicode", "dataset": dataset.pk, "targets": ["sim-strong"]},
+            )
+        stats = es.sim_stats(url)
+    assert "SciCode's test data (test_data.h5) is not configured" in str(caught.value.errors)
+    assert stats["chat_requests"] == 0
+    assert not Run.objects.filter(name="scicode").exists()
 
 
 def test_agent_benchmarks_run_their_tool_loops_through_the_ledger(celery_worker):

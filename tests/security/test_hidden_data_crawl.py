@@ -316,6 +316,9 @@ def _tau_cells(
 @pytest.fixture
 def world(settings: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr("runs.services.run_dispatch", lambda *, run_id: None)
+    # Every planted question is planned, as on a server that holds every task's test data
+    # and tools (what can run here is tests/runs/test_not_run.py's subject, not this one's).
+    monkeypatch.setattr("runs.runnable.not_runnable_reason", lambda *args: None)
     dataset = _planted_dataset()
     questions = {q.benchmark: q for q in dataset.questions.all()}
     assert set(questions) == set(BENCHMARKS)
