@@ -132,7 +132,8 @@ def question_detail_page(request: HttpRequest, pk: int, question_id: int) -> Htt
             "kind": adapter.kind,
             "title": adapter.title,
             "task": _task(question),
-            "messages": adapter.messages(question.payload),
+            # Not `messages`: that name is Django's flash messages in every template (base.html).
+            "prompt_messages": adapter.messages(question.payload),
             "payload_json": json.dumps(question.payload, indent=2, ensure_ascii=False),
             # Code and agent tasks are mostly their input files; show them open (R9.2).
             "input_open": adapter.kind in ("code", "agent"),

@@ -29,7 +29,21 @@ def _plan_arguments(p: Any) -> None:
     p.add_argument("--dataset", type=int)
     p.add_argument("--target", action="append", dest="targets", metavar="SLUG")
     p.add_argument("--benchmark", action="append", dest="benchmarks", metavar="KEY")
-    p.add_argument("--judge", action="append", dest="judges", metavar="BENCHMARK=SLUG")
+    p.add_argument(
+        "--judge",
+        action="append",
+        dest="judges",
+        metavar="BENCHMARK=SLUG",
+        help="the judge target of a judged benchmark (simpleqa, hle; optional for tau3)",
+    )
+    p.add_argument(
+        "--simulator",
+        action="append",
+        dest="simulators",
+        metavar="BENCHMARK=SLUG",
+        help="the single-model target that plays the user in tau3",
+    )
+    p.add_argument("--attempts", type=int, dest="slots", help="attempts per case (slots)")
     p.add_argument("--concurrency", type=int)
     p.add_argument("--max-cost", dest="max_cost_usd")
     p.add_argument("--max-output-tokens", type=int)
@@ -61,17 +75,20 @@ def plan_from(options: dict[str, Any], *, default_name: str | None = None) -> di
     ):
         if options.get(key) is not None:
             plan[key] = options[key]
-    if options.get("judges"):
-        judges = dict(plan.get("judges") or {})
-        for item in options["judges"]:
-            benchmark, sep, slug = item.partition("=")
-            if not sep:
-                raise CliError(f"--judge wants BENCHMARK=SLUG, got {item!r}")
-            judges[benchmark] = slug
-        plan["judges"] = judges
+    if options.get("slots") is not None:
+        plan["slots"] = options["slots"]
     for key in ("limits", "sampling", "judges", "simulators"):
         if plan.get(key) is not None and not isinstance(plan[key], dict):
-            raise CliError(f"plan field {key!r} must be a JSON object")
+            raise CliError(f"plan field {key} must be a JSON object")
+    for key, flag in (("judges", "--judge"), ("simulators", "--simulator")):
+        if options.get(key):
+            chosen = dict(plan.get(key) or {})
+            for item in options[key]:
+                benchmark, sep, slug = item.partition("=")
+                if not sep or not benchmark.strip() or not slug.strip():
+                    raise CliError(f"{flag} wants BENCHMARK=SLUG, got “{item}”")
+                chosen[benchmark.strip()] = slug.strip()
+            plan[key] = chosen
     limits = dict(plan.get("limits") or {})
     for key in ("concurrency", "max_cost_usd", "max_output_tokens"):
         if options.get(key) is not None:
@@ -86,6 +103,36 @@ def plan_from(options: dict[str, Any], *, default_name: str | None = None) -> di
         plan["sampling"] = sampling
     plan.setdefault("name", default_name or f"cli {time.strftime('%Y-%m-%d %H:%M')}")
     return plan
+
+
+def _error_lines(detail: Any, prefix: str = "") -> list[str]:
+    """A plan's errors as "field: message" items (nested fields joined with a dot), never a
+    Python repr of the error document."""
+    if isinstance(detail, dict):
+        lines = []
+        for key, value in detail.items():
+            # "_" and "_needless" name no field: their message says what it is about.
+            name = prefix if str(key).startswith("_") else f"{prefix}.{key}" if prefix else key
+            lines.extend(_error_lines(value, str(name)))
+        return lines
+    if isinstance(detail, (list, tuple)):
+        if all(not isinstance(v, (dict, list, tuple)) for v in detail):
+            text = " ".join(str(v) for v in detail)
+            return [f"{prefix}: {text}" if prefix else text]
+        return [line for v in detail for line in _error_lines(v, prefix)]
+    return [f"{prefix}: {detail}" if prefix else str(detail)]
+
+
+def plan_error_text(response: Any) -> str:
+    """An API refusal in words; an invalid plan lists "field: message" for each error."""
+    try:
+        body = response.json()
+    except ValueError:
+        return api_error_text(response)
+    if isinstance(body, dict) and body.get("code") == "invalid_plan":
+        lines = _error_lines(body.get("detail") or {})
+        return "the plan is not valid: " + "; ".join(lines) if lines else str(body.get("error"))
+    return api_error_text(response)
 
 
 def emit(options: dict[str, Any], data: Any, human: str) -> None:
@@ -182,7 +229,10 @@ def report_text(report: dict[str, Any]) -> str:
 
 def _plan(options: dict[str, Any]) -> int:
     client = client_from(options)
-    summary = client.json("POST", "plans/review/", json=plan_from(options))
+    response = client.request("POST", "plans/review/", json=plan_from(options))
+    if response.status_code != 200:
+        raise CliError(plan_error_text(response))
+    summary = response.json()
     if options.get("output"):
         text_file_write(options["output"], json.dumps(summary["manifest"], indent=2), "manifest")
     emit(
@@ -217,7 +267,7 @@ def _run(options: dict[str, Any]) -> int:
             "(it returns that run, never a second one)"
         ) from exc
     if response.status_code not in (200, 201):
-        raise CliError(api_error_text(response))
+        raise CliError(plan_error_text(response))
     run = response.json()
     replayed = response.headers.get("Idempotent-Replayed") == "true"
     print(

@@ -16,7 +16,7 @@ from datasets.benchmarks import ADAPTERS
 from datasets.models import FrozenDataset, Profile, Source
 from datasets.profiles import PROFILE_SPLIT
 from runs.models import RunStatus, Target
-from runs.plans import SUPPORTED_KINDS, LimitsSerializer
+from runs.plans import SUPPORTED_KINDS, USER_SIMULATED, LimitsSerializer
 
 
 class RunFilterForm(forms.Form):
@@ -35,6 +35,16 @@ class RunFilterForm(forms.Form):
         return {k: (v or "").strip() for k, v in self.cleaned_data.items()}
 
 
+def _role_default(targets: list[Target], words: tuple[str, ...]) -> str | None:
+    """The registry's target for a role, when exactly one single-model target names it (in
+    its slug, name or model): e.g. `sim-judge` for judges, `sim-user` for τ³'s user. None
+    (the user chooses) when none or several do."""
+    matching = [
+        t for t in targets if any(w in f"{t.slug} {t.name} {t.model}".lower() for w in words)
+    ]
+    return matching[0].slug if len(matching) == 1 else None
+
+
 def _limit_default(name: str) -> Any:
     return LimitsSerializer().fields[name].default
 
@@ -47,7 +57,8 @@ class EvaluationForm(forms.Form):
     # "Evaluate dataset": the chosen frozen dataset, reused as it is when all of it is ticked.
     dataset = forms.IntegerField(required=False, widget=forms.HiddenInput)
     name = forms.CharField(max_length=200)
-    select_all = forms.BooleanField(required=False, label="Select all benchmarks")
+    # "Select all benchmarks" is a client-side convenience that ticks the boxes (base.html);
+    # it is not a field: what is submitted is exactly the ticked boxes (issue 23).
     benchmarks = forms.MultipleChoiceField(
         required=False, widget=forms.CheckboxSelectMultiple, label="Prepared benchmarks"
     )
@@ -186,13 +197,37 @@ class EvaluationForm(forms.Form):
         self.targets = targets
         self.fields["targets"].choices = [(t.slug, t.slug) for t in targets]
         singles = [t for t in targets if t.kind == Target.Kind.SINGLE]
-        # One judge control per judged benchmark on offer (R8; a judge must be a single model).
-        self.judged = [b for b in self.runnable if ADAPTERS[b].kind == "judge"]
+        choices = [
+            (t.slug, f"{t.slug} ({t.name})" if t.name != t.slug else t.slug) for t in singles
+        ]
+        # One judge control per judged benchmark on offer (R8; a judge must be a single model);
+        # τ³ takes an optional one for its natural-language assertions.
+        self.judged = [
+            b for b in self.runnable if ADAPTERS[b].kind == "judge" or b in USER_SIMULATED
+        ]
+        judge_default = _role_default(singles, ("judge",))
         for benchmark in self.judged:
+            optional = benchmark in USER_SIMULATED
             self.fields[f"judge_{benchmark}"] = forms.ChoiceField(
                 required=False,
-                label=f"Judge for {benchmark}",
-                choices=[("", "choose a judge"), *((t.slug, t.slug) for t in singles)],
+                label=f"Judge for {benchmark}" + (" (optional)" if optional else ""),
+                choices=[("", "no judge" if optional else "choose a judge"), *choices],
+                # τ³ too: without a judge its natural-language assertions end unscored.
+                initial=judge_default,
+                help_text="Judges τ³'s natural-language assertions; without one those tasks "
+                "end unscored, never passed."
+                if optional
+                else "",
+            )
+        # Who plays the user in τ³ (a single-model target; R8).
+        self.simulated = [b for b in self.runnable if b in USER_SIMULATED]
+        simulator_default = _role_default(singles, ("user", "simulator"))
+        for benchmark in self.simulated:
+            self.fields[f"simulator_{benchmark}"] = forms.ChoiceField(
+                required=False,
+                label=f"User simulator for {benchmark}",
+                choices=[("", "choose a user simulator"), *choices],
+                initial=simulator_default,
             )
 
     # --- rows for the template -----------------------------------------------------------
@@ -219,6 +254,9 @@ class EvaluationForm(forms.Form):
     def judge_fields(self) -> list[forms.BoundField]:
         return [self[f"judge_{b}"] for b in self.judged]
 
+    def simulator_fields(self) -> list[forms.BoundField]:
+        return [self[f"simulator_{b}"] for b in self.simulated]
+
     def sampling_fields(self) -> list[forms.BoundField]:
         return [self[name] for name, _ in self.SAMPLING] + [self["stop"]]
 
@@ -237,10 +275,8 @@ class EvaluationForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        if data.get("select_all"):
-            data["benchmarks"] = list(self.runnable)
         if not data.get("benchmarks"):
-            self.add_error("benchmarks", "Tick at least one benchmark, or Select all benchmarks.")
+            self.add_error("benchmarks", "Tick at least one benchmark.")
         return data
 
     def selected_benchmarks(self) -> list[str]:
@@ -265,6 +301,11 @@ class EvaluationForm(forms.Form):
         judges = {
             b: data[f"judge_{b}"] for b in selected if b in self.judged and data.get(f"judge_{b}")
         }
+        simulators = {
+            b: data[f"simulator_{b}"]
+            for b in selected
+            if b in self.simulated and data.get(f"simulator_{b}")
+        }
         plan: dict[str, Any] = {
             "name": data["name"],
             "dataset": dataset_id,
@@ -272,6 +313,7 @@ class EvaluationForm(forms.Form):
             "sampling": sampling,
             "limits": limits,
             "judges": judges,
+            "simulators": simulators,
             "failure_policy": data["failure_policy"],
             "slots": data["slots"],
         }

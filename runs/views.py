@@ -25,6 +25,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRefresh, push_url
 
+from compare.stats import wilson_interval
 from datasets.benchmarks import ADAPTERS
 from datasets.models import FrozenDataset, Source
 from datasets.profiles import DEFAULT_SEED, PROFILE_SPLIT
@@ -40,7 +41,7 @@ from runs.plans import SUPPORTED_KINDS, PlanError, plan_freeze
 from runs.public import public_call_content, public_cell, public_cell_error, public_event_payload
 from runs.reconcile import correction_summary, latest_corrections
 from runs.recovery import REASONS, RecoveryError, recovery_plan, recovery_submit, run_lineage
-from runs.report import run_report_settled
+from runs.report import run_report, run_report_settled
 from runs.services import IdempotencyConflict, run_cancel, run_create
 from srbench.money import money_text
 
@@ -57,6 +58,28 @@ RECOVERY_SCOPES = (
     ("failed", "Retry known failed cases as new attempts"),
 )
 TABS = ("results", "questions", "calls", "evidence", "recipe")
+# The review page names every limit in words with its unit (issue 23), in this order.
+LIMIT_WORDS = {
+    "concurrency": ("Concurrency", "calls at a time"),
+    "max_cost_usd": ("Max cost", "USD"),
+    "total_timeout_s": ("Request timeout", "seconds"),
+    "idle_timeout_s": ("Stream idle timeout", "seconds"),
+    "case_timeout_s": ("Case timeout", "seconds"),
+    "max_run_seconds": ("Run deadline", "seconds"),
+    "max_output_tokens": ("Max output tokens", "tokens per call"),
+    "max_output_chars": ("Max output characters", "characters per call"),
+    "max_calls_per_case": ("Max calls per case", "calls"),
+}
+SAMPLING_WORDS = {
+    "temperature": "Temperature",
+    "top_p": "Top p",
+    "top_k": "Top k",
+    "seed": "Sampling seed",
+    "presence_penalty": "Presence penalty",
+    "frequency_penalty": "Frequency penalty",
+    "reasoning_effort": "Reasoning effort",
+    "stop": "Stop sequences",
+}
 # Shown wherever in-flight activity is (R10.3), in these words.
 STREAM_ACTIVITY_WARNING = (
     "Stream activity shows that bytes are arriving; it proves neither answer quality nor "
@@ -214,10 +237,14 @@ def _plan_errors_to_form(form: EvaluationForm, errors: dict[str, Any]) -> None:
                     form.add_error(field, _words(message))
                 else:
                     form.add_error(None, f"{key} {name}: {_words(message)}")
-        elif key == "judges" and isinstance(value, dict):
+        elif key in ("judges", "simulators") and isinstance(value, dict):
+            prefix = "judge" if key == "judges" else "simulator"
             for benchmark, message in value.items():
-                field = f"judge_{benchmark}"
-                form.add_error(field if field in form.fields else None, _words(message))
+                field = f"{prefix}_{benchmark}"
+                if field in form.fields:
+                    form.add_error(field, _words(message))
+                else:
+                    form.add_error(None, f"{key}: {_words(message)}")
         elif key in form.fields:
             form.add_error(key, _words(value))
         else:
@@ -347,9 +374,18 @@ def _plan_review(frozen: Any) -> dict[str, Any]:
         "plan_sha256": frozen.plan_sha256,
         "dataset": frozen.dataset,
         "benchmarks": [
-            {"benchmark": b, **v, "judge": m["judges"].get(b, {}).get("slug")}
-            for b, v in m["benchmarks"].items()
+            {
+                "benchmark": b,
+                **v,
+                "judge": m["judges"].get(b, {}).get("slug"),
+                "simulator": (m.get("simulators") or {}).get(b, {}).get("slug"),
+            }
+            for b, v in _canonical_items(m["benchmarks"])
         ],
+        # Ticked, but left out before any model call because they cannot run on this server.
+        "not_run": sorted(
+            m.get("not_run") or [], key=lambda e: (list(ADAPTERS).index(e["benchmark"]),)
+        ),
         "cells": len(m["cases"]) * len(m["targets"]) * m["slots"],
         "cases": len(m["cases"]),
         "targets": [
@@ -358,15 +394,51 @@ def _plan_review(frozen: Any) -> dict[str, Any]:
         ],
         "judges": [
             {"benchmark": b, **j, "prices": m["prices"].get(j["slug"], {})}
-            for b, j in m["judges"].items()
+            for b, j in _canonical_items(m["judges"])
         ],
-        "sampling": m["sampling"],
-        "limits": m["limits"],
+        "simulators": [
+            {"benchmark": b, **u, "prices": m["prices"].get(u["slug"], {})}
+            for b, u in _canonical_items(m.get("simulators") or {})
+        ],
+        "sampling": [
+            {
+                "key": k,
+                "label": SAMPLING_WORDS.get(k, k.replace("_", " ").capitalize()),
+                "value": ", ".join(repr_free(x) for x in v) if isinstance(v, list) else v,
+            }
+            for k, v in m["sampling"].items()
+        ],
+        "limits": _limit_rows(m["limits"]),
+        "max_cost_usd": m["limits"].get("max_cost_usd"),
         "failure_policy": m["failure_policy"],
         "slots": m["slots"],
         "non_inferiority_margin": m.get("non_inferiority_margin"),
         "worst_case": selectors.plan_worst_case_subject_cost(m),
     }
+
+
+def _canonical_items(by_benchmark: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A per-benchmark mapping in the spec's benchmark order (ADAPTERS), whatever order
+    the database or JSON gave it in."""
+    rank = {b: i for i, b in enumerate(ADAPTERS)}
+    return sorted(by_benchmark.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
+
+
+def repr_free(value: Any) -> str:
+    return value if isinstance(value, str) else str(value)
+
+
+def _limit_rows(limits: dict[str, Any]) -> list[dict[str, Any]]:
+    """A plan's limits in words with their units (never a raw key); None stays "none"."""
+    order = [k for k in LIMIT_WORDS if k in limits] + sorted(set(limits) - set(LIMIT_WORDS))
+    rows = []
+    for key in order:
+        label, unit = LIMIT_WORDS.get(key, (key.replace("_", " ").capitalize(), ""))
+        value = limits[key]
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        rows.append({"key": key, "label": label, "unit": unit, "value": value})
+    return rows
 
 
 # --- Run detail (R10, R13, R14) ------------------------------------------------------------------
@@ -379,10 +451,41 @@ def _run_header(run_id: int) -> Run:
     return selectors.runs_decorate([run])[0]
 
 
+def _partial_results(run: Run) -> list[dict[str, Any]]:
+    """Per target and benchmark while the run runs (issue 23, R10.2): completed of planned,
+    correct, and accuracy with its 95% Wilson interval over the cases completed so far — a
+    partial figure, labelled so, never the final score (that is over planned cases, at the end)."""
+    manifest = run.manifest or {}
+    if not manifest.get("benchmarks") or not manifest.get("targets"):
+        return []  # not a frozen plan's manifest (a hand-made row): nothing to count
+    report = run_report(run=run)
+    rows = []
+    for target in report["targets"]:
+        for benchmark, b in _canonical_items(target["benchmarks"]):
+            completed = b["completed"]
+            interval = wilson_interval(b["correct"], completed) if completed else None
+            rows.append(
+                {
+                    "target": target["slug"],
+                    "benchmark": benchmark,
+                    "planned": b["planned"],
+                    "completed": completed,
+                    "correct": b["correct"],
+                    "failed": b["failed"],
+                    "accuracy": b["correct"] / completed if completed else None,
+                    "interval": interval,
+                }
+            )
+    return rows
+
+
 def _live(run: Run) -> dict[str, Any]:
-    """In-flight calls with stage, elapsed, last activity and bytes (R10.3)."""
+    """In-flight calls with stage, elapsed, last activity and bytes (R10.3), and the partial
+    results so far while the run runs."""
     active = selectors.calls_page(run=run, active=True) if not run.is_terminal else []
     return {
+        # A queued run has nothing completed yet: the partial rows start with the run.
+        "partial_results": _partial_results(run) if run.status == "running" else [],
         "active_calls": [{"call": c, **selectors.call_live_view(c)} for c in active],
         "elapsed_seconds": selectors.run_elapsed_seconds(run),
         "stream_warning": STREAM_ACTIVITY_WARNING,
@@ -403,7 +506,11 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         # once so the final report replaces the live view.
         if run.is_terminal and request.GET.get("was") == "active":
             return HttpResponseClientRefresh()
-        return render(request, "runs/run_detail.html#live", {"run": run, **_live(run), "tab": tab})
+        return render(
+            request,
+            "runs/run_detail.html#live",
+            {"run": run, **_live(run), "tab": tab, "poll": True},
+        )
 
     context: dict[str, Any] = {
         "nav": "runs",
@@ -451,7 +558,7 @@ def _accuracy_chart(report: dict[str, Any]) -> dict[str, Any]:
     for an inline SVG (no chart library): x in percent of the plot width."""
     rows = []
     for target in report["targets"]:
-        for benchmark, b in target["benchmarks"].items():
+        for benchmark, b in _canonical_items(target["benchmarks"]):
             acc = b["accuracy"]
             low, high = b["wilson_95"] or (None, None)
             rows.append(
@@ -662,6 +769,10 @@ def run_question(request: HttpRequest, run_id: int, cell_id: int) -> HttpRespons
 def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run.objects.defer("manifest"), pk=run_id)
     run_action_require(user=request.user, run=run, action="cancel")
+    if request.POST.get("confirm") != "yes":
+        # Cancelling cannot be undone: without the page's script (which asks in a dialog and
+        # sends confirm=yes), the button lands here and asks once more; nothing changed yet.
+        return render(request, "runs/cancel_confirm.html", {"nav": "runs", "run": run}, status=200)
     if run_cancel(run=run, user=request.user):
         messages.success(
             request,

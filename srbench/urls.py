@@ -1,6 +1,9 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
+from django.templatetags.static import static
 from django.urls import include, path, re_path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import SimpleRouter
 
@@ -27,6 +30,11 @@ urlpatterns = [
     path("datasets/", include("datasets.urls")),
     path("compare/", include("compare.urls")),
     path("recipes/", include("recipes.urls")),
+    # Browsers ask for /favicon.ico on their own (pages link the SVG); answer, never a 404.
+    path(
+        "favicon.ico",
+        login_not_required(RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
+    ),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

@@ -215,7 +215,7 @@ def test_form_field_reaches_the_manifest(client) -> None:  # type: ignore[no-unt
         "profile": "smoke",
         "seed": "20260918",
         "name": "with a margin",
-        "select_all": "on",
+        "benchmarks": ["mmlu-pro"],
         "targets": ["sim-strong"],
         "total_timeout_s": "300",
         "idle_timeout_s": "60",

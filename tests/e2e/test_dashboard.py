@@ -70,8 +70,12 @@ def test_a_person_creates_a_smoke_evaluation_watches_it_and_reads_its_evidence(
         expect(page.get_by_role("heading", name="Review plan")).to_be_visible()
         expect(page.locator("#plan-hash")).to_have_text(re.compile(r"^[0-9a-f]{64}$"))
         expect(page.locator("#plan-benchmarks")).to_contain_text("simpleqa")
-        expect(page.locator("#plan-limits")).to_contain_text(re.compile(r"concurrency\s*2"))
-        expect(page.locator("#plan-limits")).to_contain_text(re.compile(r"max_output_tokens\s*512"))
+        expect(page.locator("#plan-limits")).to_contain_text(
+            re.compile(r"Concurrency\s*2 calls at a time")
+        )
+        expect(page.locator("#plan-limits")).to_contain_text(
+            re.compile(r"Max output tokens\s*512 tokens")
+        )
         expect(page.locator("#worst-case")).to_contain_text("$")
         assert Run.objects.count() == 0
         plan_hash = page.locator("#plan-hash").inner_text()
@@ -83,15 +87,15 @@ def test_a_person_creates_a_smoke_evaluation_watches_it_and_reads_its_evidence(
         run = Run.objects.get()
         assert run.plan_sha256 == plan_hash
         assert run.manifest["limits"]["concurrency"] == 2
-        expect(page.locator(".active-call").first).to_be_visible(timeout=20_000)
+        expect(page.locator(".active-call").first).to_be_visible(timeout=60_000)
         expect(page.locator("#active-calls")).to_contain_text("proves neither answer quality")
         first = elapsed_text(page)
-        page.wait_for_timeout(2_100)
-        assert elapsed_text(page) != first, "elapsed time must tick while the run is active"
+        # Polls: the elapsed time must tick while the run is active (however loaded the host).
+        expect(page.locator("#elapsed")).not_to_have_text(first, timeout=60_000)
         screenshot(page, "04-run-in-progress")
 
         # When it ends the page reloads itself once, onto the final report.
-        expect(page.locator("#run-status")).to_have_text("completed", timeout=90_000)
+        expect(page.locator("#run-status")).to_have_text("completed", timeout=180_000)
         stats = es.sim_stats(url)
     run.refresh_from_db()
     assert run.status == "completed", run.stop_reason
@@ -163,16 +167,16 @@ def test_runs_page_goes_stale_during_a_network_drop_and_recovers_without_resubmi
         expect(row).to_contain_text("through the drop")
 
         page.route(f"{live_server.url}/**", lambda route: route.abort())
-        expect(page.locator("#stale-notice")).to_contain_text("stale since", timeout=10_000)
+        expect(page.locator("#stale-notice")).to_contain_text("stale since", timeout=60_000)
         expect(page.locator("body")).to_have_class(re.compile(r"\bis-stale\b"))
         expect(row).to_be_visible()  # the last good table stays
         screenshot(page, "11-runs-stale")
         page.wait_for_timeout(4_000)
         page.unroute(f"{live_server.url}/**")
 
-        expect(page.locator("#stale-notice")).to_be_hidden(timeout=10_000)
+        expect(page.locator("#stale-notice")).to_be_hidden(timeout=60_000)
         expect(page.locator("body")).not_to_have_class(re.compile(r"\bis-stale\b"))
-        expect(row.locator(".badge").first).to_have_text("completed", timeout=90_000)
+        expect(row.locator(".badge").first).to_have_text("completed", timeout=180_000)
         stats = es.sim_stats(url)
 
     # One run, started once; every call reached the model exactly once.
@@ -198,7 +202,7 @@ def test_a_run_created_outside_the_browser_appears_on_an_open_runs_page(
         owner=member, plan={"name": "from the cli", "dataset": dataset.pk, "targets": [target.slug]}
     )
     expect(page.locator(f'tr[data-run-id="{run.pk}"]')).to_contain_text(
-        "from the cli", timeout=10_000
+        "from the cli", timeout=60_000
     )
     assert page.evaluate("window.__notReloaded") is True
     screenshot(page, "12-runs-discovered")

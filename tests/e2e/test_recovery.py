@@ -102,6 +102,9 @@ def test_a_lost_recover_response_is_resubmitted_after_reload_and_makes_one_child
     assert child.cells.count() == 1
     link = page.locator("#child-run-link")
     expect(link).to_have_text(f"run #{child.pk}")
+    # The page's own list of recovery runs names the new one too (issue 23), not "None yet".
+    expect(page.locator("#recovery-children")).to_contain_text(f"run #{child.pk}")
+    expect(page.locator("#recovery-children")).not_to_contain_text("None yet")
     expect(page.locator("#recovery-pending")).to_be_hidden()
     assert page.evaluate(f"sessionStorage.getItem('srbench:recovery-pending:{run.pk}')") is None
     screenshot(page, "recovery-03-resubmitted")

@@ -268,7 +268,14 @@ def test_evidence_reads_1000_then_loads_more_and_filters_loaded_only(client, mem
 def test_cancel_is_a_post_that_requests_cancellation_once(client, member):
     run = f.run_create(status="running", owner=member)  # only the owner or an operator cancels
     assert client.get(f"/runs/{run.pk}/cancel/").status_code == 405
-    response = client.post(f"/runs/{run.pk}/cancel/")
+    # Without the page's script the button asks once more on a page; nothing changes yet.
+    ask = client.post(f"/runs/{run.pk}/cancel/")
+    assert ask.status_code == 200 and 'id="cancel-confirm-form"' in ask.content.decode()
+    assert 'name="confirm" value="yes"' in ask.content.decode()
+    run.refresh_from_db()
+    assert run.cancel_requested_at is None
+    assert not RunEvent.objects.filter(run=run, type="run.cancel_requested").exists()
+    response = client.post(f"/runs/{run.pk}/cancel/", {"confirm": "yes"})
     assert response.status_code == 303
     run.refresh_from_db()
     assert run.cancel_requested_at is not None
@@ -286,7 +293,7 @@ def test_create_evaluation_reviews_then_starts_once_with_the_same_key(client, me
         "profile": "smoke",
         "seed": "20260918",
         "name": "from the form",
-        "select_all": "on",
+        "benchmarks": ["mmlu-pro", "gpqa"],
         "targets": ["sim-strong"],
         "total_timeout_s": "300",
         "idle_timeout_s": "60",
@@ -306,7 +313,7 @@ def test_create_evaluation_reviews_then_starts_once_with_the_same_key(client, me
     assert Run.objects.count() == 0  # reviewing starts nothing
     key = re.search(r'name="idempotency_key" value="([0-9a-f]+)"', html).group(1)
     plan_hash = re.search(r'<code id="plan-hash">([0-9a-f]{64})</code>', html).group(1)
-    assert 'max_output_tokens</th><td class="num">1024' in html
+    assert 'Max output tokens</th><td class="num">1024 tokens per call' in html
     start = {**form, "action": "start", "idempotency_key": key, "reviewed_plan_sha256": plan_hash}
     first = client.post("/runs/new/", start)
     second = client.post("/runs/new/", start)  # a resubmitted form

@@ -298,7 +298,7 @@ def test_a_member_posting_the_cancel_form_of_someone_elses_run_gets_a_403_page(
     run = planned_run(people["owner"], status="running")
     before = ledger()
 
-    response = logged_in(people["member"]).post(f"/runs/{run.pk}/cancel/")
+    response = logged_in(people["member"]).post(f"/runs/{run.pk}/cancel/", {"confirm": "yes"})
 
     assert response.status_code == 403
     page = response.content.decode()
@@ -313,7 +313,7 @@ def test_the_owner_and_an_operator_cancel_through_the_form(
 ) -> None:
     run = planned_run(people["owner"], status="running")
 
-    response = logged_in(people[actor]).post(f"/runs/{run.pk}/cancel/")
+    response = logged_in(people[actor]).post(f"/runs/{run.pk}/cancel/", {"confirm": "yes"})
 
     assert response.status_code == 303
     assert Run.objects.get(pk=run.pk).cancel_requested_at is not None
