@@ -101,7 +101,7 @@ class Tau3Adapter(BenchmarkAdapter):
     title = "τ³-bench"
     weight = Fraction(1, 10)
     kind = "agent"
-    grader_version = "agent-tau/pending"
+    grader_version = "tau-local/1"  # runs/engine/tau.py reads it from here
     loader_version = "tau3/2"
     licence_note = (
         "τ³-bench (sierra-research/tau2-bench v1.0+), MIT licence. Results from self-authored or "

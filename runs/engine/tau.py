@@ -48,7 +48,7 @@ from typing import Any
 from datasets.benchmarks.tau3 import ADAPTER as TAU3_ADAPTER
 from srbench.canonical import sha256_hex
 
-TAU_GRADER_VERSION = "tau-local/1"
+TAU_GRADER_VERSION = TAU3_ADAPTER.grader_version
 # The markers with which the user simulator ends an episode (official τ² tokens).
 STOP_TOKENS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
 # τ² counts only these as a normal end; a step or call limit, or an error, scores 0.

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from datasets.benchmarks import get_adapter
 from runs.engine.sandbox import (
     SandboxLimits,
     SandboxResult,
@@ -23,7 +24,7 @@ from runs.engine.sandbox import (
     write_sandbox_files,
 )
 
-TERMINAL_GRADER_VERSION = "terminal-local/1"
+TERMINAL_GRADER_VERSION = get_adapter("terminal-bench").grader_version
 COMMAND_TIMEOUT_S = 30.0
 TAIL_CHARS = 4000
 DEFAULT_VERIFIER_TIMEOUT_S = 60.0
