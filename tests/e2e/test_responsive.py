@@ -1,6 +1,7 @@
 """The main pages at a phone's width (issue 23; SPEC R7 dashboard): at 390 px no page is wider
 than the screen — the navigation stays one compact line and wide tables scroll inside
-themselves — and every page still loads its favicon."""
+themselves — and every page still loads its favicon. Every page is screenshotted at 390 px and
+1280 px into var/screenshots/ (git-ignored; `make screenshots` runs this file alone)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from playwright.sync_api import expect
 from datasets.services import source_prepare
 from runs.models import Call, Cell, RunEvent
 from tests.compare import builders as b
-from tests.e2e.conftest import screenshot
+from tests.e2e.conftest import SCREENSHOTS, screenshot
 from tests.runs import engine_support as es
 
 pytestmark = pytest.mark.e2e
@@ -109,9 +110,20 @@ def test_the_main_pages_fit_a_390_px_screen(browser, live_server, member):
             found = overflow(page)
             if found["scroll"] > WIDTH:
                 too_wide[name] = found
-            screenshot(page, f"phone-{name}")
+            screenshot(page, f"390-{name}")
         assert too_wide == {}, too_wide
         icon = page.request.get(f"{live_server.url}/favicon.ico")
         assert icon.status == 200 and "svg" in icon.headers["content-type"]
+        # The same pages at a desktop width, for people to look at (`make screenshots`).
+        page.set_viewport_size({"width": 1280, "height": 900})
+        for name, path in pages.items():
+            page.goto(f"{live_server.url}{path}")
+            expect(page.locator("main")).to_be_visible()
+            screenshot(page, f"1280-{name}")
+        shots = {p.name for p in SCREENSHOTS.glob("*.png") if p.stat().st_size > 1000}
+        missing = [
+            f"{w}-{n}.png" for w in (390, 1280) for n in pages if f"{w}-{n}.png" not in shots
+        ]
+        assert missing == [], missing
     finally:
         context.close()
