@@ -27,12 +27,26 @@ class RunFilterForm(forms.Form):
         required=False, choices=[("", "Any mode"), ("live", "live"), ("preview", "preview")]
     )
     profile = forms.ChoiceField(required=False, choices=[("", "Any profile"), *Profile.choices])
+    sort = forms.ChoiceField(
+        required=False,
+        label="Sort by",
+        choices=[
+            ("", "newest first"),
+            ("oldest", "oldest first"),
+            ("score", "score (best target)"),
+            ("spend", "known spend"),
+            ("completeness", "completeness"),
+        ],
+    )
 
     def filters(self) -> dict[str, str]:
         # A stale or hand-edited URL filters nothing rather than failing the page.
         if not self.is_valid():
-            return {name: "" for name in self.fields}
-        return {k: (v or "").strip() for k, v in self.cleaned_data.items()}
+            return {name: "" for name in self.fields if name != "sort"}
+        return {k: (v or "").strip() for k, v in self.cleaned_data.items() if k != "sort"}
+
+    def ordering(self) -> str:
+        return (self.cleaned_data.get("sort") or "") if self.is_valid() else ""
 
 
 def _role_default(targets: list[Target], words: tuple[str, ...]) -> str | None:

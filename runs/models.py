@@ -562,3 +562,34 @@ class RunSummary(models.Model):
             + self.cancelled
             + self.sent_unknown
         )
+
+
+class RunReport(models.Model):
+    """A settled run's report, computed once per state of its ledger and kept (issue 25).
+
+    `fingerprint` names the ledger state and the report code it was computed from
+    (`runs.report.run_report_settled`): a regrade-free settled run's report never changes, so
+    pages, the API and comparisons read this row instead of recomputing. The runs list sorts
+    and shows its summary columns: the best target's score and kind, the run's known spend and
+    whether its spend and results are complete. The report is kept as JSON text, so its key
+    order — what pages show first — is exactly what was computed.
+    """
+
+    run = models.OneToOneField(
+        Run, on_delete=models.CASCADE, primary_key=True, related_name="stored_report"
+    )
+    fingerprint = models.CharField(max_length=64)
+    computed_at = models.DateTimeField(auto_now=True)
+    report_json = models.TextField()
+    score = models.FloatField(null=True, blank=True)
+    score_kind = models.CharField(max_length=16, default="none")
+    score_target = models.CharField(max_length=64, blank=True)
+    known_spend_usd = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
+    spend_complete = models.BooleanField(default=False)
+    complete = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["score"], name="runreport_score"),
+            models.Index(fields=["known_spend_usd"], name="runreport_spend"),
+        ]

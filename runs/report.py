@@ -7,12 +7,12 @@ given only when every planned cell contributes a known value; the partial sum is
 from __future__ import annotations
 
 import copy
+import json
 from collections import defaultdict
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from django.core.cache import cache
 from django.db import connection
 from django.db.models import Count, Q
 from django.utils import timezone
@@ -20,7 +20,7 @@ from django.utils import timezone
 from compare.stats import accuracy, weighted_quality, wilson_interval
 from datasets.benchmarks import ADAPTERS
 from runs.accounting import sum_known
-from runs.models import Call, Cell, Run, Target
+from runs.models import Call, Cell, Run, RunReport, Target
 from runs.reconcile import (
     correction_summary,
     effective_call_sums,
@@ -32,9 +32,8 @@ from srbench.canonical import sha256_hex
 from srbench.money import money_text
 
 BUCKETS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
-SETTLED_REPORT_TIMEOUT = 24 * 3600
-# Part of the settled-report cache key: bump it whenever what a report computes changes, so a
-# report cached by the previous code is never served. v2: intervals count questions (issue 21);
+# Part of a stored report's fingerprint: bump it whenever what a report computes changes, so a
+# report stored by the previous code is never served. v2: intervals count questions (issue 21);
 # v3: the questions not run here (issue 22).
 REPORT_CACHE_VERSION = "v3"
 CELL_STATES = ("pending", "running", "completed", "failed", "cancelled", "sent_unknown")
@@ -411,9 +410,10 @@ def run_report(*, run: Run) -> dict[str, Any]:
 
 
 def run_report_settled(*, run: Run) -> dict[str, Any]:
-    """`run_report`, computed once per state of a settled run and then served from the cache
-    (see `runs.selectors.run_settled_fingerprint`); a run in progress is always computed
-    afresh. Used by the Run detail page; the API, CLI and exports call `run_report`.
+    """`run_report`, computed once per state of a settled run and then read from its stored
+    row (`RunReport`); a run in progress is always computed afresh. Used by the Run detail
+    page, the runs list's columns and the run finish; the API, CLI and exports call
+    `run_report`.
 
     The fingerprint is read before and after computing, and the report is kept only when
     both agree, so a report computed across a change is never stored under the old name.
@@ -421,17 +421,43 @@ def run_report_settled(*, run: Run) -> dict[str, Any]:
     before = run_settled_fingerprint(run)
     if before is None:
         return run_report(run=run)
-    key = f"srbench:run-report:{REPORT_CACHE_VERSION}:" + sha256_hex([str(v) for v in before])
-    cached = cache.get(key)
-    if cached is not None:
+    key = sha256_hex([REPORT_CACHE_VERSION, *[str(v) for v in before]])
+    stored = (
+        RunReport.objects.filter(run_id=run.pk, fingerprint=key)
+        .values_list("report_json", flat=True)
+        .first()
+    )
+    if stored is not None:
         run.refresh_from_db(
             fields=[f.attname for f in Run._meta.concrete_fields if f.name != "manifest"]
         )
-        return cached
+        return json.loads(stored)
     report = run_report(run=run)
     if run_settled_fingerprint(run) == before:
-        cache.set(key, report, SETTLED_REPORT_TIMEOUT)
+        run_report_store(run_id=run.pk, fingerprint=key, report=report)
     return report
+
+
+def run_report_store(*, run_id: int, fingerprint: str, report: dict[str, Any]) -> None:
+    """Keep a settled report with the columns the runs list sorts on (upsert: the last
+    settled state wins)."""
+    scored = [t for t in report["targets"] if t["score"].get("value") is not None]
+    best = max(scored, key=lambda t: (t["score"]["value"], t["slug"]), default=None)
+    spend = report.get("spend") or {}
+    known = spend.get("known_total_spend_usd")
+    RunReport.objects.update_or_create(
+        run_id=run_id,
+        defaults={
+            "fingerprint": fingerprint,
+            "report_json": json.dumps(report),
+            "score": None if best is None else best["score"]["value"],
+            "score_kind": "none" if best is None else best["score"]["kind"],
+            "score_target": "" if best is None else best["slug"],
+            "known_spend_usd": None if known is None else Decimal(known),
+            "spend_complete": spend.get("total_spend_usd") is not None,
+            "complete": bool(report["complete"]),
+        },
+    )
 
 
 def run_reports(*, runs: list[Run]) -> dict[int, dict[str, Any]]:

@@ -5,7 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.cache import cache
-from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models import (
+    Exists,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+)
+from django.db.models.functions import Cast, NullIf
 from django.utils import timezone
 
 from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run, RunEvent, Target, UsageCorrection
@@ -39,7 +49,46 @@ def progress_annotations() -> dict[str, Any]:
         "last_event_at": Subquery(
             RunEvent.objects.filter(run=OuterRef("pk")).order_by("-seq").values("created_at")[:1]
         ),
+        # The stored report of an ended run (`RunReport`, one row): null until it is computed.
+        "report_score": F("stored_report__score"),
+        "report_score_kind": F("stored_report__score_kind"),
+        "report_score_target": F("stored_report__score_target"),
+        "report_known_spend_usd": F("stored_report__known_spend_usd"),
+        "report_spend_complete": F("stored_report__spend_complete"),
+        "report_complete": F("stored_report__complete"),
     }
+
+
+# The runs list's sort orders (issue 23): newest first unless asked; unknown values last.
+RUN_SORTS = {
+    "": ("-created_at", "-id"),
+    "oldest": ("created_at", "id"),
+    "score": (F("stored_report__score").desc(nulls_last=True), "-id"),
+    "spend": (F("stored_report__known_spend_usd").desc(nulls_last=True), "-id"),
+    "completeness": (F("completeness").desc(nulls_last=True), "-id"),
+}
+
+
+def runs_sorted(qs: QuerySet[Run], sort: str) -> QuerySet[Run]:
+    """The runs ordered by one of `RUN_SORTS` (completeness = completed / planned cells,
+    from the summary row)."""
+    if sort == "completeness":
+        s = "summary__"
+        total = (
+            F(s + "pending")
+            + F(s + "running")
+            + F(s + "completed")
+            + F(s + "failed")
+            + F(s + "cancelled")
+            + F(s + "sent_unknown")
+        )
+        qs = qs.annotate(
+            completeness=ExpressionWrapper(
+                Cast(F(s + "completed"), FloatField()) / NullIf(total, 0),
+                output_field=FloatField(),
+            )
+        )
+    return qs.order_by(*RUN_SORTS.get(sort, RUN_SORTS[""]))
 
 
 def runs_with_progress(queryset: QuerySet[Run] | None = None) -> QuerySet[Run]:

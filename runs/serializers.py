@@ -71,6 +71,7 @@ class RunSerializer(serializers.ModelSerializer):
     elapsed_seconds = serializers.SerializerMethodField()
     last_update_at = serializers.SerializerMethodField()
     target_types = serializers.SerializerMethodField()
+    result = serializers.SerializerMethodField()
     owner = serializers.CharField(source="owner.username", read_only=True)
 
     class Meta:
@@ -96,6 +97,7 @@ class RunSerializer(serializers.ModelSerializer):
             "elapsed_seconds",
             "last_update_at",
             "target_types",
+            "result",
         ]
         read_only_fields = fields
 
@@ -106,6 +108,33 @@ class RunSerializer(serializers.ModelSerializer):
             "completed": run.cells_completed,
             "denominator": run.cells_total,
             "failed": run.cells_failed,
+        }
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "description": "an ended run's stored report in brief (null until it is computed): "
+            "the best target's score, its kind (sr-bench, subset or none) and slug, the known "
+            "spend in USD (text), whether the spend and the results are complete, and the "
+            "completed share of planned cells",
+        }
+    )
+    def get_result(self, run: Run) -> dict[str, Any] | None:
+        if not hasattr(run, "report_score_kind"):
+            run = selectors.runs_with_progress(Run.objects.filter(pk=run.pk)).get()
+        if run.report_score_kind is None:  # no stored report yet (the run has not ended)
+            return None
+        spend = run.report_known_spend_usd
+        total = run.cells_total
+        return {
+            "score": run.report_score,
+            "score_kind": run.report_score_kind,
+            "score_target": run.report_score_target or None,
+            "known_spend_usd": None if spend is None else money_text(spend),
+            "spend_complete": run.report_spend_complete,
+            "complete": run.report_complete,
+            "completeness": None if not total else run.cells_completed / total,
         }
 
     def get_elapsed_seconds(self, run: Run) -> float | None:

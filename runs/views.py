@@ -110,13 +110,13 @@ def _int(value: str | None, default: int = 0, *, low: int = 0) -> int:
 @vary_on_headers("HX-Request")
 def run_list(request: HttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET)
-    order = ("-created_at", "-id")
-    runs = selectors.runs_filter(Run.objects.all(), **form.filters()).order_by(*order)
+    sort = form.ordering()
+    runs = selectors.runs_sorted(selectors.runs_filter(Run.objects.all(), **form.filters()), sort)
     # The page is chosen on bare run ids and only its 25 rows are read with what a row shows:
     # an OFFSET over the annotated rows evaluated the annotations of every skipped run.
     page = Paginator(runs.values_list("pk", flat=True), PAGE_SIZE).get_page(request.GET.get("page"))
-    page_runs = selectors.runs_list_rows(Run.objects.filter(pk__in=page.object_list)).order_by(
-        *order
+    page_runs = selectors.runs_sorted(
+        selectors.runs_list_rows(Run.objects.filter(pk__in=page.object_list)), sort
     )
     rows = [
         {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,6 +15,8 @@ from runs.events import events_append
 from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run, RunSummary
 
 OPEN_CALL_STATUSES = ("sent", "streaming")
+
+log = logging.getLogger(__name__)
 
 
 def calls_settle_unheld(*, run_id: int, now: datetime) -> int:
@@ -106,7 +109,20 @@ def run_finish_if_done(*, run_id: int) -> str | None:
             ("run.finished", {"status": status, **counts, "stop_reason": run.stop_reason})
         )
         events_append(run_id=run_id, events=events)
+    run_report_keep(run_id=run_id)
     return status
+
+
+def run_report_keep(*, run_id: int) -> None:
+    """Compute and store the report of a run that just ended, once (the runs list sorts on
+    it; pages and comparisons read it). A failure is logged, never the run's: the report is
+    computed again on its next read."""
+    from runs.report import run_report_settled  # the report reads the ledger this module ends
+
+    try:
+        run_report_settled(run=Run.objects.get(pk=run_id))
+    except Exception:
+        log.exception("storing the report of run %s failed", run_id)
 
 
 # --- finishing a cell from the ledger (the recovery pass, R15.3) -------------------------------

@@ -1,0 +1,82 @@
+"""The runs list is worth scanning (issue 23 point 3, R7.1): score (labelled sr-bench or
+subset, with its target), known spend and completeness per run, sortable, the same figures in
+the API — read from the report stored once when a run ends (issue 25), never recomputed per
+row; unknown stays unknown."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+
+from runs.engine.finish import run_report_keep
+from runs.models import Run, RunReport
+from runs.report import run_report
+from tests import factories as f
+from tests.compare import builders as b
+
+pytestmark = pytest.mark.django_db
+
+
+def ended(outcomes: list[bool], cost: str | None, name: str) -> Run:
+    qs = b.questions({"mmlu-pro": len(outcomes)})
+    target = b.target(f"t-{name}")
+    run = b.run(
+        qs,
+        {target: outcomes},
+        costs={target: None if cost is None else Decimal(cost)},
+        name=name,
+    )
+    Run.objects.filter(pk=run.pk).update(name=name)
+    run_report_keep(run_id=run.pk)
+    return run
+
+
+def test_an_ended_runs_report_is_stored_once_with_its_columns():
+    run = ended([True, True, False, True], "0.001", "a")
+    stored = RunReport.objects.get(run=run)
+    fresh = run_report(run=run)
+    assert json.loads(stored.report_json)["targets"] == fresh["targets"]
+    best = fresh["targets"][0]
+    assert stored.score == best["score"]["value"] == 0.75
+    assert stored.score_kind == "subset" and stored.score_target == best["slug"]
+    # Four cells at 0.001 each, summed exactly from the report's own text.
+    assert stored.known_spend_usd == Decimal(fresh["spend"]["known_total_spend_usd"])
+    assert stored.known_spend_usd == Decimal("0.004")
+
+
+def test_the_page_and_api_show_score_spend_and_sort_by_them(client):
+    low = ended([True, False, False, False], "0.010", "low")
+    high = ended([True, True, True, False], "0.001", "high")
+    unknown = ended([True, True, False, False], None, "unknown-cost")
+    running = f.run_create(status="running", name="still running")
+    client.force_login(f.user_create(staff=True))
+
+    page = client.get("/?sort=score").content.decode()
+    order = [page.index(f'data-run-id="{r.pk}"') for r in (high, unknown, low, running)]
+    assert order == sorted(order), "score, best first; runs without a score last"
+    assert "0.7500" in page and "subset" in page
+    spend_page = client.get("/?sort=spend").content.decode()
+    spend_order = [spend_page.index(f'data-run-id="{r.pk}"') for r in (low, high)]
+    assert spend_order == sorted(spend_order)
+    # Unknown cost is never shown as $0: the unknown-cost run's spend cell says unknown.
+    row = spend_page[spend_page.index(f'data-run-id="{unknown.pk}"') :]
+    row = row[: row.index("</tr>")]
+    assert "unknown" in row and "0.0000" not in row
+
+    body = client.get("/api/v1/runs/").json()["results"]
+    by_id = {r["id"]: r["result"] for r in body}
+    assert by_id[high.pk]["score"] == 0.75 and by_id[high.pk]["score_kind"] == "subset"
+    assert by_id[low.pk]["known_spend_usd"] == "0.04"
+    assert by_id[unknown.pk]["known_spend_usd"] is None
+    assert by_id[running.pk] is None  # no report until the run has ended
+    assert by_id[high.pk]["completeness"] == 1.0
+
+
+def test_a_report_is_recomputed_when_the_code_that_computes_it_changes(monkeypatch):
+    run = ended([True, False], "0.001", "v")
+    first = RunReport.objects.get(run=run).fingerprint
+    monkeypatch.setattr("runs.report.REPORT_CACHE_VERSION", "test-next")
+    run_report_keep(run_id=run.pk)
+    assert RunReport.objects.get(run=run).fingerprint != first
