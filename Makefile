@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 
-.PHONY: demo test install frontend lint bench clean
+.PHONY: demo test chaos screenshots install frontend lint bench clean
 
 $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; assert sys.version_info[:2] == (3, 12), f"Python 3.12 needed, found {sys.version}"'
@@ -33,6 +33,17 @@ test: $(STAMP) frontend
 	PYTHON=$(BIN)/python scripts/ensure_browser.sh
 	PYTHON=$(BIN)/python scripts/run_tests.sh
 
+## make chaos: the fault suite (tests/chaos) alone with the long loops at full length: 50 seeded
+## kill trials instead of the 12 of `make test`. Writes var/chaos-report.txt.
+chaos: $(STAMP)
+	SRBENCH_CHAOS_TRIALS=50 PYTHON=$(BIN)/python scripts/run_tests.sh tests/chaos
+
+## make screenshots: every main page at 390 px and 1280 px into var/screenshots/ (git-ignored),
+## taken by the responsive-layout browser test.
+screenshots: $(STAMP) frontend
+	PYTHON=$(BIN)/python scripts/ensure_browser.sh
+	PYTHON=$(BIN)/python scripts/run_tests.sh tests/e2e/test_responsive.py
+
 ## make bench: print the performance figures (docs/performance.md records them). Every
 ## script uses its own database and Redis DB on the servers that ensure_services.sh found.
 bench: $(STAMP)
@@ -43,6 +54,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/simulator_load.py --streams 1000 && \
 	$(BIN)/python bench/engine_throughput.py --concurrency 32 256 --workers 1 2 4 && \
 	$(BIN)/python bench/engine_throughput.py --cells 4096 --chunk-gap 0.016 --concurrency 1024 && \
+	$(BIN)/python bench/cli_path.py --rounds 3 && \
 	psql "$$server/postgres" -qc "DROP DATABASE IF EXISTS srbench_bench_scale" -c "CREATE DATABASE srbench_bench_scale" && \
 	DATABASE_URL="$$scale_db" SECRET_KEY=bench $(BIN)/python manage.py migrate -v0 && \
 	DATABASE_URL="$$scale_db" SECRET_KEY=bench $(BIN)/python bench/report_scale.py --commit && \

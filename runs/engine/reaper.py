@@ -264,7 +264,36 @@ def ledger_reap(*, now=None, sandbox: bool = True) -> dict[str, int]:  # type: i
         run_finish_if_done(run_id=run_id)
     stats["graded_in_sandbox"] = cells_grade_taken_over(to_grade)
     stats["redispatched_runs"] = runs_redispatch_idle(now=now)
+    stats["finished_runs"] = runs_finish_idle(now=now)
     return stats
+
+
+def runs_finish_idle(*, now=None) -> int:  # type: ignore[no-untyped-def]
+    """End runs nobody will end: running, no cell running, nothing more to dispatch (no pending
+    cell, or dispatch stopped or cancelled) and no event for a whole lease. A worker killed
+    after settling its last cell and before `run_finish_if_done` leaves one, with no lease left
+    to expire and no pending cell to ring for (R15). Idempotent under the run row lock."""
+    from django.db.models import OuterRef, Q, Subquery
+
+    from runs.models import RunEvent
+
+    now = now or timezone.now()
+    idle_since = now - timedelta(seconds=settings.SRBENCH_CELL_LEASE_SECONDS)
+    # O(1) per running run: cell counts from its summary row, the newest event by index.
+    candidates = (
+        Run.objects.filter(status="running", summary__running=0)
+        .filter(Q(summary__pending=0) | ~Q(stop_reason="") | Q(cancel_requested_at__isnull=False))
+        .annotate(
+            last_event=Subquery(
+                RunEvent.objects.filter(run=OuterRef("pk"))
+                .order_by("-seq")
+                .values("created_at")[:1]
+            )
+        )
+        .filter(last_event__lt=idle_since)
+        .values_list("pk", flat=True)
+    )
+    return sum(run_finish_if_done(run_id=run_id) is not None for run_id in candidates)
 
 
 def runs_redispatch_idle(*, now=None) -> int:  # type: ignore[no-untyped-def]

@@ -35,6 +35,14 @@ from tests.runs.engine_support import fixture_dataset
 # worker renews every third of a lease, so 2.5 s leaves room for a loaded 2-core machine.
 LEASE_SECONDS = 2.5
 REAPER_SECONDS = 0.5
+# How long a run may sit with nothing held and nothing moving before `settle` calls it stuck
+# (R15: time budgets hold at load 10 on 2 cores). A run nobody drives is rung again by the
+# recovery pass after a whole lease without an event plus up to a reaper interval; a loaded
+# worker then needs a few seconds to take the task and claim. Several such windows: a run
+# still idle after them is not slow, no worker will ever drive it — a bug, never noise.
+QUIET_SECONDS = 4 * LEASE_SECONDS + 2 * REAPER_SECONDS + 20
+# A `celery worker` start (Django set-up, broker connection) on a loaded 2-core machine.
+WORKER_READY_SECONDS = 120.0
 # Slow enough that a kill can land before, during and after a stream and during grading.
 SLOW_MODELS = {
     "sim-strong": {"ttft_s": 0.15, "tokens_per_second": 25.0, "chunk_tokens": 1},
@@ -58,10 +66,32 @@ class ChaosWorker(WorkerProcess):
                 "SRBENCH_REAPER_INTERVAL_SECONDS": str(REAPER_SECONDS),
             },
         )
+        self.log_from = 0  # where this start's output begins in a log shared by restarts
 
     @property
     def pid(self) -> int | None:
         return None if self.process is None else self.process.pid
+
+    def start(self) -> None:
+        self.log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
+        super().start()
+
+    def ready(self) -> bool:
+        """The worker said `ready.`: it consumes its queues and its recovery pass runs."""
+        if self.process is None or self.process.poll() is not None:
+            code = None if self.process is None else self.process.returncode
+            raise AssertionError(f"worker not running (exit {code}): {self.log()[-3000:]}")
+        with open(self.log_path, "rb") as log:
+            log.seek(self.log_from)
+            return b" ready." in log.read()
+
+    def wait_ready(self, timeout: float = WORKER_READY_SECONDS) -> None:
+        """Poll the worker's log until it is ready (a budget for a loaded machine, R15)."""
+        deadline = time.monotonic() + timeout
+        while not self.ready():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"worker not ready within {timeout}s: {self.log()[-3000:]}")
+            time.sleep(0.1)
 
 
 def small_dataset(name: str = "chaos") -> FrozenDataset:
@@ -235,10 +265,11 @@ def check_invariants(
     return out
 
 
-def settle(run: Run, *, timeout: float, quiet: float = 4.0) -> str:
-    """Wait until the run is terminal. Returns "terminal", or "stuck" when the run is not
-    terminal, no cell holds a live lease and nothing in the ledger moved for `quiet` seconds
-    (no worker will ever pick it up again: see docs/reliability.md, known gaps)."""
+def settle(run: Run, *, timeout: float, quiet: float = QUIET_SECONDS) -> str:
+    """Wait until the run is terminal. Returns "terminal", "timeout", or "stuck" when the run
+    is not terminal, no cell is running and nothing in the ledger moved for `quiet` seconds:
+    longer than the recovery pass takes to ring an idle run again and a loaded worker to claim
+    (QUIET_SECONDS), so no worker will ever drive it. Both are failures of the product (R15)."""
     deadline = time.monotonic() + timeout
     last: tuple[Any, ...] | None = None
     since = time.monotonic()
@@ -267,6 +298,23 @@ def settle(run: Run, *, timeout: float, quiet: float = 4.0) -> str:
             return "stuck"
         time.sleep(0.1)
     return "timeout"
+
+
+def timeline(run: Run) -> str:
+    """The run's events (seconds after its creation) and cell states: what a failure shows."""
+    run.refresh_from_db()
+    events = " ".join(
+        f"{(at - run.created_at).total_seconds():.2f}s:{kind}"
+        for kind, at in run.events.order_by("seq").values_list("type", "created_at")
+    )
+    cells = list(
+        Cell.objects.filter(run=run)
+        .order_by("id")
+        .values_list("status", "claimed_by", "lease_expires_at")
+    )
+    return (
+        f"run {run.pk} {run.status} stop_reason={run.stop_reason!r} events [{events}] cells {cells}"
+    )
 
 
 def cancel_stuck(run: Run) -> None:

@@ -52,7 +52,9 @@ def _run(test) -> None:
         server = await asyncio.start_server(_serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         client = engine_client(
-            timeout=httpx.Timeout(5.0, read=0.2),
+            # Read timeout well below /idle's 2 s silence, well above a loaded host's pauses
+            # between two chunks of /stream (load 10 on 2 cores, R15).
+            timeout=httpx.Timeout(5.0, read=1.0),
             limits=httpx.Limits(max_connections=4, max_keepalive_connections=4),
         )
         try:
