@@ -5,28 +5,42 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0007_frozen_update_of'),
+        ("runs", "0007_frozen_update_of"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='RunReport',
+            name="RunReport",
             fields=[
-                ('run', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='stored_report', serialize=False, to='runs.run')),
-                ('fingerprint', models.CharField(max_length=64)),
-                ('computed_at', models.DateTimeField(auto_now=True)),
-                ('report_json', models.TextField()),
-                ('score', models.FloatField(blank=True, null=True)),
-                ('score_kind', models.CharField(default='none', max_length=16)),
-                ('score_target', models.CharField(blank=True, max_length=64)),
-                ('known_spend_usd', models.DecimalField(blank=True, decimal_places=10, max_digits=20, null=True)),
-                ('spend_complete', models.BooleanField(default=False)),
-                ('complete', models.BooleanField(default=False)),
+                (
+                    "run",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="stored_report",
+                        serialize=False,
+                        to="runs.run",
+                    ),
+                ),
+                ("fingerprint", models.CharField(max_length=64)),
+                ("computed_at", models.DateTimeField(auto_now=True)),
+                ("report_json", models.TextField()),
+                ("score", models.FloatField(blank=True, null=True)),
+                ("score_kind", models.CharField(default="none", max_length=16)),
+                ("score_target", models.CharField(blank=True, max_length=64)),
+                (
+                    "known_spend_usd",
+                    models.DecimalField(blank=True, decimal_places=10, max_digits=20, null=True),
+                ),
+                ("spend_complete", models.BooleanField(default=False)),
+                ("complete", models.BooleanField(default=False)),
             ],
             options={
-                'indexes': [models.Index(fields=['score'], name='runreport_score'), models.Index(fields=['known_spend_usd'], name='runreport_spend')],
+                "indexes": [
+                    models.Index(fields=["score"], name="runreport_score"),
+                    models.Index(fields=["known_spend_usd"], name="runreport_spend"),
+                ],
             },
         ),
     ]
