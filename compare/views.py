@@ -216,6 +216,41 @@ def _range(
     return low - margin, high + margin
 
 
+LABEL_CHAR_PX, LABEL_HEIGHT_PX = 7.0, 12.0
+
+
+def _spread_labels(marks: list[dict[str, Any]], *, top: float, bottom: float) -> None:
+    """Place each mark's number where it overlaps no number placed before it (issue 23: the
+    scatter's labels overlapped when candidates sat close together): beside its point first,
+    then stepping up and down a line at a time, then further right."""
+    placed: list[tuple[float, float, float]] = []  # (left, baseline, right) of each number
+
+    def free(x0: float, y0: float, w: float) -> bool:
+        return all(
+            x0 + w <= left or right <= x0 or abs(y0 - base) >= LABEL_HEIGHT_PX
+            for left, base, right in placed
+        )
+
+    for m in marks:
+        w = LABEL_CHAR_PX * len(str(m["n"])) + 2
+        x0, y0 = m["cap_r"], m["label_y"]
+        spots = [
+            (x0 + dx, y0 + dy * LABEL_HEIGHT_PX)
+            for dx in (0.0, 14.0, 28.0)
+            for dy in (0, -1, 1, -2, 2, -3, 3)
+        ]
+        spot = next(
+            (
+                (sx, sy)
+                for sx, sy in spots
+                if top + LABEL_HEIGHT_PX <= sy <= bottom and free(sx, sy, w)
+            ),
+            (x0, y0),
+        )
+        m["label_x"], m["label_y"] = round(spot[0], 2), round(spot[1], 2)
+        placed.append((spot[0], spot[1], spot[0] + w))
+
+
 def charts(doc: dict[str, Any]) -> dict[str, Any]:
     """Geometry of the two charts (R11.4) for every comparison, not just a page of cards.
 
@@ -294,6 +329,7 @@ def charts(doc: dict[str, Any]) -> dict[str, Any]:
             for i, (c, s) in enumerate(zip(comps, savings, strict=True))
         ],
     }
+    _spread_labels(quality_cost["marks"], top=top, bottom=height - bottom)
 
     # Iteration chart: two panels sharing the creation-order x axis.
     panel, gap = 150, 46

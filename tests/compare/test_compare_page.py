@@ -368,3 +368,32 @@ def test_a_router_whose_whole_interval_is_below_zero_is_called_worse(member):
     html = member.get(url(baseline=a.pk, candidates=[loss.pk], compare=True)).content.decode()
     assert '<p class="verdict bad">Worse: the whole interval is below zero.</p>' in html
     assert "No improvement shown" not in html
+
+
+def test_scatter_labels_never_overlap_when_candidates_sit_together():
+    """Issue 23 (R11.4): numbers of candidates at the same or nearby points are spread so no
+    two overlap; each stays within the plot."""
+    from compare.views import LABEL_CHAR_PX, LABEL_HEIGHT_PX, charts
+
+    def comparison(delta: float, savings: str | None) -> dict:
+        interval = {"display_lower": delta - 0.05, "display_upper": delta + 0.05}
+        return {
+            "run": 1,
+            "target": "t",
+            "delta": delta,
+            "interval": interval,
+            "family_interval": interval,
+            "savings": {"subject_cost_pct": savings},
+        }
+
+    comps = [comparison(0.10, "20") for _ in range(6)]
+    comps += [comparison(0.101, "20.5"), comparison(0.0, None), comparison(0.0, None)]
+    comps += [comparison(-0.2, "-10")]
+    marks = charts({"comparisons": comps, "family_size": len(comps)})["quality_cost"]["marks"]
+    boxes = [
+        (m["label_x"], m["label_y"], m["label_x"] + LABEL_CHAR_PX * len(str(m["n"])) + 2)
+        for m in marks
+    ]
+    for i, (x0, y0, x1) in enumerate(boxes):
+        for a0, b0, a1 in boxes[i + 1 :]:
+            assert x1 <= a0 or a1 <= x0 or abs(y0 - b0) >= LABEL_HEIGHT_PX, (i, boxes)
