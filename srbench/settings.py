@@ -238,9 +238,15 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "srbench
 # A worker renews the leases of the cells it holds; a lease that runs out means the worker died
 # and the reaper settles its cells (calls in flight become sent_unknown, never re-sent).
 SRBENCH_CELL_LEASE_SECONDS = float(os.environ.get("SRBENCH_CELL_LEASE_SECONDS", "60"))
-# SciCode's numeric test targets (the official test_data.h5, not bundled); unset = SciCode
-# cells fail with a message saying so rather than being graded wrong.
-SRBENCH_SCICODE_H5 = os.environ.get("SRBENCH_SCICODE_H5") or None
+# SciCode's numeric test targets (the official test_data.h5, not bundled). Unset: the targets
+# of the bundled fixture problems that `make demo` writes under the var directory, when they
+# are there (so a CLI or web process beside the demo plans what the demo plans); else none, and
+# SciCode problems are left out of plans as not runnable here (runs/runnable.py). A problem
+# whose targets the file does not hold is left out the same way, never graded wrong.
+_DEMO_SCICODE_H5 = VAR_DIR / "demo-data" / "scicode" / "test_data.h5"
+SRBENCH_SCICODE_H5 = os.environ.get("SRBENCH_SCICODE_H5") or (
+    str(_DEMO_SCICODE_H5) if _DEMO_SCICODE_H5.is_file() else None
+)
 SRBENCH_REAPER_INTERVAL_SECONDS = float(os.environ.get("SRBENCH_REAPER_INTERVAL_SECONDS", "10"))
 
 LOGGING = {

@@ -11,7 +11,8 @@ from tests import factories as f
 
 pytestmark = pytest.mark.django_db
 
-# The only pages an anonymous visitor may see: the two login forms and static assets.
+# The only pages an anonymous visitor may see: the two login forms and static assets (and
+# /favicon.ico, a redirect to the static icon).
 PUBLIC = {"/login/", "/admin/login/"}
 SAMPLE_ARGS = {
     "int": "1",
@@ -52,6 +53,9 @@ def test_anonymous_visitor_gets_no_data(client, path):
     response = client.get(path)
     if path in PUBLIC:
         assert response.status_code == 200
+        return
+    if path == "/favicon.ico":  # browsers ask for it on the login page: the icon, no data
+        assert response.status_code == 301 and response["Location"] == "/static/favicon.svg"
         return
     if response.status_code in (301, 302):
         assert "/login/" in response["Location"], (path, response["Location"])
