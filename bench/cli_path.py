@@ -23,24 +23,26 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import contextlib
 
-from engine_throughput import (  # noqa: E402  (bench scripts share their process helpers)
-    BROKER,
-    DB,
+from engine_throughput import (  # noqa: E402  (bench scripts share their set-up and helpers)
     ROOT,
+    bench_setup,
+    bench_target,
     broker_pids,
-    broker_purge,
     cpu_seconds,
     free_port,
     pids_of,
+    start_simulator,
     start_worker,
+    synthetic_questions,
+    unloaded_latency,
     wait_for_workers,
+    wait_http,
 )
 
 WEB_PATTERN = "uvicorn srbench.asgi:application"
@@ -68,20 +70,6 @@ def start_web(port: int) -> subprocess.Popen:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-
-
-def wait_http(url: str, seconds: float = 60) -> None:
-    import httpx
-
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            httpx.get(url, timeout=2)
-            return
-        except httpx.HTTPError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 class CpuSampler:
@@ -133,96 +121,28 @@ def main() -> None:
     parser.add_argument("--poll", type=float, default=1.0, help="the CLI's --poll while following")
     args = parser.parse_args()
 
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="srbench.settings",
-        SECRET_KEY="bench-only",
-        DATABASE_URL=DB,
-        CELERY_BROKER_URL=BROKER,
-        SRBENCH_VAR_DIR=tempfile.mkdtemp(prefix="srbench-bench-cli-"),
-    )
-    server, dbname = DB.rsplit("/", 1)
-    subprocess.run(
-        ["psql", f"{server}/postgres", "-q", "-c", f"DROP DATABASE IF EXISTS {dbname}"]
-        + ["-c", f"CREATE DATABASE {dbname}"],
-        check=True,
-    )
-    import django
-
-    django.setup()
-    import httpx
+    work = bench_setup("srbench-bench-cli-")
     from django.contrib.auth import get_user_model
-    from django.core.management import call_command
     from rest_framework.authtoken.models import Token
 
-    call_command("migrate", verbosity=0)
-    broker_purge()
-
-    from datasets.benchmarks import get_adapter
-    from datasets.models import DatasetQuestion, FrozenDataset, Question, QuestionSecret
-    from datasets.synthetic import write_synthetic
-    from runs.models import Call, Run, RunEvent, Target
+    from datasets.models import DatasetQuestion, FrozenDataset
+    from runs.models import Call, Run, RunEvent
     from srbench.canonical import sha256_hex
 
-    work = Path(os.environ["SRBENCH_VAR_DIR"])
-    data = write_synthetic("mmlu-pro", work / "mmlu", args.cells, 7)
-    adapter = get_adapter("mmlu-pro")
-    loaded = adapter.load(data)[: args.cells]
-    questions = []
-    for q in loaded:
-        question = Question.objects.create(
-            benchmark=q.benchmark,
-            native_id=q.native_id,
-            subject=q.subject,
-            payload=q.payload,
-            content_sha256=sha256_hex([q.benchmark, q.native_id, q.payload, q.secret]),
-        )
-        QuestionSecret.objects.create(question=question, data=q.secret)
-        questions.append(question)
-
-    reasoning = " ".join(["step"] * (args.chunks - 4))
-    sim_port, web_port = free_port(), free_port()
-    config = work / "sim.toml"
-    config.write_text(
-        f"seed = 1\n[models.bench]\naccuracy = 0.8\nttft_s = {args.ttft}\n"
-        f"tokens_per_second = {1 / args.chunk_gap}\nchunk_tokens = 1\nprefix_cache = false\n"
-        f'reasoning = "{reasoning}"\n[answer_key]\nsources = [["mmlu-pro", "{data}"]]\n'
+    adapter, loaded, questions, data = synthetic_questions(work, args.cells)
+    sim, sim_port = start_simulator(
+        work, data, ttft=args.ttft, chunks=args.chunks, chunk_gap=args.chunk_gap
     )
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "srbench.simulator", "--port", str(sim_port)]
-        + ["--config", str(config)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    web_port = free_port()
     web = start_web(web_port)
     worker = start_worker()
     try:
-        wait_http(f"http://127.0.0.1:{sim_port}/health")
         wait_http(f"http://127.0.0.1:{web_port}/")
         wait_for_workers(1)
-        Target.objects.create(
-            slug="bench",
-            name="bench",
-            model="bench",
-            base_url=f"http://127.0.0.1:{sim_port}/v1",
-            prices={"bench": {"input": "1", "output": "2"}},
-        )
+        bench_target(sim_port)
         owner = get_user_model().objects.create(username="bench")
         token = Token.objects.create(user=owner).key
-
-        t0 = time.monotonic()
-        with httpx.stream(
-            "POST",
-            f"http://127.0.0.1:{sim_port}/v1/chat/completions",
-            json={
-                "model": "bench",
-                "stream": True,
-                "messages": adapter.messages(loaded[0].payload),
-            },
-        ) as r:
-            for _ in r.iter_raw():
-                pass
-        latency = time.monotonic() - t0
+        latency = unloaded_latency(sim_port, adapter.messages(loaded[0].payload))
         n = len(questions)
         ideal = math.ceil(n / args.concurrency) * latency
         print(

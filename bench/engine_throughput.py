@@ -185,6 +185,122 @@ def ledger_footprint(run_id: int) -> dict[str, Any]:
     return out
 
 
+def bench_setup(prefix: str) -> Path:
+    """The bench's own environment, a fresh database (migrated) and an empty broker queue;
+    returns the scratch directory. Django is set up on return."""
+    os.environ.update(
+        DJANGO_SETTINGS_MODULE="srbench.settings",
+        SECRET_KEY="bench-only",
+        DATABASE_URL=DB,
+        CELERY_BROKER_URL=BROKER,
+        SRBENCH_VAR_DIR=tempfile.mkdtemp(prefix=prefix),
+    )
+    server, dbname = DB.rsplit("/", 1)
+    subprocess.run(
+        ["psql", f"{server}/postgres", "-q", "-c", f"DROP DATABASE IF EXISTS {dbname}"]
+        + ["-c", f"CREATE DATABASE {dbname}"],
+        check=True,
+    )
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    broker_purge()
+    return Path(os.environ["SRBENCH_VAR_DIR"])
+
+
+def synthetic_questions(work: Path, cells: int) -> tuple[Any, list[Any], list[Any], Path]:
+    """`cells` MMLU-Pro-format questions written in the official format and stored:
+    (adapter, loaded questions, Question rows, the data file)."""
+    from datasets.benchmarks import get_adapter
+    from datasets.models import Question, QuestionSecret
+    from datasets.synthetic import write_synthetic
+    from srbench.canonical import sha256_hex
+
+    data = write_synthetic("mmlu-pro", work / "mmlu", cells, 7)
+    adapter = get_adapter("mmlu-pro")
+    loaded = adapter.load(data)[:cells]
+    questions = []
+    for q in loaded:
+        question = Question.objects.create(
+            benchmark=q.benchmark,
+            native_id=q.native_id,
+            subject=q.subject,
+            payload=q.payload,
+            content_sha256=sha256_hex([q.benchmark, q.native_id, q.payload, q.secret]),
+        )
+        QuestionSecret.objects.create(question=question, data=q.secret)
+        questions.append(question)
+    return adapter, loaded, questions, data
+
+
+def start_simulator(
+    work: Path, data: Path, *, ttft: float, chunks: int, chunk_gap: float
+) -> tuple[subprocess.Popen, int]:
+    """The simulator in its own process: model `bench` answers after `ttft` with a reasoning
+    text of (chunks - answer tokens) tokens paced `chunk_gap` apart, so every reply is about
+    `chunks` SSE content/reasoning events. Returns (process, port) once it answers."""
+    reasoning = " ".join(["step"] * (chunks - 4))
+    port = free_port()
+    config = work / "sim.toml"
+    config.write_text(
+        f"seed = 1\n[models.bench]\naccuracy = 0.8\nttft_s = {ttft}\n"
+        f"tokens_per_second = {1 / chunk_gap}\nchunk_tokens = 1\nprefix_cache = false\n"
+        f'reasoning = "{reasoning}"\n[answer_key]\nsources = [["mmlu-pro", "{data}"]]\n'
+    )
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "srbench.simulator", "--port", str(port), "--config", str(config)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_http(f"http://127.0.0.1:{port}/health")
+    return sim, port
+
+
+def wait_http(url: str, seconds: float = 60) -> None:
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def bench_target(port: int) -> Any:
+    from runs.models import Target
+
+    return Target.objects.create(
+        slug="bench",
+        name="bench",
+        model="bench",
+        base_url=f"http://127.0.0.1:{port}/v1",
+        prices={"bench": {"input": "1", "output": "2"}},
+    )
+
+
+def unloaded_latency(port: int, messages: list[dict[str, Any]]) -> float:
+    """The unloaded latency L of one call, measured the way the engine streams it."""
+    import httpx
+
+    t0 = time.monotonic()
+    with httpx.stream(
+        "POST",
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        json={"model": "bench", "stream": True, "messages": messages},
+    ) as r:
+        for _ in r.iter_raw():
+            pass
+    return time.monotonic() - t0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cells", type=int, default=740)
@@ -202,110 +318,24 @@ def main() -> None:
     parser.add_argument("--chunk-gap", type=float, default=0.01)
     args = parser.parse_args()
 
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="srbench.settings",
-        SECRET_KEY="bench-only",
-        DATABASE_URL=DB,
-        CELERY_BROKER_URL=BROKER,
-        SRBENCH_VAR_DIR=tempfile.mkdtemp(prefix="srbench-bench-"),
-    )
-    server, dbname = DB.rsplit("/", 1)
-    subprocess.run(
-        [
-            "psql",
-            f"{server}/postgres",
-            "-q",
-            "-c",
-            f"DROP DATABASE IF EXISTS {dbname}",
-            "-c",
-            f"CREATE DATABASE {dbname}",
-        ],
-        check=True,
-    )
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-
-    broker_purge()
-
+    work = bench_setup("srbench-bench-")
     from django.contrib.auth import get_user_model
 
-    from datasets.benchmarks import get_adapter
-    from datasets.models import DatasetQuestion, FrozenDataset, Question, QuestionSecret
-    from datasets.synthetic import write_synthetic
-    from runs.models import Target
+    from datasets.models import DatasetQuestion, FrozenDataset
     from runs.report import run_report
     from runs.services import run_create, run_dispatch
     from srbench.canonical import sha256_hex
 
-    work = Path(os.environ["SRBENCH_VAR_DIR"])
-    data = write_synthetic("mmlu-pro", work / "mmlu", args.cells, 7)
-    adapter = get_adapter("mmlu-pro")
-    loaded = adapter.load(data)[: args.cells]
-    questions = []
-    for q in loaded:
-        question = Question.objects.create(
-            benchmark=q.benchmark,
-            native_id=q.native_id,
-            subject=q.subject,
-            payload=q.payload,
-            content_sha256=sha256_hex([q.benchmark, q.native_id, q.payload, q.secret]),
-        )
-        QuestionSecret.objects.create(question=question, data=q.secret)
-        questions.append(question)
-
-    # Reasoning text of (chunks - answer tokens) tokens paced chunk_gap apart: every reply is
-    # about `chunks` SSE content/reasoning events after a fixed TTFT.
-    reasoning = " ".join(["step"] * (args.chunks - 4))
-    port = free_port()
-    config = work / "sim.toml"
-    config.write_text(
-        f"seed = 1\n[models.bench]\naccuracy = 0.8\nttft_s = {args.ttft}\n"
-        f"tokens_per_second = {1 / args.chunk_gap}\nchunk_tokens = 1\nprefix_cache = false\n"
-        f'reasoning = "{reasoning}"\n[answer_key]\nsources = [["mmlu-pro", "{data}"]]\n'
-    )
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "srbench.simulator", "--port", str(port), "--config", str(config)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    adapter, loaded, questions, data = synthetic_questions(work, args.cells)
+    sim, port = start_simulator(
+        work, data, ttft=args.ttft, chunks=args.chunks, chunk_gap=args.chunk_gap
     )
     workers = [start_worker()]
     try:
-        import httpx
-
-        for _ in range(100):
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/health")
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
         wait_for_workers(1)
-        Target.objects.create(
-            slug="bench",
-            name="bench",
-            model="bench",
-            base_url=f"http://127.0.0.1:{port}/v1",
-            prices={"bench": {"input": "1", "output": "2"}},
-        )
+        bench_target(port)
         owner = get_user_model().objects.create(username="bench")
-        # The unloaded latency L of one call, measured the way the engine streams it.
-        t0 = time.monotonic()
-        with httpx.stream(
-            "POST",
-            f"http://127.0.0.1:{port}/v1/chat/completions",
-            json={
-                "model": "bench",
-                "stream": True,
-                "messages": adapter.messages(loaded[0].payload),
-            },
-        ) as r:
-            for _ in r.iter_raw():
-                pass
-        latency = time.monotonic() - t0
+        latency = unloaded_latency(port, adapter.messages(loaded[0].payload))
         n = len(questions)
         print(
             f"unloaded call latency L = {latency:.3f} s (TTFT {args.ttft} s + {args.chunks} "
