@@ -20,6 +20,9 @@ from typing import Any
 
 from django.conf import settings
 
+from runs.engine.code_grading import SCICODE_GOLD_STEPS
+from runs.engine.tau import tau_unavailable_reason
+
 # Benchmarks with questions that may not run on every server.
 CHECKED = ("terminal-bench", "scicode", "tau3")
 
@@ -56,8 +59,6 @@ def scicode_reason(secret: Mapping[str, Any]) -> str | None:
         keys = _h5_keys(str(path), path.stat().st_mtime)
     except OSError as exc:
         return f"SciCode's test data cannot be read ({type(exc).__name__})"
-    from runs.engine.code_grading import SCICODE_GOLD_STEPS
-
     missing = 0
     for step in secret.get("steps") or []:
         number = str(step.get("step_number", ""))
@@ -79,8 +80,6 @@ def not_runnable_reason(
     if benchmark == "scicode":
         return scicode_reason(secret)
     if benchmark == "tau3":
-        from runs.engine.tau import tau_unavailable_reason
-
         return tau_unavailable_reason(payload)
     return None
 

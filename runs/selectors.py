@@ -27,6 +27,19 @@ MAX_EVENT_PAGE = 1000  # R14.2
 FROZEN_TIMEOUT = 7 * 24 * 3600  # what is read from a frozen manifest is kept a week
 
 
+def _cells_total() -> Any:
+    """A run's planned cells: the sum of its summary row's status counts."""
+    s = "summary__"
+    return (
+        F(s + "pending")
+        + F(s + "running")
+        + F(s + "completed")
+        + F(s + "failed")
+        + F(s + "cancelled")
+        + F(s + "sent_unknown")
+    )
+
+
 def progress_annotations() -> dict[str, Any]:
     """What a run row shows of its cells and events (R7.1), read in O(1) per run (issue 25):
     the cells by status from the run's summary row (kept by database triggers in the
@@ -38,12 +51,7 @@ def progress_annotations() -> dict[str, Any]:
     read null, not 0."""
     s = "summary__"
     return {
-        "cells_total": F(s + "pending")
-        + F(s + "running")
-        + F(s + "completed")
-        + F(s + "failed")
-        + F(s + "cancelled")
-        + F(s + "sent_unknown"),
+        "cells_total": _cells_total(),
         "cells_completed": F(s + "completed"),
         "cells_failed": F(s + "failed") + F(s + "sent_unknown"),
         "last_event_at": Subquery(
@@ -73,18 +81,9 @@ def runs_sorted(qs: QuerySet[Run], sort: str) -> QuerySet[Run]:
     """The runs ordered by one of `RUN_SORTS` (completeness = completed / planned cells,
     from the summary row)."""
     if sort == "completeness":
-        s = "summary__"
-        total = (
-            F(s + "pending")
-            + F(s + "running")
-            + F(s + "completed")
-            + F(s + "failed")
-            + F(s + "cancelled")
-            + F(s + "sent_unknown")
-        )
         qs = qs.annotate(
             completeness=ExpressionWrapper(
-                Cast(F(s + "completed"), FloatField()) / NullIf(total, 0),
+                Cast(F("summary__completed"), FloatField()) / NullIf(_cells_total(), 0),
                 output_field=FloatField(),
             )
         )

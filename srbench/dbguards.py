@@ -42,6 +42,17 @@ def frozen_columns_sql(
     )
 
 
+def frozen_columns_recreate_sql(
+    specs: list[tuple[str, list[str], str]], *, any_update: bool
+) -> list[str]:
+    """Drop and create again the frozen-column trigger of each (table, columns, why)."""
+    out = []
+    for table, columns, why in specs:
+        out.append(drop_trigger_sql(table, "frozen"))
+        out.append(frozen_columns_sql(table, columns, why, any_update=any_update))
+    return out
+
+
 def drop_trigger_sql(table: str, suffix: str) -> str:
     return f"DROP TRIGGER IF EXISTS {table}_{suffix} ON {table};"
 

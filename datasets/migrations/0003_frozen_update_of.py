@@ -3,7 +3,7 @@
 
 from django.db import migrations
 
-from srbench.dbguards import drop_trigger_sql, frozen_columns_sql, run_on_postgres
+from srbench.dbguards import frozen_columns_recreate_sql, run_on_postgres
 
 FROZEN = [
     (
@@ -21,17 +21,12 @@ FROZEN = [
 ]
 
 
-def _recreate(any_update: bool) -> list[str]:
-    out = []
-    for table, columns, why in FROZEN:
-        out.append(drop_trigger_sql(table, "frozen"))
-        out.append(frozen_columns_sql(table, columns, why, any_update=any_update))
-    return out
-
-
 class Migration(migrations.Migration):
     dependencies = [("datasets", "0002_frozen_triggers")]
 
     operations = [
-        migrations.RunPython(run_on_postgres(_recreate(False)), run_on_postgres(_recreate(True))),
+        migrations.RunPython(
+            run_on_postgres(frozen_columns_recreate_sql(FROZEN, any_update=False)),
+            run_on_postgres(frozen_columns_recreate_sql(FROZEN, any_update=True)),
+        ),
     ]

@@ -17,7 +17,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from runs.engine import store
@@ -29,7 +29,7 @@ from runs.engine.finish import (
     run_finish_if_done,
 )
 from runs.events import events_append
-from runs.models import Call, Cell, Run
+from runs.models import Call, Cell, Run, RunEvent
 
 INTERRUPT_REASON = "a worker stopped with calls in flight (sent_unknown)"
 # Who holds a cell the pass took over to grade in the sandbox, and for how long at least: a
@@ -273,10 +273,6 @@ def runs_finish_idle(*, now=None) -> int:  # type: ignore[no-untyped-def]
     cell, or dispatch stopped or cancelled) and no event for a whole lease. A worker killed
     after settling its last cell and before `run_finish_if_done` leaves one, with no lease left
     to expire and no pending cell to ring for (R15). Idempotent under the run row lock."""
-    from django.db.models import OuterRef, Q, Subquery
-
-    from runs.models import RunEvent
-
     now = now or timezone.now()
     idle_since = now - timedelta(seconds=settings.SRBENCH_CELL_LEASE_SECONDS)
     # O(1) per running run: cell counts from its summary row, the newest event by index.

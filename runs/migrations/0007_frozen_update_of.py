@@ -4,7 +4,7 @@ checkpointing a streaming call no longer compare the manifest or the request (is
 
 from django.db import migrations
 
-from srbench.dbguards import drop_trigger_sql, frozen_columns_sql, run_on_postgres
+from srbench.dbguards import frozen_columns_recreate_sql, run_on_postgres
 
 FROZEN = [
     ("runs_run", ["manifest", "plan_sha256", "dataset_id", "parent_id"], "frozen run manifest"),
@@ -12,17 +12,12 @@ FROZEN = [
 ]
 
 
-def _recreate(any_update: bool) -> list[str]:
-    out = []
-    for table, columns, why in FROZEN:
-        out.append(drop_trigger_sql(table, "frozen"))
-        out.append(frozen_columns_sql(table, columns, why, any_update=any_update))
-    return out
-
-
 class Migration(migrations.Migration):
     dependencies = [("runs", "0006_run_summary")]
 
     operations = [
-        migrations.RunPython(run_on_postgres(_recreate(False)), run_on_postgres(_recreate(True))),
+        migrations.RunPython(
+            run_on_postgres(frozen_columns_recreate_sql(FROZEN, any_update=False)),
+            run_on_postgres(frozen_columns_recreate_sql(FROZEN, any_update=True)),
+        ),
     ]
