@@ -7,11 +7,12 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 
 .PHONY: demo test chaos screenshots install frontend lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements/gateway.txt
 	@$(PY) -c 'import sys; assert sys.version_info[:2] == (3, 12), f"Python 3.12 needed, found {sys.version}"'
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[test,data]" && $(BIN)/python -m pip install -q --no-deps "nvidia-scicode==26.3"
+	$(BIN)/python -m pip install -q -e ".[test,data]" && $(BIN)/python -m pip install -q --no-deps "nvidia-scicode==26.3" "inspect-evals==0.28.0"
+	PYTHON=$(BIN)/python scripts/ensure_gateway.sh
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 install: $(STAMP) frontend

@@ -38,10 +38,15 @@ from compare.services import (
     comparison_build,
     comparison_margin_check,
 )
-from runs.api import int_param
 from runs.models import Run
 from runs.plans import MarginField
-from srbench.api import ApiSchema, StrictFieldsSerializer, error_response, error_responses
+from srbench.api import (
+    ApiSchema,
+    StrictFieldsSerializer,
+    error_response,
+    error_responses,
+    int_param,
+)
 
 MAX_CANDIDATES = 100
 
@@ -470,59 +475,7 @@ def comparison_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
             **_usage_cells(b["usage"]),
         }
     ]
-    for c in doc["comparisons"]:
-        i, fam, s, boot = c["interval"], c["family_interval"], c["savings"], c["bootstrap"]
-        # The subject savings' stratified paired bootstrap (a diagnostic); unknown leaves
-        # every one of its cells empty.
-        si = c["savings_interval"] or {}
-        rows.append(
-            {
-                "row": "candidate",
-                "baseline_run": b["run"],
-                "baseline_target": b["target"],
-                "run": c["run"],
-                "run_name": c["run_name"],
-                "run_created_at": c["run_created_at"],
-                "target": c["target"],
-                "kind": c["kind"],
-                "cases": c["cases"],
-                "questions": c.get("questions"),
-                "attempts_per_question": c.get("attempts_per_question"),
-                "cases_without_result": c["cases_without_result"],
-                "quality": c["quality"],
-                "quality_exact": c["quality_exact"],
-                "delta": c["delta"],
-                "delta_exact": c["delta_exact"],
-                "micro_delta": c["micro_delta"],
-                "interval_lower": i["lower"],
-                "interval_upper": i["upper"],
-                "interval_level": i["level"],
-                "interval_clipped": i["clipped"],
-                "family_lower": fam["lower"],
-                "family_upper": fam["upper"],
-                "family_level": fam["level"],
-                "family_size": fam["family_size"],
-                "bootstrap_lower_diagnostic": None if boot is None else boot["lower"],
-                "bootstrap_upper_diagnostic": None if boot is None else boot["upper"],
-                "improvement": c["improvement"],
-                "family_improvement": c["family_improvement"],
-                "not_an_improvement": c["not_an_improvement"],
-                "worse": c["worse"],
-                "non_inferiority": c["non_inferiority"]["verdict"],
-                "non_inferiority_reason": c["non_inferiority"]["reason"],
-                "wins": c["wins"],
-                "losses": c["losses"],
-                "ties": c["ties"],
-                "subject_savings_pct": s["subject_cost_pct"],
-                "subject_savings_unknown_reason": s["subject_cost_unknown_reason"],
-                **{f"savings_interval_{k}": si.get(k) for k in _SAVINGS_INTERVAL_KEYS},
-                "total_savings_pct": s["total_spend_pct"],
-                "total_savings_unknown_reason": s["total_spend_unknown_reason"],
-                "cache_neutral_savings_pct": s["cache_neutral_pct"],
-                "cache_neutral_savings_unknown_reason": s["cache_neutral_unknown_reason"],
-                **_usage_cells(c["usage"]),
-            }
-        )
+    rows += [_candidate_row(b, c) for c in doc["comparisons"]]
     for r in doc.get("refused", []):
         rows.append(
             {
@@ -535,6 +488,60 @@ def comparison_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _candidate_row(b: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
+    """A compared candidate's CSV/export row."""
+    i, fam, s, boot = c["interval"], c["family_interval"], c["savings"], c["bootstrap"]
+    # The subject savings' stratified paired bootstrap (a diagnostic); unknown leaves
+    # every one of its cells empty.
+    si = c["savings_interval"] or {}
+    return {
+        "row": "candidate",
+        "baseline_run": b["run"],
+        "baseline_target": b["target"],
+        "run": c["run"],
+        "run_name": c["run_name"],
+        "run_created_at": c["run_created_at"],
+        "target": c["target"],
+        "kind": c["kind"],
+        "cases": c["cases"],
+        "questions": c.get("questions"),
+        "attempts_per_question": c.get("attempts_per_question"),
+        "cases_without_result": c["cases_without_result"],
+        "quality": c["quality"],
+        "quality_exact": c["quality_exact"],
+        "delta": c["delta"],
+        "delta_exact": c["delta_exact"],
+        "micro_delta": c["micro_delta"],
+        "interval_lower": i["lower"],
+        "interval_upper": i["upper"],
+        "interval_level": i["level"],
+        "interval_clipped": i["clipped"],
+        "family_lower": fam["lower"],
+        "family_upper": fam["upper"],
+        "family_level": fam["level"],
+        "family_size": fam["family_size"],
+        "bootstrap_lower_diagnostic": None if boot is None else boot["lower"],
+        "bootstrap_upper_diagnostic": None if boot is None else boot["upper"],
+        "improvement": c["improvement"],
+        "family_improvement": c["family_improvement"],
+        "not_an_improvement": c["not_an_improvement"],
+        "worse": c["worse"],
+        "non_inferiority": c["non_inferiority"]["verdict"],
+        "non_inferiority_reason": c["non_inferiority"]["reason"],
+        "wins": c["wins"],
+        "losses": c["losses"],
+        "ties": c["ties"],
+        "subject_savings_pct": s["subject_cost_pct"],
+        "subject_savings_unknown_reason": s["subject_cost_unknown_reason"],
+        **{f"savings_interval_{k}": si.get(k) for k in _SAVINGS_INTERVAL_KEYS},
+        "total_savings_pct": s["total_spend_pct"],
+        "total_savings_unknown_reason": s["total_spend_unknown_reason"],
+        "cache_neutral_savings_pct": s["cache_neutral_pct"],
+        "cache_neutral_savings_unknown_reason": s["cache_neutral_unknown_reason"],
+        **_usage_cells(c["usage"]),
+    }
 
 
 def comparison_csv(doc: dict[str, Any]) -> str:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
 
-from srbench.cli.client import (
+from srbench.api_client import (
     ApiClient,
     CliError,
     add_connection_arguments,
@@ -41,8 +42,28 @@ def register(verbs: Any) -> None:
     add_connection_arguments(p)
     p.set_defaults(handler=cli_guard(reconcile_usage))
 
-    p = verbs.add_parser("regrade", help="re-grade saved mcq/grid answers with today's graders")
+    p = verbs.add_parser(
+        "regrade", help="re-grade saved answers with today's graders (code in the sandbox)"
+    )
     p.add_argument("run_id", type=int, metavar="RUN_ID")
+    p.add_argument(
+        "--rejudge",
+        action="store_true",
+        help="re-judge judged answers too (states the worst-case judge cost first)",
+    )
+    p.add_argument(
+        "--confirm-judge-cost",
+        default=None,
+        metavar="USD",
+        help="the worst-case judge cost --rejudge stated, to proceed",
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="how long to wait for a worker's sandbox regrade (default 1800)",
+    )
     add_connection_arguments(p)
     p.set_defaults(handler=cli_guard(regrade))
 
@@ -143,8 +164,39 @@ def reconcile_usage(options: dict[str, Any]) -> int:
     return 0
 
 
+def _regrade_wait(client: ApiClient, options: dict[str, Any]) -> dict[str, Any]:
+    """POST the regrade; when a worker has to run code in the sandbox (202), follow it until
+    it is stored or `--wait` runs out."""
+    path = f"runs/{options['run_id']}/regrade/"
+    body: dict[str, Any] = {}
+    if options.get("rejudge"):
+        body["rejudge"] = True
+    if options.get("confirm_judge_cost") is not None:
+        body["confirm_judge_cost"] = options["confirm_judge_cost"]
+    response = client.request("POST", path, json=body)
+    deadline = time.monotonic() + float(options.get("wait") or 0)
+    if response.status_code == 202:
+        print(
+            f"code answers run again in the sandbox on a worker (task {response.json()['task']});"
+            " waiting",
+            file=sys.stderr,
+        )
+    while response.status_code == 202:
+        task = response.json()["task"]
+        if time.monotonic() > deadline:
+            raise CliError(
+                f"the regrade is still running on a worker (task {task}); "
+                f"follow it with GET /api/v1/{path}?task={task}"
+            )
+        time.sleep(0.5)
+        response = client.request("GET", path, params={"task": task})
+    if response.status_code != 200:
+        raise CliError(api_error_message(response))
+    return response.json()
+
+
 def regrade(options: dict[str, Any]) -> int:
-    doc = _call(client_from(options), "POST", f"runs/{options['run_id']}/regrade/").json()
+    doc = _regrade_wait(client_from(options), options)
     if options["json"]:
         print(json.dumps(doc, indent=2))
         return 0
@@ -159,6 +211,12 @@ def regrade(options: dict[str, Any]) -> int:
                 f"  {slug:<24} {benchmark:<12} correct {t['old_correct']} → {t['new_correct']} "
                 f"of {t['regraded']}"
             )
+    quote = doc.get("judge_cost_quote") or {}
+    if quote.get("judged_cells"):
+        print(
+            f"  judged answers not re-judged: {quote['judged_cells']}  worst-case judge cost "
+            f"{quote['worst_case_usd'] or 'unknown (a judge price is missing)'} USD (--rejudge)"
+        )
     return 0
 
 

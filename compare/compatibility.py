@@ -132,6 +132,8 @@ def _diff_values(path: str, a: Any, b: Any, out: list[Difference]) -> None:
 def _case_differences(a: list[Any], b: list[Any]) -> list[Difference]:
     """Cases are compared as sets of (question, content hash, benchmark): the order of a plan
     is not part of what was measured."""
+    if a == b:  # the usual case, the same plan in the same order: one C-level comparison
+        return []
     left = {tuple(c) for c in a}
     right = {tuple(c) for c in b}
     if left == right:

@@ -38,3 +38,24 @@ class Regrade(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"regrade v{self.version} of run {self.run_id}"
+
+
+class CaseFigures(models.Model):
+    """A settled run's per-cell figures, as a comparison pairs them (issue 25).
+
+    One row per run: each cell's target, question, slot, status, outcome and effective
+    subject cost (NaN when unknown), packed as a numpy record array (`compare.figures`). It is
+    computed once per ledger state — `fingerprint` is the run's stored-report key, which a
+    usage correction or any other change to a settled run replaces — so a comparison reads
+    twenty-one small rows instead of every cell and call of its runs.
+    """
+
+    run = models.OneToOneField(
+        "runs.Run", on_delete=models.CASCADE, primary_key=True, related_name="case_figures"
+    )
+    fingerprint = models.CharField(max_length=64)
+    computed_at = models.DateTimeField(auto_now=True)
+    cells = models.BinaryField()
+
+    def __str__(self) -> str:
+        return f"case figures of run {self.run_id}"

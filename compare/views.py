@@ -282,30 +282,7 @@ def charts(doc: dict[str, Any]) -> dict[str, Any]:
     family = doc["family_size"] > 1
 
     def mark(i: int, c: dict[str, Any], cx: float, ya: Axis) -> dict[str, Any]:
-        fam = c["family_interval"]
-        cy = ya(c["delta"])
-        return {
-            "n": i + 1,
-            "run": c["run"],
-            "target": c["target"],
-            "cx": cx,
-            "cy": cy,
-            "cap_l": round(cx - 4, 2),
-            "cap_r": round(cx + 4, 2),
-            "box_x": round(cx - 5, 2),
-            "box_y": round(cy - 5, 2),
-            "label_y": round(cy - 8, 2),
-            "lo": ya(c["interval"]["display_lower"]),
-            "hi": ya(c["interval"]["display_upper"]),
-            "flo": ya(fam["display_lower"]) if family else None,
-            "fhi": ya(fam["display_upper"]) if family else None,
-            "savings_unknown": c["savings"]["subject_cost_pct"] is None,
-            "title": (
-                f"#{i + 1} run {c['run']} / {c['target']}: Δ {c['delta']:+.4f}, interval "
-                f"[{c['interval']['display_lower']:+.4f}, {c['interval']['display_upper']:+.4f}]"
-                f", subject savings {_plain_pct(c['savings']['subject_cost_pct'])}"
-            ),
-        }
+        return _chart_mark(i, c, cx, ya, family)
 
     lane_x = round(plot_right + unknown_lane / 2, 2)
     zx, zy = x(0.0), y(0.0)
@@ -331,7 +308,53 @@ def charts(doc: dict[str, Any]) -> dict[str, Any]:
     }
     _spread_labels(quality_cost["marks"], top=top, bottom=height - bottom)
 
-    # Iteration chart: two panels sharing the creation-order x axis.
+    iteration = _iteration_chart(
+        comps, savings, (y_low, y_high), mark, box=(width, left, right, top)
+    )
+    return {"quality_cost": quality_cost, "iteration": iteration, "family": family}
+
+
+def _chart_mark(i: int, c: dict[str, Any], cx: float, ya: Axis, family: bool) -> dict[str, Any]:
+    """One candidate's mark: Δ with its interval (and the family-wise one) at x = cx."""
+    fam = c["family_interval"]
+    cy = ya(c["delta"])
+    return {
+        "n": i + 1,
+        "run": c["run"],
+        "target": c["target"],
+        "cx": cx,
+        "cy": cy,
+        "cap_l": round(cx - 4, 2),
+        "cap_r": round(cx + 4, 2),
+        "box_x": round(cx - 5, 2),
+        "box_y": round(cy - 5, 2),
+        "label_y": round(cy - 8, 2),
+        "lo": ya(c["interval"]["display_lower"]),
+        "hi": ya(c["interval"]["display_upper"]),
+        "flo": ya(fam["display_lower"]) if family else None,
+        "fhi": ya(fam["display_upper"]) if family else None,
+        "savings_unknown": c["savings"]["subject_cost_pct"] is None,
+        "title": (
+            f"#{i + 1} run {c['run']} / {c['target']}: Δ {c['delta']:+.4f}, interval "
+            f"[{c['interval']['display_lower']:+.4f}, {c['interval']['display_upper']:+.4f}]"
+            f", subject savings {_plain_pct(c['savings']['subject_cost_pct'])}"
+        ),
+    }
+
+
+def _iteration_chart(
+    comps: list[dict[str, Any]],
+    savings: list[str | None],
+    y_range: tuple[float, float],
+    mark: Any,
+    *,
+    box: tuple[int, int, int, int],
+) -> dict[str, Any]:
+    """The iteration chart: Δ with intervals over creation order, and savings below it, two
+    panels sharing the x axis."""
+    width, left, right, top = box
+    y_low, y_high = y_range
+    known = [float(v) for v in savings if v is not None]
     panel, gap = 150, 46
     step = (width - left - right) / max(len(comps), 1)
     xs = [round(left + step * (i + 0.5), 2) for i in range(len(comps))]
@@ -347,7 +370,7 @@ def charts(doc: dict[str, Any]) -> dict[str, Any]:
         m["s_box_y"] = round(sy(0.0) - 5, 2)
         m["show_label"] = i % every == 0
         iteration_marks.append(m)
-    iteration = {
+    return {
         "width": width,
         "height": s_top + panel + 30,
         "left": left,
@@ -363,7 +386,6 @@ def charts(doc: dict[str, Any]) -> dict[str, Any]:
         "s_ticks": sy.ticks(suffix="%"),
         "marks": iteration_marks,
     }
-    return {"quality_cost": quality_cost, "iteration": iteration, "family": family}
 
 
 def _plain_pct(value: str | None) -> str:

@@ -16,11 +16,9 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.utils.urls import replace_query_param
 
 from datasets.benchmarks import ADAPTERS, LoaderError
 from datasets.models import FrozenDataset, Profile, Question, Source, Split
@@ -49,7 +47,14 @@ from datasets.services import (
     dataset_compose_receipt,
     source_prepare_receipt,
 )
-from srbench.api import ApiSchema, StrictFieldsSerializer, error_response, error_responses
+from srbench.api import (
+    ApiSchema,
+    KeysetPagePagination,
+    PagePagination,
+    StrictFieldsSerializer,
+    error_response,
+    error_responses,
+)
 
 EXPORT_CHUNK = 200
 
@@ -85,87 +90,6 @@ class PrepareReceiptSerializer(serializers.Serializer):
     source = SourceSerializer()
     created = serializers.BooleanField()
     model_requests = serializers.IntegerField()
-
-
-class PagePagination(PageNumberPagination):
-    """Page numbers (the dashboard links to page N); at most 100 rows per read (DESIGN §9).
-
-    Right for a frozen list (a dataset's questions never change); a growing list uses
-    KeysetPagePagination, because page N shifts when a row is inserted before it.
-    """
-
-    page_size = 25
-    page_size_query_param = "page_size"
-    max_page_size = 100
-
-
-BIGINT_MAX = 2**63 - 1
-
-
-class KeysetPagePagination(PagePagination):
-    """Page numbers, or with `before=ID` (0 = from the top) a keyset cursor over ids, newest
-    first: rows inserted between two reads neither shift nor repeat a page."""
-
-    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
-        self.keyset = "before" in request.query_params
-        self.next_before: int | None = None
-        if not self.keyset:
-            return super().paginate_queryset(queryset, request, view)
-        raw = request.query_params["before"] or "0"
-        if not raw.isdigit() or int(raw) > BIGINT_MAX:
-            raise ValidationError({"before": ["must be an id (0 = from the top)"]})
-        self.request = request
-        size = self.get_page_size(request) or self.page_size
-        qs = queryset.order_by("-pk")
-        if int(raw):
-            qs = qs.filter(pk__lt=int(raw))
-        rows = list(qs[: size + 1])
-        if len(rows) > size:
-            rows = rows[:size]
-            self.next_before = rows[-1].pk
-        return rows
-
-    def get_paginated_response(self, data: Any) -> Response:
-        if not self.keyset:
-            response = super().get_paginated_response(data)
-            response.data["next_before"] = None
-            return response
-        following = None
-        if self.next_before is not None:
-            following = replace_query_param(
-                self.request.build_absolute_uri(), "before", self.next_before
-            )
-        return Response(
-            {
-                "count": None,  # a keyset read does not count (and a count would race anyway)
-                "next": following,
-                "previous": None,
-                "results": data,
-                "next_before": self.next_before,
-            }
-        )
-
-    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
-        document = super().get_paginated_response_schema(schema)
-        document["properties"]["count"]["nullable"] = True
-        document["properties"]["next_before"] = {
-            "type": "integer",
-            "nullable": True,
-            "description": "keyset cursor for the next page (pass as before=)",
-        }
-        return document
-
-    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
-        return [
-            *super().get_schema_operation_parameters(view),
-            {
-                "name": "before",
-                "required": False,
-                "in": "query",
-                "description": "keyset cursor: rows with a smaller id, newest first (0 = top)",
-                "schema": {"type": "integer", "minimum": 0},
-            },
-        ]
 
 
 class JSONLinesRenderer(BaseRenderer):

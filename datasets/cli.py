@@ -19,7 +19,7 @@ from datasets.models import Profile
 from datasets.packages import PACKAGED
 from datasets.profiles import DEFAULT_SEED
 from datasets.selectors import PROFILE_TOTAL_LABEL
-from srbench.cli.client import (
+from srbench.api_client import (
     ApiClient,
     ApiUnreachable,
     CliError,

@@ -287,6 +287,9 @@ class GridGrade:
     parsed: list[Grid] | None
     pairs_correct: int
     pairs_total: int
+    # Per test output, in order: whether the grid at that position matched it exactly (what ARC
+    # Prize's per-output pass@2 combines over attempts, datasets.official).
+    outputs_correct: tuple[bool, ...] = ()
 
 
 def _is_grid(value: Any) -> bool:
@@ -333,11 +336,14 @@ def grade_grid(response_text: str, outputs: list[Grid]) -> GridGrade:
     """Exact match of every output grid (dimensions and cells); correct only if all match."""
     parsed = parse_grids(response_text, len(outputs))
     if parsed is None:
-        return GridGrade(False, "unparsed", None, 0, len(outputs))
-    pairs_correct = sum(1 for got, want in zip(parsed, outputs, strict=False) if got == want)
+        return GridGrade(False, "unparsed", None, 0, len(outputs), (False,) * len(outputs))
+    matched = tuple(k < len(parsed) and parsed[k] == want for k, want in enumerate(outputs))
+    pairs_correct = sum(matched)
     if len(parsed) != len(outputs):
-        return GridGrade(False, "wrong_count", parsed, pairs_correct, len(outputs))
-    return GridGrade(pairs_correct == len(outputs), "ok", parsed, pairs_correct, len(outputs))
+        return GridGrade(False, "wrong_count", parsed, pairs_correct, len(outputs), matched)
+    return GridGrade(
+        pairs_correct == len(outputs), "ok", parsed, pairs_correct, len(outputs), matched
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from datasets.benchmarks import ADAPTERS, LoadedQuestion, get_adapter
+from datasets.benchmarks import ADAPTERS, Adapter, LoadedQuestion, LoadResult, get_adapter
 from datasets.models import (
     DatasetQuestion,
     FrozenDataset,
@@ -181,24 +181,9 @@ def source_prepare_receipt(
     (a ValueError) for a package that is not installed or was modified, `ValueError` for an
     unknown benchmark or profile. Nothing is written before every file has been read.
     """
-    try:
-        adapter = get_adapter(benchmark)
-    except KeyError as exc:
-        raise ValueError(exc.args[0]) from None
-    if profile not in PROFILE_NAMES:
-        raise ValueError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILE_NAMES)}")
-    profile_name: ProfileName = profile  # type: ignore[assignment]
-    if package and not from_package:
-        raise ValueError("a package name needs from_package")
-    located: LocatedPackage | None = None
-    if from_package:
-        if source_path is not None:
-            raise ValueError("choose either a source path or a package, not both")
-        located = locate(benchmark, package)
-        path = located.path
-    else:
-        path = Path(source_path) if source_path is not None else adapter.fixture_path()
-
+    adapter, profile_name, path, located = _source_origin(
+        benchmark, profile, source_path=source_path, from_package=from_package, package=package
+    )
     # Slow, read-only work before any transaction: parsing and hashing large official files.
     package_provenance: dict[str, Any] = {}
     origin_files: list[dict[str, Any]] | None
@@ -227,6 +212,32 @@ def source_prepare_receipt(
     if existing is not None:
         return PreparedSource(_same_or_conflict(existing, content_sha256), created=False)
 
+    provenance = _source_provenance(
+        adapter, path, result, located, package_provenance, origin_files, profile, requested_count
+    )
+    source = Source(
+        **coordinate,
+        content_sha256=content_sha256,
+        provenance=provenance,
+        requested_count=requested_count,
+        count=len(selected),
+        synthetic=result.synthetic,
+    )
+    return _source_store(source, hashed)
+
+
+def _source_provenance(
+    adapter: Adapter,
+    path: Path,
+    result: LoadResult,
+    located: LocatedPackage | None,
+    package_provenance: dict[str, Any],
+    origin_files: list[dict[str, Any]] | None,
+    profile: str,
+    requested_count: int,
+) -> dict[str, Any]:
+    """Where a Source came from: the files read (hashed now, unless the package's are), the
+    loader, what it skipped and the window taken."""
     provenance: dict[str, Any] = {
         "source_path": str(path),
         "origin_files": (
@@ -238,22 +249,48 @@ def source_prepare_receipt(
         "skipped": dict(result.skipped),
         "loaded_count": len(result.questions),
         "window": {
-            "start": PROFILES[benchmark].quick if profile == "standard" else 0,
+            "start": PROFILES[adapter.key].quick if profile == "standard" else 0,
             "size": requested_count,
         },
     }
     if located is not None:
         provenance["package"] = package_provenance
+    return provenance
+
+
+def _source_origin(
+    benchmark: str,
+    profile: str,
+    *,
+    source_path: Path | str | None,
+    from_package: bool,
+    package: str | None,
+) -> tuple[Adapter, ProfileName, Path, LocatedPackage | None]:
+    """Check the request and find what to read: (adapter, profile, path, located package)."""
+    try:
+        adapter = get_adapter(benchmark)
+    except KeyError as exc:
+        raise ValueError(exc.args[0]) from None
+    if profile not in PROFILE_NAMES:
+        raise ValueError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILE_NAMES)}")
+    profile_name: ProfileName = profile  # type: ignore[assignment]
+    if package and not from_package:
+        raise ValueError("a package name needs from_package")
+    if not from_package:
+        path = Path(source_path) if source_path is not None else adapter.fixture_path()
+        return adapter, profile_name, path, None
+    if source_path is not None:
+        raise ValueError("choose either a source path or a package, not both")
+    located = locate(benchmark, package)
+    return adapter, profile_name, located.path, located
+
+
+def _source_store(source: Source, hashed: Sequence[tuple[str, LoadedQuestion]]) -> PreparedSource:
+    """Write a new Source and its ordered questions in one transaction; a concurrent prepare of
+    the same coordinate that committed first is judged like an existing one."""
     try:
         with transaction.atomic(durable=True):
-            source = Source.objects.create(
-                **coordinate,
-                content_sha256=content_sha256,
-                provenance=provenance,
-                requested_count=requested_count,
-                count=len(selected),
-                synthetic=result.synthetic,
-            )
+            source.save(force_insert=True)
             questions = _questions_store(hashed)
             SourceQuestion.objects.bulk_create(
                 SourceQuestion(source=source, question=questions[h], position=position)
@@ -261,10 +298,12 @@ def source_prepare_receipt(
             )
     except IntegrityError:
         # A concurrent prepare of the same coordinate committed first; judge against it.
-        existing = Source.objects.filter(**coordinate).first()
+        existing = Source.objects.filter(
+            benchmark=source.benchmark, profile=source.profile, seed=source.seed, split=source.split
+        ).first()
         if existing is None:
             raise
-        return PreparedSource(_same_or_conflict(existing, content_sha256), created=False)
+        return PreparedSource(_same_or_conflict(existing, source.content_sha256), created=False)
     return PreparedSource(source, created=True)
 
 
@@ -426,36 +465,9 @@ def dataset_compose_receipt(
     or impossible selection and `CompositionConflict` (listing every conflict, nothing
     written) when the sources disagree on profile, seed or split or share a question.
     """
-    unique = {source.pk: source for source in sources}
-    if not unique:
-        raise CompositionInvalid("choose at least one prepared source")
-    chosen = list(unique.values())
-    if benchmarks is not None:
-        wanted = set(benchmarks)
-        if not wanted:
-            raise CompositionInvalid("choose at least one benchmark")
-        missing = sorted(wanted - {s.benchmark for s in chosen})
-        if missing:
-            raise CompositionInvalid(
-                f"no selected source holds benchmark(s) {', '.join(missing)}; "
-                "composition never prepares or downloads"
-            )
-        chosen = [s for s in chosen if s.benchmark in wanted]
-    conflicts = _composition_conflicts(chosen)
-    if conflicts:
-        raise CompositionConflict(conflicts)
-
-    chosen.sort(key=lambda s: (_benchmark_rank(s.benchmark), s.pk))
+    chosen = _composition_sources(sources, benchmarks)
     first = chosen[0]
-    rows = (
-        SourceQuestion.objects.filter(source__in=chosen)
-        .order_by("position")
-        .values_list("source_id", "question_id", "question__content_sha256")
-    )
-    per_source: dict[int, list[tuple[int, str]]] = defaultdict(list)
-    for source_id, question_id, content_sha256 in rows:
-        per_source[source_id].append((question_id, content_sha256))
-    ordered = [entry for source in chosen for entry in per_source[source.pk]]
+    ordered = _composition_questions(chosen)
     selected_benchmarks = [s.benchmark for s in chosen]
     selection = {"benchmarks": selected_benchmarks}
     identity = sha256_hex(
@@ -476,18 +488,67 @@ def dataset_compose_receipt(
     existing = FrozenDataset.objects.filter(identity_sha256=identity).first()
     if existing is not None:
         return CompositionReceipt(existing, created=False)
+    dataset = FrozenDataset(
+        identity_sha256=identity,
+        name=(name or "").strip() or _default_name(first.profile, first.seed, selected_benchmarks),
+        profile=first.profile,
+        seed=first.seed,
+        split=first.split,
+        selection=selection,
+        created_by=user if getattr(user, "is_authenticated", False) else None,
+    )
+    return _dataset_store(dataset, chosen, ordered)
+
+
+def _composition_sources(
+    sources: Sequence[Source], benchmarks: Sequence[str] | None
+) -> list[Source]:
+    """The distinct chosen sources holding the wanted benchmarks, in the spec's benchmark
+    order; raises `CompositionInvalid` or `CompositionConflict` (nothing written)."""
+    unique = {source.pk: source for source in sources}
+    if not unique:
+        raise CompositionInvalid("choose at least one prepared source")
+    chosen = list(unique.values())
+    if benchmarks is not None:
+        wanted = set(benchmarks)
+        if not wanted:
+            raise CompositionInvalid("choose at least one benchmark")
+        missing = sorted(wanted - {s.benchmark for s in chosen})
+        if missing:
+            raise CompositionInvalid(
+                f"no selected source holds benchmark(s) {', '.join(missing)}; "
+                "composition never prepares or downloads"
+            )
+        chosen = [s for s in chosen if s.benchmark in wanted]
+    conflicts = _composition_conflicts(chosen)
+    if conflicts:
+        raise CompositionConflict(conflicts)
+    chosen.sort(key=lambda s: (_benchmark_rank(s.benchmark), s.pk))
+    return chosen
+
+
+def _composition_questions(chosen: Sequence[Source]) -> list[tuple[int, str]]:
+    """(question id, content hash) of every chosen source's questions, source by source, each
+    in its frozen position order."""
+    rows = (
+        SourceQuestion.objects.filter(source__in=chosen)
+        .order_by("position")
+        .values_list("source_id", "question_id", "question__content_sha256")
+    )
+    per_source: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for source_id, question_id, content_sha256 in rows:
+        per_source[source_id].append((question_id, content_sha256))
+    return [entry for source in chosen for entry in per_source[source.pk]]
+
+
+def _dataset_store(
+    dataset: FrozenDataset, chosen: Sequence[Source], ordered: Sequence[tuple[int, str]]
+) -> CompositionReceipt:
+    """Write a new dataset, its sources and its ordered questions in one transaction; the same
+    composition committed concurrently is returned as existing (content addressing)."""
     try:
         with transaction.atomic(durable=True):
-            dataset = FrozenDataset.objects.create(
-                identity_sha256=identity,
-                name=(name or "").strip()
-                or _default_name(first.profile, first.seed, selected_benchmarks),
-                profile=first.profile,
-                seed=first.seed,
-                split=first.split,
-                selection=selection,
-                created_by=user if getattr(user, "is_authenticated", False) else None,
-            )
+            dataset.save(force_insert=True)
             dataset.sources.set(chosen)
             DatasetQuestion.objects.bulk_create(
                 DatasetQuestion(dataset=dataset, question_id=question_id, position=position)
@@ -495,7 +556,7 @@ def dataset_compose_receipt(
             )
     except IntegrityError:
         # The same composition committed concurrently: content addressing makes it ours too.
-        existing = FrozenDataset.objects.filter(identity_sha256=identity).first()
+        existing = FrozenDataset.objects.filter(identity_sha256=dataset.identity_sha256).first()
         if existing is None:
             raise
         return CompositionReceipt(existing, created=False)

@@ -12,7 +12,6 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import generics, serializers, status
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -26,7 +25,7 @@ from recipes.serializers import (
 )
 from recipes.views import recipe_download_response
 from runs.models import Run, Target
-from srbench.api import ApiSchema, error_response, error_responses
+from srbench.api import ApiSchema, KeysetPagePagination, error_response, error_responses
 
 RunRecipeSerializer = inline_serializer(
     "RunRecipe",
@@ -53,19 +52,13 @@ RoutePreviewSerializer = inline_serializer(
 )
 
 
-class RecipePagination(PageNumberPagination):
-    page_size = 25
-    page_size_query_param = "page_size"
-    max_page_size = 100
-
-
 @extend_schema(tags=["recipes"])
 class RecipeListView(generics.ListAPIView):
-    """Frozen recipes, newest first."""
+    """Frozen recipes, newest first: page numbers, or the API's keyset cursor (`before=`)."""
 
     schema = ApiSchema()
     serializer_class = RecipeSummarySerializer
-    pagination_class = RecipePagination
+    pagination_class = KeysetPagePagination
 
     def get_queryset(self):  # type: ignore[no-untyped-def]
         return recipe_list()

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from srbench.cli.client import CliError, add_connection_arguments, client_from, json_file_read
+from srbench.api_client import CliError, add_connection_arguments, client_from, json_file_read
 
 
 def register(verbs: Any) -> None:

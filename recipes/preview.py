@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from recipes.http import BodyTooLarge, DeadlinePassed, bounded_request, new_client
+from recipes.http import BodyTooLarge, DeadlinePassed, Reply, bounded_request, new_client
 from runs.models import Target
 
 PREVIEW_TIMEOUT_S = 10.0
@@ -77,14 +77,20 @@ def route_preview(
     sent_context = {k: v for k, v in context.items() if v is not None}
     if sent_context:
         body["preview_context"] = sent_context
+    result = _preview_answer(_preview_post(target.preview_url, body, client))
+    return _preview_result(target, result, context)
 
+
+def _preview_post(url: str, body: dict[str, Any], client: httpx.Client | None) -> Reply:
+    """POST the preview request under the preview's deadline and size cap; every transport
+    failure becomes a PreviewError the user can read."""
     own_client = client is None
     http = new_client() if client is None else client
     try:
-        reply = bounded_request(
+        return bounded_request(
             http,
             "POST",
-            target.preview_url,
+            url,
             json=body,
             limit=MAX_PREVIEW_BYTES,
             deadline=time.monotonic() + PREVIEW_TIMEOUT_S,
@@ -104,6 +110,9 @@ def route_preview(
         if own_client:
             http.close()
 
+
+def _preview_answer(reply: Reply) -> dict[str, Any]:
+    """The router's answer as a JSON object, or a PreviewError saying why there is none."""
     if reply.status != 200:
         raise PreviewError(
             f"The router refused the preview (HTTP {reply.status}): {_router_message(reply.body)}"
@@ -114,7 +123,13 @@ def route_preview(
         raise PreviewError("The router's preview answer is not JSON.") from None
     if not isinstance(result, dict):
         raise PreviewError("The router's preview answer is not a JSON object.")
+    return result
 
+
+def _preview_result(
+    target: Target, result: dict[str, Any], context: dict[str, Any]
+) -> dict[str, Any]:
+    """The preview as shown: the router's choice and whether its config is the pinned one."""
     decision_result = result.get("decision_result")
     decision = (
         decision_result.get("decision_name") if isinstance(decision_result, dict) else None

@@ -9,6 +9,7 @@ from django.db.models import Count, Q, QuerySet
 
 from recipes.models import Recipe
 from runs.models import Call, Run, RunEvent, Target
+from runs.selectors import manifest_head
 
 ARTEFACT_LABEL = "recipe artefact, not a deployable configuration"
 ARTEFACT_FORMAT = "srbench-recipe/1"
@@ -48,10 +49,18 @@ def recipe_list() -> QuerySet[Recipe]:
     return Recipe.objects.select_related("run", "target").order_by("-captured_at", "-id")
 
 
+def _manifest_targets(run: Run) -> list[Any]:
+    """The frozen manifest's targets; from its cached head when the manifest is not loaded
+    (the whole one is megabytes at 100,000 cases)."""
+    if "manifest" in run.__dict__:
+        return list((run.manifest or {}).get("targets") or [])
+    return list(manifest_head(run).get("targets") or [])
+
+
 def _mom_slugs(run: Run) -> list[str]:
     return [
         s["slug"]
-        for s in run.manifest.get("targets") or []
+        for s in _manifest_targets(run)
         if isinstance(s, dict) and s.get("kind") == Target.Kind.MOM and s.get("slug")
     ]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+from decimal import Decimal
 from typing import Any
 
 from django.http import Http404, HttpResponse
@@ -36,7 +38,10 @@ from runs.serializers import (
 )
 from runs.services import IdempotencyConflict, run_cancel, run_create
 from srbench.api import (
+    BIGINT_MAX,
     ApiSchema,
+    Keyset,
+    StrictFieldsSerializer,
     error_response,
     error_responses,
     require_no_body_fields,
@@ -50,24 +55,13 @@ IDEMPOTENCY_KEY_MAX = 255  # the column's length: a longer key is a 400, never a
 RUN_WRITE_PERMISSIONS = [IsAuthenticated, MayActOnRun]
 
 
-BIGINT_MAX = 2**63 - 1
-
-
-def int_param(
-    request: Request, name: str, default: int, *, low: int = 0, high: int | None = None
-) -> int:
-    raw = request.query_params.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValidationError({name: "must be an integer"}) from None
-    # Cursors are bigint ids; anything past that range is a client error, not a database one.
-    high = BIGINT_MAX if high is None else high
-    if value < low or value > high:
-        raise ValidationError({name: f"must be between {low} and {high}"})
-    return value
+# Every list of this API pages by the one keyset rule (srbench.api.Keyset).
+RUN_PAGE = Keyset("before", default_limit=25, max_limit=100)
+RESULT_PAGE = Keyset("after", default_limit=100, max_limit=selectors.MAX_DETAIL_PAGE)
+CALL_PAGE = Keyset("after", default_limit=100, max_limit=selectors.MAX_DETAIL_PAGE)
+EVENT_PAGE = Keyset(
+    "after", default_limit=selectors.MAX_EVENT_PAGE, max_limit=selectors.MAX_EVENT_PAGE, key="seq"
+)
 
 
 def plan_summary(frozen: Any) -> dict[str, Any]:
@@ -131,27 +125,12 @@ class RunCancelSerializer(RunSerializer):
         fields = [*RunSerializer.Meta.fields, "cancel_requested", "model_requests"]
 
 
-ResultPageSerializer = inline_serializer(
-    "ResultPage",
-    {
-        "results": ResultSerializer(many=True),
-        "next_after": serializers.IntegerField(allow_null=True),
-    },
-)
-CallPageSerializer = inline_serializer(
-    "CallPage",
-    {
-        "results": CallSummarySerializer(many=True),
-        "next_after": serializers.IntegerField(allow_null=True),
-    },
-)
-EventPageSerializer = inline_serializer(
+ResultPageSerializer = RESULT_PAGE.page_serializer("ResultPage", ResultSerializer(many=True))
+CallPageSerializer = CALL_PAGE.page_serializer("CallPage", CallSummarySerializer(many=True))
+EventPageSerializer = EVENT_PAGE.page_serializer(
     "EventPage",
-    {
-        "results": EventSerializer(many=True),
-        "loaded": serializers.IntegerField(help_text="events in this read; there is no total"),
-        "next_after": serializers.IntegerField(allow_null=True),
-    },
+    EventSerializer(many=True),
+    loaded=serializers.IntegerField(help_text="events in this read; there is no total"),
 )
 ReportSerializer = inline_serializer(
     "RunReport",
@@ -166,7 +145,12 @@ ReportSerializer = inline_serializer(
         ),
         "denominator": serializers.IntegerField(),
         "counts": serializers.DictField(),
-        "targets": serializers.ListField(child=serializers.DictField()),
+        "targets": serializers.ListField(
+            child=serializers.DictField(),
+            help_text="per target: counts, sr-bench score, tokens, costs; `official`: the "
+            "official scorers beside the sr-bench score (ARC pass@2, SimpleQA F-score, HLE "
+            "calibration), or null",
+        ),
         "spend": serializers.DictField(
             help_text="total spend and waste (failed and unknown-outcome calls), USD text or null"
         ),
@@ -199,9 +183,32 @@ RegradeSerializer = inline_serializer(
         "changed": serializers.IntegerField(),
         "skipped": serializers.IntegerField(),
         "by_target": serializers.DictField(),
+        "judge_cost_quote": serializers.DictField(),
         "model_requests": serializers.IntegerField(),
     },
 )
+RegradeQueuedSerializer = inline_serializer(
+    "RegradeQueued",
+    {
+        "run": serializers.IntegerField(),
+        "status": serializers.CharField(),
+        "task": serializers.CharField(),
+        "input_sha256": serializers.CharField(allow_null=True),
+        "follow": serializers.CharField(),
+        "model_requests": serializers.IntegerField(),
+    },
+)
+
+
+class RegradeRequestSerializer(StrictFieldsSerializer):
+    """Judged answers are re-judged only when asked, and only at a confirmed worst case."""
+
+    rejudge = serializers.BooleanField(required=False, default=False)
+    confirm_judge_cost = serializers.DecimalField(
+        required=False, max_digits=30, decimal_places=12, allow_null=True, default=None
+    )
+
+
 ExportSerializer = inline_serializer(
     "AnswerMatrix",
     {
@@ -269,26 +276,15 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("before", int, description="cursor: runs with a smaller id"),
-            OpenApiParameter("limit", int, description="≤ 100"),
+            *RUN_PAGE.parameters("cursor: runs with a smaller id"),
             *[OpenApiParameter(p, str) for p in ("name", "model", "status", "mode", "profile")],
         ],
         responses=RunPageSerializer,
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        before = int_param(request, "before", 0)
-        limit = int_param(request, "limit", 25, low=1, high=100)
-        qs = self.get_queryset()
-        if before:
-            qs = qs.filter(pk__lt=before)
-        page = list(qs[: limit + 1])
-        more = len(page) > limit
-        page = page[:limit]
+        page, following = RUN_PAGE.rows(self.get_queryset(), request)
         return Response(
-            {
-                "results": RunSerializer(page, many=True).data,
-                "next_before": page[-1].pk if more and page else None,
-            }
+            {"results": RunSerializer(page, many=True).data, RUN_PAGE.next_field: following}
         )
 
     @extend_schema(
@@ -362,28 +358,20 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         return Response(run_report(run=self.get_object()))
 
     @extend_schema(
-        parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)],
+        parameters=RESULT_PAGE.parameters(),
         responses=ResultPageSerializer,
     )
     @action(detail=True, methods=["get"])
     def results(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
         cells = selectors.results_page(
-            run=run,
-            after=int_param(request, "after", 0),
-            limit=int_param(request, "limit", 100, low=1, high=selectors.MAX_DETAIL_PAGE),
+            run=run, after=RESULT_PAGE.cursor(request), limit=RESULT_PAGE.limit(request)
         )
-        return Response(
-            {
-                "results": ResultSerializer(cells, many=True).data,
-                "next_after": cells[-1].pk if cells else None,
-            }
-        )
+        return Response(RESULT_PAGE.body(ResultSerializer(cells, many=True).data, cells))
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("after", int),
-            OpenApiParameter("limit", int),
+            *CALL_PAGE.parameters(),
             OpenApiParameter("active", bool, description="only calls in flight"),
         ],
         responses=CallPageSerializer,
@@ -393,16 +381,11 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         run = self.get_object()
         calls = selectors.calls_page(
             run=run,
-            after=int_param(request, "after", 0),
-            limit=int_param(request, "limit", 100, low=1, high=selectors.MAX_DETAIL_PAGE),
+            after=CALL_PAGE.cursor(request),
+            limit=CALL_PAGE.limit(request),
             active=request.query_params.get("active", "").lower() in ("1", "true", "yes"),
         )
-        return Response(
-            {
-                "results": CallSummarySerializer(calls, many=True).data,
-                "next_after": calls[-1].pk if calls else None,
-            }
-        )
+        return Response(CALL_PAGE.body(CallSummarySerializer(calls, many=True).data, calls))
 
     @extend_schema(
         operation_id="v1_runs_call_retrieve",
@@ -422,8 +405,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("after", int, description="cursor: events with a larger seq"),
-            OpenApiParameter("limit", int, description="≤ 1000"),
+            *EVENT_PAGE.parameters("cursor: events with a larger seq"),
             OpenApiParameter("type", str, many=True),
         ],
         responses=EventPageSerializer,
@@ -433,20 +415,13 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         run = self.get_object()
         events = selectors.events_page(
             run=run,
-            after=int_param(request, "after", 0),
-            limit=int_param(
-                request, "limit", selectors.MAX_EVENT_PAGE, low=1, high=selectors.MAX_EVENT_PAGE
-            ),
+            after=EVENT_PAGE.cursor(request),
+            limit=EVENT_PAGE.limit(request),
             types=request.query_params.getlist("type") or None,
         )
         # No total (R14.2): the reader only knows how many it has loaded.
-        return Response(
-            {
-                "results": EventSerializer(events, many=True).data,
-                "loaded": len(events),
-                "next_after": events[-1].seq if events else None,
-            }
-        )
+        data = EventSerializer(events, many=True).data
+        return Response(EVENT_PAGE.body(data, events, loaded=len(events)))
 
     @extend_schema(
         request=None,
@@ -476,37 +451,129 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         return Response({**summary, "created": result.created, "model_requests": 0})
 
     @extend_schema(
-        request=None,
+        methods=["POST"],
+        request=RegradeRequestSerializer,
         responses={
             200: RegradeSerializer,
-            **error_responses(_409="the run cannot be re-graded (not ended, or a preview)"),
+            202: RegradeQueuedSerializer,
+            **error_responses(
+                _409="the run cannot be re-graded (not ended, or a preview), or re-judging "
+                "was asked without confirming its worst-case judge cost",
+                _501="re-judging is not implemented yet",
+            ),
         },
     )
-    @action(detail=True, methods=["post"], permission_classes=RUN_WRITE_PERMISSIONS)
+    @extend_schema(
+        methods=["GET"],
+        request=None,
+        parameters=[
+            OpenApiParameter("task", OpenApiTypes.UUID, description="from a 202's `follow`")
+        ],
+        responses={
+            200: RegradeSerializer,
+            202: RegradeQueuedSerializer,
+            **error_responses(_409="the queued regrade failed"),
+        },
+    )
+    @action(detail=True, methods=["get", "post"], permission_classes=RUN_WRITE_PERMISSIONS)
     def regrade(self, request: Request, pk: str | None = None) -> Response:
-        """Re-grade saved mcq/grid answers with today's graders (R14.4). No model call."""
-        from runs.regrade import RegradeRefused, run_regrade
+        """Re-grade saved answers with today's graders (R14.4, issue 22). No model call.
 
-        require_no_body_fields(request.data)
+        mcq/grid only: graded here, 200. With code answers (LiveCodeBench, SciCode,
+        Terminal-Bench) the sandbox must run them, which only a worker does: 202 with a
+        `follow` URL (GET it until 200), or 200 at once when the same inputs were re-graded
+        before. `rejudge` asks for the judged answers too: refused (409) with the worst-case
+        judge cost unless `confirm_judge_cost` states that amount. GET without `task`: the
+        latest regrade."""
+        from runs.regrade import (
+            RegradeRefused,
+            judge_cost_quote,
+            regrade_checked_run,
+            regrade_doc,
+            regrade_input_sha256,
+            regrade_queued_doc,
+            run_regrade,
+            sandbox_regrade_needed,
+        )
+        from runs.tasks import run_regrade_task
+
         run = self.get_object()
+        if request.method == "GET":
+            return self._regrade_follow(request, run)
+        require_object(request.data)
+        body = RegradeRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            regrade_checked_run(run.pk)
+        except RegradeRefused as exc:
+            return error_response(http_status=409, code="regrade_refused", error=str(exc))
+        quote = judge_cost_quote(run)
+        if body.validated_data["rejudge"]:
+            return self._rejudge_refusal(quote, body.validated_data["confirm_judge_cost"])
+        if sandbox_regrade_needed(run):
+            sha = regrade_input_sha256(run, sandbox=True)
+            done = run.regrades.filter(input_sha256=sha).first()
+            if done is not None:
+                return Response(regrade_doc(done, created=False, quote=quote))
+            task = run_regrade_task.delay(run.pk)
+            return Response(
+                regrade_queued_doc(run, task.id, "queued", sha), status=status.HTTP_202_ACCEPTED
+            )
         try:
             result = run_regrade(run_id=run.pk)
         except RegradeRefused as exc:
             return error_response(http_status=409, code="regrade_refused", error=str(exc))
-        r = result.regrade
+        return Response(regrade_doc(result.regrade, created=result.created, quote=quote))
+
+    def _regrade_follow(self, request: Request, run: Run) -> Response:
+        from celery.result import AsyncResult
+
+        from runs.regrade import judge_cost_quote, regrade_doc, regrade_queued_doc
+
+        task_id = request.query_params.get("task")
+        if not task_id:
+            latest = run.regrades.order_by("-version").first()
+            if latest is None:
+                raise NotFound("this run has no regrade")
+            return Response(regrade_doc(latest, created=False, quote=judge_cost_quote(run)))
+        try:
+            task_id = str(uuid.UUID(task_id))  # Celery's task ids; anything else is no task
+        except ValueError:
+            raise ValidationError({"task": ["Not a task id."]}) from None
+        result = AsyncResult(task_id)
+        if result.state == "FAILURE":
+            return error_response(
+                http_status=409, code="regrade_failed", error=f"the regrade failed: {result.result}"
+            )
+        if result.state != "SUCCESS":
+            doc = regrade_queued_doc(run, task_id, result.state.lower(), None)
+            return Response(doc, status=status.HTTP_202_ACCEPTED)
+        done = result.result if isinstance(result.result, dict) else {}
+        regrade = run.regrades.filter(pk=done.get("regrade")).first()
+        if done.get("run") != run.pk or regrade is None:
+            raise NotFound("no regrade of this run has that task")
         return Response(
-            {
-                "run": r.run_id,
-                "version": r.version,
-                "created": result.created,
-                "input_sha256": r.input_sha256,
-                "grader_versions": r.grader_versions,
-                "regraded": r.regraded_count,
-                "changed": r.changed_count,
-                "skipped": r.skipped_count,
-                "by_target": r.results["by_target"],
-                "model_requests": 0,
-            }
+            regrade_doc(regrade, created=bool(done.get("created")), quote=judge_cost_quote(run))
+        )
+
+    @staticmethod
+    def _rejudge_refusal(quote: dict[str, Any], confirmed: Any) -> Response:
+        worst = quote["worst_case_usd"]
+        if worst is None or confirmed is None or confirmed != Decimal(worst):
+            why = (
+                "a judge price is missing, so no worst case can be stated or confirmed"
+                if worst is None
+                else f"re-judging {quote['judged_cells']} answer(s) costs at most {worst} USD; "
+                f"send confirm_judge_cost={worst} to proceed"
+            )
+            return error_response(
+                http_status=409, code="judge_cost_unconfirmed", error=why, detail=quote
+            )
+        return error_response(
+            http_status=501,
+            code="rejudge_not_implemented",
+            error="re-judging saved answers is not implemented yet; no judge call was sent",
+            detail=quote,
         )
 
     @extend_schema(

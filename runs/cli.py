@@ -9,7 +9,7 @@ import time
 import uuid
 from typing import Any
 
-from srbench.cli.client import (
+from srbench.api_client import (
     ApiUnreachable,
     CliError,
     add_connection_arguments,
@@ -19,6 +19,7 @@ from srbench.cli.client import (
     json_file_read,
     text_file_write,
 )
+from srbench.money import usd_text
 
 TERMINAL = {"completed", "failed", "cancelled", "interrupted"}
 
@@ -143,9 +144,8 @@ def fmt(value: Any, suffix: str = "") -> str:
     return "unknown" if value is None else f"{value}{suffix}"
 
 
-def usd(value: str | None) -> str:
-    """A report's money text with its dollar sign, or "unknown" (never "$unknown", never $0)."""
-    return "unknown" if value is None else f"${value}"
+# A report's money text with its dollar sign, or "unknown" (never "$unknown", never $0).
+usd = usd_text
 
 
 def spent_text(total: str | None, known: str | None) -> str:
@@ -330,7 +330,7 @@ def _show(options: dict[str, Any]) -> int:
         rows = [
             f"{c['id']:>8} cell {c['cell']:<7} {c['role']:<9} {c['status']:<12} {c['live']['stage']:<9} "
             f"{c['live']['elapsed_seconds']:.1f}s  {c['live']['bytes_received']} B  "
-            f"last activity {c['live']['last_activity_at'] or 'none'}  cost ${fmt(c['cost_usd'])}"
+            f"last activity {c['live']['last_activity_at'] or 'none'}  cost {usd(c['cost_usd'])}"
             for c in data["results"]
         ]
         tail = f"\nnext: --after {data['next_after']}" if data["results"] else ""

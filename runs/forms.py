@@ -139,6 +139,15 @@ class EvaluationForm(forms.Form):
         initial="stop",
     )
     slots = forms.IntegerField(min_value=1, max_value=16, initial=1, label="Attempts per case")
+    # Issue 22 point 5: the official judge template beside sr-bench's (one more judge call).
+    official_scoring = forms.MultipleChoiceField(
+        required=False,
+        choices=[("simpleqa", "SimpleQA"), ("hle", "HLE")],
+        widget=forms.CheckboxSelectMultiple,
+        label="Official scoring beside sr-bench's",
+        help_text="Also grade with the official judge template (from the installed "
+        "inspect-evals; one more judge call per case). ARC's official pass@2 needs 2 attempts.",
+    )
     # R5.5: fixed before the run and frozen into the manifest; the plan checks 0 < margin < 1.
     non_inferiority_margin = forms.DecimalField(
         required=False,
@@ -333,6 +342,10 @@ class EvaluationForm(forms.Form):
         }
         if data.get("non_inferiority_margin") is not None:
             plan["non_inferiority_margin"] = str(data["non_inferiority_margin"])
+        scope = benchmarks or selected
+        official = [b for b in data.get("official_scoring") or [] if not scope or b in scope]
+        if official:
+            plan["official_scoring"] = official
         if benchmarks:
             plan["benchmarks"] = benchmarks
         return plan

@@ -7,6 +7,7 @@ Evidence rows use PROTECT so nothing that cost money can be deleted by a cascade
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
@@ -185,6 +186,26 @@ class RunStatus(models.TextChoices):
 
 
 TERMINAL_RUN_STATUSES = ("completed", "failed", "cancelled", "interrupted")
+# A run that may still dispatch or be dispatched: not yet terminal.
+ACTIVE_RUN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+class RunQuerySet(models.QuerySet["Run"]):
+    """The run states the engine, the recovery pass and the pages ask for by name."""
+
+    def active(self) -> RunQuerySet:
+        """Queued or running: not yet terminal."""
+        return self.filter(status__in=ACTIVE_RUN_STATUSES)
+
+    def running(self) -> RunQuerySet:
+        return self.filter(status=RunStatus.RUNNING)
+
+    def terminal(self) -> RunQuerySet:
+        return self.filter(status__in=TERMINAL_RUN_STATUSES)
+
+    def not_stopped(self) -> RunQuerySet:
+        """Neither cancelled nor stopped early: new dispatch is still allowed."""
+        return self.filter(cancel_requested_at__isnull=True, stop_reason="")
 
 
 class Run(models.Model):
@@ -218,6 +239,8 @@ class Run(models.Model):
     budget_committed_usd = models.DecimalField(max_digits=20, decimal_places=10, default=0)
     last_event_seq = models.PositiveBigIntegerField(default=0)
 
+    objects = RunQuerySet.as_manager()
+
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["status", "-created_at"])]
@@ -249,6 +272,20 @@ class Run(models.Model):
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_RUN_STATUSES
 
+    @property
+    def may_start(self) -> bool:
+        """Queued and not cancelled: a driver may move it to running."""
+        return self.status == RunStatus.QUEUED and self.cancel_requested_at is None
+
+    @property
+    def accepts_claims(self) -> bool:
+        """Running, not cancelled and not stopped: workers may claim its pending cells."""
+        return (
+            self.status == RunStatus.RUNNING
+            and self.cancel_requested_at is None
+            and not self.stop_reason
+        )
+
     def __str__(self) -> str:
         return f"run {self.pk} {self.name}"
 
@@ -260,6 +297,29 @@ class CellStatus(models.TextChoices):
     FAILED = "failed"
     CANCELLED = "cancelled"
     SENT_UNKNOWN = "sent_unknown"
+
+
+class CellQuerySet(models.QuerySet["Cell"]):
+    """The cell states of the ledger, by name (claim loop, recovery pass, recovery review)."""
+
+    def pending(self) -> CellQuerySet:
+        return self.filter(status=CellStatus.PENDING)
+
+    def running(self) -> CellQuerySet:
+        """Held by a worker under a lease."""
+        return self.filter(status=CellStatus.RUNNING)
+
+    def sent_unknown(self) -> CellQuerySet:
+        return self.filter(status=CellStatus.SENT_UNKNOWN)
+
+    def lease_expired(self, now: datetime) -> CellQuerySet:
+        """Running under a lease that ran out before `now`: its worker died (the recovery
+        pass's scan; the partial index ``cell_running_lease`` serves it)."""
+        return self.running().filter(lease_expires_at__lt=now)
+
+    def held(self, *, cell_id: int, token: int) -> CellQuerySet:
+        """This cell, only while it is running under this fencing token."""
+        return self.running().filter(pk=cell_id, claim_token=token)
 
 
 class Cell(models.Model):
@@ -285,10 +345,19 @@ class Cell(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    objects = CellQuerySet.as_manager()
+
     class Meta:
         indexes = [
             models.Index(fields=["run", "status"]),
             models.Index(fields=["run", "target", "benchmark"]),
+            # The recovery pass scans for expired leases every few seconds in every worker;
+            # only running cells carry a lease, a small part of a large table.
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status=CellStatus.RUNNING),
+                name="cell_running_lease",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -313,6 +382,16 @@ class CallStatus(models.TextChoices):
     FAILED = "failed"
     CANCELLED = "cancelled"
     SENT_UNKNOWN = "sent_unknown"
+
+
+# A call in these states may have reached the model and is not settled yet.
+OPEN_CALL_STATUSES = (CallStatus.SENT, CallStatus.STREAMING)
+
+
+class CallQuerySet(models.QuerySet["Call"]):
+    def open(self) -> CallQuerySet:
+        """Sent or streaming: committed before its request left, outcome not yet recorded."""
+        return self.filter(status__in=OPEN_CALL_STATUSES)
 
 
 class Call(models.Model):
@@ -373,6 +452,8 @@ class Call(models.Model):
     bytes_received = models.BigIntegerField(default=0)
     error_code = models.CharField(max_length=64, blank=True)
     error = models.TextField(blank=True)
+
+    objects = CallQuerySet.as_manager()
 
     class Meta:
         indexes = [models.Index(fields=["status"]), models.Index(fields=["cell", "role"])]

@@ -15,6 +15,8 @@ from rest_framework import serializers
 
 from datasets.benchmarks import ADAPTERS
 from datasets.models import DatasetQuestion, FrozenDataset, Question
+from datasets.official import OFFICIAL_JUDGED
+from datasets.official import manifest_entry as official_manifest_entry
 from runs import runnable
 from runs.models import Target
 from srbench.api import StrictFieldsSerializer
@@ -145,6 +147,11 @@ class PlanSerializer(StrictFieldsSerializer):
     mode = serializers.ChoiceField(choices=["live", "preview"], default="live")
     preview_context = serializers.DictField(required=False, default=dict)
     slots = serializers.IntegerField(default=1, min_value=1, max_value=16)
+    # Judged benchmarks also scored by their official judge template (issue 22 point 5), read
+    # from the installed package with its hash frozen here; one more judge call per case.
+    official_scoring = serializers.ListField(
+        child=serializers.ChoiceField(choices=list(OFFICIAL_JUDGED)), required=False, default=list
+    )
     # Fixed before the run (R5.5): a parity verdict is judged only against this frozen value.
     non_inferiority_margin = MarginField(required=False, allow_null=True, default=None)
 
@@ -307,6 +314,11 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
         errors.setdefault("judges", {})["_needless"] = (
             f"these benchmarks take no judge: {', '.join(needless)}"
         )
+    not_chosen = sorted(set(plan["official_scoring"]) - set(chosen))
+    if not_chosen and not preview:
+        errors["official_scoring"] = f"not among the selected benchmarks: {', '.join(not_chosen)}"
+    elif plan["official_scoring"] and preview:
+        errors["official_scoring"] = "a preview run grades nothing"
     extra_judges = sorted(set(plan["judges"]) - set(chosen))
     if extra_judges:
         errors.setdefault("judges", {})["_"] = f"judge for unselected: {', '.join(extra_judges)}"
@@ -365,6 +377,11 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
         "preview_context": dict(plan["preview_context"]),
         "slots": plan["slots"],
     }
+    for b in plan["official_scoring"]:
+        if b in manifest["benchmarks"]:
+            # Only when asked for, so other plans keep their hash. Not installed: frozen as
+            # "not available here" with the reason, and no official judge call is made.
+            manifest["benchmarks"][b]["official_scoring"] = official_manifest_entry(b)
     if not_run:
         # Only when something was left out, so plans without exclusions keep their hash.
         manifest["not_run"] = not_run

@@ -183,6 +183,13 @@ def public_grade(grade: Any) -> dict[str, Any] | None:
             key, fields = _ROWS[grader]
             rows = grade.get(key)
             shown[key] = [_pick(row, fields) for row in rows or [] if isinstance(row, Mapping)]
+        official = grade.get("official")
+        if grader == "judge" and isinstance(official, Mapping):
+            # The official judge's outcome (issue 22 point 5); its reason may quote the judge's
+            # reply, which may quote the reference answer: withheld.
+            shown["official"] = _pick(
+                official, ("scorer", "status", "verdict", "correct", "confidence")
+            )
         return shown
     # A grader this module does not know: its verdict only.
     return {"grader": _token(grader), "status": _token(grade.get("status"))}

@@ -19,15 +19,7 @@ from typing import Any, Literal
 from django.db import connection, transaction
 from django.db.models import Max
 
-from runs.accounting import (
-    HEADER_CALL_COUNT,
-    HEADER_MODEL_USAGE,
-    HEADER_SELECTED_MODEL,
-    PriceError,
-    call_accounting,
-    parse_model_usage_receipt,
-    sum_known,
-)
+from runs.accounting import PriceError, call_accounting, mom_evidence, sum_known
 from runs.engine.sse import ChatStreamAccumulator, SSEError, decode_sse
 from runs.events import events_append
 from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run, UsageCorrection
@@ -68,10 +60,9 @@ class ReconcileResult:
 
 
 def _money_text(value: Decimal | None) -> str | None:
-    """The amount as the ledger column stores it (10 decimal places), so a recomputed cost is
-    compared with the recorded one at the precision the recorded one has."""
-    stored = money_stored(value)
-    return None if stored is None else format(stored, "f")
+    """The amount as the ledger column stores it (10 decimal places, srbench.money), so a
+    recomputed cost is compared with the recorded one at the precision the recorded one has."""
+    return money_text(money_stored(value))
 
 
 def _lower(headers: Mapping[str, Any] | None) -> dict[str, str]:
@@ -80,18 +71,10 @@ def _lower(headers: Mapping[str, Any] | None) -> dict[str, str]:
 
 def _mom_proof(headers: dict[str, str]) -> str | None:
     """Why a MoM call's usage cannot be attributed (None: it can). Only a proven direct call or
-    a complete per-call receipt says what the router's internal calls cost (R2.5)."""
-    if HEADER_MODEL_USAGE in headers:
-        receipt = parse_model_usage_receipt(headers[HEADER_MODEL_USAGE])
-        if receipt is None or not receipt.complete:
-            return "MoM usage receipt is missing, unparseable or incomplete"
-        return None
-    if (
-        headers.get(HEADER_CALL_COUNT, "").strip() == "1"
-        and headers.get(HEADER_SELECTED_MODEL, "").strip()
-    ):
-        return None
-    return "MoM call is neither a proven direct call nor covered by a complete receipt"
+    a complete per-call receipt says what the router's internal calls cost (R2.5); the rule
+    lives in ``runs.usage.mom_evidence``, which the engine's pricing applies too."""
+    evidence = mom_evidence(headers)
+    return None if evidence.proven else f"MoM call is not attributable: {evidence.reason}"
 
 
 def _unverifiable(call_id: int, reason: str) -> dict[str, Any]:

@@ -17,32 +17,19 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any, Literal
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
-from runs.engine.driver import HTTP_ERROR_BODY_CAP
-from runs.engine.finish import (
-    EPISODE_INTERRUPTED,
-    LEGACY_SETTLED_ERROR,
-    calls_settle_unheld,
-    single_answer,
-)
+from runs import services
+from runs.engine.finish import calls_settle_unheld
 from runs.engine.reaper import ledger_reap
 from runs.events import events_append
-from runs.models import (
-    TERMINAL_RUN_STATUSES,
-    Call,
-    Cell,
-    RecoveryClaim,
-    RecoveryRequest,
-    Run,
-)
-from runs.reconcile import effective_call_sums
+from runs.lineage import MAX_LINEAGE_PAGE, run_known_spend, run_lineage
+from runs.models import Cell, CellStatus, RecoveryClaim, RecoveryRequest, Run
+from runs.recovery_rules import REASONS, cell_rows, exclusion
 from srbench.canonical import sha256_hex
 from srbench.money import money_text
 
@@ -59,38 +46,11 @@ __all__ = [
 ]
 
 PLAN_VERSION = 1
-MAX_RECOVERY_PAGE = 100  # R13.3 with R13.1: candidates and exclusions are read ≤ 100 at a time
+# R13.3 with R13.1: candidates and exclusions are read ≤ 100 at a time.
+MAX_RECOVERY_PAGE = MAX_LINEAGE_PAGE
 Mode = Literal["undispatched", "failed"]
 MODES = ("undispatched", "failed")
-AMBIGUOUS_CALL_STATUSES = ("sent", "streaming", "sent_unknown")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-# Exclusion reasons: stable codes for machines, a sentence for people.
-REASONS = {
-    "completed_evidence_preserved": "completed evidence is preserved; a finished answer is "
-    "never run again",
-    "already_claimed_by_another_recovery": "already claimed by another recovery",
-    "ambiguous_dispatch_requires_reconciliation": "a call may have reached the model "
-    "(sent or sent_unknown); its outcome is unknown, so the cell is not run again",
-    "ambiguous_saved_result_requires_reconciliation": "cost unclear: a saved call has unknown "
-    "usage or cost (a stream cut mid-way, a timeout after bytes arrived, output without a "
-    "usage receipt); the model may have billed it, so the cell is not run again",
-    "error_responses_billed": "cost unclear: a call failed with an HTTP error before any "
-    "stream byte, but the target's registry entry frozen into the plan bills error responses "
-    "(or predates that field), so the failure may have cost money",
-    "already_dispatched_requires_new_attempt": "a model call was already sent for this cell; "
-    "only 'failed' mode can start a new attempt",
-    "never_dispatched_use_undispatched_mode": "no model call was ever sent for this cell; "
-    "use 'undispatched' mode",
-    "not_failed": "the cell did not fail",
-    "complete_answer_stored": "complete answer stored: every call of this cell completed and "
-    "its answer is saved (a worker stopped before it recorded the grade); a finished answer is "
-    "never run again",
-    EPISODE_INTERRUPTED: "episode interrupted: a worker stopped after every call it sent for "
-    "this cell had completed and before the episode's next call (a later step, turn or the "
-    "judge); that call is never sent automatically and a new attempt would send the completed "
-    "ones again, so the cell is not run again (evidence kept)",
-}
 
 
 class RecoveryError(Exception):
@@ -120,7 +80,7 @@ def recovery_reconcile(*, run: Run) -> dict[str, int]:
     settled = 0
     with transaction.atomic(durable=True):
         locked = Run.objects.select_for_update().get(pk=run.pk)
-        if locked.status in TERMINAL_RUN_STATUSES:
+        if locked.is_terminal:
             # Runs end with nothing open since the terminal-status guard (migration 0004);
             # this settles runs that ended before it.
             settled = calls_settle_unheld(run_id=locked.pk, now=now)
@@ -133,7 +93,7 @@ def recovery_reconcile(*, run: Run) -> dict[str, int]:
             http_status=409,
             detail={"status": run.status},
         )
-    if Cell.objects.filter(run=run, status="running").exists():
+    if Cell.objects.filter(run=run).running().exists():
         # A live lease on a terminal run: a worker is still settling its last calls.
         raise RecoveryError(
             "calls_in_flight",
@@ -143,173 +103,14 @@ def recovery_reconcile(*, run: Run) -> dict[str, int]:
     return {**stats, "settled_open_calls": settled}
 
 
-# --- spend ---------------------------------------------------------------------------------------
-
-
-def run_known_spend(*, run_ids: list[int]) -> dict[int, dict[str, Any]]:
-    """Known spend of each run (all roles, effective usage after corrections): the sum of the
-    known costs, and whether every call's cost is known. Unknown stays unknown: a run with any
-    call of unknown cost has ``spend_complete`` False and only a *known* partial sum."""
-    out: dict[int, dict[str, Any]] = {
-        r: {"known": Decimal(0), "complete": True, "calls": 0} for r in run_ids
-    }
-    for row in effective_call_sums(run_ids=run_ids, group_by="target_role"):
-        entry = out[row["run_id"]]
-        entry["calls"] += row["calls"]
-        if row["cost"] is not None:
-            entry["known"] += row["cost"]
-        if row["cost_unknown"]:
-            entry["complete"] = False
-    return {
-        r: {
-            "known_spend_usd": money_text(v["known"]),
-            "spend_complete": v["complete"],
-            "calls": v["calls"],
-        }
-        for r, v in out.items()
-    }
-
-
 def _progress(run: Run) -> dict[str, int]:
-    states = ("pending", "running", "completed", "failed", "cancelled", "sent_unknown")
     counts = Cell.objects.filter(run=run).aggregate(
-        denominator=Count("id"), **{s: Count("id", filter=Q(status=s)) for s in states}
+        denominator=Count("id"), **{s: Count("id", filter=Q(status=s)) for s in CellStatus.values}
     )
     return {k: int(v) for k, v in counts.items()}
 
 
 # --- the plan (R15.2, R15.3) ---------------------------------------------------------------------
-
-
-def http_error_before_stream(call: Mapping[str, Any]) -> bool:
-    """A known failure: the server answered with a complete HTTP 4xx/5xx response before any
-    stream byte. The engine records such a call as `failed` with error_code ``http_<status>``
-    and only when the error body was read to its end (a body cut off at the cap, a disconnect
-    or a timeout while reading it gets another code or more bytes). A router that reports
-    internal inference calls in its error response did work that may be billed."""
-    status = call["http_status"]
-    return (
-        call["status"] == "failed"
-        and status is not None
-        and 400 <= status <= 599
-        and call["error_code"] == f"http_{status}"
-        and call["bytes_received"] <= HTTP_ERROR_BODY_CAP
-        and not call["inference_call_count"]
-    )
-
-
-def _errors_billed(manifest: Mapping[str, Any]) -> dict[str, bool | None]:
-    """Whether each target bills error responses, as frozen in the run's plan (None: the plan
-    predates the field, so the rule is unknown and treated as billed)."""
-    snapshots = [
-        *manifest.get("targets", []),
-        *manifest.get("judges", {}).values(),
-        *manifest.get("simulators", {}).values(),
-    ]
-    return {s["slug"]: s.get("errors_billed") for s in snapshots}
-
-
-def _known_failures(run: Run) -> tuple[Counter[int], Counter[int]]:
-    """Per cell: the known failures known to have cost nothing (their target does not bill
-    error responses) and those whose cost stays unclear (it does, or the plan does not say).
-    Such a call never has usage, so its effective cost is always unknown; the first count is
-    what turns that unknown into a known zero for recovery."""
-    billed = _errors_billed(run.manifest)
-    free: Counter[int] = Counter()
-    unclear: Counter[int] = Counter()
-    calls = Call.objects.filter(
-        cell__run=run, status="failed", http_status__gte=400, cost_usd__isnull=True
-    ).values(
-        "cell_id",
-        "target__slug",
-        "status",
-        "http_status",
-        "error_code",
-        "bytes_received",
-        "inference_call_count",
-    )
-    for call in calls:
-        if http_error_before_stream(call):
-            if billed.get(call["target__slug"]) is False:
-                free[call["cell_id"]] += 1
-            else:
-                unclear[call["cell_id"]] += 1
-    return free, unclear
-
-
-def _cell_rows(run: Run) -> list[dict[str, Any]]:
-    rows = list(
-        Cell.objects.filter(run=run)
-        .order_by("pk")
-        .values("pk", "question_id", "benchmark", "target__slug", "slot", "status", "error")
-        .annotate(
-            n_calls=Count("calls"),
-            ambiguous_calls=Count("calls", filter=Q(calls__status__in=AMBIGUOUS_CALL_STATUSES)),
-            completed_calls=Count("calls", filter=Q(calls__status="completed")),
-            subject_completed=Count(
-                "calls", filter=Q(calls__status="completed", calls__role="subject")
-            ),
-        )
-    )
-    cost_unknown: Counter[int] = Counter()
-    known_cost: dict[int, Decimal] = {}
-    for row in effective_call_sums(run_ids=[run.pk], group_by="cell_role"):
-        cost_unknown[row["cell_id"]] += row["cost_unknown"]
-        if row["cost"] is not None:
-            known_cost[row["cell_id"]] = known_cost.get(row["cell_id"], Decimal(0)) + row["cost"]
-    claimed = dict(
-        RecoveryClaim.objects.filter(cell__run=run).values_list("cell_id", "request__child_id")
-    )
-    free_failures, billed_failures = _known_failures(run)
-    for row in rows:
-        row["cost_unknown"] = max(cost_unknown[row["pk"]] - free_failures[row["pk"]], 0)
-        row["billed_failures"] = billed_failures[row["pk"]]
-        row["known_cost"] = known_cost.get(row["pk"], Decimal(0))
-        row["claimed_by"] = claimed.get(row["pk"], 0) or None
-        row["claimed"] = row["pk"] in claimed
-    return rows
-
-
-def _exclusion(row: dict[str, Any], mode: str) -> str | None:
-    """The first reason a cell may not be recovered in `mode`, or None when it is eligible.
-    The order matters: a claim or a finished answer outranks everything; an ambiguous
-    dispatch outranks the mode's own rules because it must never be re-sent in any mode."""
-    if row["claimed"]:
-        return "already_claimed_by_another_recovery"
-    if row["status"] == "completed":
-        return "completed_evidence_preserved"
-    if row["ambiguous_calls"] or row["status"] in ("sent_unknown", "running"):
-        return "ambiguous_dispatch_requires_reconciliation"
-    stored = _stored_answer(row)
-    if stored:
-        return stored
-    if mode == "undispatched":
-        return "already_dispatched_requires_new_attempt" if row["n_calls"] else None
-    if not row["n_calls"]:
-        return "never_dispatched_use_undispatched_mode"
-    if row["cost_unknown"]:
-        if row["cost_unknown"] == row["billed_failures"]:
-            return "error_responses_billed"
-        return "ambiguous_saved_result_requires_reconciliation"
-    if row["status"] != "failed":
-        return "not_failed"
-    return None
-
-
-def _stored_answer(row: dict[str, Any]) -> str | None:
-    """Cells a worker left after every call it sent had completed (R15.3: a complete answer is
-    never run again; issue 20 point 1). The recovery pass finishes such a cell from the ledger:
-    graded (then it is `completed`), or failed as `episode_interrupted` when the episode had
-    more calls to send. Cells settled before that rule carry its old message: one whose single
-    subject call completed holds a complete answer; a multi-call one was interrupted."""
-    error = row["error"] or ""
-    if error.startswith(f"{EPISODE_INTERRUPTED}:"):
-        return EPISODE_INTERRUPTED
-    if error != LEGACY_SETTLED_ERROR:
-        return None
-    if single_answer(row["benchmark"]):
-        return "complete_answer_stored" if row["subject_completed"] else None
-    return EPISODE_INTERRUPTED if row["completed_calls"] == row["n_calls"] else None
 
 
 def _entry(row: dict[str, Any], mode: str) -> dict[str, Any]:
@@ -332,8 +133,8 @@ def _plan_content(run: Run, mode: str) -> dict[str, Any]:
     """The hashed part of a plan: everything a reviewer decides on, nothing time-dependent."""
     eligible: list[dict[str, Any]] = []
     excluded: list[dict[str, Any]] = []
-    for row in _cell_rows(run):
-        reason = _exclusion(row, mode)
+    for row in cell_rows(run):
+        reason = exclusion(row, mode)
         entry = _entry(row, mode)
         if reason is None:
             eligible.append(entry)
@@ -565,70 +366,23 @@ def recovery_submit(
     The parent is never modified.
     """
     mode, plan_sha256, selected = _submitted(plan)
-    if not isinstance(idempotency_key, str) or not idempotency_key.strip():
-        raise RecoveryError("idempotency_key_required", "an Idempotency-Key is required")
-    if len(idempotency_key) > 255:
-        raise RecoveryError("invalid_idempotency_key", "the idempotency key is too long (≤ 255)")
+    _check_idempotency_key(idempotency_key)
     existing = RecoveryRequest.objects.filter(parent=run, idempotency_key=idempotency_key).first()
     if existing is not None:
         return _replay(existing, user=user, plan_sha256=plan_sha256, selected=selected), False
-    if mode == "failed" and not acknowledge_new_attempt:
-        raise RecoveryError(
-            "acknowledgement_required",
-            "failed mode sends new model calls for cells that already cost money: confirm the "
-            "new attempts and their extra cost (acknowledge_new_attempt)",
-            http_status=422,
-        )
-    if run.mode != Run.Mode.LIVE:
-        raise RecoveryError("not_live", "only live runs can be recovered", http_status=422)
+    _check_may_recover(run, mode, acknowledge_new_attempt=acknowledge_new_attempt)
     recovery_reconcile(run=run)
     try:
         with transaction.atomic(durable=True):
-            # One submission per parent at a time: the plan computed below is the ledger
-            # this transaction commits against. The unique claim row is the second line.
-            parent = Run.objects.select_for_update().get(pk=run.pk)
-            existing = RecoveryRequest.objects.filter(
-                parent=parent, idempotency_key=idempotency_key
-            ).first()
-            if existing is not None:
-                child = _replay(existing, user=user, plan_sha256=plan_sha256, selected=selected)
-                return child, False
-            content = _plan_content(parent, mode)
-            current = sha256_hex(content)
-            if current != plan_sha256:
-                raise RecoveryError(
-                    "recovery_plan_changed",
-                    "the ledger changed since this recovery plan was reviewed; review the new "
-                    "plan and submit again (nothing was created)",
-                    http_status=409,
-                    detail={"reviewed": plan_sha256, "current": current},
-                )
-            chosen_ids = _selection(content, selected)
-            if not chosen_ids:
-                raise RecoveryError(
-                    "nothing_to_recover",
-                    f"no cell of run {parent.pk} is eligible for {mode} recovery",
-                    http_status=422,
-                )
-            by_id = {e["cell"]: e for e in content["eligible_cells"]}
-            chosen = [by_id[c] for c in chosen_ids]
-            child = _child_create(parent, content, chosen, plan_sha256, mode, user)
-            request = RecoveryRequest.objects.create(
-                parent=parent,
-                owner=user,
-                idempotency_key=idempotency_key,
+            return _submission_write(
+                run,
                 mode=mode,
                 plan_sha256=plan_sha256,
-                selected_cells_sha256=sha256_hex(chosen_ids),
-                acknowledged_new_attempt=bool(acknowledge_new_attempt),
-                child=child,
+                selected=selected,
+                idempotency_key=idempotency_key,
+                acknowledge_new_attempt=acknowledge_new_attempt,
+                user=user,
             )
-            RecoveryClaim.objects.bulk_create(
-                RecoveryClaim(cell_id=c, request=request) for c in chosen_ids
-            )
-            from runs.services import run_dispatch
-
-            transaction.on_commit(lambda: run_dispatch(run_id=child.pk))
     except IntegrityError:
         # Only another writer can get here (the parent lock serialises our own path): answer
         # as a replay would, or say which cells someone else claimed first.
@@ -642,6 +396,81 @@ def recovery_submit(
             "another recovery claimed some of these cells first; review the plan again",
             http_status=409,
         ) from None
+
+
+def _check_idempotency_key(idempotency_key: object) -> None:
+    if not isinstance(idempotency_key, str) or not idempotency_key.strip():
+        raise RecoveryError("idempotency_key_required", "an Idempotency-Key is required")
+    if len(idempotency_key) > 255:
+        raise RecoveryError("invalid_idempotency_key", "the idempotency key is too long (≤ 255)")
+
+
+def _check_may_recover(run: Run, mode: str, *, acknowledge_new_attempt: bool) -> None:
+    """Refusals that need no ledger read: an unacknowledged new attempt, a preview run."""
+    if mode == "failed" and not acknowledge_new_attempt:
+        raise RecoveryError(
+            "acknowledgement_required",
+            "failed mode sends new model calls for cells that already cost money: confirm the "
+            "new attempts and their extra cost (acknowledge_new_attempt)",
+            http_status=422,
+        )
+    if run.mode != Run.Mode.LIVE:
+        raise RecoveryError("not_live", "only live runs can be recovered", http_status=422)
+
+
+def _submission_write(
+    run: Run,
+    *,
+    mode: str,
+    plan_sha256: str,
+    selected: list[int] | None,
+    idempotency_key: str,
+    acknowledge_new_attempt: bool,
+    user: Any,
+) -> tuple[Run, bool]:
+    """The submission's writes, inside its durable transaction: recompute the plan under the
+    parent's lock, check its hash, create the child, the request and the claims, and dispatch
+    the child after commit."""
+    # One submission per parent at a time: the plan computed below is the ledger this
+    # transaction commits against. The unique claim row is the second line.
+    parent = Run.objects.select_for_update().get(pk=run.pk)
+    existing = RecoveryRequest.objects.filter(
+        parent=parent, idempotency_key=idempotency_key
+    ).first()
+    if existing is not None:
+        return _replay(existing, user=user, plan_sha256=plan_sha256, selected=selected), False
+    content = _plan_content(parent, mode)
+    current = sha256_hex(content)
+    if current != plan_sha256:
+        raise RecoveryError(
+            "recovery_plan_changed",
+            "the ledger changed since this recovery plan was reviewed; review the new "
+            "plan and submit again (nothing was created)",
+            http_status=409,
+            detail={"reviewed": plan_sha256, "current": current},
+        )
+    chosen_ids = _selection(content, selected)
+    if not chosen_ids:
+        raise RecoveryError(
+            "nothing_to_recover",
+            f"no cell of run {parent.pk} is eligible for {mode} recovery",
+            http_status=422,
+        )
+    by_id = {e["cell"]: e for e in content["eligible_cells"]}
+    chosen = [by_id[c] for c in chosen_ids]
+    child = _child_create(parent, content, chosen, plan_sha256, mode, user)
+    request = RecoveryRequest.objects.create(
+        parent=parent,
+        owner=user,
+        idempotency_key=idempotency_key,
+        mode=mode,
+        plan_sha256=plan_sha256,
+        selected_cells_sha256=sha256_hex(chosen_ids),
+        acknowledged_new_attempt=bool(acknowledge_new_attempt),
+        child=child,
+    )
+    RecoveryClaim.objects.bulk_create(RecoveryClaim(cell_id=c, request=request) for c in chosen_ids)
+    transaction.on_commit(lambda: services.run_dispatch(run_id=child.pk))
     return child, True
 
 
@@ -708,78 +537,3 @@ def _child_create(
         ],
     )
     return child
-
-
-# --- lineage (R15.4) -----------------------------------------------------------------------------
-
-
-def _run_line(run: Run, spend: dict[str, Any], progress: dict[str, int]) -> dict[str, Any]:
-    recovery = run.manifest.get("recovery") if isinstance(run.manifest, dict) else None
-    return {
-        "id": run.pk,
-        "name": run.name,
-        "status": run.status,
-        "mode": recovery["mode"] if recovery else None,
-        "created_at": run.created_at.isoformat(),
-        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
-        "progress": progress,
-        "known_cost_usd": spend["known_spend_usd"],
-        "cost_complete": spend["spend_complete"],
-    }
-
-
-def _progress_of(run_ids: list[int]) -> dict[int, dict[str, int]]:
-    rows = (
-        Cell.objects.filter(run_id__in=run_ids)
-        .values("run_id")
-        .annotate(
-            denominator=Count("id"),
-            completed=Count("id", filter=Q(status="completed")),
-            failed=Count("id", filter=Q(status__in=["failed", "sent_unknown"])),
-            pending=Count("id", filter=Q(status__in=["pending", "running"])),
-        )
-    )
-    empty = {"denominator": 0, "completed": 0, "failed": 0, "pending": 0}
-    out = {r: dict(empty) for r in run_ids}
-    for row in rows:
-        out[row.pop("run_id")] = row
-    return out
-
-
-def run_lineage(*, run: Run, children_after: int = 0, limit: int = 25) -> dict[str, Any]:
-    """Where a run came from and what was recovered from it, each with its own progress and
-    known cost (R15.4): a child's denominator is its selection only, and the original's known
-    cost is never merged with its children's. Reads only."""
-    limit = max(1, min(limit, MAX_RECOVERY_PAGE))
-    children = list(
-        Run.objects.filter(parent=run, pk__gt=children_after).order_by("pk")[: limit + 1]
-    )
-    more = len(children) > limit
-    children = children[:limit]
-    parent = run.parent
-    ids = [run.pk, *[c.pk for c in children], *([parent.pk] if parent else [])]
-    spend = run_known_spend(run_ids=ids)
-    progress = _progress_of(ids)
-    request = RecoveryRequest.objects.filter(child=run).first()
-    return {
-        "run": {
-            **_run_line(run, spend[run.pk], progress[run.pk]),
-            # A recovered run is never complete through its children (R15.4).
-            "benchmark_complete": run.status == "completed" and run.parent_id is None,
-        },
-        "original_known_cost_usd": spend[run.pk]["known_spend_usd"],
-        "original_cost_complete": spend[run.pk]["spend_complete"],
-        "parent": _run_line(parent, spend[parent.pk], progress[parent.pk]) if parent else None,
-        "recovered_from": None
-        if request is None
-        else {
-            "parent": request.parent_id,
-            "mode": request.mode,
-            "plan_sha256": request.plan_sha256,
-            "selected_cells_sha256": request.selected_cells_sha256,
-            "acknowledged_new_attempt": request.acknowledged_new_attempt,
-        },
-        "children": [_run_line(c, spend[c.pk], progress[c.pk]) for c in children],
-        "next_children_after": children[-1].pk if more and children else None,
-        "model_requests": 0,
-    }

@@ -16,7 +16,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from runs import selectors
-from runs.api import IDEMPOTENCY_HEADER, RUN_WRITE_PERMISSIONS, int_param
+from runs.api import IDEMPOTENCY_HEADER, RUN_WRITE_PERMISSIONS
+from runs.lineage import run_lineage
 from runs.models import Run
 from runs.recovery import (
     MAX_RECOVERY_PAGE,
@@ -24,13 +25,34 @@ from runs.recovery import (
     recovery_plan,
     recovery_plan_page,
     recovery_submit,
-    run_lineage,
 )
 from runs.serializers import RunSerializer
-from srbench.api import ApiSchema, error_response, error_responses, refuse_unknown_fields
+from srbench.api import (
+    ApiSchema,
+    Keyset,
+    error_response,
+    error_responses,
+    refuse_unknown_fields,
+)
 from srbench.parsers import json_value_problem
 
 RECOVERY_MODES = ["undispatched", "failed"]
+# The recovery lists read their cursors and limit by the API's one keyset rule (srbench.api).
+ELIGIBLE_PAGE = Keyset(
+    "after",
+    cursor_param="eligible_after",
+    default_limit=MAX_RECOVERY_PAGE,
+    max_limit=MAX_RECOVERY_PAGE,
+)
+EXCLUDED_PAGE = Keyset(
+    "after",
+    cursor_param="excluded_after",
+    default_limit=MAX_RECOVERY_PAGE,
+    max_limit=MAX_RECOVERY_PAGE,
+)
+CHILDREN_PAGE = Keyset(
+    "after", cursor_param="children_after", default_limit=25, max_limit=MAX_RECOVERY_PAGE
+)
 RecoveryPlanPageSerializer = inline_serializer(
     "RecoveryPlanPage",
     {
@@ -98,9 +120,8 @@ class RecoveryPlanView(APIView):
     @extend_schema(
         parameters=[
             OpenApiParameter("mode", str, enum=["undispatched", "failed"], required=True),
-            OpenApiParameter("eligible_after", int, description="cursor: cell id"),
-            OpenApiParameter("excluded_after", int, description="cursor: cell id"),
-            OpenApiParameter("limit", int, description=f"≤ {MAX_RECOVERY_PAGE}"),
+            *ELIGIBLE_PAGE.parameters("cursor: cell id"),
+            EXCLUDED_PAGE.parameters("cursor: cell id")[0],
         ],
         responses={
             200: RecoveryPlanPageSerializer,
@@ -116,9 +137,9 @@ class RecoveryPlanView(APIView):
         return Response(
             recovery_plan_page(
                 plan,
-                eligible_after=int_param(request, "eligible_after", 0),
-                excluded_after=int_param(request, "excluded_after", 0),
-                limit=int_param(request, "limit", MAX_RECOVERY_PAGE, low=1, high=MAX_RECOVERY_PAGE),
+                eligible_after=ELIGIBLE_PAGE.cursor(request),
+                excluded_after=EXCLUDED_PAGE.cursor(request),
+                limit=ELIGIBLE_PAGE.limit(request),
             )
         )
 
@@ -201,8 +222,7 @@ class LineageView(APIView):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("children_after", int, description="cursor: child run id"),
-            OpenApiParameter("limit", int, description=f"≤ {MAX_RECOVERY_PAGE}"),
+            *CHILDREN_PAGE.parameters("cursor: child run id"),
         ],
         responses=LineageSerializer,
     )
@@ -211,7 +231,7 @@ class LineageView(APIView):
         return Response(
             run_lineage(
                 run=run,
-                children_after=int_param(request, "children_after", 0),
-                limit=int_param(request, "limit", 25, low=1, high=MAX_RECOVERY_PAGE),
+                children_after=CHILDREN_PAGE.cursor(request),
+                limit=CHILDREN_PAGE.limit(request),
             )
         )

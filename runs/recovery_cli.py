@@ -14,8 +14,8 @@ import json
 import sys
 from typing import Any
 
-from runs.cli import emit, fmt
-from srbench.cli.client import (
+from runs.cli import emit, usd
+from srbench.api_client import (
     CliError,
     add_connection_arguments,
     api_error_text,
@@ -68,7 +68,7 @@ def _plan_text(plan: dict[str, Any], output: str | None) -> str:
     lines = [
         f"recovery plan {plan['plan_sha256']} ({plan['mode']}) for run {plan['parent_run']}",
         f"parent: {parent['status']}, {p['completed']}/{p['denominator']} completed, "
-        f"known spend ${fmt(parent['known_spend_usd'])}"
+        f"known spend {usd(parent['known_spend_usd'])}"
         + ("" if parent["spend_complete"] else " (incomplete: some costs are unknown)"),
         f"cells to run: {len(plan['eligible_cells'])}   excluded: {len(plan['excluded'])}",
     ]
@@ -138,7 +138,7 @@ def _lineage(options: dict[str, Any]) -> int:
 
     def line(r: dict[str, Any]) -> str:
         p = r["progress"]
-        cost = f"${fmt(r['known_cost_usd'])}" + ("" if r["cost_complete"] else " (partial)")
+        cost = usd(r["known_cost_usd"]) + ("" if r["cost_complete"] else " (partial)")
         return (
             f"run {r['id']} {r['status']:<11} {p['completed']}/{p['denominator']} completed  "
             f"known cost {cost}  {r['name']}"

@@ -17,10 +17,10 @@ from django.db import connection
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from compare.stats import accuracy, weighted_quality, wilson_interval
 from datasets.benchmarks import ADAPTERS
 from runs.accounting import sum_known
 from runs.models import Call, Cell, Run, RunReport, Target
+from runs.official_report import official_sections
 from runs.reconcile import (
     correction_summary,
     effective_call_sums,
@@ -30,12 +30,13 @@ from runs.reconcile import (
 from runs.selectors import manifest_head, run_settled_fingerprint
 from srbench.canonical import sha256_hex
 from srbench.money import money_text
+from srbench.stats import accuracy, weighted_quality, wilson_interval
 
 BUCKETS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
 # Part of a stored report's fingerprint: bump it whenever what a report computes changes, so a
 # report stored by the previous code is never served. v2: intervals count questions (issue 21);
-# v3: the questions not run here (issue 22).
-REPORT_CACHE_VERSION = "v3"
+# v3: the questions not run here (issue 22); v4: official scorers beside sr-bench's (issue 22).
+REPORT_CACHE_VERSION = "v4"
 CELL_STATES = ("pending", "running", "completed", "failed", "cancelled", "sent_unknown")
 
 
@@ -421,7 +422,7 @@ def run_report_settled(*, run: Run) -> dict[str, Any]:
     before = run_settled_fingerprint(run)
     if before is None:
         return run_report(run=run)
-    key = sha256_hex([REPORT_CACHE_VERSION, *[str(v) for v in before]])
+    key = report_key(before)
     stored = (
         RunReport.objects.filter(run_id=run.pk, fingerprint=key)
         .values_list("report_json", flat=True)
@@ -438,25 +439,35 @@ def run_report_settled(*, run: Run) -> dict[str, Any]:
     return report
 
 
-def run_report_store(*, run_id: int, fingerprint: str, report: dict[str, Any]) -> None:
-    """Keep a settled report with the columns the runs list sorts on (upsert: the last
-    settled state wins)."""
+def report_key(fingerprint: tuple[Any, ...]) -> str:
+    """The name a settled report is stored under (`run_settled_fingerprint`'s tuple)."""
+    return sha256_hex([REPORT_CACHE_VERSION, *[str(v) for v in fingerprint]])
+
+
+def run_report_row(*, run_id: int, fingerprint: str, report: dict[str, Any]) -> dict[str, Any]:
+    """The stored row's columns: the report and what the runs list sorts on."""
     scored = [t for t in report["targets"] if t["score"].get("value") is not None]
     best = max(scored, key=lambda t: (t["score"]["value"], t["slug"]), default=None)
     spend = report.get("spend") or {}
     known = spend.get("known_total_spend_usd")
+    return {
+        "fingerprint": fingerprint,
+        "report_json": json.dumps(report),
+        "score": None if best is None else best["score"]["value"],
+        "score_kind": "none" if best is None else best["score"]["kind"],
+        "score_target": "" if best is None else best["slug"],
+        "known_spend_usd": None if known is None else Decimal(known),
+        "spend_complete": spend.get("total_spend_usd") is not None,
+        "complete": bool(report["complete"]),
+    }
+
+
+def run_report_store(*, run_id: int, fingerprint: str, report: dict[str, Any]) -> None:
+    """Keep a settled report with the columns the runs list sorts on (upsert: the last
+    settled state wins)."""
     RunReport.objects.update_or_create(
         run_id=run_id,
-        defaults={
-            "fingerprint": fingerprint,
-            "report_json": json.dumps(report),
-            "score": None if best is None else best["score"]["value"],
-            "score_kind": "none" if best is None else best["score"]["kind"],
-            "score_target": "" if best is None else best["slug"],
-            "known_spend_usd": None if known is None else Decimal(known),
-            "spend_complete": spend.get("total_spend_usd") is not None,
-            "complete": bool(report["complete"]),
-        },
+        defaults=run_report_row(run_id=run_id, fingerprint=fingerprint, report=report),
     )
 
 
@@ -481,6 +492,11 @@ def run_reports(*, runs: list[Run]) -> dict[int, dict[str, Any]]:
     }
     for run_id, report in reports.items():
         report["spend"] = _run_spend(report["targets"], spend.get(run_id))
+    # The official scorers beside the sr-bench score (issue 22 point 5), where they differ.
+    official = official_sections(runs, target_ids)
+    for run_id, report in reports.items():
+        for t in report["targets"]:
+            t["official"] = official.get((run_id, t["slug"]))
     return reports
 
 

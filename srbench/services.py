@@ -3,19 +3,24 @@ from __future__ import annotations
 import os
 import socket
 
+from celery import current_app
 from django.db import transaction
 from django.utils import timezone
 
 from srbench.models import WorkerPing
 
+# The task that answers a ping (srbench.tasks.worker_ping), enqueued by name: tasks import
+# services, never the other way round.
+WORKER_PING_TASK = "srbench.tasks.worker_ping"
+
 
 def worker_ping_send() -> WorkerPing:
     """Write a ping and ring the doorbell after commit (a worker must see the row)."""
-    from srbench.tasks import worker_ping
-
     with transaction.atomic():
         ping = WorkerPing.objects.create()
-        transaction.on_commit(lambda: worker_ping.delay(ping.pk))
+        transaction.on_commit(
+            lambda: current_app.send_task(WORKER_PING_TASK, args=(ping.pk,), ignore_result=True)
+        )
     return ping
 
 

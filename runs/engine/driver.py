@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from datasets.benchmarks import get_adapter
 from datasets.grading import MalformedVerdict
-from runs.accounting import call_accounting, price_for_model
+from runs.accounting import call_accounting, worst_case_call_cost
 from runs.engine import scoring, store
 from runs.engine.finish import run_finish_if_done
 from runs.engine.sse import (
@@ -302,7 +302,49 @@ class Driver:
         except MalformedVerdict as exc:
             await self.finish(cell, "failed", None, None, answer, f"malformed judge verdict: {exc}")
             return
+        # The official scorer beside the sr-bench grade (issue 22 point 5), when the plan asked
+        # for it: its outcome is recorded under grade["official"], never changing `correct`.
+        if (official := await self._official_judge(cell, judge_target, answer)) is not None:
+            grade = dataclasses.replace(grade, detail={**grade.detail, "official": official})
         await self.finish(cell, "completed", grade.correct, grade.detail, answer, "")
+
+    async def _official_judge(
+        self, cell: store.ClaimedCell, judge_target: store.TargetInfo, answer: str
+    ) -> dict[str, Any] | None:
+        """The official template's judge call (sequence 1, after the sr-bench judge), or None
+        when the plan did not ask for it. A failure here is recorded as the official outcome;
+        the sr-bench grade stands."""
+        from datasets import official
+
+        frozen = self.ctx.manifest["benchmarks"][cell.benchmark].get("official_scoring")
+        template, not_run = scoring.official_judge(cell.benchmark, frozen)
+        if template is None:
+            return not_run
+        if self.limits["max_calls_per_case"] <= 2:
+            return official.not_graded("max_calls_per_case leaves no room for the official judge")
+        outcome = await self.call(
+            cell,
+            role="judge",
+            sequence=1,
+            target=judge_target,
+            messages=official.official_messages(
+                template,
+                question=cell.payload["question"],
+                reference=str(cell.secret["answer"]),
+                response=answer,
+            ),
+        )
+        if outcome.call_id is None:
+            await self.stop("budget: the next call could exceed max_cost_usd")
+            return official.not_graded("budget: the official judge call could exceed max_cost_usd")
+        if not outcome.ok:
+            if outcome.transport_failure and self.ctx.manifest["failure_policy"] == "stop":
+                await self.stop(f"first transport failure (fail closed): {outcome.error_code}")
+            reason = f"official judge call: {outcome.error_code}: {outcome.error}"
+            return official.not_graded(reason, "failed")
+        if outcome.truncated:
+            return official.not_graded("official judge reply truncated", "failed")
+        return official.official_detail(template, outcome.content)
 
     async def sandboxed(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         """Run a grader that executes code in the sandbox on a thread, a few at a time: it is
@@ -416,7 +458,7 @@ class Driver:
         """Terminal-Bench: the subject drives one `terminal` tool inside the task's sandboxed
         directory; its first text-only reply ends the episode; the task's own tests decide."""
         from runs.engine.tau import assistant_message, terminal_tool_content, tool_message
-        from runs.engine.terminal import terminal_session_start
+        from runs.engine.terminal import terminal_session_start, tool_command
 
         adapter = get_adapter(cell.benchmark)
         try:
@@ -445,11 +487,8 @@ class Driver:
                 if not outcome.tool_calls:
                     break
                 for call in outcome.tool_calls:
-                    try:
-                        command = json.loads(call.arguments)["command"]
-                        if not isinstance(command, str):
-                            raise TypeError
-                    except (ValueError, KeyError, TypeError):
+                    command = tool_command(call.arguments)
+                    if command is None:
                         content = "Error: arguments must be a JSON object with a `command` string"
                     else:
                         result = await self.sandboxed(
@@ -689,18 +728,14 @@ class Driver:
         the target could serve, times the router's internal call cap."""
         if self.max_cost is None:
             return None
-        models = [target.model] if target.kind == "single" else list(target.prices)
-        prices = [price_for_model(target.prices, m) for m in models]
-        if not prices or any(p is None for p in prices):
-            return None
-        input_upper = len(json.dumps(body["messages"]).encode()) + 64
-        output_upper = int(body.get("max_tokens") or self.limits["max_output_tokens"])
-        worst = max(
-            (p.input * input_upper + p.output * output_upper) / Decimal(1_000_000)
-            for p in prices
-            if p is not None
+        return worst_case_call_cost(
+            target.prices,
+            kind=target.kind,
+            model=target.model,
+            messages=body["messages"],
+            max_tokens=int(body.get("max_tokens") or self.limits["max_output_tokens"]),
+            max_inference_calls=target.max_inference_calls,
         )
-        return worst * (target.max_inference_calls or 1)
 
     async def call(
         self,

@@ -155,6 +155,30 @@ class StoredCall:
     finish_reason: str
     error_code: str
     error: str
+    # The call's tool calls as the driver stored them ({index, id, type, name, arguments}).
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+def stored_calls(cell_ids: list[int]) -> dict[int, list[StoredCall]]:
+    """The calls of these cells as the ledger stored them, in the order they were opened."""
+    calls: dict[int, list[StoredCall]] = {c: [] for c in cell_ids}
+    for cell_id, *fields in (
+        Call.objects.filter(cell_id__in=cell_ids)
+        .order_by("pk")
+        .values_list(
+            "cell_id",
+            "role",
+            "sequence",
+            "status",
+            "content",
+            "finish_reason",
+            "error_code",
+            "error",
+            "tool_calls",
+        )
+    ):
+        calls[cell_id].append(StoredCall(*fields))
+    return calls
 
 
 @dataclass(frozen=True)
@@ -180,6 +204,18 @@ def _interrupted(calls: list[StoredCall], what: str, answer: str = "") -> Settle
     )
 
 
+def _unfinished(calls: list[StoredCall]) -> Settlement | None:
+    """The driver stops at the first call that did not complete and fails the cell with it."""
+    subjects = [c for c in calls if c.role == "subject"]
+    answer = subjects[-1].content if subjects and subjects[-1].status == "completed" else ""
+    c = next((c for c in calls if c.status != "completed"), None)
+    if c is None:
+        return None
+    return Settlement(
+        "failed", answer=answer, error=f"{c.role} call {c.sequence + 1}: {c.error_code}: {c.error}"
+    )
+
+
 def cell_settlement(
     *,
     benchmark: str,
@@ -201,23 +237,17 @@ def cell_settlement(
       `sandbox` is True, else None (the caller grades it where the sandbox may run);
     - any other multi-call episode (SciCode short of its last step, τ³, Terminal-Bench)
       → `episode_interrupted`: its state (a conversation with tools, a sandbox session) cannot
-      be rebuilt from the ledger without replaying it, and its next call was never sent.
+      be rebuilt from the ledger without replaying it, and its next call was never sent
+      (a regrade, which changes no cell, replays a whole Terminal-Bench episode:
+      `terminal_settlement`).
     """
     from datasets.benchmarks import get_adapter
-    from datasets.grading import MalformedVerdict
     from runs.engine import scoring
 
     subjects = [c for c in calls if c.role == "subject"]
-    answer = subjects[-1].content if subjects and subjects[-1].status == "completed" else ""
-    unfinished = [c for c in calls if c.status != "completed"]
-    if unfinished:
-        # The driver stops at the first call that did not complete and fails the cell with it.
-        c = unfinished[0]
-        return Settlement(
-            "failed",
-            answer=answer,
-            error=f"{c.role} call {c.sequence + 1}: {c.error_code}: {c.error}",
-        )
+    unfinished = _unfinished(calls)
+    if unfinished is not None:
+        return unfinished
     kind = get_adapter(benchmark).kind
     if single_answer(benchmark):
         subject = next((c for c in subjects if c.sequence == 0), None)
@@ -249,33 +279,93 @@ def cell_settlement(
             except scoring.GradingUnavailable as exc:
                 return Settlement("failed", answer=subject.content, error=str(exc))
             return Settlement("completed", grade.correct, grade.detail, subject.content)
-        judge = next((c for c in calls if c.role == "judge" and c.sequence == 0), None)
-        if judge is None:
-            return _interrupted(calls, "its judge call", subject.content)
-        if judge.finish_reason == "length":
-            return Settlement("failed", answer=subject.content, error="judge reply truncated")
-        try:
-            grade = scoring.grade_from_verdict(judge.content)
-        except MalformedVerdict as exc:
-            return Settlement(
-                "failed", answer=subject.content, error=f"malformed judge verdict: {exc}"
-            )
-        return Settlement("completed", grade.correct, grade.detail, subject.content)
+        return _judged_settlement(calls, subject.content)
     if benchmark == "scicode":
-        from runs.engine.code_grading import scicode_step_prompts
-
-        steps = len(scicode_step_prompts(payload))
-        replies = [c.content for c in sorted(subjects, key=lambda c: c.sequence)]
-        if len(replies) < steps:
-            return _interrupted(calls, f"step {len(replies) + 1} of {steps}")
-        if not sandbox:
-            return None
-        joined = "\n\n".join(replies)
-        try:
-            grade = scoring.grade_code(
-                benchmark=benchmark, payload=payload, secret=secret, answers=list(replies)
-            )
-        except scoring.GradingUnavailable as exc:
-            return Settlement("failed", answer=replies[-1], error=str(exc))
-        return Settlement("completed", grade.correct, grade.detail, joined)
+        return _scicode_settlement(payload, secret, calls, sandbox=sandbox)
     return _interrupted(calls, f"the rest of its {benchmark} episode")
+
+
+def _judged_settlement(calls: list[StoredCall], answer: str) -> Settlement:
+    """A judged cell from its stored verdict (the driver's rules)."""
+    from datasets.grading import MalformedVerdict
+    from runs.engine import scoring
+
+    judge = next((c for c in calls if c.role == "judge" and c.sequence == 0), None)
+    if judge is None:
+        return _interrupted(calls, "its judge call", answer)
+    if judge.finish_reason == "length":
+        return Settlement("failed", answer=answer, error="judge reply truncated")
+    try:
+        grade = scoring.grade_from_verdict(judge.content)
+    except MalformedVerdict as exc:
+        return Settlement("failed", answer=answer, error=f"malformed judge verdict: {exc}")
+    return Settlement("completed", grade.correct, grade.detail, answer)
+
+
+def _scicode_settlement(
+    payload: dict[str, Any], secret: dict[str, Any], calls: list[StoredCall], *, sandbox: bool
+) -> Settlement | None:
+    """SciCode once every step has its stored reply: the hidden tests of every step run in
+    the sandbox (None without it); a missing step → `episode_interrupted`."""
+    from runs.engine import scoring
+    from runs.engine.code_grading import scicode_step_prompts
+
+    steps = len(scicode_step_prompts(payload))
+    subjects = sorted((c for c in calls if c.role == "subject"), key=lambda c: c.sequence)
+    replies = [c.content for c in subjects]
+    if len(replies) < steps:
+        return _interrupted(calls, f"step {len(replies) + 1} of {steps}")
+    if not sandbox:
+        return None
+    try:
+        grade = scoring.grade_code(
+            benchmark="scicode", payload=payload, secret=secret, answers=list(replies)
+        )
+    except scoring.GradingUnavailable as exc:
+        return Settlement("failed", answer=replies[-1], error=str(exc))
+    return Settlement("completed", grade.correct, grade.detail, "\n\n".join(replies))
+
+
+def terminal_settlement(
+    *,
+    payload: dict[str, Any],
+    secret: dict[str, Any],
+    calls: list[StoredCall],
+    max_steps: int,
+    command_timeout_s: float,
+) -> Settlement:
+    """A Terminal-Bench episode graded again from the ledger (regrade, never the recovery
+    pass): the commands the subject sent, in the order it sent them, re-run in a fresh
+    sandboxed session of the task, then the task's own tests — `_run_terminal` in
+    runs/engine/driver.py without the model. Command outputs are not compared with the
+    originals: a command whose result depends on time or chance may end differently.
+
+    Only a complete episode is graded: every call completed, and the last reply carried no
+    tool call (or `max_steps`, the driver's step cap, was reached); else `episode_interrupted`.
+    `command_timeout_s`: the driver's per-command limit. Raises what the sandbox raises
+    (SandboxUnavailable, SandboxError): the caller says why it did not grade.
+    """
+    from runs.engine.terminal import terminal_session_start, tool_command
+
+    unfinished = _unfinished(calls)
+    if unfinished is not None:
+        return unfinished
+    subjects = sorted((c for c in calls if c.role == "subject"), key=lambda c: c.sequence)
+    if not subjects:
+        return _interrupted(calls, "its first subject call")
+    if subjects[-1].tool_calls and len(subjects) < max_steps:
+        return _interrupted(calls, f"step {len(subjects) + 1} of its terminal-bench episode")
+    session = terminal_session_start(payload, secret)
+    try:
+        for call in subjects:
+            for tool_call in call.tool_calls or []:
+                command = tool_command(tool_call.get("arguments"))
+                if command is not None:  # the agent was told its arguments were malformed
+                    session.run_command(command, timeout=command_timeout_s)
+        reward, detail = session.verify()
+    finally:
+        session.close()
+    grade = {"grader": "terminal-bench", "reward": reward, "steps": len(subjects)}
+    return Settlement(
+        "completed", reward == 1, grade | {"detail": detail, "replayed": True}, subjects[-1].content
+    )

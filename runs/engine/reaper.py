@@ -13,23 +13,25 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models import Exists, F, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
+from runs import services
 from runs.engine import store
 from runs.engine.finish import (
     Settlement,
-    StoredCall,
     calls_settle_unheld,
     cell_settlement,
     run_finish_if_done,
+    stored_calls,
 )
 from runs.events import events_append
-from runs.models import Call, Cell, Run, RunEvent
+from runs.models import Call, CallStatus, Cell, CellStatus, Run, RunEvent, RunStatus
 
 INTERRUPT_REASON = "a worker stopped with calls in flight (sent_unknown)"
 # Who holds a cell the pass took over to grade in the sandbox, and for how long at least: a
@@ -44,22 +46,7 @@ log = logging.getLogger(__name__)
 def _settlements(cell_ids: list[int], *, sandbox: bool) -> dict[int, Settlement | None]:
     """How each of these cells (every call settled) ends from its stored calls; None: it needs
     the sandbox and `sandbox` is False."""
-    calls: dict[int, list[StoredCall]] = {c: [] for c in cell_ids}
-    for cell_id, *fields in (
-        Call.objects.filter(cell_id__in=cell_ids)
-        .order_by("pk")
-        .values_list(
-            "cell_id",
-            "role",
-            "sequence",
-            "status",
-            "content",
-            "finish_reason",
-            "error_code",
-            "error",
-        )
-    ):
-        calls[cell_id].append(StoredCall(*fields))
+    calls = stored_calls(cell_ids)
     rows = Cell.objects.filter(pk__in=cell_ids).values_list(
         "pk", "benchmark", "run__manifest", "question__payload", "question__secret__data"
     )
@@ -84,7 +71,7 @@ def _settlements(cell_ids: list[int], *, sandbox: bool) -> dict[int, Settlement 
 
 
 def _settle_event(cell_id: int, s: Settlement) -> tuple[str, dict[str, object]]:
-    if s.status == "completed":
+    if s.status == CellStatus.COMPLETED:
         return (
             "cell.completed",
             {"cell": cell_id, "correct": s.correct, "settled_by": "recovery_pass"},
@@ -121,6 +108,29 @@ def cells_grade_taken_over(cells: list[tuple[int, int, int]]) -> int:
     return done
 
 
+# What a pass counts, in the order its stats report them (then redispatched and finished runs).
+PASS_COUNTS = (
+    "sent_unknown_cells",
+    "returned_cells",
+    "completed_cells",
+    "failed_cells",
+    "graded_in_sandbox",
+    "runs",
+)
+
+
+@dataclass
+class _Pass:
+    """What one recovery pass has done so far, and what it leaves for after its transaction."""
+
+    now: datetime
+    sandbox: bool
+    stats: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PASS_COUNTS, 0))
+    redispatch: set[int] = field(default_factory=set)
+    settled_runs: set[int] = field(default_factory=set)
+    to_grade: list[tuple[int, int, int]] = field(default_factory=list)
+
+
 def ledger_reap(*, now=None, sandbox: bool = True) -> dict[str, int]:  # type: ignore[no-untyped-def]
     """Settle every expired cell lease. Idempotent and safe to run from many workers at once
     (row locks with skip_locked; conditional updates).
@@ -128,144 +138,143 @@ def ledger_reap(*, now=None, sandbox: bool = True) -> dict[str, int]:  # type: i
     `sandbox`: whether this caller may grade code in the sandbox (seconds of CPU, after the
     settling transaction). The workers' pass may; a web request (recovery review) passes False
     and leaves such cells to the workers."""
-    now = now or timezone.now()
-    stats = {
-        "sent_unknown_cells": 0,
-        "returned_cells": 0,
-        "completed_cells": 0,
-        "failed_cells": 0,
-        "graded_in_sandbox": 0,
-        "runs": 0,
-    }
-    redispatch: set[int] = set()
-    settled_runs: set[int] = set()
-    to_grade: list[tuple[int, int, int]] = []
+    reap = _Pass(now=now or timezone.now(), sandbox=sandbox)
     with transaction.atomic(durable=True):
         expired = list(
             Cell.objects.select_for_update(skip_locked=True)
-            .filter(status="running", lease_expires_at__lt=now)
-            .values_list("id", "run_id", "claimed_by")
+            .lease_expired(reap.now)
+            .values_list("id", "run_id")
         )
-        by_run: dict[int, list[tuple[int, str]]] = {}
-        for cell_id, run_id, worker in expired:
-            by_run.setdefault(run_id, []).append((cell_id, worker))
-        for run_id, cells in by_run.items():
-            ids = [c for c, _ in cells]
-            open_calls = list(
-                Call.objects.filter(cell_id__in=ids, status__in=["sent", "streaming"]).values_list(
-                    "id", "cell_id"
-                )
-            )
-            unknown_cells = {cell for _, cell in open_calls}
-            Call.objects.filter(pk__in=[c for c, _ in open_calls]).update(
-                status="sent_unknown",
-                stage="done",
-                error_code="worker_lost",
-                error="the worker holding this call stopped; whether the model answered is unknown",
-            )
-            with_calls = set(
-                Call.objects.filter(cell_id__in=ids).values_list("cell_id", flat=True).distinct()
-            )
-            never_sent = [c for c in ids if c not in with_calls]
-            finished_calls_only = [c for c in ids if c in with_calls and c not in unknown_cells]
-            Cell.objects.filter(pk__in=unknown_cells).update(
-                status="sent_unknown", lease_expires_at=None, error="worker lost mid-call"
-            )
-            settlements = _settlements(finished_calls_only, sandbox=False)
-            settled: dict[int, Settlement] = {}
-            for cell_id, settlement in settlements.items():
-                if settlement is not None:
-                    Cell.objects.filter(pk=cell_id, status="running").update(
-                        status=settlement.status,
-                        correct=settlement.correct,
-                        scored=settlement.correct is not None,
-                        grade=settlement.grade,
-                        final_answer=settlement.answer,
-                        error=settlement.error,
-                        finished_at=now,
-                        lease_expires_at=None,
-                    )
-                    settled[cell_id] = settlement
-                elif sandbox:
-                    # Graded after this transaction (the sandbox takes seconds); the cell is
-                    # held under a fresh fencing token so only that grading can finish it.
-                    grading_lease = max(settings.SRBENCH_CELL_LEASE_SECONDS, GRADING_LEASE_SECONDS)
-                    Cell.objects.filter(pk=cell_id).update(
-                        claim_token=F("claim_token") + 1,
-                        claimed_by=GRADER,
-                        lease_expires_at=now + timedelta(seconds=grading_lease),
-                    )
-                    token = Cell.objects.values_list("claim_token", flat=True).get(pk=cell_id)
-                    to_grade.append((run_id, cell_id, token))
-                # else: left expired for a worker's pass, which may run the sandbox.
-            Cell.objects.filter(pk__in=never_sent).update(
-                status="pending", claimed_by="", lease_expires_at=None, started_at=None
-            )
-            events = [
-                (
-                    "cell.sent_unknown",
-                    {"cell": c, "calls": [k for k, cc in open_calls if cc == c]},
-                )
-                for c in sorted(unknown_cells)
-            ]
-            events += [
-                ("cell.returned", {"cell": c, "reason": "worker lost before sending"})
-                for c in never_sent
-            ]
-            events += [_settle_event(c, settled[c]) for c in sorted(settled)]
-            if settled:
-                settled_runs.add(run_id)
-            # The run row lock orders this pass after any other pass or driver that settled
-            # cells of this run, so the last one to settle sees that nothing runs any more.
-            status = (
-                Run.objects.select_for_update()
-                .filter(pk=run_id)
-                .values_list("status", flat=True)
-                .get()
-            )
-            stopped_now = False
-            if unknown_cells and status == "running":
-                # No new dispatch at once; the run becomes interrupted only when nothing of it
-                # is open: cells other workers (or this dead one, under later leases) still
-                # hold are settled first (a terminal status is final for those who poll it).
-                stopped_now = bool(
-                    Run.objects.filter(pk=run_id)
-                    .exclude(stop_reason=INTERRUPT_REASON)
-                    .update(stop_reason=INTERRUPT_REASON)
-                )
-            if (
-                status == "running"
-                and Cell.objects.filter(run_id=run_id, status="sent_unknown").exists()
-                and not Cell.objects.filter(run_id=run_id, status="running").exists()
-            ):
-                calls_settle_unheld(run_id=run_id, now=now)
-                Run.objects.filter(pk=run_id).update(
-                    status="interrupted", finished_at=now, stop_reason=INTERRUPT_REASON
-                )
-                unknown_total = Cell.objects.filter(run_id=run_id, status="sent_unknown").count()
-                events.append(("run.interrupted", {"sent_unknown_cells": unknown_total}))
-                stats["runs"] += 1
-            elif stopped_now:
-                events.append(("run.dispatch_stopped", {"reason": INTERRUPT_REASON}))
-            if never_sent and not unknown_cells:
-                redispatch.add(run_id)
-            events_append(run_id=run_id, events=events)
-            stats["sent_unknown_cells"] += len(unknown_cells)
-            stats["returned_cells"] += len(never_sent)
-            stats["completed_cells"] += sum(s.status == "completed" for s in settled.values())
-            stats["failed_cells"] += sum(s.status == "failed" for s in settled.values())
-        for run_id in redispatch:
-            from runs.services import run_dispatch
-
-            transaction.on_commit(lambda r=run_id: run_dispatch(run_id=r))
+        by_run: dict[int, list[int]] = {}
+        for cell_id, run_id in expired:
+            by_run.setdefault(run_id, []).append(cell_id)
+        for run_id, ids in by_run.items():
+            _run_reap(reap, run_id, ids)
+        for run_id in reap.redispatch:
+            transaction.on_commit(lambda r=run_id: services.run_dispatch(run_id=r))
     # Cells finished from the ledger may have been the run's last: nobody else would end it
     # (its driver may have ended before the lease ran out). Idempotent; None while it goes on.
-    for run_id in sorted(settled_runs - redispatch):
+    for run_id in sorted(reap.settled_runs - reap.redispatch):
         run_finish_if_done(run_id=run_id)
-    stats["graded_in_sandbox"] = cells_grade_taken_over(to_grade)
-    stats["redispatched_runs"] = runs_redispatch_idle(now=now)
-    stats["finished_runs"] = runs_finish_idle(now=now)
+    stats = reap.stats
+    stats["graded_in_sandbox"] = cells_grade_taken_over(reap.to_grade)
+    stats["redispatched_runs"] = runs_redispatch_idle(now=reap.now)
+    stats["finished_runs"] = runs_finish_idle(now=reap.now)
     return stats
+
+
+def _run_reap(reap: _Pass, run_id: int, ids: list[int]) -> None:
+    """Settle these expired cells of one run, inside the pass's transaction."""
+    open_calls = list(Call.objects.filter(cell_id__in=ids).open().values_list("id", "cell_id"))
+    unknown_cells = {cell for _, cell in open_calls}
+    Call.objects.filter(pk__in=[c for c, _ in open_calls]).update(
+        status=CallStatus.SENT_UNKNOWN,
+        stage=Call.Stage.DONE,
+        error_code="worker_lost",
+        error="the worker holding this call stopped; whether the model answered is unknown",
+    )
+    with_calls = set(
+        Call.objects.filter(cell_id__in=ids).values_list("cell_id", flat=True).distinct()
+    )
+    never_sent = [c for c in ids if c not in with_calls]
+    finished_calls_only = [c for c in ids if c in with_calls and c not in unknown_cells]
+    Cell.objects.filter(pk__in=unknown_cells).update(
+        status=CellStatus.SENT_UNKNOWN, lease_expires_at=None, error="worker lost mid-call"
+    )
+    settled = _cells_settle_from_ledger(reap, run_id, finished_calls_only)
+    Cell.objects.filter(pk__in=never_sent).update(
+        status=CellStatus.PENDING, claimed_by="", lease_expires_at=None, started_at=None
+    )
+    events = [
+        ("cell.sent_unknown", {"cell": c, "calls": [k for k, cc in open_calls if cc == c]})
+        for c in sorted(unknown_cells)
+    ]
+    events += [
+        ("cell.returned", {"cell": c, "reason": "worker lost before sending"}) for c in never_sent
+    ]
+    events += [_settle_event(c, settled[c]) for c in sorted(settled)]
+    if settled:
+        reap.settled_runs.add(run_id)
+    events += _run_stop_or_interrupt(reap, run_id, has_unknown=bool(unknown_cells))
+    if never_sent and not unknown_cells:
+        reap.redispatch.add(run_id)
+    events_append(run_id=run_id, events=events)
+    stats = reap.stats
+    stats["sent_unknown_cells"] += len(unknown_cells)
+    stats["returned_cells"] += len(never_sent)
+    stats["completed_cells"] += sum(s.status == CellStatus.COMPLETED for s in settled.values())
+    stats["failed_cells"] += sum(s.status == CellStatus.FAILED for s in settled.values())
+
+
+def _cells_settle_from_ledger(
+    reap: _Pass, run_id: int, cell_ids: list[int]
+) -> dict[int, Settlement]:
+    """Finish cells whose calls are all settled from what they stored; a cell that needs the
+    sandbox is taken over for grading after the transaction (when this pass may), else left
+    expired for a worker's pass, which may run the sandbox. Returns those finished here."""
+    settled: dict[int, Settlement] = {}
+    for cell_id, settlement in _settlements(cell_ids, sandbox=False).items():
+        if settlement is not None:
+            Cell.objects.running().filter(pk=cell_id).update(
+                status=settlement.status,
+                correct=settlement.correct,
+                scored=settlement.correct is not None,
+                grade=settlement.grade,
+                final_answer=settlement.answer,
+                error=settlement.error,
+                finished_at=reap.now,
+                lease_expires_at=None,
+            )
+            settled[cell_id] = settlement
+        elif reap.sandbox:
+            # Graded after this transaction (the sandbox takes seconds); the cell is held
+            # under a fresh fencing token so only that grading can finish it.
+            grading_lease = max(settings.SRBENCH_CELL_LEASE_SECONDS, GRADING_LEASE_SECONDS)
+            Cell.objects.filter(pk=cell_id).update(
+                claim_token=F("claim_token") + 1,
+                claimed_by=GRADER,
+                lease_expires_at=reap.now + timedelta(seconds=grading_lease),
+            )
+            token = Cell.objects.values_list("claim_token", flat=True).get(pk=cell_id)
+            reap.to_grade.append((run_id, cell_id, token))
+    return settled
+
+
+def _run_stop_or_interrupt(
+    reap: _Pass, run_id: int, *, has_unknown: bool
+) -> list[tuple[str, dict[str, object]]]:
+    """A run with calls of unknown outcome stops dispatching at once, and becomes interrupted
+    once nothing of it runs any more. Returns the events to append."""
+    # The run row lock orders this pass after any other pass or driver that settled cells of
+    # this run, so the last one to settle sees that nothing runs any more.
+    status = (
+        Run.objects.select_for_update().filter(pk=run_id).values_list("status", flat=True).get()
+    )
+    stopped_now = False
+    if has_unknown and status == RunStatus.RUNNING:
+        # No new dispatch at once; the run becomes interrupted only when nothing of it is
+        # open: cells other workers (or this dead one, under later leases) still hold are
+        # settled first (a terminal status is final for those who poll it).
+        stopped_now = bool(
+            Run.objects.filter(pk=run_id)
+            .exclude(stop_reason=INTERRUPT_REASON)
+            .update(stop_reason=INTERRUPT_REASON)
+        )
+    cells = Cell.objects.filter(run_id=run_id)
+    if (
+        status == RunStatus.RUNNING
+        and cells.sent_unknown().exists()
+        and not cells.running().exists()
+    ):
+        calls_settle_unheld(run_id=run_id, now=reap.now)
+        Run.objects.filter(pk=run_id).update(
+            status=RunStatus.INTERRUPTED, finished_at=reap.now, stop_reason=INTERRUPT_REASON
+        )
+        reap.stats["runs"] += 1
+        return [("run.interrupted", {"sent_unknown_cells": cells.sent_unknown().count()})]
+    if stopped_now:
+        return [("run.dispatch_stopped", {"reason": INTERRUPT_REASON})]
+    return []
 
 
 def runs_finish_idle(*, now=None) -> int:  # type: ignore[no-untyped-def]
@@ -277,7 +286,8 @@ def runs_finish_idle(*, now=None) -> int:  # type: ignore[no-untyped-def]
     idle_since = now - timedelta(seconds=settings.SRBENCH_CELL_LEASE_SECONDS)
     # O(1) per running run: cell counts from its summary row, the newest event by index.
     candidates = (
-        Run.objects.filter(status="running", summary__running=0)
+        Run.objects.running()
+        .filter(summary__running=0)
         .filter(Q(summary__pending=0) | ~Q(stop_reason="") | Q(cancel_requested_at__isnull=False))
         .annotate(
             last_event=Subquery(
@@ -298,21 +308,14 @@ def runs_redispatch_idle(*, now=None) -> int:  # type: ignore[no-untyped-def]
     first claim, or the broker lost the message). Safe because claims are idempotent; the
     event it appends keeps it from ringing more than once a lease while a queue is backed up.
     """
-    from django.db.models import Exists, Max, OuterRef
-
-    from runs.services import run_dispatch
-
     now = now or timezone.now()
     idle_since = now - timedelta(seconds=settings.SRBENCH_CELL_LEASE_SECONDS)
     candidates = (
-        Run.objects.filter(
-            status__in=["queued", "running"],
-            cancel_requested_at__isnull=True,
-            stop_reason="",
-            created_at__lt=idle_since,
-        )
-        .filter(Exists(Cell.objects.filter(run=OuterRef("pk"), status="pending")))
-        .exclude(Exists(Cell.objects.filter(run=OuterRef("pk"), status="running")))
+        Run.objects.active()
+        .not_stopped()
+        .filter(created_at__lt=idle_since)
+        .filter(Exists(Cell.objects.pending().filter(run=OuterRef("pk"))))
+        .exclude(Exists(Cell.objects.running().filter(run=OuterRef("pk"))))
         .annotate(last_event=Max("events__created_at"))
         .filter(last_event__lt=idle_since)
         .values_list("pk", flat=True)
@@ -321,7 +324,7 @@ def runs_redispatch_idle(*, now=None) -> int:  # type: ignore[no-untyped-def]
     for run_id in candidates:
         with transaction.atomic(durable=True):
             events_append(run_id=run_id, events=[("run.redispatched", {"reason": "no driver"})])
-            transaction.on_commit(lambda r=run_id: run_dispatch(run_id=r))
+            transaction.on_commit(lambda r=run_id: services.run_dispatch(run_id=r))
         count += 1
     return count
 

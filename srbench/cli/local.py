@@ -22,7 +22,7 @@ from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.db import transaction
 
-from srbench.cli.client import EXIT_FAILED, EXIT_UNREACHABLE, cli_error
+from srbench.api_client import EXIT_FAILED, EXIT_UNREACHABLE, cli_error
 
 ROOT = Path(settings.BASE_DIR)
 
@@ -70,7 +70,8 @@ def demo_login(var_dir: Path) -> tuple[str, str]:
 
 def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool = False) -> int:
     """Bring up simulator, worker and web on the embedded default, run a smoke evaluation of
-    the MCQ, judge and grid benchmarks, and print where to look.
+    the nine benchmarks (ARC-AGI-2, SciCode and τ³ airline from their installed packages),
+    print the sr-bench score or the subset and what is missing, and where to look.
 
     Children are started in their own session and stopped together on Ctrl-C.
     """
@@ -85,16 +86,22 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
     call_command("migrate", verbosity=0)
     username, password = demo_login(var_dir)
     print(
-        "preparing the demo datasets (official formats: synthetic and bundled fixtures)…",
+        "preparing the demo datasets (installed packages, synthetic files, bundled fixtures)…",
         flush=True,
     )
-    dataset = setup.demo_dataset(var_dir)
+    started = time.monotonic()
+    data = setup.demo_data(var_dir)
+    dataset = data.dataset
+    for line in data.lines():
+        print(line, flush=True)
     simulator_config = setup.simulator_config(dataset, var_dir)
-    scicode_h5 = str(setup.scicode_test_data(var_dir))
-    env = {**os.environ, "SRBENCH_SCICODE_H5": scicode_h5}
-    # This process freezes the demo's plan, and a plan leaves out SciCode problems whose test
-    # targets the server does not hold (runs.runnable): it must see the same file.
-    settings.SRBENCH_SCICODE_H5 = scicode_h5
+    h5 = setup.scicode_test_data(var_dir, data)
+    env = dict(os.environ)
+    if h5 is not None:
+        env["SRBENCH_SCICODE_H5"] = str(h5)
+        # This process freezes the demo's plan, and a plan leaves out SciCode problems whose
+        # test targets the server does not hold (runs.runnable): it must see the same file.
+        settings.SRBENCH_SCICODE_H5 = str(h5)
     logs = var_dir / "logs"
     logs.mkdir(exist_ok=True)
     port = free_port(port)
@@ -158,13 +165,19 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
             return 0
         setup.demo_targets(simulator_url)
         benchmarks, not_run = setup.demo_benchmarks(dataset, sandbox=sandbox_available())
+        no_sandbox = (
+            "no code sandbox on this machine (bubblewrap; run scripts/ensure_sandbox.sh as "
+            "root, then make demo again)"
+        )
         if not_run:
-            print(
-                f"not run: {', '.join(not_run)} — no code sandbox on this machine "
-                "(bubblewrap; run scripts/ensure_sandbox.sh as root, then make demo again)",
-                flush=True,
-            )
-        code = demo_evaluation(setup.demo_plan(dataset, benchmarks), username)
+            print(f"not run: {', '.join(not_run)} — {no_sandbox}", flush=True)
+        code = demo_evaluation(
+            setup.demo_plan(dataset, benchmarks),
+            username,
+            not_planned=dict.fromkeys(not_run, no_sandbox),
+            hints=data.hints(),
+        )
+        print(f"demo wall time {time.monotonic() - started:.0f}s", flush=True)
         if code:
             return code
         print(f"open {url} to see it; Press Ctrl-C to stop.", flush=True)
@@ -186,12 +199,19 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
                 os.killpg(process.pid, signal.SIGKILL)
 
 
-def demo_evaluation(plan: dict[str, Any], username: str) -> int:
-    """Start the smoke evaluation through the API (as the CLI does) and wait for its report."""
+def demo_evaluation(
+    plan: dict[str, Any],
+    username: str,
+    not_planned: dict[str, str] | None = None,
+    hints: dict[str, str] | None = None,
+) -> int:
+    """Start the smoke evaluation through the API (as the CLI does), wait for its report and
+    end with the sr-bench score over the nine, or the subset and what is missing and why."""
     import uuid
 
     from runs.cli import report_text
-    from srbench.cli.client import ApiClient
+    from srbench.api_client import ApiClient
+    from srbench.demo import score_lines
 
     client = ApiClient(user=username)
     run = client.json(
@@ -209,6 +229,8 @@ def demo_evaluation(plan: dict[str, Any], username: str) -> int:
         run = client.json("GET", f"runs/{run['id']}/")
     report = client.json("GET", f"runs/{run['id']}/report/")
     print(report_text(report), flush=True)
+    for line in score_lines(report, not_planned or {}, hints):
+        print(line, flush=True)
     print(f"evaluation finished: run {run['id']} {run['status']}", flush=True)
     print(f"  python manage.py benchmark report {run['id']} --user {username}", flush=True)
     return 0 if run["status"] == "completed" else 1

@@ -23,12 +23,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from srbench.canonical import canonical_json
+from srbench.simulator.official_judge import official_judge_reply
 from srbench.simulator.tokens import content_text
 
 Kind = Literal["mcq", "judge", "grid", "code", "agent"]
 Verdict = Literal["correct", "incorrect", "not_attempted"]
 
 USER_STOP = "###STOP###"
+# Reference solutions the simulator knows for questions whose rows carry none (the bundled
+# SciCode fixture problems), by benchmark and step number.
+REFERENCE_SOLUTIONS_PATH = Path(__file__).with_name("reference_solutions.json")
 
 
 def stable_unit(*parts: Any) -> float:
@@ -68,6 +72,9 @@ class KeyEntry:
     secret: dict[str, Any]
     # Public payload, used for the number of options of an MCQ.
     payload: dict[str, Any] = field(default_factory=dict)
+    # The prompt hash correctness is rolled on when it is not this entry's own: every step of a
+    # SciCode problem shares its opening step's, so the *problem* is right with the accuracy.
+    roll: str | None = None
 
 
 class AnswerKey:
@@ -87,9 +94,11 @@ class AnswerKey:
         kind: str,
         secret: dict[str, Any],
         payload: dict[str, Any] | None = None,
+        *,
+        roll: str | None = None,
     ) -> str:
         sha = prompt_sha256(prompt_text)
-        entry = KeyEntry(benchmark, kind, dict(secret), dict(payload or {}))
+        entry = KeyEntry(benchmark, kind, dict(secret), dict(payload or {}), roll)
         previous = self._entries.get(sha)
         if kind == "agent" and previous is not None and previous != entry:
             self._ambiguous.add(sha)
@@ -105,15 +114,24 @@ class AnswerKey:
         return self._entries.get(sha)
 
     @classmethod
-    def from_sources(cls, sources: Iterable[tuple[str, str]]) -> AnswerKey:
+    def from_sources(
+        cls,
+        sources: Iterable[tuple[str, str]],
+        solutions_path: Path | None = REFERENCE_SOLUTIONS_PATH,
+    ) -> AnswerKey:
         """Build the key from official-format dataset files through the benchmark adapters.
-        Imported here so the simulator runs (with an empty key) where they are absent."""
+        Imported here so the simulator runs (with an empty key) where they are absent.
+        ``solutions_path`` names the reference solutions known beside the files."""
         from datasets.benchmarks import get_adapter
 
+        known = reference_solutions(solutions_path)
         key = cls()
         for benchmark_key, path in sources:
             adapter = get_adapter(benchmark_key)
             for question in adapter.load(Path(path)):
+                if benchmark_key == "scicode":
+                    key.add_scicode(adapter, question.payload, question.secret, known)
+                    continue
                 messages = adapter.messages(question.payload)
                 # Agent tasks are looked up by their opening message (see agent_turn).
                 text = (
@@ -131,6 +149,39 @@ class AnswerKey:
                 if text is not None:
                     key.add(text, question.benchmark, adapter.kind, question.secret, payload)
         return key
+
+    def add_scicode(
+        self,
+        adapter: Any,
+        payload: dict[str, Any],
+        secret: dict[str, Any],
+        known: dict[str, dict[str, str]] | None = None,
+    ) -> None:
+        """One entry per sub-step, keyed by the user turn that asks for it (the driver sends one
+        turn per step). A step's solution is the row's ``ground_truth_code`` or a known
+        reference solution; all steps roll correctness on the opening step's prompt."""
+        steps = secret.get("steps") or []
+        prompts = [adapter.step_prompt(payload, i) for i in range(len(payload["sub_steps"]))]
+        if not prompts:
+            return
+        roll = prompt_sha256(prompts[0])
+        references = (known or {}).get("scicode") or {}
+        for index, prompt in enumerate(prompts):
+            step = steps[index] if index < len(steps) else {}
+            number = str(step.get("step_number", ""))
+            solution = step.get("ground_truth_code") or references.get(number)
+            step_secret: dict[str, Any] = {"step": index, "steps": len(prompts)}
+            if isinstance(solution, str) and solution.strip():
+                step_secret["solution"] = solution
+            self.add(prompt, "scicode", "code", step_secret, roll=roll)
+
+
+def reference_solutions(path: Path | None = REFERENCE_SOLUTIONS_PATH) -> dict[str, dict[str, str]]:
+    """{benchmark: {step or question id: code}} from the simulator's bundled file."""
+    if path is None or not Path(path).is_file():
+        return {}
+    document = json.loads(Path(path).read_text(encoding="utf-8"))
+    return {k: dict(v) for k, v in document.items() if isinstance(v, dict)}
 
 
 # -- subject answers ---------------------------------------------------------------------------
@@ -215,15 +266,37 @@ def grid_answer(entry: KeyEntry, correct: bool, salt: str) -> str:
     return json.dumps(outputs, separators=(",", ":"))
 
 
-def code_answer(entry: KeyEntry, correct: bool) -> str | None:
+_RETURN_RE = re.compile(r"^([ \t]+)return (.+)$", re.MULTILINE)
+
+
+def wrong_program(solution: str) -> str:
+    """A plausible wrong version of a reference solution: the same code with its last return
+    value scaled by 1.5 (a slipped factor), so it runs but answers wrongly; a program without
+    a return statement stops without output instead."""
+    returns = list(_RETURN_RE.finditer(solution))
+    if not returns:
+        return "raise NotImplementedError('simulated wrong answer')\n"
+    last = returns[-1]
+    value = last.group(2).rstrip()
+    return (
+        f"{solution[: last.start()]}{last.group(1)}return 1.5 * ({value}){solution[last.end() :]}"
+    )
+
+
+def code_answer(entry: KeyEntry, correct: bool, salt: str = "") -> str | None:
     """A reference solution when the key has one; otherwise, for LiveCodeBench rows (whose
     secret holds only tests), a program that answers from the hidden tests it was built from —
     the simulator is an oracle, so it may; it passes the real sandboxed grader exactly when
-    ``correct``. The wrong variant runs cleanly but prints or returns a wrong value."""
+    ``correct``. The wrong variant runs cleanly but prints or returns a wrong value. On a
+    SciCode problem rolled wrong, one step (chosen by ``salt``) is wrong and the rest right,
+    which fails the problem as a single slip does."""
     solution = entry.secret.get("solution")
     tests = entry.secret.get("tests")
     if isinstance(solution, str):
-        body = solution if correct else "raise NotImplementedError('simulated wrong answer')\n"
+        steps, step = entry.secret.get("steps"), entry.secret.get("step")
+        if not correct and isinstance(steps, int) and isinstance(step, int) and steps > 1:
+            correct = step != stable_index(steps, "scicode-wrong-step", salt)
+        body = solution if correct else wrong_program(solution)
     elif isinstance(tests, list) and tests and all(isinstance(t, dict) for t in tests):
         func_name = entry.payload.get("func_name")
         if all(t.get("testtype") == "stdin" for t in tests):
@@ -278,7 +351,8 @@ def subject_answer(
     entry = key.lookup(prompt_text)
     if entry is None or prompt_text is None:
         return Answer(generic_reply(model, prompt_text), None, None)
-    sha = prompt_sha256(prompt_text)
+    # Steps of one SciCode problem roll on the problem's opening prompt (KeyEntry.roll).
+    sha = entry.roll or prompt_sha256(prompt_text)
     correct = is_correct(seed, model, sha, float(accuracy_for(entry.benchmark)))
     salt = f"{seed}:{model}:{sha}"
     content: str | None
@@ -289,7 +363,7 @@ def subject_answer(
     elif entry.kind == "grid":
         content = grid_answer(entry, correct, salt)
     else:
-        content = code_answer(entry, correct)
+        content = code_answer(entry, correct, salt)
     if content is None:
         return Answer(generic_reply(model, prompt_text), entry.benchmark, None)
     return Answer(content, entry.benchmark, correct)
@@ -604,6 +678,9 @@ def judge_verdict(reference: str, response: str) -> Verdict:
 
 
 def judge_reply(prompt_text: str | None) -> str:
+    official = official_judge_reply(prompt_text or "", judge_verdict)
+    if official is not None:
+        return official
     block = parse_judge_block(prompt_text or "")
     if block is None:
         # Deliberately not JSON: a judge that cannot read its input must fail the cell.

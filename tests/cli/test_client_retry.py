@@ -10,7 +10,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from srbench.cli import client as c
+from srbench import api_client as c
 
 
 class Clock:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import call_command
 
-from srbench.cli import client as c
+from srbench import api_client as c
 
 # One invocation of every verb that talks to the API (arguments only need to parse).
 VERBS = [

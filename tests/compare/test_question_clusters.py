@@ -20,16 +20,16 @@ import pytest
 from django.utils import timezone
 
 from compare.services import comparison_build
-from compare.stats import (
+from datasets.models import Question
+from runs.models import Call, Cell, Run, Target
+from runs.report import run_report
+from srbench.stats import (
     paired_difference,
     paired_differences,
     question_differences,
     stratified_bootstrap_interval,
     wilson_interval,
 )
-from datasets.models import Question
-from runs.models import Call, Cell, Run, Target
-from runs.report import run_report
 from tests import factories as f
 from tests.compare import builders as b
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from compare.services import comparison_build
-from compare.stats import (
+from compare.views import compare_url
+from srbench.stats import (
     DEFAULT_BOOTSTRAP_SEED,
     SAVINGS_INTERVAL_LABEL,
     savings_bootstrap_interval,
     savings_bootstrap_intervals,
 )
-from compare.views import compare_url
 from tests import factories as f
 from tests.compare import builders as b
 

@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from compare.stats import (
+from srbench.stats import (
     BaselineCandidate,
     accuracy,
     paired_difference,

@@ -604,11 +604,15 @@ def test_readme_embedded_path_works_end_to_end_and_leaves_nothing_running(
         demo.drain()
         printed = "".join(demo.lines)
         seen.check_text("demo output", printed)
-        # All nine benchmarks ran (the sandbox is there), so the router has a full score.
+        # The sandbox is there, so every benchmark ran but SciCode: its real problems come
+        # from nvidia-scicode, which carries no test targets, so they are not run (issue 22)
+        # and the demo prints a subset score naming SciCode as missing, and why.
         for benchmark in BENCHMARKS:
-            assert f"    {benchmark} " in printed, printed
-        assert "sim-router (mom): sr-bench score" in printed, printed
-        assert "subset macro average" not in printed, printed
+            if benchmark != "scicode":
+                assert f"    {benchmark} " in printed, printed
+        assert re.search(r"^  scicode +package nvidia-scicode==", printed, re.M), printed
+        assert "sim-router: subset score over 8 of the nine" in printed, printed
+        assert re.search(r"^  missing scicode: .*test_data\.h5", printed, re.M), printed
 
         # Two more iterations of the router on the demo's cases, as a user makes them: the
         # demo's plan with only the router, through the CLI (plan review, then run).

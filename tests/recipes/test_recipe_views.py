@@ -198,6 +198,12 @@ def test_frozen_recipes_list_and_detail_show_capture_time_hashes_and_redactions(
     assert api_list["count"] == 1
     assert api_list["results"][0]["projection_sha256"] == recipe.projection_sha256
     assert api_list["results"][0]["redaction_count"] == 3  # seed, stall_seconds, api_key
+    # The API's one keyset rule pages this list too (srbench.api.Keyset): newest first, and
+    # no next cursor once the last row is read.
+    top = member.get("/api/v1/recipes/", {"before": 0, "page_size": 1}).json()
+    assert [r["id"] for r in top["results"]] == [recipe.pk] and top["next_before"] is None
+    below = member.get("/api/v1/recipes/", {"before": recipe.pk}).json()
+    assert below["results"] == [] and below["next_before"] is None
 
 
 def test_recipe_pages_and_api_need_a_login(client):

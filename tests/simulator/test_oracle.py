@@ -94,7 +94,9 @@ def test_code_answer_with_a_solution_is_a_python_block():
     key.add(CODE_PROMPT, "livecodebench", "code", {"solution": "def add(a, b):\n    return a+b"})
     right = answer(key, CODE_PROMPT, accuracy=1.0).content
     assert "```python\ndef add(a, b):\n    return a+b\n```" in right
-    assert "def add" not in answer(key, CODE_PROMPT, accuracy=0.0).content
+    # The wrong program is a plausible slip: the same function, its return value off.
+    wrong = answer(key, CODE_PROMPT, accuracy=0.0).content
+    assert "```python\ndef add(a, b):\n    return 1.5 * (a+b)\n```" in wrong
 
 
 def test_unknown_prompt_gets_a_deterministic_generic_reply():

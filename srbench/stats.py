@@ -348,6 +348,25 @@ class PairedResult:
         return sum(b.ties for b in self.benchmarks)
 
 
+def _per_benchmark(
+    diffs: dict[str, DiffArray], normalised: Mapping[str, Fraction], attempts: int
+) -> list[BenchmarkPaired]:
+    """Per benchmark: questions, renormalised weight, exact mean difference, and wins, losses
+    and ties by the sign of each question's difference."""
+    out = []
+    for benchmark, d in diffs.items():
+        wins = int(np.count_nonzero(d > 0))
+        losses = int(np.count_nonzero(d < 0))
+        n = int(d.size)
+        mean = Fraction(int(d.sum()), n * attempts)
+        out.append(
+            BenchmarkPaired(
+                benchmark, n, normalised[benchmark], mean, wins, losses, n - wins - losses
+            )
+        )
+    return out
+
+
 def paired_difference(
     diffs_by_benchmark: Mapping[str, npt.ArrayLike],
     weights: Mapping[str, Fraction],
@@ -378,25 +397,10 @@ def paired_difference(
         raise ValueError("the non-inferiority margin must be in [0, 2]")
     diffs = _checked_diffs(diffs_by_benchmark, attempts)
     normalised = renormalised_weights(diffs, weights)
-
-    per_benchmark: list[BenchmarkPaired] = []
-    delta = Fraction(0)
-    total_sum = 0
-    total_n = 0
-    for benchmark, d in diffs.items():
-        wins = int(np.count_nonzero(d > 0))
-        losses = int(np.count_nonzero(d < 0))
-        n = int(d.size)
-        d_sum = int(d.sum())
-        mean = Fraction(d_sum, n * attempts)
-        delta += normalised[benchmark] * mean
-        total_sum += d_sum
-        total_n += n
-        per_benchmark.append(
-            BenchmarkPaired(
-                benchmark, n, normalised[benchmark], mean, wins, losses, n - wins - losses
-            )
-        )
+    per_benchmark = _per_benchmark(diffs, normalised, attempts)
+    delta = sum((b.weight * b.mean_difference for b in per_benchmark), Fraction(0))
+    total_n = sum(b.n for b in per_benchmark)
+    total_sum = sum(int(d.sum()) for d in diffs.values())
 
     sizes = {b.benchmark: b.n for b in per_benchmark}
     half_width = hoeffding_half_width(sizes, normalised, alpha)
@@ -414,20 +418,11 @@ def paired_difference(
             f"the point estimate is positive but the {1 - alpha:.0%} interval "
             f"[{lower:+.4f}, {upper:+.4f}] includes zero: not an improvement"
         )
-
-    non_inferiority = None
-    if margin is not None:
-        non_inferiority = NonInferiority(margin, lower, lower > -margin)
-
+    non_inferiority = None if margin is None else NonInferiority(margin, lower, lower > -margin)
     bootstrap = None
     if bootstrap_draws is not None:
         bootstrap = stratified_bootstrap_interval(
-            diffs,
-            normalised,
-            alpha,
-            draws=bootstrap_draws,
-            seed=bootstrap_seed,
-            attempts=attempts,
+            diffs, normalised, alpha, draws=bootstrap_draws, seed=bootstrap_seed, attempts=attempts
         )
 
     return PairedResult(
