@@ -1,43 +1,12 @@
-"""Artefacts derived from saved evidence without any model call (R14.4).
+"""Artefacts a comparison derives from settled runs.
 
-A regrade is append-only and versioned like a usage correction: it never changes a Cell, and
-running it again on the same answers with the same graders returns the same regrade.
+The regrade record that lived here moved beside `UsageCorrection` in `runs` (issue 24):
+`runs.models_regrade.Regrade`.
 """
 
 from __future__ import annotations
 
 from django.db import models
-from django.db.models import Q
-
-from srbench.ledger import HEX64_REGEX, AppendOnlyModel
-
-
-class Regrade(AppendOnlyModel):
-    """The current grader's verdict on a run's saved final answers (mcq and grid only)."""
-
-    run = models.ForeignKey("runs.Run", on_delete=models.PROTECT, related_name="regrades")
-    version = models.PositiveIntegerField()
-    # sha256 over the graded cells' answers and the grader versions: the idempotency key.
-    input_sha256 = models.CharField(max_length=64)
-    grader_versions = models.JSONField()
-    created_at = models.DateTimeField(auto_now_add=True)
-    regraded_count = models.PositiveIntegerField()
-    changed_count = models.PositiveIntegerField()
-    skipped_count = models.PositiveIntegerField()
-    results = models.JSONField()
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["run", "input_sha256"], name="regrade_once_per_input"),
-            models.UniqueConstraint(fields=["run", "version"], name="regrade_version_once"),
-            models.CheckConstraint(condition=Q(version__gte=1), name="regrade_version_positive"),
-            models.CheckConstraint(
-                condition=Q(input_sha256__regex=HEX64_REGEX), name="regrade_input_sha256_hex"
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"regrade v{self.version} of run {self.run_id}"
 
 
 class CaseFigures(models.Model):

@@ -16,7 +16,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from recipes.preview import PreviewError, PreviewNotPossible, route_preview
 from recipes.selectors import recipe_list, run_recipe_availability
 from recipes.serializers import (
     RecipeDetailSerializer,
@@ -25,6 +24,7 @@ from recipes.serializers import (
 )
 from recipes.views import recipe_download_response
 from runs.models import Run, Target
+from runs.router_client import PreviewError, PreviewNotPossible, route_preview
 from srbench.api import ApiSchema, KeysetPagePagination, error_response, error_responses
 
 RunRecipeSerializer = inline_serializer(

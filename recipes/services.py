@@ -21,7 +21,12 @@ import httpx
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from recipes.http import (
+from recipes.models import Recipe
+from recipes.redaction import recipe_project
+from recipes.selectors import CAPTURED_EVENT, NOT_CAPTURED_EVENT, target_pinned_hash
+from runs.events import events_append
+from runs.models import Run, Target
+from runs.router_http import (
     BodyTooLarge,
     DeadlinePassed,
     Reply,
@@ -29,11 +34,6 @@ from recipes.http import (
     management_base_url,
     new_client,
 )
-from recipes.models import Recipe
-from recipes.redaction import recipe_project
-from recipes.selectors import CAPTURED_EVENT, NOT_CAPTURED_EVENT, target_pinned_hash
-from runs.events import events_append
-from runs.models import Run, Target
 
 HASH_PATH = "/api/v1/config/hash"
 CONFIG_PATH = "/api/v1/config"

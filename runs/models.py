@@ -15,6 +15,9 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q
 
+# Defined in its own module to keep this one small; imported here so Django registers it with
+# `runs` and callers find it beside `UsageCorrection`.
+from runs.models_regrade import Regrade  # noqa: F401
 from srbench.ledger import HEX64_REGEX, AppendOnlyModel
 
 SLUG_REGEX = r"^[a-z0-9][a-z0-9._-]*$"

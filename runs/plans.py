@@ -242,6 +242,54 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
     if not_in_dataset:
         errors["benchmarks"] = f"not in the dataset: {', '.join(not_in_dataset)}"
     preview = plan["mode"] == "preview"
+    _check_mode(plan, targets, chosen, preview, errors)
+    judges, simulators, judge_targets = _graders_resolve(plan, [] if preview else chosen, errors)
+    _check_options(plan, chosen, preview, errors)
+    if errors:
+        raise PlanError(errors)
+
+    # Questions that cannot run on this server are left out before any model call, each with
+    # its reason (runs.runnable): "not run" is never a wrong answer or a failed cell.
+    excluded = {} if preview else _not_runnable_here(entries, chosen)
+    cases = [[qid, sha, b] for qid, sha, b in entries if b in chosen and qid not in excluded]
+    not_run = _not_run_summary(entries, excluded)
+    if not cases:
+        reasons = "; ".join(f"{e['questions']} × {e['reason']}" for e in not_run)
+        raise PlanError(
+            {
+                "benchmarks": "the selection has no question that can run here"
+                + (f": {reasons}" if reasons else "")
+            }
+        )
+    chosen = [b for b in chosen if any(c[2] == b for c in cases)]
+    ordered_targets = [targets[s] for s in plan["targets"]]
+    manifest = _manifest_build(
+        plan=plan,
+        dataset=dataset,
+        chosen=chosen,
+        cases=cases,
+        ordered_targets=ordered_targets,
+        judges={b: j for b, j in judges.items() if b in chosen},
+        simulators={b: u for b, u in simulators.items() if b in chosen},
+        priced_targets=[*ordered_targets, *judge_targets.values()],
+        not_run=not_run,
+    )
+    return FrozenPlan(
+        manifest=manifest,
+        plan_sha256=sha256_hex(manifest),
+        dataset=dataset,
+        targets=ordered_targets,
+    )
+
+
+def _check_mode(
+    plan: dict[str, Any],
+    targets: dict[str, Target],
+    chosen: list[str],
+    preview: bool,
+    errors: dict[str, Any],
+) -> None:
+    """What a preview run needs, and what only a live run can do."""
     if preview:
         not_previewable = [
             s for s, t in targets.items() if t.kind != Target.Kind.MOM or not t.preview_url
@@ -264,42 +312,54 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
     if unsupported and not preview:
         errors["benchmarks"] = f"not runnable yet (agent tasks): {', '.join(unsupported)}"
 
+
+def _single_model(slug: str, role: str) -> tuple[Target | None, str]:
+    """An active single-model target by slug, or why it cannot serve as `role`."""
+    target = Target.objects.filter(slug=slug, active=True).first()
+    if target is None:
+        return None, f"unknown {role} target {slug}"
+    if target.kind != Target.Kind.SINGLE:
+        return None, f"a {role} must be a single model"
+    return target, ""
+
+
+def _graders_resolve(
+    plan: dict[str, Any], chosen: list[str], errors: dict[str, Any]
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], dict[str, Target]]:
+    """The judge and user-simulator targets of the chosen benchmarks, snapshotted."""
     judges: dict[str, dict[str, Any]] = {}
-    judge_targets: dict[str, Target] = {}
-    for benchmark in [] if preview else chosen:
+    simulators: dict[str, dict[str, Any]] = {}
+    helpers: dict[str, Target] = {}
+    for benchmark in chosen:
         # τ³ takes an optional judge for tasks with natural-language assertions (without one
         # those tasks end unscored, never silently passed).
         optional = benchmark in USER_SIMULATED and benchmark not in plan["judges"]
         needs = ADAPTERS[benchmark].kind == "judge" or benchmark in USER_SIMULATED
         if benchmark in ADAPTERS and needs and not optional:
             slug = plan["judges"].get(benchmark)
-            if not slug:
-                errors.setdefault("judges", {})[benchmark] = "a judge target is required"
-                continue
-            judge = Target.objects.filter(slug=slug, active=True).first()
-            if judge is None:
-                errors.setdefault("judges", {})[benchmark] = f"unknown judge target {slug}"
-            elif judge.kind != Target.Kind.SINGLE:
-                errors.setdefault("judges", {})[benchmark] = "a judge must be a single model"
-            else:
+            judge, why = _single_model(slug, "judge") if slug else (None, "")
+            if judge is not None:
                 judges[benchmark] = _target_snapshot(judge)
-                judge_targets[slug] = judge
-    simulators: dict[str, dict[str, Any]] = {}
-    for benchmark in [] if preview else chosen:
-        if benchmark not in USER_SIMULATED:
-            continue
-        slug = plan["simulators"].get(benchmark)
-        if not slug:
-            errors.setdefault("simulators", {})[benchmark] = "a user-simulator target is required"
-            continue
-        user = Target.objects.filter(slug=slug, active=True).first()
-        if user is None:
-            errors.setdefault("simulators", {})[benchmark] = f"unknown simulator target {slug}"
-        elif user.kind != Target.Kind.SINGLE:
-            errors.setdefault("simulators", {})[benchmark] = "a simulator must be a single model"
-        else:
-            simulators[benchmark] = _target_snapshot(user)
-            judge_targets[slug] = user
+                helpers[slug] = judge
+            else:
+                errors.setdefault("judges", {})[benchmark] = why or "a judge target is required"
+        if benchmark in USER_SIMULATED:
+            slug = plan["simulators"].get(benchmark)
+            user, why = _single_model(slug, "simulator") if slug else (None, "")
+            if user is not None:
+                simulators[benchmark] = _target_snapshot(user)
+                helpers[slug] = user
+            else:
+                errors.setdefault("simulators", {})[benchmark] = (
+                    why or "a user-simulator target is required"
+                )
+    return judges, simulators, helpers
+
+
+def _check_options(
+    plan: dict[str, Any], chosen: list[str], preview: bool, errors: dict[str, Any]
+) -> None:
+    """Judges, simulators and official scoring named for benchmarks that do not take them."""
     extra_simulators = sorted(set(plan["simulators"]) - set(chosen))
     if extra_simulators:
         errors.setdefault("simulators", {})["_"] = (
@@ -322,27 +382,22 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
     extra_judges = sorted(set(plan["judges"]) - set(chosen))
     if extra_judges:
         errors.setdefault("judges", {})["_"] = f"judge for unselected: {', '.join(extra_judges)}"
-    if errors:
-        raise PlanError(errors)
 
-    # Questions that cannot run on this server are left out before any model call, each with
-    # its reason (runs.runnable): "not run" is never a wrong answer or a failed cell.
-    excluded = {} if preview else _not_runnable_here(entries, chosen)
-    cases = [[qid, sha, b] for qid, sha, b in entries if b in chosen and qid not in excluded]
-    not_run = _not_run_summary(entries, excluded)
-    if not cases:
-        reasons = "; ".join(f"{e['questions']} × {e['reason']}" for e in not_run)
-        raise PlanError(
-            {
-                "benchmarks": "the selection has no question that can run here"
-                + (f": {reasons}" if reasons else "")
-            }
-        )
-    chosen = [b for b in chosen if any(c[2] == b for c in cases)]
-    judges = {b: j for b, j in judges.items() if b in chosen}
-    simulators = {b: u for b, u in simulators.items() if b in chosen}
-    ordered_targets = [targets[s] for s in plan["targets"]]
-    priced = {t.slug: t.prices for t in [*ordered_targets, *judge_targets.values()]}
+
+def _manifest_build(
+    *,
+    plan: dict[str, Any],
+    dataset: FrozenDataset,
+    chosen: list[str],
+    cases: list[list[Any]],
+    ordered_targets: list[Target],
+    judges: dict[str, dict[str, Any]],
+    simulators: dict[str, dict[str, Any]],
+    priced_targets: list[Target],
+    not_run: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The canonical manifest. Optional keys appear only when set, so other plans keep their
+    hash."""
     manifest = {
         "version": MANIFEST_VERSION,
         "name": plan["name"],
@@ -367,7 +422,7 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
         "targets": [_target_snapshot(t) for t in ordered_targets],
         "judges": judges,
         "simulators": simulators,
-        "prices": priced,
+        "prices": {t.slug: t.prices for t in priced_targets},
         "sampling": dict(plan["sampling"]),
         "limits": {
             k: (str(v) if k == "max_cost_usd" and v is not None else v)
@@ -379,18 +434,11 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
     }
     for b in plan["official_scoring"]:
         if b in manifest["benchmarks"]:
-            # Only when asked for, so other plans keep their hash. Not installed: frozen as
-            # "not available here" with the reason, and no official judge call is made.
+            # Not installed: frozen as "not available here" with the reason, and no official
+            # judge call is made.
             manifest["benchmarks"][b]["official_scoring"] = official_manifest_entry(b)
     if not_run:
-        # Only when something was left out, so plans without exclusions keep their hash.
         manifest["not_run"] = not_run
     if plan["non_inferiority_margin"] is not None:
-        # Only when set, so plans without a margin keep their hash.
         manifest["non_inferiority_margin"] = margin_text(plan["non_inferiority_margin"])
-    return FrozenPlan(
-        manifest=manifest,
-        plan_sha256=sha256_hex(manifest),
-        dataset=dataset,
-        targets=ordered_targets,
-    )
+    return manifest

@@ -1,7 +1,7 @@
 """`benchmark regrade RUN_ID` (R14.4, issue 22 point 4): today's graders on a run's saved answers.
 
 Makes no model call and changes no cell: the result is a separate, versioned
-:class:`compare.models.Regrade`, keyed by a sha256 over what was graded and the grader versions.
+:class:`runs.models.Regrade`, keyed by a sha256 over what was graded and the grader versions.
 
 - mcq and grid answers are graded in the calling process, as the engine grades them;
 - code answers (LiveCodeBench, every step of SciCode) run their hidden tests again in the
@@ -26,10 +26,9 @@ from urllib.parse import urlencode
 from django.db import transaction
 from django.db.models import Exists, Max, OuterRef
 
-from compare.models import Regrade
 from datasets.benchmarks import get_adapter
 from runs.engine.finish import StoredCall, stored_calls
-from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run
+from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Regrade, Run
 from srbench.canonical import sha256_hex
 
 __all__ = [

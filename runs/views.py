@@ -31,10 +31,9 @@ from datasets.models import FrozenDataset, Source
 from datasets.profiles import DEFAULT_SEED, PROFILE_SPLIT
 from datasets.selectors import dataset_coverage, dataset_sources, source_list
 from datasets.services import CompositionConflict, CompositionInvalid, dataset_compose
-from recipes.preview import PreviewError, route_preview
-from recipes.selectors import run_recipe_availability
 from runs import selectors
 from runs.forms import EvaluationForm, RunFilterForm
+from runs.hooks import run_tab_context
 from runs.models import Call, Cell, Run, Target
 from runs.permissions import may_act_on_run, run_action_require
 from runs.plans import SUPPORTED_KINDS, PlanError, plan_freeze
@@ -42,6 +41,7 @@ from runs.public import public_call_content, public_cell, public_cell_error, pub
 from runs.reconcile import correction_summary, latest_corrections
 from runs.recovery import REASONS, RecoveryError, recovery_plan, recovery_submit, run_lineage
 from runs.report import run_report_settled
+from runs.router_client import PreviewError, route_preview
 from runs.services import IdempotencyConflict, run_cancel, run_create
 from srbench.money import money_text
 from srbench.stats import wilson_interval
@@ -725,7 +725,8 @@ def _evidence_context(request: HttpRequest, run: Run) -> dict[str, Any]:
 
 
 def _recipe_context(request: HttpRequest, run: Run) -> dict[str, Any]:
-    return {"availability": run_recipe_availability(run=run)}
+    # recipes provides this tab (RecipesConfig.ready): runs does not import recipes.
+    return run_tab_context("recipe", request, run)
 
 
 TAB_CONTEXT = {

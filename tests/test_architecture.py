@@ -182,24 +182,11 @@ def test_the_checker_sees_an_upward_import_and_a_circle() -> None:
 # exactly: a new upward import or a new oversized unit fails, and so does a fixed one that is
 # still listed — the list only shrinks. Each entry is open work in issue 24.
 NOT_YET_MOVED = {
-    # the router client and recipe capture still live in recipes (a run-start hook is planned)
-    "runs.engine.driver -> recipes.preview (runs imports compare/recipes)",
-    "runs.engine.driver -> recipes.services (runs imports compare/recipes)",
-    "runs.views -> recipes.preview (runs imports compare/recipes)",
-    "runs.views -> recipes.selectors (runs imports compare/recipes)",
-    # Regrade still lives in compare/models.py
-    "runs.regrade -> compare.models (runs imports compare/recipes)",
     # the simulator's answer key still reads the benchmark files through the adapters
     "srbench.simulator.oracle -> datasets.benchmarks (simulator imports datasets)",
     "srbench.simulator.oracle -> datasets.benchmarks.tau3 (simulator imports datasets)",
 }
 NOT_YET_SPLIT = {
-    "runs.engine.driver",  # the driver split by episode
-    "runs.engine.driver._run_cell",
-    "runs.engine.driver._run_tau",
-    "runs.engine.driver._stream",
-    "runs.engine.driver._close",
-    "runs.plans.plan_freeze",
     "runs.report._target_report",
     "runs.report._run_report",
     "runs.views",

@@ -76,6 +76,8 @@ class BenchmarkAdapter:
     title: ClassVar[str]
     weight: ClassVar[Fraction]
     kind: ClassVar[Kind]
+    # The driver's episode (runs/engine/episodes.py) when the kind alone does not choose it.
+    episode: ClassVar[str] = ""
     grader_version: ClassVar[str]
     loader_version: ClassVar[str]
     licence_note: ClassVar[str]

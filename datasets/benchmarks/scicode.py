@@ -63,6 +63,7 @@ class SciCodeAdapter(BenchmarkAdapter):
     title = "SciCode"
     weight = Fraction(1, 10)
     kind = "code"
+    episode = "scicode"  # one turn per sub-step
     grader_version = "scicode-sandbox/1"
     loader_version = "scicode/1"
     licence_note = (

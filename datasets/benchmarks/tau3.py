@@ -101,6 +101,7 @@ class Tau3Adapter(BenchmarkAdapter):
     title = "τ³-bench"
     weight = Fraction(1, 10)
     kind = "agent"
+    episode = "tau"
     grader_version = "tau-local/1"  # runs/engine/tau.py reads it from here
     loader_version = "tau3/2"
     licence_note = (

@@ -113,6 +113,7 @@ class TerminalBenchAdapter(BenchmarkAdapter):
     title = "Terminal-Bench"
     weight = Fraction(1, 10)
     kind = "agent"
+    episode = "terminal"
     grader_version = "terminal-local/1"  # runs/engine/terminal.py reads it from here
     loader_version = "terminal-bench/1"
     licence_note = (

@@ -226,7 +226,7 @@ def cell_settlement(
     sandbox: bool,
 ) -> Settlement | None:
     """The end of a cell whose worker died after all its calls were settled (none open), from
-    the ledger alone and with the engine's own rules (runs/engine/driver.py `_run_cell`,
+    the ledger alone and with the engine's own rules (runs/engine/episodes.py,
     graders in runs/engine/scoring.py): never a new model call.
 
     - a call that failed or was cancelled fails the cell with the driver's message;
@@ -336,8 +336,8 @@ def terminal_settlement(
 ) -> Settlement:
     """A Terminal-Bench episode graded again from the ledger (regrade, never the recovery
     pass): the commands the subject sent, in the order it sent them, re-run in a fresh
-    sandboxed session of the task, then the task's own tests — `_run_terminal` in
-    runs/engine/driver.py without the model. Command outputs are not compared with the
+    sandboxed session of the task, then the task's own tests — `terminal` in
+    runs/engine/episodes.py without the model. Command outputs are not compared with the
     originals: a command whose result depends on time or chance may end differently.
 
     Only a complete episode is graded: every call completed, and the last reply carried no

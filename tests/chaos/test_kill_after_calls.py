@@ -3,7 +3,7 @@ finishes such a cell from the ledger — graded from the stored answer and the s
 so it is counted, never offered by recovery, and no call is sent again.
 
 The kill is placed deterministically by the driver's fault-injection point
-(`SRBENCH_FAULT_KILL_BEFORE_FINISH`, runs/engine/driver.py): a worker started with it SIGKILLs
+(`SRBENCH_FAULT_KILL_BEFORE_FINISH`, runs/engine/calls.py): a worker started with it SIGKILLs
 itself when it is about to finish a cell of the named benchmark, every call of that cell being
 committed (completed, with evidence) and its grade not. The run has concurrency 1, so the dead
 worker holds exactly that cell and nothing in flight. Workers take turns: one dies at a judged

@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from compare.models import Regrade
 from runs.engine.finish import EPISODE_INTERRUPTED, LEGACY_SETTLED_ERROR
 from runs.engine.reaper import GRADER, ledger_reap
-from runs.models import Call, CallEvidence, Cell, Run, RunEvent
+from runs.models import Call, CallEvidence, Cell, Regrade, Run, RunEvent
 from runs.recovery import REASONS, recovery_plan
 from runs.regrade import run_regrade
 from runs.report import run_report

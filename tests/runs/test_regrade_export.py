@@ -11,10 +11,9 @@ import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
-from compare.models import Regrade
 from datasets.grading import grade_mcq
 from runs.export import ExportRefused, export_csv, export_matrix
-from runs.models import Cell
+from runs.models import Cell, Regrade
 from runs.regrade import run_regrade
 from runs.services import run_create
 from tests import factories as f

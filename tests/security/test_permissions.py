@@ -16,7 +16,6 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from compare.models import Regrade
 from datasets.models import FrozenDataset
 from runs.models import (
     Call,
@@ -24,6 +23,7 @@ from runs.models import (
     Cell,
     RecoveryClaim,
     RecoveryRequest,
+    Regrade,
     Run,
     RunEvent,
     Target,

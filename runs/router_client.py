@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from recipes.http import BodyTooLarge, DeadlinePassed, Reply, bounded_request, new_client
 from runs.models import Target
+from runs.router_http import BodyTooLarge, DeadlinePassed, Reply, bounded_request, new_client
 
 PREVIEW_TIMEOUT_S = 10.0
 MAX_PREVIEW_BYTES = 1024 * 1024

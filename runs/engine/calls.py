@@ -1,0 +1,595 @@
+"""The call machinery of the run driver (DESIGN §4): the database thread, the ledger's group
+commit, and one model call from its committed row through the stream to its closed record,
+with the stop rules every episode shares.
+
+The event loop only does network work; every database write goes to one dedicated thread
+(Django connections are per thread), in the order the ledger needs: the Call row commits
+before the request leaves, evidence and outcome commit together afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any, TypeVar
+
+import httpx
+from django.db import connection
+from django.utils import timezone
+
+from runs.accounting import call_accounting, worst_case_call_cost
+from runs.engine import store
+from runs.engine.sse import (
+    ChatStreamAccumulator,
+    SSEDecoder,
+    SSEError,
+    output_cap_violation,
+    repeated_tail_block,
+    stream_byte_cap,
+)
+from srbench.money import money_stored
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+EXPECTED_HASH_HEADER = "x-sr-bench-expected-config-hash"
+MAX_CALLS_HEADER = "x-sr-bench-max-inference-calls"
+CALL_ID_HEADER = "x-srbench-call-id"
+# Fields of a response worth keeping: routing decisions, receipts, rate limits, request ids.
+KEPT_HEADER_PREFIXES = ("x-vsr-", "x-request-id", "x-ratelimit-", "retry-after", "openai-")
+REPETITION_MIN_BLOCK = 64
+REPETITION_REPEATS = 8
+REPETITION_CHECK_BYTES = 8192
+# An HTTP error body is read to its end up to this size; a call whose bytes_received exceeds it
+# was cut short (recovery then treats its outcome as not fully known).
+HTTP_ERROR_BODY_CAP = 65536
+# Fault injection for the kill trials (tests/chaos/test_kill_after_calls.py), never set in
+# production: a comma-separated list of benchmarks. The worker SIGKILLs itself when it is about
+# to finish a cell of one of them — every call of the cell is committed, its grade is not.
+FAULT_KILL_BEFORE_FINISH = os.environ.get("SRBENCH_FAULT_KILL_BEFORE_FINISH", "")
+BUDGET_STOP = "budget: the next call could exceed max_cost_usd"
+
+
+def http_error_text(status: int, phrase: str, body: bytes) -> str:
+    """A readable error for a non-200 answer: status, phrase and the provider's message."""
+    detail = body[:500].decode("utf-8", "replace")
+    try:
+        parsed = json.loads(body)
+        message = parsed.get("error", {}).get("message") if isinstance(parsed, dict) else None
+        if isinstance(message, str):
+            detail = message
+    except ValueError:
+        pass
+    return f"HTTP {status} {phrase}: {detail}".strip()
+
+
+class DbThread:
+    """All ORM work of one driver on one thread, so it keeps one connection and never blocks
+    the event loop."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="srbench-db")
+
+    async def __call__(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, lambda: fn(**kwargs))
+
+    def close(self) -> None:
+        # `connection` is looked up in the pool's thread: `connection.close` written here would
+        # bind the caller's connection and fail Django's thread check, leaving this one open.
+        self.pool.submit(lambda: connection.close()).result()
+        self.pool.shutdown(wait=True)
+
+
+class LedgerBatcher:
+    """Group commit: ledger writes submitted while a transaction is in flight are applied
+    together in the next one. Nobody is told "your call is open" before its row committed."""
+
+    def __init__(self, db: DbThread, run_id: int, max_cost: Decimal | None) -> None:
+        self.db = db
+        self.run_id = run_id
+        self.max_cost = max_cost
+        self.pending: list[tuple[store.LedgerOp, asyncio.Future[Any]]] = []
+        self.wakeup = asyncio.Event()
+        self.busy = False
+        self.task = asyncio.create_task(self._loop())
+
+    async def submit(self, op: store.LedgerOp) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.pending.append((op, future))
+        self.wakeup.set()
+        # Shielded: a cancelled caller (case timeout) must not lose a write already queued.
+        return await asyncio.shield(future)
+
+    async def _apply(self, ops: list[store.LedgerOp]) -> list[Any]:
+        return await self.db(
+            store.ledger_apply, run_id=self.run_id, max_cost=self.max_cost, ops=ops
+        )
+
+    async def _loop(self) -> None:
+        while True:
+            await self.wakeup.wait()
+            self.wakeup.clear()
+            batch, self.pending = self.pending, []
+            if not batch:
+                continue
+            self.busy = True
+            try:
+                results = await self._apply([op for op, _ in batch])
+            except Exception:
+                # One bad write must not fail its neighbours: apply them one by one.
+                log.exception("ledger batch failed; retrying its writes one by one")
+                for op, future in batch:
+                    try:
+                        future.set_result((await self._apply([op]))[0])
+                    except Exception as exc:
+                        future.set_exception(exc)
+                self.busy = False
+                continue
+            for (_, future), result in zip(batch, results, strict=True):
+                future.set_result(result)
+            self.busy = False
+
+    async def close(self) -> None:
+        while self.pending or self.wakeup.is_set() or self.busy:
+            await asyncio.sleep(0.01)
+        self.task.cancel()
+
+
+@dataclass
+class Activity:
+    stage: str
+    last: float  # time.time() of the last activity: cheap on the per-chunk path
+    bytes: int = 0
+    dirty: bool = True
+
+
+@dataclass
+class CallOutcome:
+    call_id: int | None  # None: refused by the budget, nothing sent
+    ok: bool = False
+    content: str = ""
+    truncated: bool = False
+    error_code: str = ""
+    error: str = ""
+    transport_failure: bool = False
+    tool_calls: tuple[Any, ...] = ()
+
+
+@dataclass
+class Stream:
+    """What one call's stream has produced so far: the evidence `_close` records."""
+
+    started: float  # time.monotonic() when the request left
+    sent_wall: datetime
+    acc: ChatStreamAccumulator
+    raw: bytearray = field(default_factory=bytearray)
+    decoder: SSEDecoder = field(default_factory=SSEDecoder)
+    http_status: int | None = None
+    kept: dict[str, str] = field(default_factory=dict)
+    error_code: str = ""
+    error: str = ""
+
+
+def request_headers(call_id: int, target: store.TargetInfo) -> dict[str, str]:
+    headers = {CALL_ID_HEADER: str(call_id)}
+    if target.api_key:
+        headers["authorization"] = f"Bearer {target.api_key}"
+    if target.kind == "mom" and target.config_hash:
+        headers[EXPECTED_HASH_HEADER] = target.config_hash
+        if target.max_inference_calls:
+            headers[MAX_CALLS_HEADER] = str(target.max_inference_calls)
+    return headers
+
+
+def transport_error(exc: BaseException, limits: dict[str, Any]) -> tuple[str, str]:
+    """The error code and text of a call that ended in an exception (the first match wins)."""
+    if isinstance(exc, TimeoutError):
+        return "total_timeout", f"no complete answer within {limits['total_timeout_s']}s"
+    if isinstance(exc, httpx.ReadTimeout):
+        return "idle_timeout", f"no bytes for {limits['idle_timeout_s']}s"
+    if isinstance(exc, httpx.ConnectError):
+        return "connect_error", str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
+        return "stream_disconnected", str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.HTTPError):
+        return "transport_error", f"{type(exc).__name__}: {exc}"
+    return "sse_error", str(exc)  # SSEError
+
+
+def router_fields(
+    target: store.TargetInfo, lower: dict[str, str], fields: dict[str, Any], stream: Stream
+) -> None:
+    """A router's routing headers into the call's fields; a config it acknowledges other
+    than the pinned one fails an otherwise good call."""
+    fields["selected_model"] = lower.get("x-vsr-selected-model", "")
+    fields["selected_decision"] = lower.get("x-vsr-selected-decision", "")
+    fields["config_hash_ack"] = lower.get("x-vsr-config-hash", "")[:64]
+    count = lower.get("x-vsr-inference-call-count", "")
+    fields["inference_call_count"] = int(count) if count.isdigit() else None
+    if (
+        stream.http_status == 200
+        and not stream.error_code
+        and fields["config_hash_ack"] != target.config_hash
+    ):
+        stream.error_code = "config_hash_mismatch"
+        stream.error = (
+            f"router acknowledged config {fields['config_hash_ack'] or 'nothing'}, "
+            f"expected {target.config_hash}"
+        )
+
+
+def evidence_fields(stream: Stream, result: Any) -> dict[str, Any]:
+    """The call's record of what came back, before accounting and outcome."""
+    return {
+        "http_status": stream.http_status,
+        "response_headers": stream.kept,
+        "served_model": result.served_model or "",
+        "finish_reason": result.finish_reason or "",
+        "content": result.content,
+        "reasoning": result.reasoning,
+        "tool_calls": [dataclasses.asdict(t) for t in result.tool_calls] or None,
+        "usage_raw": result.usage,
+        "stage": "done",
+        "bytes_received": len(stream.raw),
+        "finished_at": timezone.now(),
+        "duration_ms": (time.monotonic() - stream.started) * 1000,
+        "ttft_ms": None if result.ttft_s is None else result.ttft_s * 1000,
+        "first_token_at": None
+        if result.ttft_s is None
+        else stream.sent_wall + timedelta(seconds=result.ttft_s),
+        "last_activity_at": timezone.now(),
+    }
+
+
+def accounting_fields(
+    target: store.TargetInfo, lower: dict[str, str], stream: Stream, result: Any
+) -> dict[str, Any]:
+    """Token buckets and cost, from a finished stream's usage only."""
+    if result.complete and (not stream.error_code or stream.error_code == "config_hash_mismatch"):
+        buckets, cost, cache_neutral, note = call_accounting(
+            kind=target.kind,
+            usage=result.usage,
+            served_model=result.served_model or "",
+            headers=lower,
+            price_table=target.prices,
+        )
+    else:
+        # Usage is trusted only from a finished stream (one [DONE], a finish_reason): a
+        # usage chunk in a broken stream stays in the evidence but is not a receipt.
+        buckets, cost, cache_neutral = None, None, None
+        note = "stream incomplete: usage unverified"
+    fields: dict[str, Any] = {}
+    if buckets is not None:
+        fields.update(
+            input_tokens=buckets.input,
+            cached_input_tokens=buckets.cached_input,
+            cache_write_tokens=buckets.cache_write,
+            output_tokens=buckets.output,
+            cached_reported=buckets.cached_reported,
+            cache_write_reported=buckets.cache_write_reported,
+        )
+    # Rounded here as the column rounds, by the rule reconcile-usage uses (srbench.money).
+    fields.update(
+        cost_usd=money_stored(cost),
+        cache_neutral_cost_usd=money_stored(cache_neutral),
+        cost_note=note[:200],
+    )
+    return fields
+
+
+@dataclass
+class Caller:
+    """One run's calls on this worker: open, stream, close, and the stop rules of a case."""
+
+    ctx: store.RunContext
+    worker: str
+    db: DbThread
+    client: httpx.AsyncClient
+    limits: dict[str, Any]
+    max_cost: Decimal | None
+    ledger: LedgerBatcher
+    activity: dict[int, Activity] = field(default_factory=dict)
+    reserved: dict[int, Decimal | None] = field(default_factory=dict)
+    sandbox_slots: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(max(1, os.cpu_count() or 1))
+    )
+    stopping: str = ""
+
+    # --- how a cell ends --------------------------------------------------------------------
+
+    async def finish(
+        self,
+        cell: store.ClaimedCell,
+        status: str,
+        correct: bool | None,
+        grade: dict[str, Any] | None,
+        answer: str,
+        error: str,
+    ) -> None:
+        if FAULT_KILL_BEFORE_FINISH and cell.benchmark in FAULT_KILL_BEFORE_FINISH.split(","):
+            os.kill(os.getpid(), signal.SIGKILL)
+        await self.ledger.submit(
+            store.FinishCell(cell.cell_id, cell.token, status, correct, grade, answer, error)
+        )
+
+    async def complete(
+        self,
+        cell: store.ClaimedCell,
+        correct: bool | None,
+        grade: dict[str, Any] | None,
+        answer: str = "",
+    ) -> None:
+        """The cell was graded (`correct` None: an outcome recorded without a verdict)."""
+        await self.finish(cell, "completed", correct, grade, answer, "")
+
+    async def fail(
+        self,
+        cell: store.ClaimedCell,
+        error: str,
+        answer: str = "",
+        grade: dict[str, Any] | None = None,
+    ) -> None:
+        """The cell could not be graded: unknown, never wrong."""
+        await self.finish(cell, "failed", None, grade, answer, error)
+
+    async def stop(self, reason: str) -> None:
+        if not self.stopping:
+            self.stopping = reason
+            await self.db(store.run_stop, run_id=self.ctx.run_id, reason=reason)
+
+    async def sandboxed(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        """Run a grader that executes code in the sandbox on a thread, a few at a time: it is
+        CPU work and subprocesses, which must not stall the streams on the event loop."""
+        async with self.sandbox_slots:
+            return await asyncio.to_thread(lambda: fn(**kwargs))
+
+    # --- one call of a case -----------------------------------------------------------------
+
+    async def turn(
+        self,
+        cell: store.ClaimedCell,
+        *,
+        role: str,
+        sequence: int,
+        target: store.TargetInfo,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        calls_made: int,
+        answer: str = "",
+    ) -> CallOutcome | None:
+        """One call of a case, with the one set of stop rules: the per-case call cap, the
+        budget (a refused first call gives the cell back unsent), a failed call (fail closed
+        by default). On a stop it finishes the cell itself (keeping `answer`) and returns
+        None."""
+        if calls_made >= self.limits["max_calls_per_case"]:
+            cap = self.limits["max_calls_per_case"]
+            await self.fail(cell, f"max_calls_per_case ({cap}) reached", answer)
+            return None
+        outcome = await self.call(
+            cell, role=role, sequence=sequence, target=target, messages=messages, tools=tools
+        )
+        if outcome.call_id is None:
+            if calls_made == 0:
+                await self.db(store.cell_release, cell_id=cell.cell_id, token=cell.token)
+            else:
+                await self.fail(cell, BUDGET_STOP, answer)
+            await self.stop(BUDGET_STOP)
+            return None
+        if not outcome.ok:
+            await self.fail(
+                cell, f"{role} call {sequence + 1}: {outcome.error_code}: {outcome.error}", answer
+            )
+            await self.stop_if_fail_closed(outcome)
+            return None
+        return outcome
+
+    async def stop_if_fail_closed(self, outcome: CallOutcome) -> None:
+        if outcome.transport_failure and self.ctx.manifest["failure_policy"] == "stop":
+            await self.stop(f"first transport failure (fail closed): {outcome.error_code}")
+
+    def request_body(
+        self,
+        target: store.TargetInfo,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+    ) -> dict:
+        body: dict[str, Any] = {"model": target.model, "messages": messages}
+        if tools:
+            body["tools"] = tools
+        body.update(self.ctx.manifest["sampling"])
+        body["max_tokens"] = self.limits["max_output_tokens"]
+        # A registered target's fixed parameters override the run's defaults (R8.6) ...
+        body.update(target.fixed_params)
+        # ... but the transport contract is ours: always streamed, always with usage.
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        return body
+
+    def reservation(self, target: store.TargetInfo, body: dict[str, Any]) -> Decimal | None:
+        """Worst-case cost of a call: every request byte as an input token (tokens never
+        outnumber bytes for byte-level BPE), max_tokens of output, at the dearest priced model
+        the target could serve, times the router's internal call cap."""
+        if self.max_cost is None:
+            return None
+        return worst_case_call_cost(
+            target.prices,
+            kind=target.kind,
+            model=target.model,
+            messages=body["messages"],
+            max_tokens=int(body.get("max_tokens") or self.limits["max_output_tokens"]),
+            max_inference_calls=target.max_inference_calls,
+        )
+
+    async def call(
+        self,
+        cell: store.ClaimedCell,
+        *,
+        role: str,
+        sequence: int,
+        target: store.TargetInfo,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+    ) -> CallOutcome:
+        body = self.request_body(target, messages, tools)
+        reservation = self.reservation(target, body)
+        call_id = await self.ledger.submit(
+            store.OpenCall(
+                cell.cell_id, role, sequence, target.target_id, body, reservation, self.worker
+            )
+        )
+        if call_id is None:
+            return CallOutcome(call_id=None)
+        self.reserved[call_id] = reservation
+        # The row is committed: from here on the request may leave, and never a second time.
+        self.activity[call_id] = Activity(stage="waiting", last=time.time())
+        try:
+            return await self._stream(call_id, target, body)
+        finally:
+            self.activity.pop(call_id, None)
+
+    async def _stream(self, call_id: int, target: store.TargetInfo, body: dict) -> CallOutcome:
+        headers = request_headers(call_id, target)
+        url = target.base_url.rstrip("/") + "/chat/completions"
+        started = time.monotonic()
+        stream = Stream(started, timezone.now(), ChatStreamAccumulator(started_at=started))
+        activity = self.activity[call_id]
+        try:
+            async with asyncio.timeout(self.limits["total_timeout_s"]):
+                async with self.client.stream("POST", url, json=body, headers=headers) as resp:
+                    stream.http_status = resp.status_code
+                    stream.kept = {
+                        k: v
+                        for k, v in resp.headers.items()
+                        if k.lower().startswith(KEPT_HEADER_PREFIXES)
+                    }
+                    activity.stage, activity.last, activity.dirty = "streaming", time.time(), True
+                    if resp.status_code != 200:
+                        await self._read_error(resp, stream)
+                    else:
+                        await self._read_sse(resp, stream, activity)
+        except (TimeoutError, httpx.HTTPError, SSEError) as exc:
+            stream.error_code, stream.error = transport_error(exc, self.limits)
+        except asyncio.CancelledError:
+            # A case timeout or shutdown cancelled us mid-stream: record what we have, then
+            # let the cancellation go on. Shielded so the record is written.
+            stream.error_code = "cancelled"
+            stream.error = "the case timed out or the worker stopped"
+            await asyncio.shield(self._close(call_id, target, stream))
+            raise
+        return await self._close(call_id, target, stream)
+
+    @staticmethod
+    async def _read_error(resp: httpx.Response, stream: Stream) -> None:
+        raw = stream.raw
+        async for chunk in resp.aiter_bytes():
+            raw += chunk
+            if len(raw) > HTTP_ERROR_BODY_CAP:
+                break
+        stream.error_code = f"http_{resp.status_code}"
+        stream.error = http_error_text(resp.status_code, resp.reason_phrase, bytes(raw))
+
+    async def _read_sse(self, resp: httpx.Response, stream: Stream, activity: Activity) -> None:
+        """The per-chunk path: evidence, live activity, and the output caps checked as the
+        bytes arrive (a breach ends the read with its error set on `stream`)."""
+        raw, acc, decoder = stream.raw, stream.acc, stream.decoder
+        max_chars = self.limits["max_output_chars"]
+        byte_cap = stream_byte_cap(max_chars)  # checked per chunk; the message only on a breach
+        next_repetition_check = REPETITION_CHECK_BYTES
+        # Without a content encoding the raw body is the SSE itself: skip httpx's decoder
+        # layers on the per-chunk path.
+        encoded = resp.headers.get("content-encoding", "identity") != "identity"
+        chunks = resp.aiter_bytes() if encoded else resp.aiter_raw()
+        async for chunk in chunks:
+            raw += chunk
+            activity.bytes, activity.last, activity.dirty = len(raw), time.time(), True
+            acc.feed_events(decoder.feed(chunk))
+            if acc.content_chars + acc.reasoning_chars > max_chars or len(raw) > byte_cap:
+                violation = output_cap_violation(
+                    content_chars=acc.content_chars,
+                    reasoning_chars=acc.reasoning_chars,
+                    received_bytes=len(raw),
+                    max_output_chars=max_chars,
+                )
+                if violation:
+                    stream.error_code, stream.error = "output_cap", violation
+                    return
+            if len(raw) >= next_repetition_check:
+                next_repetition_check = len(raw) + REPETITION_CHECK_BYTES
+                if repeated_tail_block(
+                    acc.content, min_block=REPETITION_MIN_BLOCK, repeats=REPETITION_REPEATS
+                ):
+                    stream.error_code, stream.error = "repetition", "the output repeats itself"
+                    return
+        acc.feed_events(decoder.close())
+
+    async def _close(self, call_id: int, target: store.TargetInfo, stream: Stream) -> CallOutcome:
+        result = stream.acc.result()
+        if not stream.error_code and not result.complete:
+            stream.error_code = "incomplete_stream"
+            stream.error = result.incomplete_reason or result.error or "the stream did not finish"
+        fields = evidence_fields(stream, result)
+        lower = {k.lower(): v for k, v in stream.kept.items()}
+        if target.kind == "mom":
+            router_fields(target, lower, fields, stream)
+        fields.update(accounting_fields(target, lower, stream, result))
+        error_code, error = stream.error_code, stream.error
+        ok = not error_code
+        fields["status"] = (
+            "completed" if ok else ("cancelled" if error_code == "cancelled" else "failed")
+        )
+        fields["error_code"], fields["error"] = error_code, error
+        failure = None if ok else {"error_code": error_code, "error": error[:500]}
+        await self.ledger.submit(
+            store.CloseCall(
+                call_id, fields, bytes(stream.raw), self.reserved.pop(call_id, None), failure
+            )
+        )
+        return CallOutcome(
+            call_id=call_id,
+            ok=ok,
+            content=result.content,
+            truncated=result.truncated,
+            error_code=error_code,
+            error=error,
+            transport_failure=not ok and error_code not in ("cancelled",),
+            tool_calls=result.tool_calls,
+        )
+
+    # --- the loop's heartbeat ---------------------------------------------------------------
+
+    async def checkpoints(self, lease_seconds: float) -> None:
+        """At most once a second: live activity of in-flight calls; every third of a lease:
+        renew this worker's cell leases (a worker that stops renewing is presumed dead)."""
+        renew_every = max(lease_seconds / 3, 0.5)
+        next_renew = time.monotonic() + renew_every
+        while True:
+            await asyncio.sleep(1.0)
+            dirty = [
+                (pk, a.stage, datetime.fromtimestamp(a.last, tz=UTC), a.bytes)
+                for pk, a in list(self.activity.items())
+                if a.dirty
+            ]
+            for pk, *_ in dirty:
+                if pk in self.activity:
+                    self.activity[pk].dirty = False
+            if dirty:
+                await self.db(store.calls_checkpoint, activity=dirty)
+            if time.monotonic() >= next_renew:
+                next_renew = time.monotonic() + renew_every
+                await self.db(
+                    store.leases_renew,
+                    run_id=self.ctx.run_id,
+                    worker=self.worker,
+                    lease_seconds=lease_seconds,
+                )

@@ -1,0 +1,381 @@
+"""One episode per kind of benchmark: how a case is asked, answered and graded (benchmarks.md).
+
+Every episode makes its calls through `Caller.turn` (one set of stop rules) and ends the cell
+with `complete` or `fail`; a turn that stopped has already ended it. The episode is chosen from
+the benchmark's adapter (`episode_for`), never from its name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from datasets.benchmarks import get_adapter
+from datasets.benchmarks.base import BenchmarkAdapter
+from datasets.grading import MalformedVerdict
+from runs.engine import scoring, store
+from runs.engine.calls import BUDGET_STOP, Caller
+
+# Agent episodes (benchmarks.md §8–9): step cap per case and per terminal command time.
+AGENT_MAX_STEPS = 30
+TERMINAL_COMMAND_S = 30
+
+Episode = Callable[[Caller, store.ClaimedCell, store.TargetInfo], Awaitable[None]]
+
+
+async def subject_answer(
+    d: Caller, cell: store.ClaimedCell, target: store.TargetInfo
+) -> str | None:
+    """The one subject call of a single-answer case; None when the cell has already ended
+    (a stop, or a truncated answer — cut off by finish_reason "length": wrong, not failed)."""
+    subject = await d.turn(
+        cell,
+        role="subject",
+        sequence=0,
+        target=target,
+        messages=get_adapter(cell.benchmark).messages(cell.payload),
+        calls_made=0,
+    )
+    if subject is None:
+        return None
+    if subject.truncated:
+        await d.complete(
+            cell, False, {"grader": "truncated", "finish_reason": "length"}, subject.content
+        )
+        return None
+    return subject.content
+
+
+async def direct(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
+    """One answer graded by rule (multiple choice, exact grids)."""
+    if (answer := await subject_answer(d, cell, target)) is None:
+        return
+    try:
+        # The version frozen in the manifest, not today's: a run resumed after an upgrade
+        # keeps one grader for all its cells.
+        grade = scoring.grade_direct(
+            benchmark=cell.benchmark,
+            payload=cell.payload,
+            secret=cell.secret,
+            answer=answer,
+            grader_version=d.ctx.manifest["benchmarks"][cell.benchmark].get("grader_version"),
+        )
+    except scoring.GradingUnavailable as exc:
+        await d.fail(cell, str(exc), answer)
+        return
+    await d.complete(cell, grade.correct, grade.detail, answer)
+
+
+async def code(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
+    """One program graded by its tests in the sandbox."""
+    if (answer := await subject_answer(d, cell, target)) is None:
+        return
+    grade = await d.sandboxed(
+        scoring.grade_code,
+        benchmark=cell.benchmark,
+        payload=cell.payload,
+        secret=cell.secret,
+        answers=[answer],
+    )
+    await d.complete(cell, grade.correct, grade.detail, answer)
+
+
+async def judged(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
+    """One answer graded by the plan's judge, with the official scorer's call beside it."""
+    if (answer := await subject_answer(d, cell, target)) is None:
+        return
+    judge_target = d.ctx.judges[cell.benchmark]
+    judge = await d.turn(
+        cell,
+        role="judge",
+        sequence=0,
+        target=judge_target,
+        messages=scoring.judge_request_messages(
+            payload=cell.payload, secret=cell.secret, answer=answer
+        ),
+        calls_made=1,
+        answer=answer,
+    )
+    if judge is None:
+        return
+    if judge.truncated:
+        await d.fail(cell, "judge reply truncated", answer)
+        return
+    try:
+        grade = scoring.grade_from_verdict(judge.content)
+    except MalformedVerdict as exc:
+        await d.fail(cell, f"malformed judge verdict: {exc}", answer)
+        return
+    # The official scorer beside the sr-bench grade (issue 22 point 5), when the plan asked
+    # for it: its outcome is recorded under grade["official"], never changing `correct`.
+    if (official := await official_judge(d, cell, judge_target, answer)) is not None:
+        grade = dataclasses.replace(grade, detail={**grade.detail, "official": official})
+    await d.complete(cell, grade.correct, grade.detail, answer)
+
+
+async def official_judge(
+    d: Caller, cell: store.ClaimedCell, judge_target: store.TargetInfo, answer: str
+) -> dict[str, Any] | None:
+    """The official template's judge call (sequence 1, after the sr-bench judge), or None
+    when the plan did not ask for it. A failure here is recorded as the official outcome;
+    the sr-bench grade stands."""
+    from datasets import official
+
+    frozen = d.ctx.manifest["benchmarks"][cell.benchmark].get("official_scoring")
+    template, not_run = scoring.official_judge(cell.benchmark, frozen)
+    if template is None:
+        return not_run
+    if d.limits["max_calls_per_case"] <= 2:
+        return official.not_graded("max_calls_per_case leaves no room for the official judge")
+    outcome = await d.call(
+        cell,
+        role="judge",
+        sequence=1,
+        target=judge_target,
+        messages=official.official_messages(
+            template,
+            question=cell.payload["question"],
+            reference=str(cell.secret["answer"]),
+            response=answer,
+        ),
+    )
+    if outcome.call_id is None:
+        await d.stop(BUDGET_STOP)
+        return official.not_graded("budget: the official judge call could exceed max_cost_usd")
+    if not outcome.ok:
+        await d.stop_if_fail_closed(outcome)
+        reason = f"official judge call: {outcome.error_code}: {outcome.error}"
+        return official.not_graded(reason, "failed")
+    if outcome.truncated:
+        return official.not_graded("official judge reply truncated", "failed")
+    return official.official_detail(template, outcome.content)
+
+
+async def scicode(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
+    """One user turn per sub-step, each reply kept in the conversation; graded once every
+    step has an answer (the main problem is correct only if every step passes)."""
+    from runs.engine.code_grading import scicode_step_prompts
+
+    messages = get_adapter(cell.benchmark).messages(cell.payload)
+    replies: list[str | None] = []
+    for step, prompt in enumerate(scicode_step_prompts(cell.payload)):
+        if step:
+            messages = [*messages, {"role": "user", "content": prompt}]
+        outcome = await d.turn(
+            cell, role="subject", sequence=step, target=target, messages=messages, calls_made=step
+        )
+        if outcome is None:
+            return
+        replies.append(outcome.content)
+        messages = [*messages, {"role": "assistant", "content": outcome.content}]
+    try:
+        grade = await d.sandboxed(
+            scoring.grade_code,
+            benchmark=cell.benchmark,
+            payload=cell.payload,
+            secret=cell.secret,
+            answers=replies,
+        )
+    except scoring.GradingUnavailable as exc:
+        await d.fail(cell, str(exc), replies[-1] if replies else "")
+        return
+    await d.complete(cell, grade.correct, grade.detail, "\n\n".join(r or "" for r in replies))
+
+
+async def terminal(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
+    """Terminal-Bench: the subject drives one `terminal` tool inside the task's sandboxed
+    directory; its first text-only reply ends the episode; the task's own tests decide."""
+    from runs.engine.tau import assistant_message, terminal_tool_content, tool_message
+    from runs.engine.terminal import terminal_session_start, tool_command
+
+    try:
+        session = await asyncio.to_thread(terminal_session_start, cell.payload, cell.secret)
+    except Exception as exc:  # a task that cannot be set up is not a wrong answer
+        await d.fail(cell, f"task set-up failed: {exc}")
+        return
+    try:
+        messages = get_adapter(cell.benchmark).messages(cell.payload)
+        tools = cell.payload["tools"]
+        steps = 0
+        for step in range(AGENT_MAX_STEPS):
+            outcome = await d.turn(
+                cell,
+                role="subject",
+                sequence=step,
+                target=target,
+                messages=messages,
+                tools=tools,
+                calls_made=step,
+            )
+            if outcome is None:
+                return
+            steps = step + 1
+            messages = [*messages, assistant_message(outcome.content, outcome.tool_calls)]
+            if not outcome.tool_calls:
+                break
+            for call in outcome.tool_calls:
+                command = tool_command(call.arguments)
+                if command is None:
+                    content = "Error: arguments must be a JSON object with a `command` string"
+                else:
+                    result = await d.sandboxed(
+                        lambda c=command: session.run_command(c, timeout=TERMINAL_COMMAND_S)
+                    )
+                    content = terminal_tool_content(*result)
+                messages = [*messages, tool_message(call.id, content)]
+        reward, detail = await d.sandboxed(session.verify)
+    finally:
+        await asyncio.to_thread(session.close)
+    grade = {"grader": "terminal-bench", "reward": reward, "steps": steps, "detail": detail}
+    await d.complete(cell, reward == 1, grade, messages[-1].get("content") or "")
+
+
+async def tau_conversation(
+    d: Caller, cell: store.ClaimedCell, target: store.TargetInfo, environment: Any
+) -> tuple[list[dict[str, Any]], str, int] | None:
+    """The subject with the domain's tools and the simulated user, turn by turn, to a stop:
+    (messages, termination, calls made), or None when a turn ended the cell."""
+    from runs.engine import tau
+
+    user_target = d.ctx.simulators[cell.benchmark]
+    messages = tau.first_messages(cell.payload)
+    tools = environment.tool_schemas()
+    subject_calls = user_calls = 0
+    for _ in range(tau.MAX_STEPS):
+        outcome = await d.turn(
+            cell,
+            role="subject",
+            sequence=subject_calls,
+            target=target,
+            messages=messages,
+            tools=tools,
+            calls_made=subject_calls + user_calls,
+        )
+        if outcome is None:
+            return None
+        subject_calls += 1
+        messages = [*messages, tau.assistant_message(outcome.content, outcome.tool_calls)]
+        if outcome.tool_calls:
+            for call in outcome.tool_calls:
+                result = environment.call_tool(call.name, call.arguments)
+                messages = [*messages, tau.tool_message(call.id, result)]
+            continue
+        user = await d.turn(
+            cell,
+            role="simulator",
+            sequence=user_calls,
+            target=user_target,
+            messages=tau.user_simulator_messages(cell.payload, messages),
+            calls_made=subject_calls + user_calls,
+        )
+        if user is None:
+            return None
+        user_calls += 1
+        messages = [*messages, {"role": "user", "content": user.content}]
+        if tau.is_conversation_end(user.content):
+            return messages, "user_stop", subject_calls + user_calls
+    return messages, "max_steps", subject_calls + user_calls
+
+
+async def tau_episode(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
+    """τ³: the subject uses the domain's tools under its policy while the plan's simulator
+    target plays the user; the reward compares the final database and required outputs."""
+    from runs.engine import tau
+
+    try:
+        # Off the event loop: an airline episode loads and copies a 7 MB database (~0.5 s)
+        # while other cells' streams are being read on this loop.
+        environment = await asyncio.to_thread(tau.TauEnvironment.from_payload, cell.payload)
+    except tau.TauError as exc:
+        await d.fail(cell, f"τ³ task not runnable: {exc}")
+        return
+    if (conversation := await tau_conversation(d, cell, target, environment)) is None:
+        return
+    messages, termination, calls_made = conversation
+    reward = await asyncio.to_thread(  # a gold replay on a fresh database: off the loop
+        functools.partial(
+            tau.tau_reward,
+            payload=cell.payload,
+            secret=cell.secret,
+            environment=environment,
+            agent_outputs=tau.agent_texts(messages),
+            termination=termination,
+        )
+    )
+    detail = {"grader": "tau3", "termination": termination, **reward}
+    judge = d.ctx.judges.get(cell.benchmark)
+    pending = reward["detail"].get("not_evaluated", {})
+    if not reward["complete"] and set(pending) == {"NL_ASSERTION"} and judge is not None:
+        verdicts = await judge_assertions(
+            d, cell, judge, pending["NL_ASSERTION"], tau.agent_texts(messages), calls_made
+        )
+        if verdicts is None:
+            return
+        components = dict(reward["detail"]["components"])
+        components["NL_ASSERTION"] = all(verdicts.values())
+        normal = termination in tau.NORMAL_TERMINATIONS
+        passed = normal and all(v is True for v in components.values())
+        detail.update(reward=int(passed), complete=True, nl_verdicts=verdicts)
+        detail["detail"] = {**reward["detail"], "components": components}
+        await d.complete(cell, passed, detail)
+        return
+    if not reward.get("complete", True):
+        # Natural-language assertions need a judge we do not run yet: unknown, not wrong.
+        not_scored = "τ³ task has assertions this grader does not evaluate yet (not scored)"
+        await d.fail(cell, not_scored, grade=detail)
+        return
+    await d.complete(cell, reward["reward"] == 1, detail)
+
+
+async def judge_assertions(
+    d: Caller,
+    cell: store.ClaimedCell,
+    judge: store.TargetInfo,
+    assertions: list[str],
+    agent_texts: list[str],
+    calls_made: int,
+) -> dict[str, bool] | None:
+    """τ³ natural-language assertions graded by the plan's judge, one judge call each, with
+    the judge protocol of the judged benchmarks (a malformed verdict fails the cell)."""
+    transcript = "\n\n".join(agent_texts)
+    verdicts: dict[str, bool] = {}
+    for i, assertion in enumerate(assertions):
+        outcome = await d.turn(
+            cell,
+            role="judge",
+            sequence=i,
+            target=judge,
+            messages=scoring.judge_messages_for(
+                question=f"Does the agent's side of this conversation satisfy: {assertion}",
+                reference=assertion,
+                response=transcript,
+            ),
+            calls_made=calls_made + i,
+        )
+        if outcome is None:
+            return None
+        try:
+            verdicts[assertion] = scoring.grade_from_verdict(outcome.content).correct
+        except MalformedVerdict as exc:
+            await d.fail(cell, f"malformed judge verdict: {exc}")
+            return None
+    return verdicts
+
+
+# By the adapter's `episode` where a kind has more than one way to run, else by its `kind`.
+EPISODES: dict[str, Episode] = {
+    "mcq": direct,
+    "grid": direct,
+    "judge": judged,
+    "code": code,
+    "scicode": scicode,
+    "terminal": terminal,
+    "tau": tau_episode,
+}
+
+
+def episode_for(adapter: BenchmarkAdapter) -> Episode:
+    return EPISODES[adapter.episode or adapter.kind]

@@ -1,0 +1,50 @@
+"""What apps above `runs` plug into a run, so `runs` never imports them (issue 24).
+
+`recipes` registers its hooks in `RecipesConfig.ready()`: the engine calls the run-start hooks
+once, when a run starts (before its first dispatch), and the run page asks the tab providers
+for the context of tabs whose content another app owns (the Recipe tab).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "register_run_start_hook",
+    "register_run_tab",
+    "run_start",
+    "run_start_hooks",
+    "run_tab_context",
+    "run_tab_providers",
+]
+
+# Called as hook(run_id=...) in the engine's database thread; each must be idempotent, since
+# the engine calls them once per start and a start is the one moment a run's router config is
+# the one its calls will meet.
+run_start_hooks: list[Callable[..., Any]] = []
+# tab name -> provider(request, run) -> the template context of that tab of the run page.
+run_tab_providers: dict[str, Callable[[Any, Any], dict[str, Any]]] = {}
+
+
+def register_run_start_hook(hook: Callable[..., Any]) -> None:
+    """Add a hook called once when a run starts; registering the same hook again is a no-op
+    (ready() may run more than once in tests)."""
+    if hook not in run_start_hooks:
+        run_start_hooks.append(hook)
+
+
+def register_run_tab(tab: str, provider: Callable[[Any, Any], dict[str, Any]]) -> None:
+    run_tab_providers[tab] = provider
+
+
+def run_start(*, run_id: int) -> None:
+    """Every registered run-start hook, in registration order."""
+    for hook in list(run_start_hooks):
+        hook(run_id=run_id)
+
+
+def run_tab_context(tab: str, request: Any, run: Any) -> dict[str, Any]:
+    """The context of a tab another app provides; empty when no app provides it."""
+    provider = run_tab_providers.get(tab)
+    return {} if provider is None else provider(request, run)
