@@ -21,6 +21,7 @@ from srbench.api_client import (
     client_from,
     text_file_write,
 )
+from srbench.money import percent_text
 
 
 def register(verbs: Any) -> None:
@@ -90,10 +91,6 @@ def _fmt(value: Any, suffix: str = "") -> str:
     return f"{value}{suffix}"
 
 
-def _pct(value: str | None) -> str:
-    return "unknown" if value is None else f"{float(value):.1f}%"
-
-
 def compare(options: dict[str, Any]) -> int:
     params: dict[str, Any] = {
         "baseline": options["baseline_run"],
@@ -133,8 +130,8 @@ def compare(options: dict[str, Any]) -> int:
         wlt = f"{c['wins']}/{c['losses']}/{c['ties']}"
         print(
             f"{name:<32} {c['delta']:>+8.4f} {interval:>22} {family:>22} {wlt:>12} "
-            f"{_pct(c['savings']['subject_cost_pct']):>9} "
-            f"{_pct(c['savings']['cache_neutral_pct']):>13}  "
+            f"{percent_text(c['savings']['subject_cost_pct']):>9} "
+            f"{percent_text(c['savings']['cache_neutral_pct']):>13}  "
             f"{verdict}; non-inferiority: {ni['verdict']}"
         )
         for why in (c["savings"]["subject_cost_unknown_reason"], c["not_an_improvement"]):

@@ -38,6 +38,7 @@ from compare.services import (
     comparison_build,
 )
 from runs.models import Run
+from srbench.money import percent_text, usd_text
 
 PAGE_SIZE = 25  # baseline and candidate tables
 CARDS_PER_PAGE = 25  # result cards (issue 9); charts and exports keep every comparison
@@ -68,7 +69,7 @@ def fmt_interval(interval: dict[str, Any] | None) -> str | SafeString:
 
 
 def fmt_pct(value: str | None) -> str | SafeString:
-    return UNKNOWN if value is None else f"{float(value):.1f}%"
+    return UNKNOWN if value is None else percent_text(value)
 
 
 def fmt_savings_interval(interval: dict[str, Any] | None) -> str | SafeString:
@@ -79,7 +80,7 @@ def fmt_savings_interval(interval: dict[str, Any] | None) -> str | SafeString:
 
 
 def fmt_usd(value: str | None) -> str | SafeString:
-    return UNKNOWN if value is None else f"${value}"
+    return UNKNOWN if value is None else usd_text(value)
 
 
 def fmt_int(value: int | None) -> str | SafeString:

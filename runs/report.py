@@ -180,21 +180,15 @@ def _routing(runs: list[Run]) -> dict[tuple[int, int], list[dict[str, Any]]]:
     return out
 
 
-def _target_report(
-    run: Run,
-    snapshot: dict[str, Any],
-    target_id: int,
+def _benchmark_rows(
+    manifest: dict[str, Any],
     counts: dict[str, dict[str, int]],
-    sums: dict[str, dict[str, Any]],
-    missing_subject: int,
-    timings: dict[str, Any],
-    routed: list[dict[str, Any]],
-    question_scores: dict[str, tuple[int, Fraction]] | None = None,
-) -> dict[str, Any]:
-    manifest = run.manifest
-    weights = {b: Fraction(v["weight"]) for b, v in manifest["benchmarks"].items()}
+    question_scores: dict[str, tuple[int, Fraction]] | None,
+) -> tuple[dict[str, Any], dict[str, int], dict[str, Fraction]]:
+    """Per benchmark: its counts, accuracy and interval; and the target's totals and the
+    accuracies known (the score's inputs)."""
     benchmarks: dict[str, Any] = {}
-    total = defaultdict(int)
+    total: dict[str, int] = defaultdict(int)
     accs: dict[str, Fraction] = {}
     for b in manifest["benchmarks"]:
         c = counts.get(
@@ -226,7 +220,47 @@ def _target_report(
             "wilson_95": None if interval is None else list(interval),
             "complete": planned > 0 and c["completed"] == planned,
         }
+    return benchmarks, total, accs
 
+
+def _target_score(
+    run: Run, benchmarks: dict[str, Any], accs: dict[str, Fraction]
+) -> dict[str, Any]:
+    """The sr-bench score when the run is complete over all nine benchmarks (and not a
+    re-run), else a labelled subset macro average, else none."""
+    manifest = run.manifest
+    weights = {b: Fraction(v["weight"]) for b, v in manifest["benchmarks"].items()}
+    run_complete = run.status == "completed" and all(v["complete"] for v in benchmarks.values())
+    # Questions left out as not runnable here (runs.runnable) make any score a subset.
+    nine = set(manifest["benchmarks"]) == set(ADAPTERS) and not manifest.get("not_run")
+    if accs and run_complete and nine and run.parent_id is None:
+        return {
+            "kind": "sr-bench",
+            "value": float(weighted_quality(accs, weights)),
+            "exact": str(weighted_quality(accs, weights)),
+        }
+    if accs:
+        q = weighted_quality(accs, weights)
+        return {
+            "kind": "subset",
+            "label": (
+                "selected-benchmark subset macro average (not an sr-bench score)"
+                if not manifest.get("not_run")
+                else "subset macro average over the questions that could run here (not an "
+                "sr-bench score)"
+            ),
+            "benchmarks": sorted(accs),
+            "value": float(q),
+            "exact": str(q),
+        }
+    return {"kind": "none", "value": None}
+
+
+def _target_spend(
+    total: dict[str, int], sums: dict[str, dict[str, Any]], missing_subject: int
+) -> dict[str, Any]:
+    """The target's tokens and costs, in the report's key order: a total only when every
+    planned cell contributes a known value, beside it the known partial sum."""
     subject = sums.get("subject", {})
     cells_all_subject_known = (
         missing_subject == 0 and total["planned"] > 0 and total["completed"] == total["planned"]
@@ -251,48 +285,7 @@ def _target_report(
         if any(p is not None for p in spend_parts)
         else None
     )
-
-    run_complete = run.status == "completed" and all(v["complete"] for v in benchmarks.values())
-    # Questions left out as not runnable here (runs.runnable) make any score a subset.
-    nine = set(manifest["benchmarks"]) == set(ADAPTERS) and not manifest.get("not_run")
-    score: dict[str, Any]
-    if accs and run_complete and nine and run.parent_id is None:
-        score = {
-            "kind": "sr-bench",
-            "value": float(weighted_quality(accs, weights)),
-            "exact": str(weighted_quality(accs, weights)),
-        }
-    elif accs:
-        q = weighted_quality(accs, weights)
-        score = {
-            "kind": "subset",
-            "label": (
-                "selected-benchmark subset macro average (not an sr-bench score)"
-                if not manifest.get("not_run")
-                else "subset macro average over the questions that could run here (not an "
-                "sr-bench score)"
-            ),
-            "benchmarks": sorted(accs),
-            "value": float(q),
-            "exact": str(q),
-        }
-    else:
-        score = {"kind": "none", "value": None}
-
-    report: dict[str, Any] = {
-        "slug": snapshot["slug"],
-        "kind": snapshot["kind"],
-        "model": snapshot["model"],
-        "planned": total["planned"],
-        "completed": total["completed"],
-        "correct": total["correct"],
-        "scored": total["scored"],
-        "failed": total["failed"],
-        "pending": total["pending"] + total["running"],
-        "sent_unknown": total["sent_unknown"],
-        "cancelled": total["cancelled"],
-        "benchmarks": benchmarks,
-        "score": score,
+    return {
         "tokens": {
             b.removesuffix("_tokens"): (subject.get(b) if usage_complete else None) for b in BUCKETS
         },
@@ -307,19 +300,54 @@ def _target_report(
         "cache_neutral_unknown_reason": _cache_neutral_unknown_reason(
             total, missing_subject, subject, cells_all_subject_known, neutral_complete
         ),
+    }
+
+
+def _routed_counts(report: dict[str, Any], routed: list[dict[str, Any]]) -> None:
+    """A MoM target's selected models and decisions, summed over its subject calls."""
+    models: dict[str, int] = defaultdict(int)
+    decisions: dict[str, int] = defaultdict(int)
+    for r in routed:
+        models[r["selected_model"] or "unknown"] += r["n"]
+        decisions[r["selected_decision"] or "unknown"] += r["n"]
+    report["selected_models"] = dict(models)
+    report["selected_decisions"] = dict(decisions)
+
+
+def _target_report(
+    run: Run,
+    snapshot: dict[str, Any],
+    target_id: int,
+    counts: dict[str, dict[str, int]],
+    sums: dict[str, dict[str, Any]],
+    missing_subject: int,
+    timings: dict[str, Any],
+    routed: list[dict[str, Any]],
+    question_scores: dict[str, tuple[int, Fraction]] | None = None,
+) -> dict[str, Any]:
+    benchmarks, total, accs = _benchmark_rows(run.manifest, counts, question_scores)
+    report: dict[str, Any] = {
+        "slug": snapshot["slug"],
+        "kind": snapshot["kind"],
+        "model": snapshot["model"],
+        "planned": total["planned"],
+        "completed": total["completed"],
+        "correct": total["correct"],
+        "scored": total["scored"],
+        "failed": total["failed"],
+        "pending": total["pending"] + total["running"],
+        "sent_unknown": total["sent_unknown"],
+        "cancelled": total["cancelled"],
+        "benchmarks": benchmarks,
+        "score": _target_score(run, benchmarks, accs),
+        **_target_spend(total, sums, missing_subject),
         **{k: timings.get(k) for k in TIMING_FIELDS},
     }
     if run.mode == "preview":
         _preview_only(report, run, target_id)
         return report
     if snapshot["kind"] == "mom":
-        models: dict[str, int] = defaultdict(int)
-        decisions: dict[str, int] = defaultdict(int)
-        for r in routed:
-            models[r["selected_model"] or "unknown"] += r["n"]
-            decisions[r["selected_decision"] or "unknown"] += r["n"]
-        report["selected_models"] = dict(models)
-        report["selected_decisions"] = dict(decisions)
+        _routed_counts(report, routed)
     return report
 
 
@@ -526,7 +554,7 @@ def _run_spend(targets: list[dict[str, Any]], sums: dict[str, Any] | None) -> di
     }
 
 
-def _run_report(
+def _run_targets(
     run: Run,
     counts: dict[tuple[int, int, str], dict[str, int]],
     scores: dict[tuple[int, int, str], tuple[int, Fraction]],
@@ -535,11 +563,10 @@ def _run_report(
     timings: dict[tuple[int, int], dict[str, Any]],
     routing: dict[tuple[int, int], list[dict[str, Any]]],
     target_ids: dict[tuple[int, str], int],
-    corrections: dict[int, Any],
-) -> dict[str, Any]:
-    manifest = run.manifest
+) -> list[dict[str, Any]]:
+    """One target report per target of the run's manifest, in the manifest's order."""
     targets = []
-    for snapshot in manifest["targets"]:
+    for snapshot in run.manifest["targets"]:
         tid = target_ids.get((run.pk, snapshot["slug"]))
         by_benchmark = {b: c for (r, t, b), c in counts.items() if r == run.pk and t == tid}
         question_scores = {b: v for (r, t, b), v in scores.items() if r == run.pk and t == tid}
@@ -557,8 +584,13 @@ def _run_report(
                 question_scores,
             )
         )
-    # A count a target leaves unknown (a preview run grades nothing) keeps the total unknown.
-    totals = {
+    return targets
+
+
+def _run_totals(targets: list[dict[str, Any]]) -> dict[str, int | None]:
+    """The run's counts over its targets. A count a target leaves unknown (a preview run
+    grades nothing) keeps the total unknown."""
+    return {
         k: None if any(t[k] is None for t in targets) else sum(t[k] for t in targets)
         for k in (
             "planned",
@@ -571,10 +603,10 @@ def _run_report(
             "cancelled",
         )
     }
-    now = timezone.now()
-    wall = None
-    if run.started_at:
-        wall = ((run.finished_at or now) - run.started_at).total_seconds()
+
+
+def _incomplete_reasons(run: Run, totals: dict[str, Any]) -> list[str]:
+    """Why the run's report is not complete (empty when it is)."""
     reasons = []
     if run.status != "completed":
         reasons.append(f"run is {run.status}")
@@ -585,22 +617,49 @@ def _run_report(
             f"{totals['planned'] - totals['completed']} of {totals['planned']} "
             "planned cells have no completed result"
         )
+    return reasons
+
+
+def _run_head(run: Run) -> dict[str, Any]:
+    """The run's identity and times; wall seconds run to now while it has not finished."""
+    now = timezone.now()
+    wall = None
+    if run.started_at:
+        wall = ((run.finished_at or now) - run.started_at).total_seconds()
+    return {
+        "id": run.pk,
+        "name": run.name,
+        "status": run.status,
+        "mode": run.mode,
+        "profile": run.profile,
+        "plan_sha256": run.plan_sha256,
+        "parent": run.parent_id,
+        "created_at": run.created_at.isoformat(),
+        "started_at": run.started_at.isoformat() if run.started_at else None,
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "wall_seconds": wall,
+        "stop_reason": run.stop_reason or None,
+    }
+
+
+def _run_report(
+    run: Run,
+    counts: dict[tuple[int, int, str], dict[str, int]],
+    scores: dict[tuple[int, int, str], tuple[int, Fraction]],
+    sums: dict[tuple[int, int, str], dict[str, Any]],
+    missing: dict[tuple[int, int], int],
+    timings: dict[tuple[int, int], dict[str, Any]],
+    routing: dict[tuple[int, int], list[dict[str, Any]]],
+    target_ids: dict[tuple[int, str], int],
+    corrections: dict[int, Any],
+) -> dict[str, Any]:
+    targets = _run_targets(run, counts, scores, sums, missing, timings, routing, target_ids)
+    totals = _run_totals(targets)
+    head = _run_head(run)
+    reasons = _incomplete_reasons(run, totals)
     correction = corrections.get(run.pk)
     return {
-        "run": {
-            "id": run.pk,
-            "name": run.name,
-            "status": run.status,
-            "mode": run.mode,
-            "profile": run.profile,
-            "plan_sha256": run.plan_sha256,
-            "parent": run.parent_id,
-            "created_at": run.created_at.isoformat(),
-            "started_at": run.started_at.isoformat() if run.started_at else None,
-            "finished_at": run.finished_at.isoformat() if run.finished_at else None,
-            "wall_seconds": wall,
-            "stop_reason": run.stop_reason or None,
-        },
+        "run": head,
         "complete": not reasons,
         "incomplete_reasons": reasons,
         # Questions the plan left out because they cannot run on this server (never counted

@@ -1,11 +1,11 @@
 from django.urls import path
 
-from runs import views
+from runs import views, views_evaluation
 
 app_name = "runs"
 urlpatterns = [
     path("", views.run_list, name="list"),
-    path("runs/new/", views.evaluation_new, name="new"),
+    path("runs/new/", views_evaluation.evaluation_new, name="new"),
     path("runs/<int:run_id>/", views.run_detail, name="detail"),
     path("runs/<int:run_id>/recovery/", views.run_recovery, name="recovery"),
     path("runs/<int:run_id>/cancel/", views.run_cancel_view, name="cancel"),

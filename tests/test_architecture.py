@@ -187,12 +187,7 @@ NOT_YET_MOVED = {
     "srbench.simulator.oracle -> datasets.benchmarks.tau3 (simulator imports datasets)",
 }
 NOT_YET_SPLIT = {
-    "runs.report._target_report",
-    "runs.report._run_report",
-    "runs.views",
-    "srbench.cli.local.demo",
     "srbench.simulator.oracle",
-    "srbench.simulator.server.chat_completions",
 }
 
 

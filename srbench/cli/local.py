@@ -68,45 +68,9 @@ def demo_login(var_dir: Path) -> tuple[str, str]:
     return username, password
 
 
-def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool = False) -> int:
-    """Bring up simulator, worker and web on the embedded default, run a smoke evaluation of
-    the nine benchmarks (ARC-AGI-2, SciCode and τ³ airline from their installed packages),
-    print the sr-bench score or the subset and what is missing, and where to look.
-
-    Children are started in their own session and stopped together on Ctrl-C.
-    """
-    from runs.engine.sandbox import sandbox_available
-    from srbench import demo as setup
-
-    def stop_on_term(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop_on_term)
-    var_dir = Path(settings.VAR_DIR)
-    call_command("migrate", verbosity=0)
-    username, password = demo_login(var_dir)
-    print(
-        "preparing the demo datasets (installed packages, synthetic files, bundled fixtures)…",
-        flush=True,
-    )
-    started = time.monotonic()
-    data = setup.demo_data(var_dir)
-    dataset = data.dataset
-    for line in data.lines():
-        print(line, flush=True)
-    simulator_config = setup.simulator_config(dataset, var_dir)
-    h5 = setup.scicode_test_data(var_dir, data)
-    env = dict(os.environ)
-    if h5 is not None:
-        env["SRBENCH_SCICODE_H5"] = str(h5)
-        # This process freezes the demo's plan, and a plan leaves out SciCode problems whose
-        # test targets the server does not hold (runs.runnable): it must see the same file.
-        settings.SRBENCH_SCICODE_H5 = str(h5)
-    logs = var_dir / "logs"
-    logs.mkdir(exist_ok=True)
-    port = free_port(port)
-    simulator_port = free_port(simulator_port)
-    commands = {
+def demo_commands(port: int, simulator_port: int, simulator_config: Path) -> dict[str, list[str]]:
+    """The argv of each demo child: simulator, worker and web."""
+    return {
         "simulator": [
             sys.executable,
             "-m",
@@ -142,18 +106,99 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
             "warning",
         ],
     }
+
+
+def start_children(
+    commands: dict[str, list[str]],
+    env: dict[str, str],
+    logs: Path,
+    children: dict[str, subprocess.Popen[bytes]],
+) -> None:
+    """Start each child in its own session, logging to var/logs; fills children as it goes so
+    the caller can stop those already started when a later one fails."""
+    for name, argv in commands.items():
+        log = open(logs / f"{name}.log", "ab")  # noqa: SIM115 - held by the child
+        children[name] = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop_children(children: dict[str, subprocess.Popen[bytes]]) -> None:
+    for process in children.values():
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    for process in children.values():
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def run_demo_evaluation(setup: Any, data: Any, simulator_url: str, username: str) -> int:
+    """Register the demo targets and run the smoke evaluation of what this machine can run."""
+    from runs.engine.sandbox import sandbox_available
+
+    setup.demo_targets(simulator_url)
+    benchmarks, not_run = setup.demo_benchmarks(data.dataset, sandbox=sandbox_available())
+    no_sandbox = (
+        "no code sandbox on this machine (bubblewrap; run scripts/ensure_sandbox.sh as "
+        "root, then make demo again)"
+    )
+    if not_run:
+        print(f"not run: {', '.join(not_run)} — {no_sandbox}", flush=True)
+    return demo_evaluation(
+        setup.demo_plan(data.dataset, benchmarks),
+        username,
+        not_planned=dict.fromkeys(not_run, no_sandbox),
+        hints=data.hints(),
+    )
+
+
+def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool = False) -> int:
+    """Bring up simulator, worker and web on the embedded default, run a smoke evaluation of
+    the nine benchmarks (ARC-AGI-2, SciCode and τ³ airline from their installed packages),
+    print the sr-bench score or the subset and what is missing, and where to look.
+
+    Children are started in their own session and stopped together on Ctrl-C.
+    """
+    from srbench import demo as setup
+
+    def stop_on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop_on_term)
+    var_dir = Path(settings.VAR_DIR)
+    call_command("migrate", verbosity=0)
+    username, password = demo_login(var_dir)
+    print(
+        "preparing the demo datasets (installed packages, synthetic files, bundled fixtures)…",
+        flush=True,
+    )
+    started = time.monotonic()
+    data = setup.demo_data(var_dir)
+    for line in data.lines():
+        print(line, flush=True)
+    simulator_config = setup.simulator_config(data.dataset, var_dir)
+    h5 = setup.scicode_test_data(var_dir, data)
+    env = dict(os.environ)
+    if h5 is not None:
+        env["SRBENCH_SCICODE_H5"] = str(h5)
+        # This process freezes the demo's plan, and a plan leaves out SciCode problems whose
+        # test targets the server does not hold (runs.runnable): it must see the same file.
+        settings.SRBENCH_SCICODE_H5 = str(h5)
+    logs = var_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    port = free_port(port)
+    simulator_port = free_port(simulator_port)
+    commands = demo_commands(port, simulator_port, simulator_config)
     children: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        for name, argv in commands.items():
-            log = open(logs / f"{name}.log", "ab")  # noqa: SIM115 - held by the child
-            children[name] = subprocess.Popen(
-                argv,
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        start_children(commands, env, logs, children)
         simulator_url = f"http://127.0.0.1:{simulator_port}"
         wait_http(f"{simulator_url}/health", timeout=60, process=children["simulator"])
         url = f"http://127.0.0.1:{port}/"
@@ -163,20 +208,7 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
         print(f"simulator: {simulator_url}/v1   logs: {logs}", flush=True)
         if exit_after_ready:
             return 0
-        setup.demo_targets(simulator_url)
-        benchmarks, not_run = setup.demo_benchmarks(dataset, sandbox=sandbox_available())
-        no_sandbox = (
-            "no code sandbox on this machine (bubblewrap; run scripts/ensure_sandbox.sh as "
-            "root, then make demo again)"
-        )
-        if not_run:
-            print(f"not run: {', '.join(not_run)} — {no_sandbox}", flush=True)
-        code = demo_evaluation(
-            setup.demo_plan(dataset, benchmarks),
-            username,
-            not_planned=dict.fromkeys(not_run, no_sandbox),
-            hints=data.hints(),
-        )
+        code = run_demo_evaluation(setup, data, simulator_url, username)
         print(f"demo wall time {time.monotonic() - started:.0f}s", flush=True)
         if code:
             return code
@@ -189,14 +221,7 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
     except KeyboardInterrupt:
         return 0
     finally:
-        for process in children.values():
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in children.values():
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+        stop_children(children)
 
 
 def demo_evaluation(

@@ -232,6 +232,85 @@ async def counted_stream(state: SimState, body: AsyncIterator[bytes]) -> AsyncIt
         counters.open_streams -= 1
 
 
+def router_headers(
+    request: Request, config: SimConfig, chosen: Route, faults: frozenset[str]
+) -> dict[str, str] | Response:
+    """The x-vsr headers a router answers with, or the 409 it refuses the request with."""
+    active_hash = config.generated_hash
+    ack = wrong_hash(active_hash) if "wrong-config-hash" in faults else active_hash
+    expected = request.headers.get(EXPECTED_HASH_HEADER)
+    # The router checks the expected hash before any generation; the wrong-config-hash
+    # fault models a router that ignores it and serves another generation.
+    if expected and expected != active_hash and "wrong-config-hash" not in faults:
+        return openai_error(
+            409,
+            "expected config hash does not match the active runtime",
+            "config_hash_mismatch",
+            {"x-vsr-config-hash": active_hash},
+        )
+    max_calls = request.headers.get(MAX_CALLS_HEADER)
+    if max_calls and max_calls.isdigit() and len(chosen.models) > int(max_calls):
+        return openai_error(
+            409,
+            "route needs more inference calls than allowed",
+            "max_inference_calls_exceeded",
+            {"x-vsr-config-hash": ack},
+        )
+    return {
+        "x-vsr-selected-model": chosen.served_model,
+        "x-vsr-selected-decision": chosen.decision,
+        "x-vsr-config-hash": ack,
+        "x-vsr-inference-call-count": str(len(chosen.models)),
+        "x-vsr-response-path": "upstream",
+        "x-vsr-schema-version": "2",
+    }
+
+
+def generate(
+    state: SimState, members: list[ModelSpec], body: dict, seed: int, faults: frozenset[str]
+) -> list[Completion]:
+    """One completion per member model, counted."""
+    completions = []
+    for spec in members:
+        state.counters.model_calls += 1
+        state.counters.by_model[spec.name] = state.counters.by_model.get(spec.name, 0) + 1
+        completions.append(
+            build_completion(
+                spec, body, seed=seed, key=state.answer_key, cache=state.cache, faults=faults
+            )
+        )
+    return completions
+
+
+async def respond(
+    state: SimState,
+    final: Completion,
+    ident: ResponseIdentity,
+    body: dict,
+    faults: frozenset[str],
+    stall: float,
+    headers: dict[str, str],
+) -> Response:
+    """The final completion as an SSE stream or as one JSON body."""
+    if body.get("stream"):
+        options = body.get("stream_options") or {}
+        headers["cache-control"] = "no-cache"
+        events = sse_stream(
+            final,
+            ident,
+            include_usage=bool(options.get("include_usage")),
+            faults=faults,
+            stall_seconds=stall,
+        )
+        return SSEResponse(counted_stream(state, events), headers=headers)
+    await asyncio.sleep(total_generation_seconds(final))
+    payload = completion_body(final, ident, include_usage="no-usage" not in faults)
+    raw = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    if "malformed-chunk" in faults:
+        raw = raw[: len(raw) // 2]
+    return Response(raw, media_type="application/json", headers=headers)
+
+
 async def chat_completions(request: Request) -> Response:
     state: SimState = request.app.state.sim
     config = state.active
@@ -270,70 +349,18 @@ async def chat_completions(request: Request) -> Response:
         return openai_error(500, "simulated server error", "internal_error")
 
     headers: dict[str, str] = {}
-    active_hash = config.generated_hash
-    if isinstance(target, RouterSpec) and chosen is not None:
-        ack = wrong_hash(active_hash) if "wrong-config-hash" in faults else active_hash
-        expected = request.headers.get(EXPECTED_HASH_HEADER)
-        # The router checks the expected hash before any generation; the wrong-config-hash
-        # fault models a router that ignores it and serves another generation.
-        if expected and expected != active_hash and "wrong-config-hash" not in faults:
-            return openai_error(
-                409,
-                "expected config hash does not match the active runtime",
-                "config_hash_mismatch",
-                {"x-vsr-config-hash": active_hash},
-            )
-        max_calls = request.headers.get(MAX_CALLS_HEADER)
-        if max_calls and max_calls.isdigit() and len(chosen.models) > int(max_calls):
-            return openai_error(
-                409,
-                "route needs more inference calls than allowed",
-                "max_inference_calls_exceeded",
-                {"x-vsr-config-hash": ack},
-            )
-        headers.update(
-            {
-                "x-vsr-selected-model": chosen.served_model,
-                "x-vsr-selected-decision": chosen.decision,
-                "x-vsr-config-hash": ack,
-                "x-vsr-inference-call-count": str(len(chosen.models)),
-                "x-vsr-response-path": "upstream",
-                "x-vsr-schema-version": "2",
-            }
-        )
+    if chosen is not None:
+        answer = router_headers(request, config, chosen, faults)
+        if isinstance(answer, Response):
+            return answer
+        headers.update(answer)
 
     seed = body["seed"] if isinstance(body.get("seed"), int) else config.seed
-    completions = []
-    for spec in members:
-        state.counters.model_calls += 1
-        state.counters.by_model[spec.name] = state.counters.by_model.get(spec.name, 0) + 1
-        completions.append(
-            build_completion(
-                spec, body, seed=seed, key=state.answer_key, cache=state.cache, faults=faults
-            )
-        )
-    final = completions[-1]
+    completions = generate(state, members, body, seed, faults)
     if chosen is not None and "no-receipt" not in faults:
         headers["x-vsr-model-usage"] = json.dumps(receipt(completions), separators=(",", ":"))
-
     ident = ResponseIdentity.of(requested, body, seed)
-    if body.get("stream"):
-        options = body.get("stream_options") or {}
-        headers["cache-control"] = "no-cache"
-        events = sse_stream(
-            final,
-            ident,
-            include_usage=bool(options.get("include_usage")),
-            faults=faults,
-            stall_seconds=stall,
-        )
-        return SSEResponse(counted_stream(state, events), headers=headers)
-    await asyncio.sleep(total_generation_seconds(final))
-    payload = completion_body(final, ident, include_usage="no-usage" not in faults)
-    raw = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    if "malformed-chunk" in faults:
-        raw = raw[: len(raw) // 2]
-    return Response(raw, media_type="application/json", headers=headers)
+    return await respond(state, completions[-1], ident, body, faults, stall, headers)
 
 
 async def list_models(request: Request) -> Response:
