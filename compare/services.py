@@ -31,7 +31,6 @@ import numpy.typing as npt
 from compare.compatibility import IncomparableRuns, execution_differences, runs_differences
 from compare.figures import STATUSES, run_figures, target_slugs
 from compare.results import (
-    STATEMENTS,
     CandidateResult,
     Comparison,
     Entry,
@@ -56,10 +55,8 @@ from srbench.stats import (
 )
 
 __all__ = [
-    "STATEMENTS",
     "CandidatesRefused",
     "ComparisonError",
-    "IncomparableRuns",
     "comparison_build",
     "comparison_compute",
     "frozen_margin",

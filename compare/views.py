@@ -27,16 +27,11 @@ from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET
 
-from compare.compatibility import run_comparison_problems
+from compare.compatibility import IncomparableRuns, run_comparison_problems
 from compare.forms import CompareForm, ids_format
+from compare.results import STATEMENTS
 from compare.selectors import RunOption, baseline_options, candidate_options, comparable_pool
-from compare.services import (
-    STATEMENTS,
-    CandidatesRefused,
-    ComparisonError,
-    IncomparableRuns,
-    comparison_build,
-)
+from compare.services import CandidatesRefused, ComparisonError, comparison_build
 from runs.models import Run
 from srbench.money import percent_text, usd_text
 

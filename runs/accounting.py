@@ -2,8 +2,8 @@
 
 This module is the one place for these rules; reports, comparisons, exports, the API and the
 reconcile command all import from here. What was *used* (token buckets, MoM receipts, which
-evidence may price a MoM call) is counted in :mod:`runs.usage`, whose names are re-exported
-here. Unknown is ``None`` throughout and never becomes 0; money is ``Decimal`` and is never
+evidence may price a MoM call) is counted in :mod:`runs.usage`; import those names from
+there. Unknown is ``None`` throughout and never becomes 0; money is ``Decimal`` and is never
 rounded here (display code quantises).
 """
 
@@ -16,56 +16,27 @@ from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any, NamedTuple
 
 from runs.usage import (
-    HEADER_CALL_COUNT,
-    HEADER_MODEL_USAGE,
-    HEADER_SELECTED_MODEL,
-    MAX_RECEIPT_BYTES,
-    MAX_RECEIPT_CALLS,
-    MomEvidence,
-    Receipt,
-    ReceiptCall,
-    ReceiptOutcome,
     UsageBuckets,
-    UsageOutcome,
     mom_call_buckets,
     mom_evidence,
-    parse_model_usage_receipt,
-    parse_model_usage_receipt_explained,
     usage_buckets,
     usage_buckets_explained,
 )
 
 __all__ = [
-    "HEADER_CALL_COUNT",
-    "HEADER_MODEL_USAGE",
-    "HEADER_SELECTED_MODEL",
-    "MAX_RECEIPT_BYTES",
-    "MAX_RECEIPT_CALLS",
     "CostOutcome",
     "KnownSum",
-    "MomEvidence",
     "Price",
     "PriceError",
-    "Receipt",
-    "ReceiptCall",
-    "ReceiptOutcome",
-    "UsageBuckets",
-    "UsageOutcome",
     "CallAccounting",
     "cache_neutral_cost",
     "call_accounting",
     "call_cost",
     "mom_cache_neutral_cost",
-    "mom_call_buckets",
     "mom_call_cost",
-    "mom_evidence",
-    "parse_model_usage_receipt",
-    "parse_model_usage_receipt_explained",
     "price_for_model",
     "priced_call_cost",
     "sum_known",
-    "usage_buckets",
-    "usage_buckets_explained",
     "worst_case_call_cost",
 ]
 

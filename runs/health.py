@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import httpx
 
 from runs.models import Target
-from runs.services import target_api_key
+from runs.selectors import target_api_key
 
 MAX_BODY = 1024 * 1024
 TIMEOUT_S = 10.0

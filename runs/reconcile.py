@@ -19,10 +19,11 @@ from typing import Any, Literal
 from django.db import connection, transaction
 from django.db.models import Max
 
-from runs.accounting import PriceError, call_accounting, mom_evidence, sum_known
+from runs.accounting import PriceError, call_accounting, sum_known
 from runs.engine.sse import ChatStreamAccumulator, SSEError, decode_sse
 from runs.events import events_append
 from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run, UsageCorrection
+from runs.usage import mom_evidence
 from srbench.canonical import sha256_bytes, sha256_hex
 from srbench.money import money_stored, money_text
 

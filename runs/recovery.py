@@ -27,7 +27,7 @@ from runs import services
 from runs.engine.finish import calls_settle_unheld
 from runs.engine.reaper import ledger_reap
 from runs.events import events_append
-from runs.lineage import MAX_LINEAGE_PAGE, run_known_spend, run_lineage
+from runs.lineage import MAX_LINEAGE_PAGE, run_known_spend
 from runs.models import Cell, CellStatus, RecoveryClaim, RecoveryRequest, Run
 from runs.recovery_rules import REASONS, cell_rows, exclusion
 from srbench.canonical import sha256_hex
@@ -35,14 +35,12 @@ from srbench.money import money_text
 
 __all__ = [
     "MAX_RECOVERY_PAGE",
-    "REASONS",
     "RecoveryError",
     "recovery_plan",
     "recovery_plan_page",
     "recovery_reconcile",
     "recovery_submit",
     "run_known_spend",
-    "run_lineage",
 ]
 
 PLAN_VERSION = 1

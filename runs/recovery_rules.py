@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db.models import Count, Q
 
-from runs.engine.driver import HTTP_ERROR_BODY_CAP
+from runs.engine.calls import HTTP_ERROR_BODY_CAP
 from runs.engine.finish import EPISODE_INTERRUPTED, LEGACY_SETTLED_ERROR, single_answer
 from runs.models import OPEN_CALL_STATUSES, Call, CallStatus, Cell, CellStatus, RecoveryClaim, Run
 from runs.reconcile import effective_call_sums

@@ -188,7 +188,7 @@ def regrade_input_sha256(run: Run, *, sandbox: bool) -> str:
 def _grade(case: _Case, manifest: dict[str, Any]) -> tuple[bool | None, dict[str, Any]]:
     """(correct, detail) by today's grader; correct is None when the case cannot be graded."""
     from runs.engine import scoring
-    from runs.engine.driver import AGENT_MAX_STEPS, TERMINAL_COMMAND_S
+    from runs.engine.episodes import AGENT_MAX_STEPS, TERMINAL_COMMAND_S
     from runs.engine.finish import cell_settlement, terminal_settlement
     from runs.engine.sandbox import SandboxError, SandboxUnavailable
 

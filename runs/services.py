@@ -13,7 +13,6 @@ from runs.engine.finish import run_finish_if_done
 from runs.events import events_append
 from runs.models import ACTIVE_RUN_STATUSES, Cell, CellStatus, Run, Target, TargetSecret
 from runs.plans import plan_freeze
-from runs.selectors import target_api_key as target_api_key  # its home is the selectors
 from srbench.secrets import encrypt_secret
 
 # The drive task (runs/tasks.py), sent by name: tasks are an interface above the services and

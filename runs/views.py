@@ -30,11 +30,13 @@ from datasets.benchmarks import ADAPTERS
 from runs import selectors
 from runs.forms import RunFilterForm
 from runs.hooks import run_tab_context
+from runs.lineage import run_lineage
 from runs.models import Call, Cell, Run, Target
 from runs.permissions import may_act_on_run, run_action_require
 from runs.public import public_call_content, public_cell, public_cell_error, public_event_payload
 from runs.reconcile import correction_summary, latest_corrections
-from runs.recovery import REASONS, RecoveryError, recovery_plan, recovery_submit, run_lineage
+from runs.recovery import RecoveryError, recovery_plan, recovery_submit
+from runs.recovery_rules import REASONS
 from runs.report import run_report_settled
 from runs.services import run_cancel
 from srbench.money import money_text

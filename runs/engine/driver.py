@@ -23,8 +23,8 @@ from django.utils import timezone
 
 from datasets.benchmarks import get_adapter
 from runs.engine import store
-from runs.engine.calls import HTTP_ERROR_BODY_CAP, Caller, DbThread, LedgerBatcher
-from runs.engine.episodes import AGENT_MAX_STEPS, TERMINAL_COMMAND_S, episode_for
+from runs.engine.calls import Caller, DbThread, LedgerBatcher
+from runs.engine.episodes import episode_for
 from runs.engine.finish import run_finish_if_done
 from runs.engine.transport import engine_client
 from runs.hooks import run_start
@@ -32,12 +32,7 @@ from runs.router_client import PreviewError, PreviewNotPossible, route_preview
 
 log = logging.getLogger(__name__)
 
-# Imported from here by recovery, regrade and the tests.
 __all__ = [
-    "AGENT_MAX_STEPS",
-    "HTTP_ERROR_BODY_CAP",
-    "TERMINAL_COMMAND_S",
-    "DbThread",
     "Driver",
     "drive",
 ]

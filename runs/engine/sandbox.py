@@ -74,9 +74,6 @@ from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from runs.engine.sandbox_files import (
-    SandboxPathError,
-    fresh_directory,
-    read_file_beneath,
     write_sandbox_files,
 )
 
@@ -84,15 +81,11 @@ __all__ = [
     "SANDBOX_WORKDIR",
     "SandboxError",
     "SandboxLimits",
-    "SandboxPathError",
     "SandboxResult",
     "SandboxUnavailable",
-    "fresh_directory",
-    "read_file_beneath",
     "sandbox_available",
     "sandbox_python",
     "sandbox_run",
-    "write_sandbox_files",
 ]
 
 Reason = Literal["ok", "timeout", "memory", "output_cap", "file_size", "crash", "signal"]

@@ -16,14 +16,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from datasets.benchmarks import get_adapter
-from runs.engine.sandbox import (
-    SandboxLimits,
-    SandboxResult,
-    fresh_directory,
-    read_file_beneath,
-    sandbox_run,
-    write_sandbox_files,
-)
+from runs.engine.sandbox import SandboxLimits, SandboxResult, sandbox_run
+from runs.engine.sandbox_files import fresh_directory, read_file_beneath, write_sandbox_files
 
 TERMINAL_GRADER_VERSION = get_adapter("terminal-bench").grader_version
 COMMAND_TIMEOUT_S = 30.0

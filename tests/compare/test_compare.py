@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from django.core.management import call_command
 
-from compare.compatibility import runs_differences
-from compare.services import STATEMENTS, ComparisonError, IncomparableRuns, comparison_build
+from compare.compatibility import IncomparableRuns, runs_differences
+from compare.results import STATEMENTS
+from compare.services import ComparisonError, comparison_build
 from runs.models import UsageCorrection
 from tests.compare import builders as b
 

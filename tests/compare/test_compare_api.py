@@ -12,7 +12,7 @@ from fractions import Fraction
 import pytest
 from rest_framework.test import APIClient
 
-from compare.services import STATEMENTS
+from compare.results import STATEMENTS
 from tests import factories as f
 from tests.compare import builders as b
 

@@ -16,7 +16,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from compare.forms import ids_format, ids_parse
-from compare.services import STATEMENTS, comparison_build
+from compare.results import STATEMENTS
+from compare.services import comparison_build
 from compare.views import fmt_interval, fmt_pct, fmt_signed
 from runs.models import Cell, Run
 from tests import factories as f

@@ -12,15 +12,17 @@ import pytest
 from runs.accounting import (
     Price,
     PriceError,
-    UsageBuckets,
     cache_neutral_cost,
     call_cost,
     mom_call_cost,
-    parse_model_usage_receipt,
-    parse_model_usage_receipt_explained,
     price_for_model,
     priced_call_cost,
     sum_known,
+)
+from runs.usage import (
+    UsageBuckets,
+    parse_model_usage_receipt,
+    parse_model_usage_receipt_explained,
     usage_buckets,
     usage_buckets_explained,
 )

@@ -20,7 +20,8 @@ from django.utils import timezone
 from runs.engine.finish import EPISODE_INTERRUPTED, LEGACY_SETTLED_ERROR
 from runs.engine.reaper import GRADER, ledger_reap
 from runs.models import Call, CallEvidence, Cell, Regrade, Run, RunEvent
-from runs.recovery import REASONS, recovery_plan
+from runs.recovery import recovery_plan
+from runs.recovery_rules import REASONS
 from runs.regrade import run_regrade
 from runs.report import run_report
 from runs.services import run_create

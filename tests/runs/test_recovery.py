@@ -15,6 +15,7 @@ from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from runs.lineage import run_lineage
 from runs.models import (
     Call,
     CallEvidence,
@@ -24,12 +25,7 @@ from runs.models import (
     Run,
     RunEvent,
 )
-from runs.recovery import (
-    RecoveryError,
-    recovery_plan,
-    recovery_submit,
-    run_lineage,
-)
+from runs.recovery import RecoveryError, recovery_plan, recovery_submit
 from runs.report import run_report
 from runs.services import run_create
 from srbench.canonical import sha256_hex

@@ -9,9 +9,10 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from runs.engine.driver import HTTP_ERROR_BODY_CAP
+from runs.engine.calls import HTTP_ERROR_BODY_CAP
 from runs.models import Call, Cell, RecoveryRequest, Run, Target
-from runs.recovery import REASONS, recovery_plan, recovery_submit
+from runs.recovery import recovery_plan, recovery_submit
+from runs.recovery_rules import REASONS
 from runs.services import run_create
 from tests import factories as f
 from tests.conftest import wait_until

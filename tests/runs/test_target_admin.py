@@ -7,7 +7,7 @@ import pytest
 from django.core.management import call_command
 
 from runs.models import Target, TargetSecret
-from runs.services import target_api_key
+from runs.selectors import target_api_key
 from tests import factories as f
 
 pytestmark = pytest.mark.django_db

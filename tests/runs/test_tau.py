@@ -15,7 +15,6 @@ from runs.engine.tau import (
     AGENT_GREETING,
     STOP_TOKENS,
     TauEnvironment,
-    TauError,
     agent_system_prompt,
     agent_texts,
     assistant_message,
@@ -26,6 +25,7 @@ from runs.engine.tau import (
     tool_message,
     user_simulator_messages,
 )
+from runs.engine.tau_tools import TauError
 from srbench.simulator import oracle
 
 DOMAINS = Path(__file__).resolve().parents[2] / "datasets" / "fixtures" / "tau3" / "domains"

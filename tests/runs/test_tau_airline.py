@@ -18,7 +18,8 @@ import pytest
 
 from datasets.benchmarks.tau3 import ADAPTER
 from runs.engine import tau, tau_domains
-from runs.engine.tau import TauEnvironment, TauError, tau_reward, tau_unavailable_reason
+from runs.engine.tau import TauEnvironment, tau_reward, tau_unavailable_reason
+from runs.engine.tau_tools import TauError
 from srbench.canonical import sha256_hex
 
 DOMAIN_DIR = tau_domains.package_domain_dir("airline")

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from runs.accounting import mom_call_buckets, mom_call_cost, mom_evidence, worst_case_call_cost
+from runs.accounting import mom_call_cost, worst_case_call_cost
 from runs.engine.driver import Driver
 from runs.engine.store import TargetInfo
 from runs.reconcile import _mom_proof
+from runs.usage import mom_call_buckets, mom_evidence
 
 MESSAGES = [{"role": "user", "content": "Which is larger, 2**10 or 10**3? Answer with one letter."}]
 PRICES = {
