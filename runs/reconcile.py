@@ -17,9 +17,9 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from django.db import connection, transaction
-from django.db.models import Max
 
 from runs.accounting import PriceError, call_accounting, sum_known
+from runs.corrections import version_append
 from runs.engine.sse import ChatStreamAccumulator, SSEError, decode_sse
 from runs.events import events_append
 from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run, UsageCorrection
@@ -232,23 +232,21 @@ def usage_reconcile(*, run_id: int) -> ReconcileResult:
     ).known_sum
 
     with transaction.atomic(durable=True):
-        # The run row lock serialises concurrent reconciles of one run, so versions never race.
-        Run.objects.select_for_update().filter(pk=run.pk).values_list("pk").get()
-        existing = UsageCorrection.objects.filter(run=run, evidence_sha256=evidence_sha).first()
-        if existing is not None:
-            return ReconcileResult(existing, created=False)
-        latest = UsageCorrection.objects.filter(run=run).aggregate(v=Max("version"))["v"] or 0
-        correction = UsageCorrection.objects.create(
-            run=run,
-            version=latest + 1,
-            evidence_sha256=evidence_sha,
-            verified_count=verified,
-            changed_count=changed,
-            unverifiable_count=len(entries) - verified,
-            old_known_cost_usd=old_known,
-            new_known_cost_usd=new_known,
-            corrections={"rules_version": RULES_VERSION, "calls": entries},
+        correction, created = version_append(
+            UsageCorrection,
+            run_id=run.pk,
+            key={"evidence_sha256": evidence_sha},
+            fields={
+                "verified_count": verified,
+                "changed_count": changed,
+                "unverifiable_count": len(entries) - verified,
+                "old_known_cost_usd": old_known,
+                "new_known_cost_usd": new_known,
+                "corrections": {"rules_version": RULES_VERSION, "calls": entries},
+            },
         )
+        if not created:
+            return ReconcileResult(correction, created=False)
         events_append(
             run_id=run.pk,
             events=[

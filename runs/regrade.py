@@ -24,9 +24,10 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.db import transaction
-from django.db.models import Exists, Max, OuterRef
+from django.db.models import Exists, OuterRef
 
 from datasets.benchmarks import get_adapter
+from runs.corrections import version_append
 from runs.engine.finish import StoredCall, stored_calls
 from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Regrade, Run
 from srbench.canonical import sha256_hex
@@ -293,23 +294,19 @@ def run_regrade(*, run_id: int, sandbox: bool = False) -> RegradeResult:
 def _store(inputs: _Inputs, body: dict[str, Any], *, regraded: int) -> RegradeResult:
     run = inputs.run
     with transaction.atomic(durable=True):
-        # The run row lock serialises concurrent regrades of one run, so versions never race.
-        Run.objects.select_for_update().filter(pk=run.pk).values_list("pk").get()
-        existing = Regrade.objects.filter(run=run, input_sha256=inputs.input_sha256).first()
-        if existing is not None:
-            return RegradeResult(existing, created=False)
-        latest = Regrade.objects.filter(run=run).aggregate(v=Max("version"))["v"] or 0
-        regrade = Regrade.objects.create(
-            run=run,
-            version=latest + 1,
-            input_sha256=inputs.input_sha256,
-            grader_versions=inputs.versions,
-            regraded_count=regraded,
-            changed_count=sum(1 for r in body["cells"] if r["changed"]),
-            skipped_count=Cell.objects.filter(run=run).count() - regraded,
-            results=body,
+        regrade, created = version_append(
+            Regrade,
+            run_id=run.pk,
+            key={"input_sha256": inputs.input_sha256},
+            fields={
+                "grader_versions": inputs.versions,
+                "regraded_count": regraded,
+                "changed_count": sum(1 for r in body["cells"] if r["changed"]),
+                "skipped_count": Cell.objects.filter(run=run).count() - regraded,
+                "results": body,
+            },
         )
-    return RegradeResult(regrade, created=True)
+    return RegradeResult(regrade, created=created)
 
 
 def judge_cost_quote(run: Run) -> dict[str, Any]:
