@@ -8,7 +8,7 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet
 
 from recipes.models import Recipe
-from runs.models import Call, Run, RunEvent, Target
+from runs.models import Call, Run, RunEvent, RunStatus, Target
 from runs.selectors import manifest_head
 
 ARTEFACT_LABEL = "recipe artefact, not a deployable configuration"
@@ -99,7 +99,7 @@ def run_recipe_availability(*, run: Run) -> RecipeAvailability:
         )
     elif not _mom_slugs(run):
         reason = "This run has no MoM target, so there is no router recipe."
-    elif run.status == "queued":
+    elif run.status == RunStatus.QUEUED:
         reason = "Recipes are captured when the run starts; this run has not started yet."
     else:
         reason = (

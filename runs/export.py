@@ -15,7 +15,7 @@ import io
 import json
 from typing import Any
 
-from runs.models import Cell, Run
+from runs.models import Cell, Run, RunStatus
 from runs.reconcile import effective_call_sums
 from srbench.money import money_text
 
@@ -43,7 +43,7 @@ def export_matrix(*, run_id: int) -> dict[str, Any]:
         )
     if run.mode != Run.Mode.LIVE:
         raise ExportRefused(f"run {run_id} is a {run.mode} run: it has no answers")
-    if run.status != "completed":
+    if run.status != RunStatus.COMPLETED:
         raise ExportRefused(f"run {run_id} is {run.status}: export only completed runs")
 
     slugs = [t["slug"] for t in run.manifest["targets"]]

@@ -31,7 +31,7 @@ from runs import selectors
 from runs.forms import RunFilterForm
 from runs.hooks import run_tab_context
 from runs.lineage import run_lineage
-from runs.models import Call, Cell, Run, Target
+from runs.models import Call, Cell, CellStatus, Run, RunStatus, Target
 from runs.permissions import may_act_on_run, run_action_require
 from runs.public import public_call_content, public_cell, public_cell_error, public_event_payload
 from runs.reconcile import correction_summary, latest_corrections
@@ -160,9 +160,9 @@ def _partial_results(run: Run) -> list[dict[str, Any]]:
         .values("target_id", "benchmark")
         .annotate(
             planned=Count("id"),
-            completed=Count("id", filter=Q(status="completed")),
+            completed=Count("id", filter=Q(status=CellStatus.COMPLETED)),
             correct=Count("id", filter=Q(correct=True)),
-            failed=Count("id", filter=Q(status="failed")),
+            failed=Count("id", filter=Q(status=CellStatus.FAILED)),
         )
     }
     zero = {"planned": 0, "completed": 0, "correct": 0, "failed": 0}
@@ -206,7 +206,7 @@ def _live(run: Run) -> dict[str, Any]:
     active = _active_calls(run) if not run.is_terminal else []
     return {
         # A queued run has nothing completed yet: the partial rows start with the run.
-        "partial_results": _partial_results(run) if run.status == "running" else [],
+        "partial_results": _partial_results(run) if run.status == RunStatus.RUNNING else [],
         "active_calls": [{"call": c, **selectors.call_live_view(c)} for c in active],
         "elapsed_seconds": selectors.run_elapsed_seconds(run),
         "stream_warning": STREAM_ACTIVITY_WARNING,

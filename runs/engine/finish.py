@@ -12,7 +12,16 @@ from django.db.models import Q
 from django.utils import timezone
 
 from runs.events import events_append
-from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run, RunSummary
+from runs.models import (
+    TERMINAL_RUN_STATUSES,
+    Call,
+    CallStatus,
+    Cell,
+    CellStatus,
+    Run,
+    RunStatus,
+    RunSummary,
+)
 
 OPEN_CALL_STATUSES = ("sent", "streaming")
 
@@ -26,7 +35,7 @@ def calls_settle_unheld(*, run_id: int, now: datetime) -> int:
     sent again. Call it under the run row lock, in the transaction that ends the run (the
     database refuses a terminal run with an open call). Idempotent; returns how many it settled.
     """
-    held = Q(cell__status="running", cell__lease_expires_at__gte=now)
+    held = Q(cell__status=CellStatus.RUNNING, cell__lease_expires_at__gte=now)
     open_calls = list(
         Call.objects.filter(cell__run_id=run_id, status__in=OPEN_CALL_STATUSES)
         .exclude(held)
@@ -35,15 +44,15 @@ def calls_settle_unheld(*, run_id: int, now: datetime) -> int:
     if not open_calls:
         return 0
     Call.objects.filter(pk__in=[c for c, _ in open_calls], status__in=OPEN_CALL_STATUSES).update(
-        status="sent_unknown",
-        stage="done",
+        status=CallStatus.SENT_UNKNOWN,
+        stage=Call.Stage.DONE,
         error_code="unsettled_after_run_end",
         error="the run ended with this call unsettled; whether the model answered is unknown",
     )
     cells = sorted({cell for _, cell in open_calls})
-    Cell.objects.filter(pk__in=cells).exclude(status__in=["completed", "failed"]).update(
-        status="sent_unknown", lease_expires_at=None
-    )
+    Cell.objects.filter(pk__in=cells).exclude(
+        status__in=[CellStatus.COMPLETED, CellStatus.FAILED]
+    ).update(status=CellStatus.SENT_UNKNOWN, lease_expires_at=None)
     events_append(
         run_id=run_id,
         events=[
@@ -84,7 +93,7 @@ def run_finish_if_done(*, run_id: int) -> str | None:
         stopped = bool(run.cancel_requested_at or run.stop_reason)
         if counts["running"] or (counts["pending"] and not stopped):
             return None
-        if run.status == "queued" and not run.cancel_requested_at:
+        if run.status == RunStatus.QUEUED and not run.cancel_requested_at:
             return None
         now = timezone.now()
         if calls_settle_unheld(run_id=run_id, now=now):
@@ -103,7 +112,7 @@ def run_finish_if_done(*, run_id: int) -> str | None:
         run.finished_at = now
         run.save(update_fields=["status", "finished_at", "updated_at"])
         events: list[tuple[str, dict[str, object]]] = []
-        if status == "interrupted":
+        if status == RunStatus.INTERRUPTED:
             events.append(("run.interrupted", {"sent_unknown_cells": counts["unknown"]}))
         events.append(
             ("run.finished", {"status": status, **counts, "stop_reason": run.stop_reason})
@@ -207,8 +216,10 @@ def _interrupted(calls: list[StoredCall], what: str, answer: str = "") -> Settle
 def _unfinished(calls: list[StoredCall]) -> Settlement | None:
     """The driver stops at the first call that did not complete and fails the cell with it."""
     subjects = [c for c in calls if c.role == "subject"]
-    answer = subjects[-1].content if subjects and subjects[-1].status == "completed" else ""
-    c = next((c for c in calls if c.status != "completed"), None)
+    answer = (
+        subjects[-1].content if subjects and subjects[-1].status == CallStatus.COMPLETED else ""
+    )
+    c = next((c for c in calls if c.status != CallStatus.COMPLETED), None)
     if c is None:
         return None
     return Settlement(

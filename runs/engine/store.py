@@ -147,12 +147,12 @@ def cells_claim(
             # One statement: lock, claim and read back the claimed cells.
             with connection.cursor() as cursor:
                 cursor.execute(
-                    "UPDATE runs_cell SET status = 'running', claim_token = claim_token + 1, "
+                    "UPDATE runs_cell SET status = %s, claim_token = claim_token + 1, "
                     "claimed_by = %s, lease_expires_at = %s, started_at = %s "
                     "WHERE id IN (SELECT id FROM runs_cell WHERE run_id = %s "
-                    "AND status = 'pending' ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) "
+                    "AND status = %s ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) "
                     "RETURNING id, claim_token, target_id, benchmark, question_id",
-                    [worker, lease, now, run_id, n],
+                    [CellStatus.RUNNING, worker, lease, now, run_id, CellStatus.PENDING, n],
                 )
                 rows = sorted(cursor.fetchall())
             ids = [r[0] for r in rows]
@@ -420,7 +420,8 @@ def _closes_apply(
         )
 
 
-CLOSE_GUARD = "t.status IN ('sent', 'streaming')"
+# The statuses are the enum's values (constants, never input) written into the SQL text.
+CLOSE_GUARD = f"t.status IN ('{CallStatus.SENT.value}', '{CallStatus.STREAMING.value}')"
 
 
 def _calls_close(closes: list[tuple[int, CloseCall]]) -> None:
@@ -488,7 +489,7 @@ def _cells_finish(finishes: list[tuple[int, FinishCell]], now: Any) -> dict[int,
                     )
                     for _, op in first
                 ],
-                where="t.status = 'running'",
+                where=f"t.status = '{CellStatus.RUNNING.value}'",
                 returning=True,
             )
         )
@@ -511,8 +512,9 @@ def calls_checkpoint(*, activity: list[tuple[int, str, Any, int]]) -> None:
         rows=list({pk: (pk, stage, last, n) for pk, stage, last, n in activity}.values()),
         where=CLOSE_GUARD,
         extra_set=(
-            "status = CASE WHEN v.stage = 'streaming' AND t.status = 'sent' "
-            "THEN 'streaming' ELSE t.status END"
+            f"status = CASE WHEN v.stage = '{Call.Stage.STREAMING.value}' "
+            f"AND t.status = '{CallStatus.SENT.value}' "
+            f"THEN '{CallStatus.STREAMING.value}' ELSE t.status END"
         ),
     )
 
