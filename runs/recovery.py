@@ -26,7 +26,6 @@ from django.utils import timezone
 from runs import services
 from runs.engine.finish import calls_settle_unheld
 from runs.engine.reaper import ledger_reap
-from runs.events import events_append
 from runs.lineage import MAX_LINEAGE_PAGE, run_known_spend
 from runs.models import Cell, CellStatus, RecoveryClaim, RecoveryRequest, Run
 from runs.recovery_rules import REASONS, cell_rows, exclusion
@@ -481,16 +480,6 @@ def _child_create(
     user: Any,
 ) -> Run:
     manifest = _child_manifest(parent, content, chosen, plan_sha256)
-    child = Run.objects.create(
-        name=manifest["name"],
-        mode=parent.mode,
-        profile=parent.profile,
-        manifest=manifest,
-        plan_sha256=sha256_hex(manifest),
-        dataset_id=parent.dataset_id,
-        owner=user,
-        parent=parent,
-    )
     target_ids = dict(
         Cell.objects.filter(pk__in=[c["cell"] for c in chosen]).values_list("pk", "target_id")
     )
@@ -506,32 +495,28 @@ def _child_create(
         slot_of = {c["cell"]: top[(c["question"], target_ids[c["cell"]])] + 1 for c in chosen}
     else:
         slot_of = {c["cell"]: c["slot"] for c in chosen}
-    Cell.objects.bulk_create(
-        Cell(
-            run=child,
-            question_id=c["question"],
-            target_id=target_ids[c["cell"]],
-            slot=slot_of[c["cell"]],
-            benchmark=c["benchmark"],
-        )
-        for c in chosen
-    )
-    events_append(
-        run_id=child.pk,
-        events=[
-            (
-                "run.created",
-                {
-                    "plan_sha256": child.plan_sha256,
-                    "cells": len(chosen),
-                    "targets": [t["slug"] for t in manifest["targets"]],
-                    "recovery": {
-                        "parent": parent.pk,
-                        "mode": mode,
-                        "recovery_plan_sha256": plan_sha256,
-                    },
-                },
+    child = services.run_insert(
+        run=Run(
+            name=manifest["name"],
+            mode=parent.mode,
+            profile=parent.profile,
+            manifest=manifest,
+            plan_sha256=sha256_hex(manifest),
+            dataset_id=parent.dataset_id,
+            owner=user,
+            parent=parent,
+        ),
+        cells=[
+            services.NewCell(
+                question_id=c["question"],
+                target_id=target_ids[c["cell"]],
+                slot=slot_of[c["cell"]],
+                benchmark=c["benchmark"],
             )
+            for c in chosen
         ],
+        created={
+            "recovery": {"parent": parent.pk, "mode": mode, "recovery_plan_sha256": plan_sha256}
+        },
     )
     return child

@@ -3,10 +3,11 @@ transaction). Interfaces (admin, API, CLI, tasks) call these, never the ORM dire
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from celery import current_app
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from runs.engine.finish import run_finish_if_done
@@ -45,6 +46,45 @@ class IdempotencyConflict(Exception):
         )
 
 
+@dataclass(frozen=True, slots=True)
+class NewCell:
+    question_id: int
+    target_id: int
+    slot: int
+    benchmark: str
+
+
+def run_insert(*, run: Run, cells: list[NewCell], created: dict[str, Any] | None = None) -> Run:
+    """The one way a run comes into being (a submitted plan, a recovery's child): the run row,
+    all its cells and its ``run.created`` event, in the caller's transaction. ``created`` adds
+    keys to the event (a child's lineage). Dispatch is the caller's: after its commit."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("run_insert must run inside the caller's transaction")
+    run.save(force_insert=True)
+    Cell.objects.bulk_create(
+        Cell(
+            run=run,
+            question_id=c.question_id,
+            target_id=c.target_id,
+            slot=c.slot,
+            benchmark=c.benchmark,
+        )
+        for c in cells
+    )
+    targets = [t["slug"] for t in run.manifest["targets"]]
+    events_append(
+        run_id=run.pk,
+        events=[
+            (
+                "run.created",
+                {"plan_sha256": run.plan_sha256, "cells": len(cells), "targets": targets}
+                | (created or {}),
+            )
+        ],
+    )
+    return run
+
+
 def run_create(
     *, owner: Any, plan: dict[str, Any], idempotency_key: str | None = None
 ) -> tuple[Run, bool]:
@@ -62,34 +102,22 @@ def run_create(
             return existing, False
     try:
         with transaction.atomic(durable=True):
-            run = Run.objects.create(
-                name=frozen.manifest["name"],
-                mode=frozen.manifest["mode"],
-                profile=frozen.dataset.profile,
-                manifest=frozen.manifest,
-                plan_sha256=frozen.plan_sha256,
-                dataset=frozen.dataset,
-                owner=owner,
-                idempotency_key=idempotency_key or None,
-            )
-            cases = frozen.manifest["cases"]
-            Cell.objects.bulk_create(
-                Cell(run=run, question_id=qid, target=target, slot=slot, benchmark=benchmark)
-                for target in frozen.targets
-                for qid, _sha, benchmark in cases
-                for slot in range(frozen.manifest["slots"])
-            )
-            events_append(
-                run_id=run.pk,
-                events=[
-                    (
-                        "run.created",
-                        {
-                            "plan_sha256": run.plan_sha256,
-                            "cells": len(cases) * len(frozen.targets) * frozen.manifest["slots"],
-                            "targets": [t.slug for t in frozen.targets],
-                        },
-                    )
+            run = run_insert(
+                run=Run(
+                    name=frozen.manifest["name"],
+                    mode=frozen.manifest["mode"],
+                    profile=frozen.dataset.profile,
+                    manifest=frozen.manifest,
+                    plan_sha256=frozen.plan_sha256,
+                    dataset=frozen.dataset,
+                    owner=owner,
+                    idempotency_key=idempotency_key or None,
+                ),
+                cells=[
+                    NewCell(question_id=qid, target_id=target.pk, slot=slot, benchmark=benchmark)
+                    for target in frozen.targets
+                    for qid, _sha, benchmark in frozen.manifest["cases"]
+                    for slot in range(frozen.manifest["slots"])
                 ],
             )
             transaction.on_commit(lambda: run_dispatch(run_id=run.pk))
