@@ -12,7 +12,7 @@ from celery.signals import worker_ready
 from django.conf import settings
 
 from runs.engine.driver import drive
-from runs.engine.reaper import ledger_reap, start_reaper_thread
+from runs.engine.reaper import start_reaper_thread
 from runs.regrade import run_regrade
 
 
@@ -32,12 +32,10 @@ def run_regrade_task(run_id: int) -> dict[str, int | bool]:
     return {"run": run_id, "regrade": result.regrade.pk, "created": result.created}
 
 
-@shared_task(ignore_result=True)
-def ledger_reap_task() -> None:
-    ledger_reap()
-
-
 @worker_ready.connect
 def start_recovery_pass(**_: object) -> None:
-    """At worker start and periodically: settle cells of dead workers (DESIGN §4)."""
+    """At worker start and periodically: settle cells of dead workers (DESIGN §4). The recovery
+    pass is a thread of every worker, not a scheduled task: it needs no beat process, and it
+    runs wherever a worker runs (each pass takes its rows with SKIP LOCKED, so several workers'
+    passes never settle one cell twice)."""
     start_reaper_thread(settings.SRBENCH_REAPER_INTERVAL_SECONDS)
