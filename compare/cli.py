@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import sys
 import time
+import uuid
 from typing import Any
 
+from runs.rejudge_cli import rejudge_follow
 from srbench.api_client import (
     ApiClient,
     CliError,
@@ -56,14 +58,15 @@ def register(verbs: Any) -> None:
         "--confirm-judge-cost",
         default=None,
         metavar="USD",
-        help="the worst-case judge cost --rejudge stated, to proceed",
+        help="the worst-case judge cost --rejudge stated, to proceed: re-judges in a child "
+        "run budgeted at that amount (--wait follows it to its report)",
     )
     p.add_argument(
         "--wait",
         type=float,
         default=1800.0,
         metavar="SECONDS",
-        help="how long to wait for a worker's sandbox regrade (default 1800)",
+        help="how long to wait for a worker's sandbox regrade or re-judge (default 1800)",
     )
     add_connection_arguments(p)
     p.set_defaults(handler=cli_guard(regrade))
@@ -168,9 +171,14 @@ def _regrade_wait(client: ApiClient, options: dict[str, Any]) -> dict[str, Any]:
     body: dict[str, Any] = {}
     if options.get("rejudge"):
         body["rejudge"] = True
+    headers: dict[str, str] = {}
     if options.get("confirm_judge_cost") is not None:
         body["confirm_judge_cost"] = options["confirm_judge_cost"]
-    response = client.request("POST", path, json=body)
+        # A confirmed re-judge creates a child run: keyed, so a lost response is retried safely.
+        headers["Idempotency-Key"] = f"cli-rejudge-{uuid.uuid4()}"
+    response = client.request("POST", path, json=body, headers=headers)
+    if response.status_code == 202 and response.json().get("rejudge"):
+        return response.json()  # the re-judge child run: followed by rejudge_follow
     deadline = time.monotonic() + float(options.get("wait") or 0)
     if response.status_code == 202:
         print(
@@ -193,7 +201,10 @@ def _regrade_wait(client: ApiClient, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def regrade(options: dict[str, Any]) -> int:
-    doc = _regrade_wait(client_from(options), options)
+    client = client_from(options)
+    doc = _regrade_wait(client, options)
+    if doc.get("rejudge"):
+        return rejudge_follow(client, doc, options)
     if options["json"]:
         print(json.dumps(doc, indent=2))
         return 0

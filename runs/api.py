@@ -11,6 +11,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
+    PolymorphicProxySerializer,
     extend_schema,
     extend_schema_serializer,
     inline_serializer,
@@ -197,6 +198,30 @@ RegradeQueuedSerializer = inline_serializer(
         "follow": serializers.CharField(),
         "model_requests": serializers.IntegerField(),
     },
+)
+
+
+RejudgeSerializer = inline_serializer(
+    "Rejudge",
+    {
+        "run": serializers.IntegerField(),
+        "rejudge": serializers.BooleanField(),
+        "child_run": serializers.IntegerField(),
+        "created": serializers.BooleanField(),
+        "status": serializers.CharField(),
+        "judge_calls": serializers.IntegerField(),
+        "max_cost_usd": serializers.CharField(),
+        "rejudge_sha256": serializers.CharField(),
+        "judge_cost_quote": serializers.DictField(),
+        "follow": serializers.CharField(),
+        "report": serializers.CharField(),
+        "subject_requests": serializers.IntegerField(),
+    },
+)
+RegradeAcceptedSerializer = PolymorphicProxySerializer(
+    component_name="RegradeAccepted",
+    serializers=[RegradeQueuedSerializer, RejudgeSerializer],
+    resource_type_field_name=None,
 )
 
 
@@ -453,13 +478,21 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(
         methods=["POST"],
         request=RegradeRequestSerializer,
+        parameters=[
+            OpenApiParameter(
+                IDEMPOTENCY_HEADER,
+                str,
+                OpenApiParameter.HEADER,
+                description="with a confirmed re-judge: the same key returns the same child",
+            )
+        ],
         responses={
             200: RegradeSerializer,
-            202: RegradeQueuedSerializer,
+            202: RegradeAcceptedSerializer,
             **error_responses(
                 _409="the run cannot be re-graded (not ended, or a preview), or re-judging "
                 "was asked without confirming its worst-case judge cost",
-                _501="re-judging is not implemented yet",
+                _422="nothing to re-judge, or the idempotency key belongs to another run",
             ),
         },
     )
@@ -482,9 +515,11 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         mcq/grid only: graded here, 200. With code answers (LiveCodeBench, SciCode,
         Terminal-Bench) the sandbox must run them, which only a worker does: 202 with a
         `follow` URL (GET it until 200), or 200 at once when the same inputs were re-graded
-        before. `rejudge` asks for the judged answers too: refused (409) with the worst-case
-        judge cost unless `confirm_judge_cost` states that amount. GET without `task`: the
-        latest regrade."""
+        before. `rejudge` re-judges the judged answers instead: refused (409) with the
+        worst-case judge cost unless `confirm_judge_cost` states that amount; confirmed, a
+        child run of judge calls only, budgeted at that amount (202 with `child_run`; follow
+        it like any run; the same confirmation returns the same child). GET without `task`:
+        the latest regrade."""
         from runs.regrade import (
             RegradeRefused,
             judge_cost_quote,
@@ -507,9 +542,9 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             regrade_checked_run(run.pk)
         except RegradeRefused as exc:
             return error_response(http_status=409, code="regrade_refused", error=str(exc))
-        quote = judge_cost_quote(run)
         if body.validated_data["rejudge"]:
-            return self._rejudge_refusal(quote, body.validated_data["confirm_judge_cost"])
+            return self._rejudge(request, run, body.validated_data["confirm_judge_cost"])
+        quote = judge_cost_quote(run)
         if sandbox_regrade_needed(run):
             sha = regrade_input_sha256(run, sandbox=True)
             done = run.regrades.filter(input_sha256=sha).first()
@@ -557,24 +592,33 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         )
 
     @staticmethod
-    def _rejudge_refusal(quote: dict[str, Any], confirmed: Any) -> Response:
-        worst = quote["worst_case_usd"]
-        if worst is None or confirmed is None or confirmed != Decimal(worst):
-            why = (
-                "a judge price is missing, so no worst case can be stated or confirmed"
-                if worst is None
-                else f"re-judging {quote['judged_cells']} answer(s) costs at most {worst} USD; "
-                f"send confirm_judge_cost={worst} to proceed"
+    def _rejudge(request: Request, run: Run, confirmed: Decimal | None) -> Response:
+        """A confirmed re-judge: the child run (runs/rejudge.py), 202; else the refusal."""
+        from runs.regrade import judge_cost_quote
+        from runs.rejudge import RejudgeError, rejudge_doc, rejudge_submit
+
+        key = request.headers.get(IDEMPOTENCY_HEADER)
+        # The header bypasses the body parser's checks: a NUL would be a database error.
+        if key is not None and (len(key) > IDEMPOTENCY_KEY_MAX or json_value_problem(key)):
+            raise ValidationError(
+                {
+                    "idempotency_key": f"a string of at most {IDEMPOTENCY_KEY_MAX} characters, "
+                    "valid Unicode without NUL"
+                }
             )
+        try:
+            child, created = rejudge_submit(
+                run=run, confirm_judge_cost=confirmed, user=request.user, idempotency_key=key
+            )
+        except RejudgeError as exc:
             return error_response(
-                http_status=409, code="judge_cost_unconfirmed", error=why, detail=quote
+                http_status=exc.http_status, code=exc.code, error=exc.message, detail=exc.detail
             )
-        return error_response(
-            http_status=501,
-            code="rejudge_not_implemented",
-            error="re-judging saved answers is not implemented yet; no judge call was sent",
-            detail=quote,
-        )
+        doc = rejudge_doc(child, created=created, quote=judge_cost_quote(run))
+        response = Response(doc, status=status.HTTP_202_ACCEPTED)
+        if not created:
+            response["Idempotent-Replayed"] = "true"
+        return response
 
     @extend_schema(
         parameters=[

@@ -9,8 +9,9 @@ Makes no model call and changes no cell: the result is a separate, versioned
   task before the task's tests run (`runs.engine.finish`, the recovery pass's own rules). This
   is sandbox work, so only a worker does it (`sandbox=True`, the `run_regrade_task` Celery
   task); a cell that failed because the sandbox was missing gets its true result here;
-- judged answers (SimpleQA, HLE) would need a judge call each: `judge_cost_quote` states the
-  worst case of re-judging them, and re-judging itself is not implemented yet;
+- judged answers (SimpleQA, HLE) need a judge call each: `judge_cost_quote` states the worst
+  case of re-judging them (`rejudge_cells`), and a confirmed re-judge is a child run of judge
+  calls only (`runs.rejudge`), never part of this regrade;
 - τ³ conversations cannot be graded again without replaying the user simulator: skipped.
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet
 
 from datasets.benchmarks import get_adapter
 from runs.corrections import version_append
@@ -42,6 +43,7 @@ __all__ = [
     "regrade_doc",
     "regrade_input_sha256",
     "regrade_queued_doc",
+    "rejudge_cells",
     "run_regrade",
     "sandbox_regrade_needed",
 ]
@@ -309,8 +311,20 @@ def _store(inputs: _Inputs, body: dict[str, Any], *, regraded: int) -> RegradeRe
     return RegradeResult(regrade, created=created)
 
 
+def rejudge_cells(run: Run) -> QuerySet[Cell]:
+    """The cells a re-judge sends to the judge again, in id order: the completed cells of the
+    judged benchmarks (adapter kind "judge"). A cut-off answer (finish_reason "length") is left
+    out: it is wrong without a judge, as in the engine, and it was never judged."""
+    judged = [b for b in run.manifest["benchmarks"] if get_adapter(b).kind == "judge"]
+    return (
+        Cell.objects.filter(run=run, benchmark__in=judged, status="completed")
+        .exclude(grade__grader="truncated")
+        .order_by("pk")
+    )
+
+
 def judge_cost_quote(run: Run) -> dict[str, Any]:
-    """The worst case of re-judging the run's completed judged cells: one judge call each,
+    """The worst case of re-judging the run's `rejudge_cells`: one judge call each,
     bounded by the accounting's worst-case rule (`runs.accounting.worst_case_call_cost`) at
     the judge the manifest froze. ``worst_case_usd`` is None when a judge price is missing."""
     from runs.accounting import worst_case_call_cost
@@ -318,8 +332,7 @@ def judge_cost_quote(run: Run) -> dict[str, Any]:
     from srbench.money import money_text
 
     manifest = run.manifest
-    judged = [b for b in manifest["benchmarks"] if get_adapter(b).kind == "judge"]
-    rows = Cell.objects.filter(run=run, benchmark__in=judged, status="completed").values_list(
+    rows = rejudge_cells(run).values_list(
         "benchmark", "question__payload", "question__secret__data", "final_answer"
     )
     total: Decimal | None = Decimal(0)

@@ -63,7 +63,8 @@ class Driver(Caller):
         if self.ctx.manifest["mode"] == "preview":
             await self._run_preview(cell, target)
             return
-        await episode_for(adapter)(self, cell, target)
+        # A re-judge child (runs/rejudge.py) is known by its manifest, never by a benchmark.
+        await episode_for(adapter, rejudge="rejudge" in self.ctx.manifest)(self, cell, target)
 
     async def _run_preview(self, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
         """A preview run asks the router where it would send the case; nothing is answered,

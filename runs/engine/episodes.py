@@ -2,7 +2,8 @@
 
 Every episode makes its calls through `Caller.turn` (one set of stop rules) and ends the cell
 with `complete` or `fail`; a turn that stopped has already ended it. The episode is chosen from
-the benchmark's adapter (`episode_for`), never from its name.
+the benchmark's adapter (`episode_for`), never from its name; a re-judge child run (its
+manifest's `rejudge` marker) runs the judge-only episode `rejudged`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from datasets.benchmarks.base import BenchmarkAdapter
 from datasets.grading import MalformedVerdict
 from runs.engine import scoring, store
 from runs.engine.calls import BUDGET_STOP, Caller
+from runs.models import Cell
 
 # Agent episodes (benchmarks.md §8–9): step cap per case and per terminal command time.
 AGENT_MAX_STEPS = 30
@@ -87,6 +89,40 @@ async def judged(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -
     """One answer graded by the plan's judge, with the official scorer's call beside it."""
     if (answer := await subject_answer(d, cell, target)) is None:
         return
+    await judge_answer(d, cell, answer, calls_made=1)
+
+
+async def rejudged(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
+    """A re-judge child's cell (issue 22 point 4, runs/rejudge.py): the parent cell's stored
+    answer judged again. The subject target is never called; `target` is only whose answer
+    it was."""
+    parent = int(d.ctx.manifest["rejudge"]["parent_run"])
+    answer = await d.db(parent_answer, cell_id=cell.cell_id, parent_run_id=parent)
+    if answer is None:
+        await d.fail(cell, f"re-judge: run {parent} holds no completed answer for this cell")
+        return
+    await judge_answer(d, cell, answer, calls_made=0)
+
+
+async def not_rejudgeable(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
+    """A cell of a re-judge child whose benchmark is not judged: ended unsent, never asked."""
+    await d.fail(cell, f"re-judge: {cell.benchmark} answers are not judged; nothing was sent")
+
+
+def parent_answer(*, cell_id: int, parent_run_id: int) -> str | None:
+    """The final answer of the parent's completed cell with this cell's question, target and
+    slot (the same attempt), or None. Runs on the database thread."""
+    same = Cell.objects.filter(pk=cell_id).values("question_id", "target_id", "slot").get()
+    return (
+        Cell.objects.filter(run_id=parent_run_id, status="completed", **same)
+        .values_list("final_answer", flat=True)
+        .first()
+    )
+
+
+async def judge_answer(d: Caller, cell: store.ClaimedCell, answer: str, *, calls_made: int) -> None:
+    """`answer` graded by the plan's judge (sequence 0), then the official scorer's call when
+    the plan froze one; ends the cell."""
     judge_target = d.ctx.judges[cell.benchmark]
     judge = await d.turn(
         cell,
@@ -96,7 +132,7 @@ async def judged(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -
         messages=scoring.judge_request_messages(
             payload=cell.payload, secret=cell.secret, answer=answer
         ),
-        calls_made=1,
+        calls_made=calls_made,
         answer=answer,
     )
     if judge is None:
@@ -377,5 +413,9 @@ EPISODES: dict[str, Episode] = {
 }
 
 
-def episode_for(adapter: BenchmarkAdapter) -> Episode:
+def episode_for(adapter: BenchmarkAdapter, *, rejudge: bool = False) -> Episode:
+    """The adapter's episode; in a re-judge child run (its manifest says so, runs/rejudge.py)
+    the judge-only episode, whatever the benchmark: a re-judge never reaches the subject."""
+    if rejudge:
+        return rejudged if adapter.kind == "judge" else not_rejudgeable
     return EPISODES[adapter.episode or adapter.kind]

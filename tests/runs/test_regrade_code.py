@@ -233,8 +233,9 @@ def test_rejudging_is_refused_until_the_worst_case_judge_cost_is_confirmed() -> 
     confirmed = client.post(
         url, {"rejudge": True, "confirm_judge_cost": str(expected)}, format="json"
     )
-    assert confirmed.status_code == 501, confirmed.json()
-    assert confirmed.json()["code"] == "rejudge_not_implemented"
+    # Confirmed: a re-judge child run (tests/runs/test_rejudge.py runs one), not a regrade.
+    assert confirmed.status_code == 202, confirmed.json()
+    assert Run.objects.get(pk=confirmed.json()["child_run"]).parent_id == run.pk
     assert not Regrade.objects.filter(run=run).exists()
 
     # Without `rejudge`: the mcq answers are re-graded here (200) and the quote is shown.

@@ -1,0 +1,285 @@
+"""Re-judging a finished run's judged answers (issue 22 point 4): a child run of judge calls.
+
+A regrade (`runs.regrade`) makes no model call, so judged answers (SimpleQA, HLE) cannot be
+re-graded there: their grade is a judge's verdict. A re-judge sends one judge call per judged
+answer, and only when the caller confirmed the worst case `judge_cost_quote` stated. The calls
+go through the engine like any run's — Call rows written before the request leaves, budget
+reserved under the run lock, never re-sent — so a re-judge is a *child run* of the parent
+(``Run.parent``, as a recovery child), never a change to the parent:
+
+- its cells are the parent's `rejudge_cells` (same question, target and attempt slot); the
+  episode (`runs.engine.episodes.rejudged`) reads the parent cell's stored final answer and
+  never calls the subject target;
+- its manifest is the parent's, cut to those cells, with ``limits.max_cost_usd`` set to the
+  confirmed worst case: the budget refuses any call beyond what the user confirmed. The
+  official scorer's second judge call is left out (the quote is one call per answer);
+- ``manifest["rejudge"]`` records the parent, the re-judged cells and a hash of what was
+  judged (``rejudge_sha256``: parent cells, their answers, the judges, the quote).
+
+Idempotent twice over: under the parent's row lock, a child with the same ``rejudge_sha256``
+is returned instead of a second one (same answers, same judge, same quote: same child); and an
+``Idempotency-Key`` is stored on the child (unique per owner in the database), so a key reused
+for another re-judge is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from decimal import Decimal
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from runs import services
+from runs.events import events_append
+from runs.models import Cell, Run
+from runs.regrade import RegradeRefused, judge_cost_quote, regrade_checked_run, rejudge_cells
+from srbench.canonical import sha256_hex
+
+__all__ = [
+    "REJUDGE_VERSION",
+    "RejudgeError",
+    "rejudge_doc",
+    "rejudge_submit",
+]
+
+REJUDGE_VERSION = 1
+
+
+class RejudgeError(Exception):
+    """A refusal with an HTTP status and a stable code for the API and CLI; nothing was
+    created and nothing was sent."""
+
+    def __init__(
+        self, code: str, message: str, *, http_status: int = 409, detail: Any = None
+    ) -> None:
+        self.code = code
+        self.message = message
+        self.http_status = http_status
+        self.detail = detail
+        super().__init__(message)
+
+
+def _confirmation_check(quote: dict[str, Any], confirmed: Decimal | None) -> Decimal:
+    """The confirmed worst case, which must be the quote's, stated exactly. A quote without a
+    worst case (a judge price is missing) cannot be confirmed: the run would be unbounded."""
+    worst = quote["worst_case_usd"]
+    if worst is None:
+        raise RejudgeError(
+            "judge_cost_unconfirmed",
+            "a judge price is missing, so no worst case can be stated or confirmed; "
+            "nothing was sent",
+            detail=quote,
+        )
+    if confirmed is None or Decimal(confirmed) != Decimal(worst):
+        raise RejudgeError(
+            "judge_cost_unconfirmed",
+            f"re-judging {quote['judged_cells']} answer(s) costs at most {worst} USD; "
+            f"send confirm_judge_cost={worst} to proceed",
+            detail=quote,
+        )
+    if not quote["judged_cells"]:
+        raise RejudgeError(
+            "nothing_to_rejudge",
+            "the run has no completed judged answer to re-judge",
+            http_status=422,
+            detail=quote,
+        )
+    return Decimal(worst)
+
+
+def _content(parent: Run, quote: dict[str, Any]) -> dict[str, Any]:
+    """What a re-judge judges, hashed into its identity: each parent cell with the hash of its
+    answer, the judges the parent froze, and the quote."""
+    rows = rejudge_cells(parent).values_list(
+        "pk", "question_id", "target__slug", "slot", "benchmark", "final_answer"
+    )
+    cells = [
+        [pk, qid, slug, slot, benchmark, hashlib.sha256(answer.encode()).hexdigest()]
+        for pk, qid, slug, slot, benchmark, answer in rows
+    ]
+    benchmarks = {c[4] for c in cells}
+    return {
+        "version": REJUDGE_VERSION,
+        "parent_run": parent.pk,
+        "parent_plan_sha256": parent.plan_sha256,
+        "cells": cells,
+        "judges": {b: j for b, j in parent.manifest["judges"].items() if b in benchmarks},
+        "judge_cost_quote": quote,
+    }
+
+
+def _child_manifest(parent: Run, content: dict[str, Any], worst: Decimal) -> dict[str, Any]:
+    """The parent's frozen manifest cut to the re-judged cells; targets, judges, prices,
+    sampling and limits are kept so the verdicts are comparable, and the budget is the
+    confirmed worst case. A parent's own recovery/re-judge marker is not inherited."""
+    m = parent.manifest
+    cells = content["cells"]
+    questions = {c[1] for c in cells}
+    benchmarks = {c[4] for c in cells}
+    slugs = {c[2] for c in cells}
+    cases = [c for c in m["cases"] if c[0] in questions and c[2] in benchmarks]
+    inherited = {k: v for k, v in m.items() if k not in ("recovery", "rejudge")}
+    return {
+        **inherited,
+        "name": f"{m['name']} · re-judge",
+        "benchmarks": {
+            # No official scorer here: its second judge call is not in the confirmed quote.
+            b: {
+                **{k: v for k, v in spec.items() if k != "official_scoring"},
+                "cases": sum(1 for c in cases if c[2] == b),
+            }
+            for b, spec in m["benchmarks"].items()
+            if b in benchmarks
+        },
+        "cases": cases,
+        "targets": [t for t in m["targets"] if t["slug"] in slugs],
+        "judges": content["judges"],
+        "simulators": {},
+        "limits": {**m["limits"], "max_cost_usd": str(worst)},
+        "rejudge": {
+            "parent_run": parent.pk,
+            "parent_plan_sha256": parent.plan_sha256,
+            "parent_cells": [c[0] for c in cells],
+            "judge_calls": len(cells),
+            "confirmed_judge_cost_usd": content["judge_cost_quote"]["worst_case_usd"],
+            "rejudge_sha256": sha256_hex(content),
+        },
+    }
+
+
+def _child_create(
+    parent: Run, content: dict[str, Any], worst: Decimal, user: Any, key: str | None
+) -> Run:
+    manifest = _child_manifest(parent, content, worst)
+    child = Run.objects.create(
+        name=manifest["name"][:200],
+        mode=parent.mode,
+        profile=parent.profile,
+        manifest=manifest,
+        plan_sha256=sha256_hex(manifest),
+        dataset_id=parent.dataset_id,
+        owner=user,
+        parent=parent,
+        idempotency_key=key,
+    )
+    targets = dict(
+        Cell.objects.filter(pk__in=manifest["rejudge"]["parent_cells"]).values_list(
+            "pk", "target_id"
+        )
+    )
+    # The same (question, target, slot) as the parent cell: the same attempt, judged again.
+    Cell.objects.bulk_create(
+        Cell(run=child, question_id=qid, target_id=targets[pk], slot=slot, benchmark=benchmark)
+        for pk, qid, _slug, slot, benchmark, _sha in content["cells"]
+    )
+    events_append(
+        run_id=child.pk,
+        events=[
+            (
+                "run.created",
+                {
+                    "plan_sha256": child.plan_sha256,
+                    "cells": len(content["cells"]),
+                    "targets": [t["slug"] for t in manifest["targets"]],
+                    "rejudge": {
+                        "parent": parent.pk,
+                        "max_cost_usd": manifest["limits"]["max_cost_usd"],
+                        "rejudge_sha256": manifest["rejudge"]["rejudge_sha256"],
+                    },
+                },
+            )
+        ],
+    )
+    return child
+
+
+def _key_check(key: str | None) -> str | None:
+    if key is None or not key.strip():
+        return None
+    longest = Run._meta.get_field("idempotency_key").max_length  # the column decides
+    if longest is not None and len(key) > longest:
+        raise RejudgeError(
+            "invalid_idempotency_key",
+            f"the idempotency key is too long (≤ {longest})",
+            http_status=400,
+        )
+    return key
+
+
+def _replay(parent: Run, key: str, user: Any) -> Run | None:
+    """The child an earlier re-judge of this parent stored under this key; refused when the
+    key belongs to anything else (another run, another re-judge)."""
+    existing = Run.objects.filter(owner=user, idempotency_key=key).first()
+    if existing is None:
+        return None
+    marker = existing.manifest.get("rejudge") or {}
+    if existing.parent_id != parent.pk or marker.get("parent_run") != parent.pk:
+        raise RejudgeError(
+            "idempotency_key_reused",
+            f"idempotency key {key!r} was already used for run {existing.pk}, which is not "
+            f"this re-judge of run {parent.pk}",
+            http_status=422,
+            detail={"run": existing.pk},
+        )
+    return existing
+
+
+def rejudge_submit(
+    *, run: Run, confirm_judge_cost: Decimal | None, user: Any, idempotency_key: str | None = None
+) -> tuple[Run, bool]:
+    """Create (once) the re-judge child of a finished live run; returns (child, created).
+
+    Refused (RejudgeError, nothing created or sent) unless ``confirm_judge_cost`` is exactly
+    the worst case `judge_cost_quote` states now; a quote with an unknown price is never
+    runnable. Idempotent: the same answers, judges and quote return the existing child
+    (created=False, nothing dispatched again), whoever confirms; the same idempotency key with
+    anything else is refused. The child is written in one durable transaction under the
+    parent's row lock and dispatched after commit. The parent is never modified."""
+    key = _key_check(idempotency_key)
+    try:
+        regrade_checked_run(run.pk)
+    except RegradeRefused as exc:
+        raise RejudgeError("regrade_refused", str(exc)) from None
+    if key is not None and (child := _replay(run, key, user)) is not None:
+        # Same key, same parent: the answer to a lost response; nothing is sent again.
+        return child, False
+    try:
+        with transaction.atomic(durable=True):
+            # One re-judge submission per parent at a time: the lookup of an equal child and
+            # the creation below are one step.
+            parent = Run.objects.select_for_update().get(pk=run.pk)
+            quote = judge_cost_quote(parent)
+            worst = _confirmation_check(quote, confirm_judge_cost)
+            content = _content(parent, quote)
+            sha = sha256_hex(content)
+            same = Run.objects.filter(parent=parent, manifest__rejudge__rejudge_sha256=sha)
+            if (existing := same.order_by("pk").first()) is not None:
+                return existing, False
+            child = _child_create(parent, content, worst, user, key)
+            transaction.on_commit(lambda: services.run_dispatch(run_id=child.pk))
+            return child, True
+    except IntegrityError:
+        # Another request with this owner's key won the race (the key's unique constraint).
+        if key is not None and (child := _replay(run, key, user)) is not None:
+            return child, False
+        raise
+
+
+def rejudge_doc(child: Run, *, created: bool, quote: dict[str, Any]) -> dict[str, Any]:
+    """A re-judge as the API (202) and the CLI show it: the child run to follow."""
+    marker = child.manifest["rejudge"]
+    return {
+        "run": marker["parent_run"],
+        "rejudge": True,
+        "child_run": child.pk,
+        "created": created,
+        "status": child.status,
+        "judge_calls": marker["judge_calls"],
+        "max_cost_usd": child.manifest["limits"]["max_cost_usd"],
+        "rejudge_sha256": marker["rejudge_sha256"],
+        "judge_cost_quote": quote,
+        "follow": f"/api/v1/runs/{child.pk}/",
+        "report": f"/api/v1/runs/{child.pk}/report/",
+        "subject_requests": 0,
+    }
