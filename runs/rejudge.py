@@ -31,7 +31,6 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from runs import services
-from runs.events import events_append
 from runs.models import Cell, Run
 from runs.regrade import RegradeRefused, judge_cost_quote, regrade_checked_run, rejudge_cells
 from srbench.canonical import sha256_hex
@@ -152,46 +151,36 @@ def _child_create(
     parent: Run, content: dict[str, Any], worst: Decimal, user: Any, key: str | None
 ) -> Run:
     manifest = _child_manifest(parent, content, worst)
-    child = Run.objects.create(
-        name=manifest["name"][:200],
-        mode=parent.mode,
-        profile=parent.profile,
-        manifest=manifest,
-        plan_sha256=sha256_hex(manifest),
-        dataset_id=parent.dataset_id,
-        owner=user,
-        parent=parent,
-        idempotency_key=key,
-    )
     targets = dict(
         Cell.objects.filter(pk__in=manifest["rejudge"]["parent_cells"]).values_list(
             "pk", "target_id"
         )
     )
     # The same (question, target, slot) as the parent cell: the same attempt, judged again.
-    Cell.objects.bulk_create(
-        Cell(run=child, question_id=qid, target_id=targets[pk], slot=slot, benchmark=benchmark)
-        for pk, qid, _slug, slot, benchmark, _sha in content["cells"]
-    )
-    events_append(
-        run_id=child.pk,
-        events=[
-            (
-                "run.created",
-                {
-                    "plan_sha256": child.plan_sha256,
-                    "cells": len(content["cells"]),
-                    "targets": [t["slug"] for t in manifest["targets"]],
-                    "rejudge": {
-                        "parent": parent.pk,
-                        "max_cost_usd": manifest["limits"]["max_cost_usd"],
-                        "rejudge_sha256": manifest["rejudge"]["rejudge_sha256"],
-                    },
-                },
-            )
+    return services.run_insert(
+        run=Run(
+            name=manifest["name"][:200],
+            mode=parent.mode,
+            profile=parent.profile,
+            manifest=manifest,
+            plan_sha256=sha256_hex(manifest),
+            dataset_id=parent.dataset_id,
+            owner=user,
+            parent=parent,
+            idempotency_key=key,
+        ),
+        cells=[
+            services.NewCell(question_id=qid, target_id=targets[pk], slot=slot, benchmark=benchmark)
+            for pk, qid, _slug, slot, benchmark, _sha in content["cells"]
         ],
+        created={
+            "rejudge": {
+                "parent": parent.pk,
+                "max_cost_usd": manifest["limits"]["max_cost_usd"],
+                "rejudge_sha256": manifest["rejudge"]["rejudge_sha256"],
+            }
+        },
     )
-    return child
 
 
 def _key_check(key: str | None) -> str | None:
