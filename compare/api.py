@@ -1,5 +1,9 @@
 """REST API of comparisons (R5, R6, R11): candidate runs against the strongest single model
-of a baseline run. Reads saved results only; the answer says `model_requests: 0`."""
+of a baseline run. Reads saved results only; the answer says `model_requests: 0`.
+
+THE comparison endpoint is ``POST /api/v1/compare/`` (issue 24: one endpoint); the exports
+share its answer, and the deprecated ``GET /api/v1/comparisons/`` (`compare.api_deprecated`)
+delegates to the same computation."""
 
 from __future__ import annotations
 
@@ -23,7 +27,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from compare.compatibility import IncomparableRuns
 from compare.forms import MAX_SELECTION, ids_format, ids_parse
 from compare.selectors import (
     RunOption,
@@ -47,8 +50,6 @@ from srbench.api import (
     error_responses,
     int_param,
 )
-
-MAX_CANDIDATES = 100
 
 ComparisonSerializer = inline_serializer(
     "Comparison",
@@ -74,7 +75,7 @@ MARGIN_HELP = (
 )
 
 
-def _margin_param(request: Request) -> Decimal | None:
+def margin_param(request: Request) -> Decimal | None:
     raw = request.query_params.get(MARGIN_PARAM)
     if raw is None:
         return None
@@ -85,97 +86,18 @@ def _margin_param(request: Request) -> Decimal | None:
     return value
 
 
-def _margin_refused(exc: MarginFrozen) -> Response:
+def margin_refused(exc: MarginFrozen) -> Response:
     return error_response(http_status=409, code="margin_frozen", error=str(exc))
 
 
-def _run_ids(request: Request) -> list[int]:
-    raw = [v for item in request.query_params.getlist("candidate") for v in item.split(",")]
-    if not raw or len(raw) > MAX_CANDIDATES:
-        raise ValidationError({"candidate": f"name 1 to {MAX_CANDIDATES} candidate run ids"})
-    try:
-        ids = [int(v) for v in raw]
-    except ValueError:
-        raise ValidationError({"candidate": "run ids are integers"}) from None
-    if any(i < 1 or i > 2**63 - 1 for i in ids):
-        raise ValidationError({"candidate": "run ids are positive bigints"})
-    return ids
-
-
-class ComparisonView(APIView):
-    """Compare every target of the candidate runs with the baseline run's strongest single
-    model on identical cases: paired intervals, savings, tokens, latency and wall time."""
-
-    schema = ApiSchema()
-
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("baseline", int, required=True, description="baseline run id"),
-            OpenApiParameter(
-                "candidate",
-                int,
-                required=True,
-                many=True,
-                explode=True,
-                description="candidate run ids (repeat the parameter, or separate by commas)",
-            ),
-            OpenApiParameter(
-                "baseline_target", str, description="one of the tied strongest single models"
-            ),
-            OpenApiParameter(MARGIN_PARAM, str, description=MARGIN_HELP),
-        ],
-        responses={
-            200: ComparisonSerializer,
-            **error_responses(
-                _409="a margin other than the one frozen before the run was given",
-                _422="the runs are not comparable, or there is no baseline",
-            ),
-        },
-    )
-    def get(self, request: Request) -> Response:
-        baseline = int_param(request, "baseline", 0, low=1)
-        candidates = _run_ids(request)
-        margin = _margin_param(request)
-        known = set(Run.objects.filter(pk__in=[baseline, *candidates]).values_list("pk", flat=True))
-        missing = sorted({baseline, *candidates} - known)
-        if missing:
-            return error_response(
-                http_status=404,
-                code="not_found",
-                error=f"unknown run(s): {', '.join(map(str, missing))}",
-            )
-        try:
-            doc = comparison_build(
-                baseline_run_id=baseline,
-                candidate_run_ids=candidates,
-                baseline_target=request.query_params.get("baseline_target") or None,
-            )
-            if margin is not None:
-                comparison_margin_check(doc, supplied=margin)
-        except MarginFrozen as exc:
-            return _margin_refused(exc)
-        except IncomparableRuns as exc:
-            return error_response(
-                http_status=422,
-                code="incomparable",
-                error=str(exc),
-                detail={
-                    "baseline_run": exc.baseline_run,
-                    "candidate_run": exc.candidate_run,
-                    "differences": [d.as_dict() for d in exc.differences],
-                },
-            )
-        except ComparisonError as exc:
-            return error_response(http_status=422, code="no_comparison", error=str(exc))
-        return Response(doc)
-
-
-# --- Compare iterations (issue 9): the page's two steps, a POST comparison and exports --------
+# --- Compare iterations (issue 9): the page's two steps, THE comparison and its exports ---------
 #
-# Incomparable pairs: POST /compare/ and the exports compare what can be compared and list each
-# refused candidate run under "refused" with its differences (200); only when *every*
-# candidate run is refused is the answer 409 with the same list. (GET /comparisons/ above keeps
-# its all-or-nothing 422.)
+# One comparison endpoint (issue 24): POST /compare/. It and both exports answer through
+# `comparison_answer`; incomparable pairs are compared as far as they can be — each refused
+# candidate run is listed under "refused" with its differences (200) and only when *every*
+# candidate run is refused is the answer 409 with the same list. The deprecated
+# GET /comparisons/ (compare/api_deprecated.py) reads the same `comparison_document` and only
+# translates a refusal to its old all-or-nothing 422.
 
 OPTIONS_PAGE_SIZE = 25
 OPTIONS_PAGE_MAX = 100
@@ -293,7 +215,32 @@ class CompareRequestSerializer(StrictFieldsSerializer):
     non_inferiority_margin = MarginField(required=False, allow_null=True, help_text=MARGIN_HELP)
 
 
-def _compare(
+def unknown_runs_answer(baseline: int, candidates: list[int]) -> Response | None:
+    """404 naming every run id of the selection that does not exist, else None."""
+    known = set(Run.objects.filter(pk__in=[baseline, *candidates]).values_list("pk", flat=True))
+    missing = sorted({baseline, *candidates} - known)
+    if not missing:
+        return None
+    return error_response(
+        http_status=404, code="not_found", error=f"unknown run(s): {', '.join(map(str, missing))}"
+    )
+
+
+def comparison_document(
+    *, baseline: int, candidates: list[int], baseline_target: str | None
+) -> dict[str, Any]:
+    """The one computation behind every comparison the API answers: every pair re-verified,
+    refused candidate runs listed under ``refused`` and the rest compared. Raises the
+    service's errors (CandidatesRefused when every candidate run is refused)."""
+    return comparison_build(
+        baseline_run_id=baseline,
+        candidate_run_ids=candidates,
+        baseline_target=baseline_target or None,
+        report_refused=True,
+    )
+
+
+def comparison_answer(
     baseline: int,
     candidates: list[int],
     baseline_target: str | None,
@@ -301,39 +248,24 @@ def _compare(
 ) -> dict[str, Any] | Response:
     """The comparison document, or the error answer (404 unknown run, 409 every candidate
     refused or a margin other than the frozen one, 422 no baseline)."""
-    known = set(Run.objects.filter(pk__in=[baseline, *candidates]).values_list("pk", flat=True))
-    missing = sorted({baseline, *candidates} - known)
-    if missing:
-        return error_response(
-            http_status=404,
-            code="not_found",
-            error=f"unknown run(s): {', '.join(map(str, missing))}",
-        )
+    unknown = unknown_runs_answer(baseline, candidates)
+    if unknown is not None:
+        return unknown
     try:
-        doc = comparison_build(
-            baseline_run_id=baseline,
-            candidate_run_ids=candidates,
-            baseline_target=baseline_target or None,
-            report_refused=True,
+        doc = comparison_document(
+            baseline=baseline, candidates=candidates, baseline_target=baseline_target
         )
         if margin is not None:
             comparison_margin_check(doc, supplied=margin)
         return doc
     except MarginFrozen as exc:
-        return _margin_refused(exc)
+        return margin_refused(exc)
     except CandidatesRefused as exc:
         return error_response(
             http_status=409,
             code="incomparable",
             error=f"every candidate run was refused against run {baseline}",
             detail={"baseline_run": baseline, "refused": exc.refused},
-        )
-    except IncomparableRuns as exc:  # report_refused never raises it; kept for the contract
-        return error_response(
-            http_status=409,
-            code="incomparable",
-            error=str(exc),
-            detail={"baseline_run": baseline, "refused": []},
         )
     except ComparisonError as exc:
         return error_response(http_status=422, code="no_comparison", error=str(exc))
@@ -360,7 +292,7 @@ class CompareView(APIView):
         body = CompareRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         v = body.validated_data
-        out = _compare(
+        out = comparison_answer(
             v["baseline"],
             v["candidates"],
             v.get("baseline_target"),
@@ -603,11 +535,11 @@ class CompareExportView(APIView):
 
     def get(self, request: Request) -> Response | HttpResponse:
         baseline, candidates = self._selection(request)
-        out = _compare(
+        out = comparison_answer(
             baseline,
             candidates,
             request.query_params.get("baseline_target"),
-            _margin_param(request),
+            margin_param(request),
         )
         if isinstance(out, Response):
             return out

@@ -21,6 +21,7 @@ from srbench.api_client import (
     api_error_message,
     cli_guard,
     client_from,
+    refused_text,
     text_file_write,
 )
 from srbench.money import percent_text
@@ -95,13 +96,16 @@ def _fmt(value: Any, suffix: str = "") -> str:
 
 
 def compare(options: dict[str, Any]) -> int:
-    params: dict[str, Any] = {
+    """THE comparison endpoint, POST compare/ (issue 24): refused candidate runs are listed
+    and the rest compared; exit 2 only when every candidate run is refused (409)."""
+    body: dict[str, Any] = {
         "baseline": options["baseline_run"],
-        "candidate": options["candidate_runs"],
+        "candidates": options["candidate_runs"],
     }
     if options["baseline_target"]:
-        params["baseline_target"] = options["baseline_target"]
-    doc = _call(client_from(options), "GET", "comparisons/", params=params).json()
+        body["baseline_target"] = options["baseline_target"]
+    # A comparison reads only: repeated like a GET when the connection is lost.
+    doc = _call(client_from(options), "POST", "compare/", json=body, reads_only=True).json()
     if options["json"]:
         print(json.dumps(doc, indent=2))
         return 0
@@ -140,6 +144,8 @@ def compare(options: dict[str, Any]) -> int:
         for why in (c["savings"]["subject_cost_unknown_reason"], c["not_an_improvement"]):
             if why:
                 print(f"    {why}")
+    for r in doc["refused"]:
+        print(f"refused: {refused_text(r)}")
     print()
     for text in doc["statements"].values():
         print(f"* {text}")

@@ -225,8 +225,11 @@ class ApiClient:
                 timeout=timeout,
             )
 
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """One request; when it is repeatable (`is_repeatable`) a lost connection or a 502/503/
+    def request(
+        self, method: str, path: str, *, reads_only: bool = False, **kwargs: Any
+    ) -> httpx.Response:
+        """One request; when it is repeatable (`is_repeatable`, or `reads_only`: a POST that
+        changes nothing, e.g. the comparison's POST compare/) a lost connection or a 502/503/
         504 is retried with exponential backoff for up to `retry_for` seconds, with one notice
         line per outage. A server that never answered this client is not waited for (a wrong
         URL fails at once, exit 2). Raises ApiUnreachable (exit 3) when the API stays away or a
@@ -245,7 +248,9 @@ class ApiClient:
                 **(kwargs.get("headers") or {}),
                 "Content-Type": "application/json",
             }
-        repeatable = self.retry_for > 0 and is_repeatable(method, kwargs.get("headers"))
+        repeatable = self.retry_for > 0 and (
+            reads_only or is_repeatable(method, kwargs.get("headers"))
+        )
         deadline = self.clock() + self.retry_for
         delay = RETRY_FIRST_DELAY
         noticed = False
@@ -314,9 +319,21 @@ def api_error_message(response: httpx.Response) -> str:
     detail = body.get("detail")
     if isinstance(detail, dict) and isinstance(detail.get("conflicts"), list):
         message = "conflict: " + " | ".join(str(c.get("detail")) for c in detail["conflicts"])
+    elif isinstance(detail, dict) and isinstance(detail.get("refused"), list):
+        # A comparison refusing every candidate run (409): say why for each of them.
+        message += ": " + " | ".join(refused_text(r) for r in detail["refused"])
     elif body.get("code") == "invalid" and detail:
         message = f"{message} {json.dumps(detail)}"
     return " ".join(message.split())
+
+
+def refused_text(refused: Any) -> str:
+    """One refused candidate run of a comparison: its id and every difference."""
+    if not isinstance(refused, dict):
+        return str(refused)
+    differences = refused.get("differences") or []
+    reasons = "; ".join(str(d.get("text")) for d in differences if isinstance(d, dict))
+    return f"run {refused.get('run')}: {reasons}"
 
 
 def api_error_text(response: httpx.Response) -> str:

@@ -7,7 +7,6 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import SimpleRouter
 
-from compare.api import ComparisonView
 from runs.api import PlanReviewView, RunViewSet, TargetViewSet
 from runs.recovery_api import LineageView, RecoverView, RecoveryPlanView
 from srbench.api import SCHEMA_SETTINGS, api_not_found
@@ -44,7 +43,6 @@ urlpatterns = [
     ),
     path("api/v1/runs/<int:pk>/recover/", RecoverView.as_view(), name="run-recover"),
     path("api/v1/runs/<int:pk>/lineage/", LineageView.as_view(), name="run-lineage"),
-    path("api/v1/comparisons/", ComparisonView.as_view(), name="comparison"),
     path("api/v1/", include(router.urls)),
     path("api/v1/", include("datasets.api_urls")),
     path("api/v1/", include("recipes.api_urls")),

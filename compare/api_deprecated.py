@@ -1,0 +1,170 @@
+"""The deprecated ``GET /api/v1/comparisons/`` (issue 24: one comparison endpoint).
+
+THE comparison endpoint is ``POST /api/v1/compare/``. This route stays for one release so that
+clients written against it keep working, with its documented contract unchanged: for a
+selection whose candidate runs are all comparable it answers the very document POST /compare/
+answers; when any candidate run is refused it answers the old all-or-nothing 422
+``incomparable`` naming the first refused one (POST /compare/ compares the rest instead).
+
+It computes nothing of its own: the document comes from `compare.api.comparison_document`, the
+one path of POST /compare/ and the exports, and the refusal is the one that path lists. Every
+answer, errors included, carries ``Deprecation`` (RFC 9745) and ``Link`` headers naming the
+successor, so a client learns of the move from any response it gets.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.urls import reverse
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from compare.api import (
+    MARGIN_HELP,
+    MARGIN_PARAM,
+    ComparisonSerializer,
+    comparison_document,
+    margin_param,
+    margin_refused,
+    unknown_runs_answer,
+)
+from compare.compatibility import Difference, IncomparableRuns
+from compare.services import ComparisonError, MarginFrozen, comparison_margin_check
+from srbench.api import ApiSchema, error_response, error_responses, int_param
+
+MAX_CANDIDATES = 100
+
+# The day GET /comparisons/ was deprecated (RFC 9745: a Structured Field Date, "@" + Unix
+# seconds). No Sunset header: the removal is tied to the next release, not to a date.
+DEPRECATED_SINCE = datetime(2026, 12, 4, tzinfo=UTC)
+
+
+def deprecation_headers() -> dict[str, str]:
+    """The headers every answer of the deprecated route carries."""
+    return {
+        "Deprecation": f"@{int(DEPRECATED_SINCE.timestamp())}",
+        "Link": (
+            f'<{reverse("compare")}>; rel="successor-version", '
+            f'<{reverse("api-docs")}>; rel="deprecation"; type="text/html"'
+        ),
+    }
+
+
+def _run_ids(request: Request) -> list[int]:
+    raw = [v for item in request.query_params.getlist("candidate") for v in item.split(",")]
+    if not raw or len(raw) > MAX_CANDIDATES:
+        raise ValidationError({"candidate": f"name 1 to {MAX_CANDIDATES} candidate run ids"})
+    try:
+        ids = [int(v) for v in raw]
+    except ValueError:
+        raise ValidationError({"candidate": "run ids are integers"}) from None
+    if any(i < 1 or i > 2**63 - 1 for i in ids):
+        raise ValidationError({"candidate": "run ids are positive bigints"})
+    return ids
+
+
+def _refuse_all_or_nothing(baseline: int, doc: dict[str, Any]) -> None:
+    """The old contract: one refused candidate run refuses the whole comparison, named by the
+    first refused one (the refusal itself is the one the comparison document lists)."""
+    if doc["refused"]:
+        first = doc["refused"][0]
+        differences = [Difference(**d) for d in first["differences"]]
+        raise IncomparableRuns(baseline, first["run"], differences)
+
+
+DEPRECATION_HEADER_PARAMS = [
+    OpenApiParameter(
+        "Deprecation",
+        str,
+        OpenApiParameter.HEADER,
+        response=True,
+        description="RFC 9745: the date this route was deprecated, as @<unix seconds>",
+    ),
+    OpenApiParameter(
+        "Link",
+        str,
+        OpenApiParameter.HEADER,
+        response=True,
+        description='rel="successor-version": POST /api/v1/compare/',
+    ),
+]
+
+
+class ComparisonView(APIView):
+    """Deprecated: use ``POST /api/v1/compare/`` (same document; refused candidate runs are
+    listed under ``refused`` and the rest compared, 409 only when every one is refused).
+    Kept for one release with its old contract: 422 when any candidate run is refused."""
+
+    schema = ApiSchema()
+
+    def finalize_response(
+        self, request: Request, response: Any, *args: Any, **kwargs: Any
+    ) -> Response:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        for name, value in deprecation_headers().items():
+            response[name] = value
+        return response
+
+    @extend_schema(
+        deprecated=True,
+        parameters=[
+            OpenApiParameter("baseline", int, required=True, description="baseline run id"),
+            OpenApiParameter(
+                "candidate",
+                int,
+                required=True,
+                many=True,
+                explode=True,
+                description="candidate run ids (repeat the parameter, or separate by commas)",
+            ),
+            OpenApiParameter(
+                "baseline_target", str, description="one of the tied strongest single models"
+            ),
+            OpenApiParameter(MARGIN_PARAM, str, description=MARGIN_HELP),
+            *DEPRECATION_HEADER_PARAMS,
+        ],
+        responses={
+            200: ComparisonSerializer,
+            **error_responses(
+                _409="a margin other than the one frozen before the run was given",
+                _422="a candidate run is not comparable (all or nothing), or there is no baseline",
+            ),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        baseline = int_param(request, "baseline", 0, low=1)
+        candidates = _run_ids(request)
+        margin = margin_param(request)
+        unknown = unknown_runs_answer(baseline, candidates)
+        if unknown is not None:
+            return unknown
+        try:
+            doc = comparison_document(
+                baseline=baseline,
+                candidates=candidates,
+                baseline_target=request.query_params.get("baseline_target"),
+            )
+            _refuse_all_or_nothing(baseline, doc)
+            if margin is not None:
+                comparison_margin_check(doc, supplied=margin)
+        except MarginFrozen as exc:
+            return margin_refused(exc)
+        except IncomparableRuns as exc:  # CandidatesRefused (every one) or the first refused
+            return error_response(
+                http_status=422,
+                code="incomparable",
+                error=str(exc),
+                detail={
+                    "baseline_run": exc.baseline_run,
+                    "candidate_run": exc.candidate_run,
+                    "differences": [d.as_dict() for d in exc.differences],
+                },
+            )
+        except ComparisonError as exc:
+            return error_response(http_status=422, code="no_comparison", error=str(exc))
+        return Response(doc)
