@@ -242,13 +242,17 @@ def start_simulator(
     """The simulator in its own process: model `bench` answers after `ttft` with a reasoning
     text of (chunks - answer tokens) tokens paced `chunk_gap` apart, so every reply is about
     `chunks` SSE content/reasoning events. Returns (process, port) once it answers."""
+    from datasets.answer_key import answer_key_write
+
     reasoning = " ".join(["step"] * (chunks - 4))
     port = free_port()
+    # The simulator reads no dataset file: the key is built here and handed over as JSON.
+    key = answer_key_write([("mmlu-pro", str(data))], work / "answer-key.json")
     config = work / "sim.toml"
     config.write_text(
         f"seed = 1\n[models.bench]\naccuracy = 0.8\nttft_s = {ttft}\n"
         f"tokens_per_second = {1 / chunk_gap}\nchunk_tokens = 1\nprefix_cache = false\n"
-        f'reasoning = "{reasoning}"\n[answer_key]\nsources = [["mmlu-pro", "{data}"]]\n'
+        f'reasoning = "{reasoning}"\n[answer_key]\nfile = "{key}"\n'
     )
     sim = subprocess.Popen(
         [sys.executable, "-m", "srbench.simulator", "--port", str(port), "--config", str(config)],

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from datasets.answer_key import answer_key_write
 from datasets.models import FrozenDataset
 from datasets.profiles import DEFAULT_SEED
 from runs.models import Target
@@ -130,13 +131,19 @@ def scicode_test_data(var_dir: Path, data: DemoData | None = None) -> Path | Non
 
 def simulator_config(dataset: FrozenDataset, var_dir: Path) -> Path:
     """The bundled simulator config plus an answer key read from the demo's own files, so the
-    simulated models answer the demo questions with their configured accuracy."""
+    simulated models answer the demo questions with their configured accuracy. The key is
+    built here through the benchmark adapters and saved as JSON beside the config, which names
+    it (``[answer_key] file``): the simulator reads no dataset file itself."""
     sources = [
-        [s.benchmark, s.provenance["source_path"]] for s in dataset.sources.order_by("benchmark")
+        (s.benchmark, s.provenance["source_path"]) for s in dataset.sources.order_by("benchmark")
     ]
+    key_path = answer_key_write(sources, var_dir / "simulator-answer-key.json")
     path = var_dir / "simulator.toml"
     path.write_text(
-        DEFAULT_CONFIG_PATH.read_text() + "\n[answer_key]\nsources = " + json.dumps(sources) + "\n"
+        DEFAULT_CONFIG_PATH.read_text()
+        + "\n[answer_key]\nfile = "
+        + json.dumps(str(key_path.resolve()))
+        + "\n"
     )
     return path
 

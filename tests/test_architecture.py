@@ -181,14 +181,8 @@ def test_the_checker_sees_an_upward_import_and_a_circle() -> None:
 # What issue 24 has not yet removed, named one by one. The checks compare with these lists
 # exactly: a new upward import or a new oversized unit fails, and so does a fixed one that is
 # still listed — the list only shrinks. Each entry is open work in issue 24.
-NOT_YET_MOVED = {
-    # the simulator's answer key still reads the benchmark files through the adapters
-    "srbench.simulator.oracle -> datasets.benchmarks (simulator imports datasets)",
-    "srbench.simulator.oracle -> datasets.benchmarks.tau3 (simulator imports datasets)",
-}
-NOT_YET_SPLIT = {
-    "srbench.simulator.oracle",
-}
+NOT_YET_MOVED: set[str] = set()
+NOT_YET_SPLIT: set[str] = set()
 
 
 def test_no_import_runs_up_the_layers() -> None:

@@ -397,7 +397,13 @@ def register(verbs: Any) -> None:
 
 
 def _simulator(options: dict[str, Any]) -> int:
+    """The simulator in the foreground. A config's ``[answer_key] sources`` are read here,
+    through the benchmark adapters: the simulator itself reads no dataset file (issue 24)."""
+    from datasets.answer_key import answer_key_for_config
+    from srbench.simulator.config import load_config
     from srbench.simulator.server import serve
 
-    serve(options["config"], host=options["host"], port=options["port"])
+    config = load_config(options["config"])
+    answer_key = answer_key_for_config(config)
+    serve(config, answer_key=answer_key, host=options["host"], port=options["port"])
     return 0

@@ -1,6 +1,8 @@
 """An OpenAI-compatible simulator of models, a judge, a user and a MoM router (DESIGN §8).
 
-Standalone: it imports neither Django nor the database. Start it with ``serve()`` or, in tests,
+Standalone: it imports neither Django, the database nor the dataset adapters. It plays an
+``AnswerKey`` handed to it or saved as JSON (``[answer_key] file``); the project builds keys from
+dataset files (``datasets/answer_key.py``). Start it with ``serve()`` or, in tests,
 ``srbench.simulator.testing.running_simulator()``.
 """
 

@@ -2,6 +2,7 @@
 
 import argparse
 
+from srbench.simulator.config import ConfigError
 from srbench.simulator.server import serve
 
 
@@ -11,7 +12,10 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100)
     args = parser.parse_args()
-    serve(args.config, host=args.host, port=args.port)
+    try:
+        serve(args.config, host=args.host, port=args.port)
+    except ConfigError as exc:
+        parser.exit(2, f"python -m srbench.simulator: {exc}\n")
 
 
 if __name__ == "__main__":

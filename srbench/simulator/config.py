@@ -6,14 +6,23 @@ Schema (see ``default.toml`` for a commented example)::
     stall_seconds = 5.0          # default for the stall faults
     [models.<name>]              # one physical model
     [routers.<name>]             # one virtual MoM model routed to physical members
+    [answer_key] file = "key.json"   # an AnswerKey saved as JSON (relative: to this file)
     [answer_key] sources = [["mmlu-pro", "path/to/file"], ...]
+
+The simulator plays an answer key; it reads no benchmark file itself (it stands below the
+datasets layer). ``file`` names a key written by ``AnswerKey.save`` and is read at start-up.
+``sources`` (official-format dataset files by benchmark) are read by the project:
+``srbench simulator --config …`` and ``make demo`` build the key through the benchmark adapters
+(``datasets/answer_key.py``) and hand it over. The simulator started on its own
+(``python -m srbench.simulator``) with ``sources`` and no key refuses to start, rather than
+answering every question generically.
 """
 
 from __future__ import annotations
 
 import copy
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -110,6 +119,7 @@ class SimConfig:
     models: dict[str, ModelSpec]
     routers: dict[str, RouterSpec]
     answer_key_sources: tuple[tuple[str, str], ...]
+    answer_key_file: str | None = None
 
     def resolve(self, name: str) -> ModelSpec | RouterSpec | None:
         if name in self.models:
@@ -214,7 +224,13 @@ def parse_config(raw: dict[str, Any]) -> SimConfig:
     clash = set(models) & set(routers)
     if clash:
         raise ConfigError(f"names used by both a model and a router: {sorted(clash)}")
-    sources = (raw.get("answer_key") or {}).get("sources") or []
+    answer_key = raw.get("answer_key") or {}
+    unknown = set(answer_key) - {"file", "sources"}
+    if unknown:
+        raise ConfigError(f"answer_key: unknown keys {sorted(unknown)}")
+    if answer_key.get("file") and answer_key.get("sources"):
+        raise ConfigError("answer_key: give either file or sources, not both")
+    sources = answer_key.get("sources") or []
     return SimConfig(
         raw=copy.deepcopy(raw),
         seed=int(raw.get("seed", 20260918)),
@@ -222,6 +238,7 @@ def parse_config(raw: dict[str, Any]) -> SimConfig:
         models=models,
         routers=routers,
         answer_key_sources=tuple((str(k), str(p)) for k, p in sources),
+        answer_key_file=str(answer_key["file"]) if answer_key.get("file") else None,
     )
 
 
@@ -239,7 +256,12 @@ def load_config(
     path: str | Path | None = None, overrides: dict[str, Any] | None = None
 ) -> SimConfig:
     """Read a TOML config (the bundled ``default.toml`` when ``path`` is None); ``overrides``
-    are deep-merged into the document before it is parsed, and so count in its hashes."""
-    with open(path or DEFAULT_CONFIG_PATH, "rb") as fh:
+    are deep-merged into the document before it is parsed, and so count in its hashes. A relative
+    ``[answer_key] file`` is taken from the directory of the config file."""
+    path = Path(path or DEFAULT_CONFIG_PATH)
+    with open(path, "rb") as fh:
         raw = tomllib.load(fh)
-    return parse_config(deep_merge(raw, overrides or {}))
+    config = parse_config(deep_merge(raw, overrides or {}))
+    if config.answer_key_file is not None:
+        config = replace(config, answer_key_file=str(path.parent / config.answer_key_file))
+    return config

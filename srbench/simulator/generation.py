@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from srbench.canonical import canonical_json
+from srbench.simulator.agents import AgentTurn, agent_turn
 from srbench.simulator.config import ModelSpec
 from srbench.simulator.oracle import (
-    AgentTurn,
     AnswerKey,
-    agent_turn,
     judge_reply,
     prompt_text_of,
     subject_answer,

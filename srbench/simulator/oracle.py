@@ -1,23 +1,25 @@
 """The oracle: decides whether a simulated model answers a known question correctly and writes a
-well-formed answer; also the simulated judge and the simulated user.
+well-formed answer; also the simulated judge and the simulated user (the simulated agent of
+multi-turn tasks is ``agents.py``).
 
 A question is recognised by sha256 of the **last user message's content string** (text parts
 joined by newlines) looked up in an ``AnswerKey``. Correctness is a seeded hash of
 (seed, model, question) compared with the model's accuracy, so a model answers a given question
 the same way whether it is called directly, streamed or not, or routed to by a MoM router.
 
-Agent tasks (τ³, Terminal-Bench) are multi-turn: the last user message changes as the simulated
-user speaks, so they are recognised by the **first** user message (the task's opening) and the
-agent's progress is read from the tool calls already in the conversation (``agent_turn``).
+The simulator reads no benchmark file: an ``AnswerKey`` is handed to it, or loaded from the JSON
+that ``AnswerKey.save`` wrote (``[answer_key] file`` in its config). The project builds keys
+from official-format dataset files in ``datasets/answer_key.py`` (issue 24).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import string
-from collections.abc import Iterable
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -30,9 +32,11 @@ Kind = Literal["mcq", "judge", "grid", "code", "agent"]
 Verdict = Literal["correct", "incorrect", "not_attempted"]
 
 USER_STOP = "###STOP###"
-# Reference solutions the simulator knows for questions whose rows carry none (the bundled
-# SciCode fixture problems), by benchmark and step number.
-REFERENCE_SOLUTIONS_PATH = Path(__file__).with_name("reference_solutions.json")
+# The simulated agent ends its final answer with this sentence, and the simulated user ends the
+# episode when it reads it: a real agent's closing offer of more help is the same cue.
+AGENT_CLOSING = "Is there anything else I can help you with?"
+# The first line of a saved answer key; ``AnswerKey.load`` refuses any other.
+ANSWER_KEY_FORMAT = "srbench-simulator-answer-key/1"
 
 
 def stable_unit(*parts: Any) -> float:
@@ -113,75 +117,61 @@ class AnswerKey:
             return None
         return self._entries.get(sha)
 
+    def save(self, path: str | Path) -> None:
+        """Write the key as JSON (atomically: a reader sees the old file or the new one).
+        Every entry is kept under its prompt hash with its roll, and the ambiguous hashes too.
+        A τ³ database that several tasks share is written once (``databases``), not per task.
+        Keys keep their order: the wrong agent draws ids from a database in document order."""
+        databases: dict[int, tuple[str, Any]] = {}
+        entries = {}
+        for sha, entry in self._entries.items():
+            row: dict[str, Any] = {
+                "benchmark": entry.benchmark,
+                "kind": entry.kind,
+                "secret": entry.secret,
+                "payload": entry.payload,
+                "roll": entry.roll,
+            }
+            db = entry.payload.get("db")
+            if isinstance(db, dict):
+                ref, _ = databases.setdefault(id(db), (str(len(databases)), db))
+                row["payload"] = {k: v for k, v in entry.payload.items() if k != "db"}
+                row["database"] = ref
+            entries[sha] = row
+        document = {
+            "format": ANSWER_KEY_FORMAT,
+            "entries": entries,
+            "ambiguous": sorted(self._ambiguous),
+            "databases": dict(databases.values()),
+        }
+        target = Path(path)
+        handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                json.dump(document, out, ensure_ascii=False, separators=(",", ":"))
+            os.replace(temporary, target)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+
     @classmethod
-    def from_sources(
-        cls,
-        sources: Iterable[tuple[str, str]],
-        solutions_path: Path | None = REFERENCE_SOLUTIONS_PATH,
-    ) -> AnswerKey:
-        """Build the key from official-format dataset files through the benchmark adapters.
-        Imported here so the simulator runs (with an empty key) where they are absent.
-        ``solutions_path`` names the reference solutions known beside the files."""
-        from datasets.benchmarks import get_adapter
-
-        known = reference_solutions(solutions_path)
+    def load(cls, path: str | Path) -> AnswerKey:
+        """The key ``save`` wrote; a file in any other format is refused, never read as empty."""
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not isinstance(document, dict) or document.get("format") != ANSWER_KEY_FORMAT:
+            raise ValueError(f"{path}: not an answer key saved by AnswerKey.save")
+        databases = document.get("databases") or {}
         key = cls()
-        for benchmark_key, path in sources:
-            adapter = get_adapter(benchmark_key)
-            for question in adapter.load(Path(path)):
-                if benchmark_key == "scicode":
-                    key.add_scicode(adapter, question.payload, question.secret, known)
-                    continue
-                messages = adapter.messages(question.payload)
-                # Agent tasks are looked up by their opening message (see agent_turn).
-                text = (
-                    first_user_text(messages)
-                    if adapter.kind == "agent"
-                    else prompt_text_of(messages)
-                )
-                payload = question.payload
-                if benchmark_key == "tau3" and "db" not in payload:
-                    # A large τ³ database is referenced by hash, not embedded; the wrong agent
-                    # draws its plausible ids from it (tau_plan).
-                    from datasets.benchmarks.tau3 import domain_db
-
-                    payload = payload | {"db": domain_db(Path(path), payload)}
-                if text is not None:
-                    key.add(text, question.benchmark, adapter.kind, question.secret, payload)
+        for sha, row in (document.get("entries") or {}).items():
+            payload = dict(row.get("payload") or {})
+            if row.get("database") is not None:
+                # One shared object per database, as when the key was built.
+                payload["db"] = databases[row["database"]]
+            key._entries[sha] = KeyEntry(
+                str(row["benchmark"]), str(row["kind"]), dict(row["secret"]), payload, row["roll"]
+            )
+        key._ambiguous = set(document.get("ambiguous") or ())
         return key
-
-    def add_scicode(
-        self,
-        adapter: Any,
-        payload: dict[str, Any],
-        secret: dict[str, Any],
-        known: dict[str, dict[str, str]] | None = None,
-    ) -> None:
-        """One entry per sub-step, keyed by the user turn that asks for it (the driver sends one
-        turn per step). A step's solution is the row's ``ground_truth_code`` or a known
-        reference solution; all steps roll correctness on the opening step's prompt."""
-        steps = secret.get("steps") or []
-        prompts = [adapter.step_prompt(payload, i) for i in range(len(payload["sub_steps"]))]
-        if not prompts:
-            return
-        roll = prompt_sha256(prompts[0])
-        references = (known or {}).get("scicode") or {}
-        for index, prompt in enumerate(prompts):
-            step = steps[index] if index < len(steps) else {}
-            number = str(step.get("step_number", ""))
-            solution = step.get("ground_truth_code") or references.get(number)
-            step_secret: dict[str, Any] = {"step": index, "steps": len(prompts)}
-            if isinstance(solution, str) and solution.strip():
-                step_secret["solution"] = solution
-            self.add(prompt, "scicode", "code", step_secret, roll=roll)
-
-
-def reference_solutions(path: Path | None = REFERENCE_SOLUTIONS_PATH) -> dict[str, dict[str, str]]:
-    """{benchmark: {step or question id: code}} from the simulator's bundled file."""
-    if path is None or not Path(path).is_file():
-        return {}
-    document = json.loads(Path(path).read_text(encoding="utf-8"))
-    return {k: dict(v) for k, v in document.items() if isinstance(v, dict)}
 
 
 # -- subject answers ---------------------------------------------------------------------------
@@ -367,245 +357,6 @@ def subject_answer(
     if content is None:
         return Answer(generic_reply(model, prompt_text), entry.benchmark, None)
     return Answer(content, entry.benchmark, correct)
-
-
-# -- agents (τ³, Terminal-Bench) ---------------------------------------------------------------
-
-# The simulated agent ends its final answer with this sentence, and the simulated user ends the
-# episode when it reads it: a real agent's closing offer of more help is the same cue.
-AGENT_CLOSING = "Is there anything else I can help you with?"
-# Tools named like this only read (τ² naming); the wrong τ³ path needs a tool that writes.
-READ_ONLY_PREFIXES = ("get_", "search_", "find_", "list_", "lookup_", "calculate", "think")
-READ_ONLY_NAMES = frozenset({"transfer_to_human_agents"})
-TERMINAL_TOOL_NAME = "terminal"
-SOLUTION_SCRIPTS = ("solve.sh", "solution.sh")
-_HEREDOC_RE = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
-
-
-@dataclass(frozen=True)
-class AgentAction:
-    name: str
-    arguments: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class AgentPlan:
-    """Everything one simulated model does on one agent task: its tool calls in order, then a
-    final text answer."""
-
-    actions: tuple[AgentAction, ...]
-    final: str
-
-
-@dataclass(frozen=True)
-class AgentTurn:
-    """The next turn: a single tool call, or (``tool_name`` None) the final text."""
-
-    content: str
-    tool_name: str | None
-    arguments: str | None
-    benchmark: str
-    correct: bool
-
-
-def _looks_read_only(name: str) -> bool:
-    return name in READ_ONLY_NAMES or name.startswith(READ_ONLY_PREFIXES)
-
-
-def _values_by_key(data: Any, found: dict[str, list[Any]] | None = None) -> dict[str, list[Any]]:
-    """Every scalar in a τ³ database under each field name, in document order: the pool the
-    wrong agent draws plausible ids from (``loan_id`` -> ["L-1", "L-2", ...])."""
-    found = {} if found is None else found
-    if isinstance(data, dict):
-        for key, value in data.items():
-            if isinstance(value, str | int | float) and not isinstance(value, bool):
-                bucket = found.setdefault(str(key), [])
-                if value not in bucket:
-                    bucket.append(value)
-            else:
-                _values_by_key(value, found)
-    elif isinstance(data, list):
-        for item in data:
-            _values_by_key(item, found)
-    return found
-
-
-def _tool_params(tool: dict[str, Any]) -> tuple[str, list[str]]:
-    function = tool.get("function") or {}
-    params = function.get("parameters") or {}
-    props = params.get("properties") or {}
-    return str(function.get("name")), list(params.get("required") or props)
-
-
-def _perturbed(action: AgentAction, pool: dict[str, list[Any]]) -> AgentAction:
-    """The same call on a different record: the first argument with another value of the same
-    field in the database takes it; otherwise the first argument is made unrecognisable."""
-    for name, value in action.arguments.items():
-        others = [v for v in pool.get(name, []) if v != value]
-        if others:
-            return AgentAction(action.name, action.arguments | {name: others[0]})
-    for name, value in action.arguments.items():
-        changed = f"{value}-X" if isinstance(value, str) else 0 if value else 1
-        return AgentAction(action.name, action.arguments | {name: changed})
-    return action
-
-
-def _unrequested_write(
-    gold: list[AgentAction], tools: list[dict[str, Any]], pool: dict[str, list[Any]]
-) -> AgentAction | None:
-    """A change nobody asked for: the first offered write-looking tool the task does not use,
-    its arguments taken from the task's own calls or else the first value in the database."""
-    known: dict[str, Any] = {}
-    for action in gold:
-        for name, value in action.arguments.items():
-            known.setdefault(name, value)
-    used = {a.name for a in gold}
-    for tool in tools:
-        name, required = _tool_params(tool)
-        if name in used or _looks_read_only(name):
-            continue
-        arguments = {}
-        for param in required:
-            if param in known:
-                arguments[param] = known[param]
-            elif pool.get(param):
-                arguments[param] = pool[param][0]
-            else:
-                break
-        else:
-            return AgentAction(name, arguments)
-    return None
-
-
-def tau_plan(entry: KeyEntry, correct: bool, tools: list[dict[str, Any]]) -> AgentPlan:
-    """Correct: the gold assistant actions, then a final answer with every required output.
-    Wrong: the gold actions with the last write sent to another record (or, when the task
-    writes nothing, one unrequested write), then a final answer without the required outputs —
-    so the reward is 0 whether the task is graded on the database or on what is said."""
-    criteria = entry.secret.get("evaluation_criteria") or {}
-    gold = [
-        AgentAction(str(a.get("name")), dict(a.get("arguments") or {}))
-        for a in criteria.get("actions") or []
-        if a.get("requestor", "assistant") == "assistant"
-    ]
-    info = [str(i) for i in criteria.get("communicate_info") or []]
-    if correct:
-        summary = f" For your records: {'; '.join(info)}." if info else ""
-        return AgentPlan(tuple(gold), f"All done.{summary} {AGENT_CLOSING}")
-    pool = _values_by_key(entry.payload.get("db") or {})
-    actions = list(gold)
-    writes = [i for i, a in enumerate(actions) if not _looks_read_only(a.name)]
-    if writes:
-        actions[writes[-1]] = _perturbed(actions[writes[-1]], pool)
-    else:
-        extra = _unrequested_write(gold, tools, pool)
-        if extra is not None:
-            actions.append(extra)
-    return AgentPlan(tuple(actions), f"I have updated your account as requested. {AGENT_CLOSING}")
-
-
-def split_shell_script(script: str) -> list[str]:
-    """A solution script as the commands an agent would type one at a time: blank lines,
-    comments and the shebang dropped; a heredoc or a backslash-continued line kept whole."""
-    commands: list[str] = []
-    current: list[str] = []
-    terminator: str | None = None
-    for line in script.splitlines():
-        if terminator is not None:
-            current.append(line)
-            if line.strip() == terminator:
-                terminator = None
-                commands.append("\n".join(current))
-                current = []
-            continue
-        if not current and (not line.strip() or line.lstrip().startswith("#")):
-            continue
-        current.append(line)
-        heredoc = _HEREDOC_RE.search(line)
-        if heredoc:
-            terminator = heredoc.group(2)
-        elif not line.endswith("\\"):
-            commands.append("\n".join(current))
-            current = []
-    if current:
-        commands.append("\n".join(current))
-    return commands
-
-
-def solution_commands(secret: dict[str, Any]) -> list[str]:
-    """The commands of a Terminal-Bench task's reference solution (solve.sh / solution.sh, or a
-    legacy solution.yaml's keystroke entries)."""
-    files = [f for f in secret.get("solution") or [] if isinstance(f, dict) and "content" in f]
-    # Base64 entries are binary files, never a script to type.
-    files = [f for f in files if f.get("encoding", "utf-8") == "utf-8"]
-    for file in files:
-        if str(file.get("path", "")).rsplit("/", 1)[-1] in SOLUTION_SCRIPTS:
-            return split_shell_script(str(file["content"]))
-    for file in files:
-        if str(file.get("path", "")).endswith("solution.yaml"):
-            import yaml  # the dataset loaders' dependency; only legacy tasks need it here
-
-            steps = yaml.safe_load(str(file["content"])) or []
-            return [str(s["command"]).rstrip("\n") for s in steps if isinstance(s, dict)]
-    return []
-
-
-def terminal_plan(entry: KeyEntry, correct: bool) -> AgentPlan:
-    """Correct: the reference solution, one command per call. Wrong: a look around, then the
-    first solution command inside a subshell that is never closed — bash rejects it as a syntax
-    error before running any of it, so the task is left unsolved."""
-    commands = solution_commands(entry.secret)
-    if correct:
-        actions = [AgentAction(TERMINAL_TOOL_NAME, {"command": c}) for c in commands]
-        return AgentPlan(tuple(actions), "The task is complete.")
-    broken = ["ls -la"] + ([f"(\n{commands[0]}"] if commands else [])
-    actions = [AgentAction(TERMINAL_TOOL_NAME, {"command": c}) for c in broken]
-    return AgentPlan(tuple(actions), "I could not get the commands to work.")
-
-
-def _calls_made(messages: list[dict[str, Any]]) -> int:
-    """The agent's progress through its plan: the tool calls it has already made."""
-    count = 0
-    for message in messages:
-        calls = message.get("tool_calls")
-        if message.get("role") == "assistant" and isinstance(calls, list):
-            count += len(calls)
-    return count
-
-
-def agent_turn(
-    key: AnswerKey,
-    *,
-    model: str,
-    seed: int,
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]],
-    accuracy_for: Any,
-) -> AgentTurn | None:
-    """The simulated agent's next turn on a known agent task, or None (not an agent task: the
-    caller falls back to its generic tool behaviour). Correctness is rolled once per (seed,
-    model, task), as for single-turn questions, so every turn of one conversation follows the
-    same plan — provided the driver sends the same ``seed`` on every call of the episode."""
-    opening = first_user_text(messages)
-    entry = key.lookup(opening)
-    if entry is None or opening is None or entry.kind != "agent":
-        return None
-    offered = [t for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)]
-    names = {str(t["function"].get("name")) for t in offered}
-    sha = prompt_sha256(opening)
-    correct = is_correct(seed, model, sha, float(accuracy_for(entry.benchmark)))
-    if "evaluation_criteria" in entry.secret:
-        plan = tau_plan(entry, correct, offered)
-    elif TERMINAL_TOOL_NAME in names and "solution" in entry.secret:
-        plan = terminal_plan(entry, correct)
-    else:
-        return None
-    done = _calls_made(messages)
-    if done < len(plan.actions):
-        action = plan.actions[done]
-        arguments = json.dumps(action.arguments, ensure_ascii=False, sort_keys=True)
-        return AgentTurn("", action.name, arguments, entry.benchmark, correct)
-    return AgentTurn(plan.final, None, None, entry.benchmark, correct)
 
 
 # -- judge -------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ from srbench.simulator.oracle import AnswerKey, prompt_text_of
 from srbench.simulator.router import Route, route
 from srbench.simulator.tokens import PrefixCache
 
-__all__ = ["create_app", "load_config", "serve"]
+__all__ = ["configured_answer_key", "create_app", "load_config", "serve"]
 
 CALL_ID_HEADER = "x-srbench-call-id"
 FAULT_HEADER = "x-sim-fault"
@@ -478,19 +478,36 @@ async def health(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
+def configured_answer_key(config: SimConfig) -> AnswerKey:
+    """The key the config names at start-up: ``[answer_key] file`` (JSON from
+    ``AnswerKey.save``), else an empty key. ``[answer_key] sources`` are dataset files only the
+    project reads (``datasets/answer_key.py``): without a key built from them this refuses to
+    start, since an empty key would answer every benchmark question generically."""
+    if config.answer_key_file is not None:
+        try:
+            return AnswerKey.load(config.answer_key_file)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"answer_key.file: cannot read {config.answer_key_file}: {exc}"
+            ) from exc
+    if config.answer_key_sources:
+        raise ConfigError(
+            "answer_key.sources: the simulator reads no dataset files itself. Start it with "
+            "`srbench simulator --config …` (which builds the key from the sources), or save a "
+            "key with datasets.answer_key.answer_key_write and set [answer_key] file instead."
+        )
+    return AnswerKey()
+
+
 def create_app(
     config: SimConfig | str | Path | None = None, *, answer_key: AnswerKey | None = None
 ) -> Starlette:
-    """The ASGI app. ``answer_key`` defaults to one built from the config's
-    ``[answer_key] sources`` (empty when there are none)."""
+    """The ASGI app. ``answer_key`` (e.g. built by the project from dataset files) defaults to
+    the one the config names (``configured_answer_key``)."""
     if not isinstance(config, SimConfig):
         config = load_config(config)
     if answer_key is None:
-        answer_key = (
-            AnswerKey.from_sources(config.answer_key_sources)
-            if (config.answer_key_sources)
-            else AnswerKey()
-        )
+        answer_key = configured_answer_key(config)
     state = SimState(config, answer_key)
     app = Starlette(
         routes=[
@@ -512,12 +529,18 @@ def create_app(
     return app
 
 
-def serve(config_path: str | Path | None = None, host: str = "127.0.0.1", port: int = 8100) -> None:
+def serve(
+    config: SimConfig | str | Path | None = None,
+    *,
+    answer_key: AnswerKey | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8100,
+) -> None:
     """Run the simulator in the foreground (blocks). Loopback by default: it has no auth."""
     import uvicorn
 
     uvicorn.run(
-        create_app(load_config(config_path)),
+        create_app(config, answer_key=answer_key),
         host=host,
         port=port,
         log_level="warning",

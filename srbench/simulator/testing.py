@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,15 @@ from srbench.simulator.server import create_app
 
 
 def _config_with(config: SimConfig | str | Path | None, overrides: dict[str, Any]) -> SimConfig:
-    if isinstance(config, SimConfig):
-        return parse_config(deep_merge(config.raw, overrides)) if overrides else config
-    return load_config(config, overrides)
+    if not isinstance(config, SimConfig):
+        return load_config(config, overrides)
+    if not overrides:
+        return config
+    merged = parse_config(deep_merge(config.raw, overrides))
+    if "answer_key" not in overrides:
+        # A relative [answer_key] file was resolved against the config file's directory.
+        merged = replace(merged, answer_key_file=config.answer_key_file)
+    return merged
 
 
 @contextmanager

@@ -4,16 +4,20 @@ that knows their answers, and targets pointing at it."""
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from datasets.answer_key import answer_key_from_sources
 from datasets.benchmarks import get_adapter
 from datasets.models import DatasetQuestion, FrozenDataset, Question, QuestionSecret
 from datasets.services import question_content_sha256
 from runs.models import Run, Target
 from srbench.canonical import sha256_hex
+from srbench.simulator.config import load_config
 from srbench.simulator.oracle import AnswerKey
 from srbench.simulator.testing import running_simulator
 
@@ -68,14 +72,20 @@ def fixture_dataset(
 
 
 def answer_key(benchmarks: list[str]) -> AnswerKey:
-    return AnswerKey.from_sources([(b, str(get_adapter(b).fixture_path())) for b in benchmarks])
+    return answer_key_from_sources([(b, str(get_adapter(b).fixture_path())) for b in benchmarks])
 
 
 @contextlib.contextmanager
 def simulator(benchmarks: list[str], **overrides: Any) -> Iterator[str]:
+    """A simulator that knows the fixtures' answers the way a deployed one does: the key saved
+    as JSON and named by the config's ``[answer_key] file`` (issue 24)."""
     models = {**FAST_MODELS, **overrides.pop("models", {})}
-    with running_simulator(answer_key=answer_key(benchmarks), models=models, **overrides) as url:
-        yield url
+    with tempfile.TemporaryDirectory(prefix="srbench-answer-key-") as folder:
+        path = Path(folder) / "answer-key.json"
+        answer_key(benchmarks).save(path)
+        config = load_config(None, {"answer_key": {"file": str(path)}})
+        with running_simulator(config, models=models, **overrides) as url:
+            yield url
 
 
 def sim_targets(url: str) -> dict[str, Target]:

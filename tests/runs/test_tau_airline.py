@@ -459,9 +459,9 @@ def test_an_airline_run_through_the_engine_grades_gold_and_wrong_agents(celery_w
     """The driver, the ledger and the project's simulator: sim-strong plays the gold actions
     (accuracy 1), sim-weak the wrong path (accuracy 0: its last write goes to a record that does
     not exist), sim-user plays the customer; the airline tools run in the worker."""
+    from datasets.answer_key import answer_key_from_sources
     from runs.models import Call, Cell
     from runs.services import run_create
-    from srbench.simulator.oracle import AnswerKey
     from srbench.simulator.testing import running_simulator
     from tests import factories as f
     from tests.conftest import wait_until
@@ -472,7 +472,7 @@ def test_an_airline_run_through_the_engine_grades_gold_and_wrong_agents(celery_w
         "sim-strong": {**es.FAST_MODELS["sim-strong"], "benchmark_accuracy": {"tau3": 1.0}},
         "sim-weak": {**es.FAST_MODELS["sim-weak"], "benchmark_accuracy": {"tau3": 0.0}},
     }
-    key = AnswerKey.from_sources([("tau3", str(DOMAIN_DIR))])
+    key = answer_key_from_sources([("tau3", str(DOMAIN_DIR))])
     with running_simulator(answer_key=key, models=models) as url:
         es.sim_targets(url)
         dataset = _airline_dataset(["8", "19"])
@@ -514,7 +514,7 @@ def test_the_simulated_agent_is_graded_by_its_plan(task_id):
     """The project's simulator plays airline: its correct plan passes, its wrong plan (the last
     write sent to another record, or an unrequested write on a task that must change nothing —
     drawn from the packaged database, which the payload only references) fails."""
-    from srbench.simulator import oracle
+    from srbench.simulator import agents
 
     key = _answer_key()
     q = TASKS[task_id]
@@ -522,7 +522,7 @@ def test_the_simulated_agent_is_graded_by_its_plan(task_id):
     assert entry is not None and entry.payload["db_sha256"] == q.payload["db_sha256"]
     tools = TauEnvironment.from_payload(q.payload).tool_schemas()
     for correct in (True, False):
-        plan = oracle.tau_plan(entry, correct, tools)
+        plan = agents.tau_plan(entry, correct, tools)
         env = TauEnvironment.from_payload(q.payload)
         for action in plan.actions:
             env.call_tool(action.name, json.dumps(action.arguments))
@@ -536,10 +536,10 @@ _KEY: list[Any] = []
 
 
 def _answer_key() -> Any:
-    from srbench.simulator.oracle import AnswerKey
+    from datasets.answer_key import answer_key_from_sources
 
     if not _KEY:
-        _KEY.append(AnswerKey.from_sources([("tau3", str(DOMAIN_DIR))]))
+        _KEY.append(answer_key_from_sources([("tau3", str(DOMAIN_DIR))]))
     return _KEY[0]
 
 

@@ -18,6 +18,7 @@ import httpx
 import openai
 import pytest
 
+from datasets.answer_key import answer_key_from_sources
 from datasets.benchmarks.tau3 import ADAPTER as TAU3
 from datasets.benchmarks.terminal_bench import ADAPTER as TB
 from runs.engine.sandbox import sandbox_available
@@ -36,7 +37,6 @@ from runs.engine.tau import (
     user_simulator_messages,
 )
 from runs.engine.terminal import terminal_session_start
-from srbench.simulator.oracle import AnswerKey
 from srbench.simulator.testing import running_simulator
 
 FIXTURES = Path(__file__).resolve().parents[2] / "datasets" / "fixtures"
@@ -56,7 +56,7 @@ MODELS = {
 
 @pytest.fixture(scope="module")
 def sim_url() -> Iterator[str]:
-    key = AnswerKey.from_sources([("tau3", str(TAU_DOMAINS)), ("terminal-bench", str(TB_TASKS))])
+    key = answer_key_from_sources([("tau3", str(TAU_DOMAINS)), ("terminal-bench", str(TB_TASKS))])
     fast = {"ttft_s": 0.0, "tokens_per_second": 0.0, "chunk_tokens": 4}
     with running_simulator(
         answer_key=key, models={name: fast | spec for name, spec in MODELS.items()}

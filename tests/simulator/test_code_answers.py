@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from datasets.answer_key import answer_key_from_sources
 from datasets.benchmarks import get_adapter
 from datasets.scicode_fixture_data import write_fixture_test_data
 from runs.engine.code_grading import grade_livecodebench, grade_scicode, scicode_step_prompts
@@ -27,7 +28,7 @@ SEED = 7
 
 @pytest.fixture(scope="module")
 def key() -> AnswerKey:
-    return AnswerKey.from_sources(
+    return answer_key_from_sources(
         [("livecodebench", str(LCB.fixture_path())), ("scicode", str(SCICODE.fixture_path()))]
     )
 
@@ -169,7 +170,7 @@ def test_packaged_scicode_problems_without_a_reference_get_no_invented_code(key)
     from datasets.packages import locate
 
     located = locate("scicode")
-    packaged = AnswerKey.from_sources([("scicode", str(located.path))])
+    packaged = answer_key_from_sources([("scicode", str(located.path))])
     question = SCICODE.load(Path(located.path))[0]
     prompt = scicode_step_prompts(question.payload)[0]
     answer = subject_answer(

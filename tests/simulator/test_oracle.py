@@ -10,7 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from srbench.simulator import oracle
+from datasets.answer_key import answer_key_from_sources
+from srbench.simulator import agents, oracle
 from srbench.simulator.oracle import (
     USER_STOP,
     AnswerKey,
@@ -209,10 +210,10 @@ class FakeAdapter:
 
 
 def test_answer_key_from_sources_reads_questions_through_the_adapters(monkeypatch):
-    import datasets.benchmarks as benchmarks
+    import datasets.answer_key as builder
 
-    monkeypatch.setattr(benchmarks, "get_adapter", lambda key: FakeAdapter(), raising=False)
-    key = AnswerKey.from_sources([("mmlu-pro", "file.jsonl")])
+    monkeypatch.setattr(builder, "get_adapter", lambda key: FakeAdapter())
+    key = answer_key_from_sources([("mmlu-pro", "file.jsonl")])
     assert len(key) == 1
     result = answer(key, "From file.jsonl: 1+1?", accuracy=1.0)
     assert result.benchmark == "mmlu-pro" and result.content.endswith("Answer: B")
@@ -234,7 +235,7 @@ def test_livecodebench_answers_pass_the_sandboxed_grader_exactly_when_correct(co
 
     assert sandbox_available(), "bubblewrap missing: run scripts/ensure_sandbox.sh"
     fixture = Path(__file__).resolve().parents[2] / "datasets/fixtures/livecodebench/test.jsonl"
-    key = AnswerKey.from_sources([("livecodebench", str(fixture))])
+    key = answer_key_from_sources([("livecodebench", str(fixture))])
     for question in LCB.load(fixture):
         prompt = LCB.messages(question.payload)[-1]["content"]
         reply = answer(key, prompt, accuracy=1.0 if correct else 0.0)
@@ -267,7 +268,7 @@ def test_answer_key_indexes_agent_tasks_by_their_opening_message():
         (TAU3, _fixture("tau3", "domains")),
         (TB, _fixture("terminal-bench", "tasks")),
     ]
-    key = AnswerKey.from_sources([(adapter.key, path) for adapter, path in sources])
+    key = answer_key_from_sources([(adapter.key, path) for adapter, path in sources])
     assert len(key) == 7
     for adapter, path in sources:
         for question in adapter.load(Path(path)):
@@ -283,7 +284,7 @@ def _agent_key(secret: dict[str, Any], payload: dict[str, Any] | None = None) ->
 
 
 def _turn(key: AnswerKey, messages: list[dict[str, Any]], tools: list[Any], accuracy: float):
-    return oracle.agent_turn(
+    return agents.agent_turn(
         key, model="m", seed=1, messages=messages, tools=tools, accuracy_for=lambda _b: accuracy
     )
 
@@ -330,7 +331,7 @@ def test_agent_turns_follow_the_gold_actions_then_answer_with_the_required_outpu
 
 def test_the_wrong_agent_sends_its_last_write_to_another_record_and_omits_outputs():
     db = {"things": {"T-1": {"thing_id": "T-1"}, "T-2": {"thing_id": "T-2"}}}
-    plan = oracle.tau_plan(oracle.KeyEntry("tau3", "agent", SECRET, {"db": db}), False, TOOLS)
+    plan = agents.tau_plan(oracle.KeyEntry("tau3", "agent", SECRET, {"db": db}), False, TOOLS)
     assert [(a.name, a.arguments) for a in plan.actions] == [
         ("get_thing", {"thing_id": "T-1"}),
         ("change_thing", {"thing_id": "T-2"}),
@@ -340,7 +341,7 @@ def test_the_wrong_agent_sends_its_last_write_to_another_record_and_omits_output
 
 def test_the_wrong_agent_on_a_read_only_task_makes_an_unrequested_write():
     secret = {"evaluation_criteria": {"actions": [SECRET["evaluation_criteria"]["actions"][0]]}}
-    plan = oracle.tau_plan(oracle.KeyEntry("tau3", "agent", secret, {"db": {}}), False, TOOLS)
+    plan = agents.tau_plan(oracle.KeyEntry("tau3", "agent", secret, {"db": {}}), False, TOOLS)
     assert [(a.name, a.arguments) for a in plan.actions][-1] == (
         "change_thing",
         {"thing_id": "T-1"},
@@ -369,7 +370,7 @@ def test_solution_scripts_split_into_typed_commands():
         "cat <<-EOF > out.txt\n\tx\n\tEOF\n"
         "echo one \\\n  two\n"
     )
-    assert oracle.split_shell_script(script) == [
+    assert agents.split_shell_script(script) == [
         "set -e",
         "python3 - <<'PY'\nprint('a')\n\nprint('b')\nPY",
         "cat <<-EOF > out.txt\n\tx\n\tEOF",
@@ -387,7 +388,7 @@ def test_legacy_solution_yaml_gives_its_keystroke_commands():
             }
         ]
     }
-    assert oracle.solution_commands(secret) == ["ls", "make all"]
+    assert agents.solution_commands(secret) == ["ls", "make all"]
 
 
 def test_the_simulated_user_stops_when_the_agent_closes_and_not_before(sim: httpx.Client):
