@@ -10,8 +10,10 @@ same after computing as before, so nothing computed across a change is kept. A u
 correction changes the fingerprint; the next comparison recomputes. A run in progress has
 no fingerprint and is always computed afresh.
 
-Stored figures equal recomputed ones exactly: the report is the same JSON text, and a cell's
-cost is the same float64 (the SQL sum of its effective subject costs, rounded once).
+Stored figures equal recomputed ones exactly: the report is kept as its JSON
+(`runs.report_types.report_doc`) and read back typed (`Report.from_doc`: money from its exact
+text, scores from their exact fractions), and a cell's cost is the same float64 (the SQL sum
+of its effective subject costs, rounded once).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import numpy.typing as npt
 from compare.models import CaseFigures
 from runs.models import Cell, CellStatus, Run, RunReport, Target
 from runs.reconcile import effective_cell_costs
-from runs.report import report_key, run_report_row, run_reports
+from runs.report import report_key, run_report_row, run_reports_compute
+from runs.report_types import Report
 from runs.selectors import runs_settled_fingerprints
 from srbench.canonical import sha256_hex
 
@@ -50,7 +53,7 @@ STATUSES: tuple[str, ...] = tuple(CellStatus.values)
 class RunFigures:
     """The reports and packed cells of a comparison's runs, by run id."""
 
-    reports: dict[int, dict[str, Any]]
+    reports: dict[int, Report]
     cells: dict[int, npt.NDArray[np.void]]
 
 
@@ -93,7 +96,7 @@ def run_figures(runs: Sequence[Run]) -> RunFigures:
     fingerprint still holds, the rest computed in one batch and kept when settled."""
     keys = {pk: report_key(fp) for pk, fp in runs_settled_fingerprints(list(runs)).items() if fp}
     reports = {
-        pk: json.loads(doc)
+        pk: Report.from_doc(json.loads(doc))
         for pk, fp, doc in RunReport.objects.filter(run_id__in=keys).values_list(
             "run_id", "fingerprint", "report_json"
         )
@@ -107,7 +110,7 @@ def run_figures(runs: Sequence[Run]) -> RunFigures:
         if fp == _figures_key(keys[pk])
     }
     missing = [r for r in runs if r.pk not in reports]
-    new_reports = run_reports(runs=missing) if missing else {}
+    new_reports = run_reports_compute(runs=missing) if missing else {}
     new_cells = cells_pack([r.pk for r in runs if r.pk not in cells])
     reports.update(new_reports)
     cells.update(new_cells)
@@ -119,15 +122,15 @@ def run_figures(runs: Sequence[Run]) -> RunFigures:
 def _keep(
     runs: Sequence[Run],
     keys: dict[int, str],
-    reports: dict[int, dict[str, Any]],
+    reports: dict[int, Report],
     cells: dict[int, npt.NDArray[np.void]],
 ) -> None:
     """Store what was computed for settled runs whose fingerprint did not move meanwhile."""
     after = runs_settled_fingerprints([r for r in runs if r.pk in keys])
     still = {pk for pk, key in keys.items() if after.get(pk) and report_key(after[pk]) == key}
     report_rows = [
-        RunReport(run_id=pk, **run_report_row(run_id=pk, fingerprint=keys[pk], report=doc))
-        for pk, doc in reports.items()
+        RunReport(run_id=pk, **run_report_row(run_id=pk, fingerprint=keys[pk], report=report))
+        for pk, report in reports.items()
         if pk in still
     ]
     if report_rows:

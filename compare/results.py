@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from compare.compatibility import Difference
 from runs.models import Run
+from runs.report_types import Report, TargetReport
 from srbench.money import money_text
 from srbench.stats import BaselineChoice, PairedResult, SavingsInterval
 
@@ -50,10 +51,6 @@ BASELINE_RULE = (
 )
 
 
-def _dec(value: str | None) -> Decimal | None:
-    return None if value is None else Decimal(value)
-
-
 # A savings rate is computed in Decimal from the exact costs, so it is written with the same
 # exact-text rule as money (never through a float).
 _pct = money_text
@@ -61,19 +58,19 @@ _pct = money_text
 
 @dataclass
 class Entry:
-    """One (run, target) taking part: its block of the run report, read into exact values,
-    and its per-case outcomes."""
+    """One (run, target) taking part: its run's typed report and its target's block of it
+    (exact values), and its per-case outcomes."""
 
     run: Run
-    report: dict[str, Any]
-    target: dict[str, Any]  # the target's block of the run report
+    report: Report
+    target: TargetReport
     target_id: int | None
     outcome: npt.NDArray[np.int8] | None = None
     states: dict[str, int] = field(default_factory=dict)
 
     @property
     def slug(self) -> str:
-        return str(self.target["slug"])
+        return self.target.slug
 
     @property
     def label(self) -> str:
@@ -81,20 +78,19 @@ class Entry:
 
     @property
     def quality(self) -> Fraction | None:
-        exact = self.target["score"].get("exact")
-        return None if exact is None else Fraction(exact)
+        return self.target.score.exact
 
     @property
     def subject_cost(self) -> Decimal | None:
-        return _dec(self.target["subject_cost_usd"])
+        return self.target.subject_cost_usd
 
     @property
     def total_spend(self) -> Decimal | None:
-        return _dec(self.target["total_spend_usd"])
+        return self.target.total_spend_usd
 
     @property
     def cache_neutral_cost(self) -> Decimal | None:
-        return _dec(self.target["cache_neutral_cost_usd"])
+        return self.target.cache_neutral_cost_usd
 
 
 @dataclass(frozen=True)
@@ -112,7 +108,7 @@ class PoolMember:
     slug: str
     kind: str
     quality: Fraction | None
-    subject_cost_usd: str | None
+    subject_cost_usd: Decimal | None
     reason: str | None  # None: eligible
 
 
@@ -200,7 +196,7 @@ class Comparison:
                     "kind": m.kind,
                     "quality": None if m.quality is None else float(m.quality),
                     "quality_exact": None if m.quality is None else str(m.quality),
-                    "subject_cost_usd": m.subject_cost_usd,
+                    "subject_cost_usd": money_text(m.subject_cost_usd),
                     "eligible": m.reason is None,
                     "reason": m.reason,
                 }
@@ -216,7 +212,7 @@ class Comparison:
             "run_name": e.run.name,
             "run_created_at": e.run.created_at.isoformat(),
             "target": e.slug,
-            "kind": e.target["kind"],
+            "kind": e.target.kind,
             "quality": None if quality is None else float(quality),
             "quality_exact": None if quality is None else str(quality),
             "cases": c.cases,
@@ -323,19 +319,19 @@ def _savings_interval(interval: SavingsInterval | None) -> dict[str, Any] | None
 
 
 def _usage_block(e: Entry) -> dict[str, Any]:
-    t = e.target
+    t, correction = e.target, e.report.usage_correction
     return {
-        "subject_cost_usd": t["subject_cost_usd"],
-        "known_cost_usd": t["known_cost_usd"],
-        "total_spend_usd": t["total_spend_usd"],
-        "cache_neutral_cost_usd": t["cache_neutral_cost_usd"],
-        "tokens": t["tokens"],
-        "ttft_p50_ms": t["ttft_p50_ms"],
-        "latency_p50_ms": t["latency_p50_ms"],
-        "latency_p95_ms": t["latency_p95_ms"],
-        "request_seconds_sum": t["request_seconds_sum"],
-        "wall_seconds": e.report["run"]["wall_seconds"],
-        "usage_correction": e.report["usage_correction"],
+        "subject_cost_usd": money_text(t.subject_cost_usd),
+        "known_cost_usd": money_text(t.known_cost_usd),
+        "total_spend_usd": money_text(t.total_spend_usd),
+        "cache_neutral_cost_usd": money_text(t.cache_neutral_cost_usd),
+        "tokens": dict(t.tokens),
+        "ttft_p50_ms": t.ttft_p50_ms,
+        "latency_p50_ms": t.latency_p50_ms,
+        "latency_p95_ms": t.latency_p95_ms,
+        "request_seconds_sum": t.request_seconds_sum,
+        "wall_seconds": e.report.run.wall_seconds,
+        "usage_correction": None if correction is None else correction.to_doc(),
     }
 
 

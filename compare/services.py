@@ -253,8 +253,8 @@ def _load(runs: dict[int, Run], baseline_run_id: int) -> _Loaded:
     for run_id, run in runs.items():
         report = figures.reports[run_id]
         entries[run_id] = []
-        for t in report["targets"]:
-            tid = cells.target_ids.get((run_id, t["slug"]))
+        for t in report.targets:
+            tid = cells.target_ids.get((run_id, t.slug))
             e = Entry(run, report, t, tid)
             e.states = cells.states.get((run_id, tid), {}) if tid is not None else {}
             e.outcome = cases.outcome(cells.correct_keys((run_id, tid)) if tid else empty)
@@ -272,14 +272,14 @@ def _baseline_pool(
         t = e.target
         with_outcome = sum(e.states.get(s, 0) for s in _OUTCOME_STATES)
         reason = None
-        if t["kind"] != "single":
+        if t.kind != "single":
             reason = "not a single model"
-        elif t["planned"] != cases.keys.size:
-            reason = f"{t['planned']} cells planned for {cases.keys.size} cases"
+        elif t.planned != cases.keys.size:
+            reason = f"{t.planned} cells planned for {cases.keys.size} cases"
         elif with_outcome != cases.keys.size:
             reason = f"{cases.keys.size - with_outcome} case(s) without a result"
         quality = e.quality
-        listed.append(PoolMember(e.slug, t["kind"], quality, t["subject_cost_usd"], reason))
+        listed.append(PoolMember(e.slug, t.kind, quality, t.subject_cost_usd, reason))
         if reason is None and quality is not None:
             pool.append(BaselineCandidate(e.slug, quality, e.subject_cost))
     return pool, listed
@@ -351,7 +351,7 @@ def _cache_neutral_savings(choice: BaselineChoice, candidate: Entry, baseline: E
     s = _savings(choice, candidate.cache_neutral_cost, baseline.cache_neutral_cost)
     for side, e in (("candidate", candidate), ("baseline", baseline)):
         if s.unknown_reason == f"the {side}'s cost is incomplete":
-            detail = e.target.get("cache_neutral_unknown_reason")
+            detail = e.target.cache_neutral_unknown_reason
             why = f"the {side}'s cache-neutral cost is unknown" + (f": {detail}" if detail else "")
             return Savings(None, why)
     return s

@@ -16,6 +16,7 @@ from typing import Any
 from datasets import official
 from datasets.models import Question
 from runs.models import Cell, Run
+from runs.report_types import OfficialSection
 
 NOTE = (
     "Official scorers, reported beside the sr-bench score (the composite's default), never "
@@ -48,7 +49,7 @@ def _arc_attempt(status: str, grade: dict[str, Any] | None) -> tuple[str, list[b
 
 def official_sections(
     runs: list[Run], target_ids: dict[tuple[int, str], int]
-) -> dict[tuple[int, str], dict[str, Any]]:
+) -> dict[tuple[int, str], OfficialSection]:
     """(run id, target slug) → the target's official section. Runs without a benchmark where
     the official scoring differs get nothing (the key is absent)."""
     wanted: dict[int, list[str]] = {}
@@ -93,7 +94,7 @@ def official_sections(
             "pk", "payload__test_inputs"
         )
     }
-    out: dict[tuple[int, str], dict[str, Any]] = {}
+    out: dict[tuple[int, str], OfficialSection] = {}
     for run in runs:
         if run.pk not in wanted:
             continue
@@ -108,7 +109,7 @@ def official_sections(
                     continue
                 frozen = run.manifest["benchmarks"][b]["official_scoring"]
                 section[b] = _judged(b, frozen, by_question)
-            out[(run.pk, snapshot["slug"])] = {"note": NOTE, "benchmarks": section}
+            out[(run.pk, snapshot["slug"])] = OfficialSection(NOTE, section)
     return out
 
 

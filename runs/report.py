@@ -2,6 +2,11 @@
 
 Never from a loaded page of details (R13.2). Unknown is None: a token bucket or a cost is
 given only when every planned cell contributes a known value; the partial sum is labelled.
+
+The report is typed (`runs.report_types.Report`: Decimal money, exact fractions, None for
+unknown); the `*_compute` functions give it, and `run_report`, `run_reports` and
+`run_report_settled` give its JSON (`report_doc`), the form the API, the CLI and the stored
+row hold (issue 24 point 3).
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 from collections import defaultdict
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -21,15 +27,23 @@ from datasets.benchmarks import ADAPTERS
 from runs.accounting import sum_known
 from runs.models import Call, Cell, Run, RunReport, Target
 from runs.official_report import official_sections
-from runs.reconcile import (
-    correction_summary,
-    effective_call_sums,
-    effective_run_spend,
-    latest_corrections,
+from runs.reconcile import effective_call_sums, effective_run_spend, latest_corrections
+from runs.report_types import (
+    COUNT_FIELDS,
+    TIMING_FIELDS,
+    BenchmarkRow,
+    Correction,
+    Counts,
+    OfficialSection,
+    Report,
+    RunHead,
+    Score,
+    Spend,
+    TargetReport,
+    report_doc,
 )
 from runs.selectors import manifest_head, run_settled_fingerprint
 from srbench.canonical import sha256_hex
-from srbench.money import money_text
 from srbench.stats import accuracy, weighted_quality, wilson_interval
 
 BUCKETS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
@@ -112,7 +126,6 @@ def _call_sums(run_ids: list[int]) -> dict[tuple[int, int, str], dict[str, Any]]
     return sums
 
 
-TIMING_FIELDS = ("ttft_p50_ms", "latency_p50_ms", "latency_p95_ms", "request_seconds_sum")
 # Timings are shown to the microsecond. A clock difference times 1000 (553.2292899999902 ms),
 # an interpolated percentile or a float sum carries binary noise below that, which is not
 # part of the measurement and reads as a float artefact (issue 18).
@@ -184,10 +197,10 @@ def _benchmark_rows(
     manifest: dict[str, Any],
     counts: dict[str, dict[str, int]],
     question_scores: dict[str, tuple[int, Fraction]] | None,
-) -> tuple[dict[str, Any], dict[str, int], dict[str, Fraction]]:
+) -> tuple[dict[str, BenchmarkRow], dict[str, int], dict[str, Fraction]]:
     """Per benchmark: its counts, accuracy and interval; and the target's totals and the
     accuracies known (the score's inputs)."""
-    benchmarks: dict[str, Any] = {}
+    benchmarks: dict[str, BenchmarkRow] = {}
     total: dict[str, int] = defaultdict(int)
     accs: dict[str, Fraction] = {}
     for b in manifest["benchmarks"]:
@@ -197,6 +210,7 @@ def _benchmark_rows(
         for k, v in c.items():
             total[k] += v
         planned = c["planned"]
+        # Accuracy is over the planned cases: a failed or missing case counts as wrong.
         acc = accuracy(c["correct"], planned) if planned else None
         if acc is not None:
             accs[b] = acc
@@ -205,61 +219,50 @@ def _benchmark_rows(
         # Wilson(correct, planned), as before; repeated attempts never narrow it.
         questions, score_sum = (question_scores or {}).get(b, (0, Fraction(0)))
         interval = wilson_interval(score_sum, questions) if planned and questions else None
-        benchmarks[b] = {
-            "planned": planned,
-            "questions": questions,
-            "completed": c["completed"],
-            "correct": c["correct"],
-            "scored": c["scored"],
-            "failed": c["failed"],
-            "pending": c["pending"] + c["running"],
-            "sent_unknown": c["sent_unknown"],
-            "cancelled": c["cancelled"],
-            # Accuracy is over the planned cases: a failed or missing case counts as wrong.
-            "accuracy": None if acc is None else float(acc),
-            "wilson_95": None if interval is None else list(interval),
-            "complete": planned > 0 and c["completed"] == planned,
-        }
+        benchmarks[b] = BenchmarkRow(
+            planned=planned,
+            questions=questions,
+            completed=c["completed"],
+            correct=c["correct"],
+            scored=c["scored"],
+            failed=c["failed"],
+            pending=c["pending"] + c["running"],
+            sent_unknown=c["sent_unknown"],
+            cancelled=c["cancelled"],
+            accuracy=acc,
+            wilson_95=interval,
+            complete=planned > 0 and c["completed"] == planned,
+        )
     return benchmarks, total, accs
 
 
 def _target_score(
-    run: Run, benchmarks: dict[str, Any], accs: dict[str, Fraction]
-) -> dict[str, Any]:
+    run: Run, benchmarks: dict[str, BenchmarkRow], accs: dict[str, Fraction]
+) -> Score:
     """The sr-bench score when the run is complete over all nine benchmarks (and not a
     re-run), else a labelled subset macro average, else none."""
     manifest = run.manifest
     weights = {b: Fraction(v["weight"]) for b, v in manifest["benchmarks"].items()}
-    run_complete = run.status == "completed" and all(v["complete"] for v in benchmarks.values())
+    run_complete = run.status == "completed" and all(v.complete for v in benchmarks.values())
     # Questions left out as not runnable here (runs.runnable) make any score a subset.
     nine = set(manifest["benchmarks"]) == set(ADAPTERS) and not manifest.get("not_run")
-    if accs and run_complete and nine and run.parent_id is None:
-        return {
-            "kind": "sr-bench",
-            "value": float(weighted_quality(accs, weights)),
-            "exact": str(weighted_quality(accs, weights)),
-        }
-    if accs:
-        q = weighted_quality(accs, weights)
-        return {
-            "kind": "subset",
-            "label": (
-                "selected-benchmark subset macro average (not an sr-bench score)"
-                if not manifest.get("not_run")
-                else "subset macro average over the questions that could run here (not an "
-                "sr-bench score)"
-            ),
-            "benchmarks": sorted(accs),
-            "value": float(q),
-            "exact": str(q),
-        }
-    return {"kind": "none", "value": None}
+    if not accs:
+        return Score("none")
+    quality = weighted_quality(accs, weights)
+    if run_complete and nine and run.parent_id is None:
+        return Score("sr-bench", quality)
+    label = (
+        "selected-benchmark subset macro average (not an sr-bench score)"
+        if not manifest.get("not_run")
+        else "subset macro average over the questions that could run here (not an sr-bench score)"
+    )
+    return Score("subset", quality, label, tuple(sorted(accs)))
 
 
 def _target_spend(
     total: dict[str, int], sums: dict[str, dict[str, Any]], missing_subject: int
 ) -> dict[str, Any]:
-    """The target's tokens and costs, in the report's key order: a total only when every
+    """The target's tokens and costs (`TargetReport`'s fields): a total only when every
     planned cell contributes a known value, beside it the known partial sum."""
     subject = sums.get("subject", {})
     cells_all_subject_known = (
@@ -278,7 +281,6 @@ def _target_spend(
     )
     evaluation_complete = all(e["cost_unknown"] == 0 for e in evaluation)
     subject_known = subject.get("cost")
-    all_complete = cost_complete and evaluation_complete
     spend_parts = [subject_known, *evaluation_costs]
     spend_known = (
         sum_known(p for p in spend_parts if p is not None).known_sum
@@ -290,64 +292,97 @@ def _target_spend(
             b.removesuffix("_tokens"): (subject.get(b) if usage_complete else None) for b in BUCKETS
         },
         "tokens_known_partial": {b.removesuffix("_tokens"): subject.get(b) for b in BUCKETS},
-        "subject_cost_usd": money_text(subject_known) if cost_complete else None,
-        "known_cost_usd": money_text(subject_known),
-        "evaluation_cost_usd": money_text(evaluation_known) if evaluation_complete else None,
-        "known_evaluation_cost_usd": money_text(evaluation_known),
-        "total_spend_usd": money_text(spend_known) if all_complete else None,
-        "known_total_spend_usd": money_text(spend_known),
-        "cache_neutral_cost_usd": money_text(subject.get("neutral")) if neutral_complete else None,
+        "subject_cost_usd": subject_known if cost_complete else None,
+        "known_cost_usd": subject_known,
+        "evaluation_cost_usd": evaluation_known if evaluation_complete else None,
+        "known_evaluation_cost_usd": evaluation_known,
+        "total_spend_usd": spend_known if cost_complete and evaluation_complete else None,
+        "known_total_spend_usd": spend_known,
+        "cache_neutral_cost_usd": subject.get("neutral") if neutral_complete else None,
         "cache_neutral_unknown_reason": _cache_neutral_unknown_reason(
             total, missing_subject, subject, cells_all_subject_known, neutral_complete
         ),
     }
 
 
-def _routed_counts(report: dict[str, Any], routed: list[dict[str, Any]]) -> None:
+def _routed_counts(routed: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     """A MoM target's selected models and decisions, summed over its subject calls."""
     models: dict[str, int] = defaultdict(int)
     decisions: dict[str, int] = defaultdict(int)
     for r in routed:
         models[r["selected_model"] or "unknown"] += r["n"]
         decisions[r["selected_decision"] or "unknown"] += r["n"]
-    report["selected_models"] = dict(models)
-    report["selected_decisions"] = dict(decisions)
+    return {"selected_models": dict(models), "selected_decisions": dict(decisions)}
 
 
-def _target_report(
-    run: Run,
-    snapshot: dict[str, Any],
-    target_id: int,
-    counts: dict[str, dict[str, int]],
-    sums: dict[str, dict[str, Any]],
-    missing_subject: int,
-    timings: dict[str, Any],
-    routed: list[dict[str, Any]],
-    question_scores: dict[str, tuple[int, Fraction]] | None = None,
-) -> dict[str, Any]:
-    benchmarks, total, accs = _benchmark_rows(run.manifest, counts, question_scores)
-    report: dict[str, Any] = {
-        "slug": snapshot["slug"],
-        "kind": snapshot["kind"],
-        "model": snapshot["model"],
-        "planned": total["planned"],
-        "completed": total["completed"],
-        "correct": total["correct"],
-        "scored": total["scored"],
-        "failed": total["failed"],
-        "pending": total["pending"] + total["running"],
-        "sent_unknown": total["sent_unknown"],
-        "cancelled": total["cancelled"],
-        "benchmarks": benchmarks,
-        "score": _target_score(run, benchmarks, accs),
-        **_target_spend(total, sums, missing_subject),
+@dataclass(frozen=True)
+class _Batch:
+    """What one set of queries read for several runs, keyed by run (and target)."""
+
+    counts: dict[tuple[int, int, str], dict[str, int]]
+    scores: dict[tuple[int, int, str], tuple[int, Fraction]]
+    sums: dict[tuple[int, int, str], dict[str, Any]]
+    missing: dict[tuple[int, int], int]
+    timings: dict[tuple[int, int], dict[str, Any]]
+    routing: dict[tuple[int, int], list[dict[str, Any]]]
+    target_ids: dict[tuple[int, str], int]
+    corrections: dict[int, Any]
+    spend: dict[int, dict[str, Any]]
+    official: dict[tuple[int, str], OfficialSection]
+
+    @classmethod
+    def read(cls, runs: list[Run]) -> _Batch:
+        run_ids = [r.pk for r in runs]
+        counts = _cell_counts(run_ids)
+        slugs = dict(
+            Target.objects.filter(pk__in={t for _, t, _ in counts}).values_list("pk", "slug")
+        )
+        target_ids = {(run_id, slugs[tid]): tid for run_id, tid, _ in counts}
+        return cls(
+            counts=counts,
+            scores=_question_scores(run_ids),
+            sums=_call_sums(run_ids),
+            missing=_cells_without_subject_call(run_ids),
+            timings=_timings(run_ids),
+            routing=_routing(runs),
+            target_ids=target_ids,
+            corrections=latest_corrections(run_ids=run_ids),
+            spend=effective_run_spend(run_ids=run_ids),
+            # The official scorers beside the sr-bench score (issue 22 point 5).
+            official=official_sections(runs, target_ids),
+        )
+
+
+def _target_report(run: Run, snapshot: dict[str, Any], batch: _Batch) -> TargetReport:
+    """One target of the run, from the batch's figures of (run, target)."""
+    tid = batch.target_ids.get((run.pk, snapshot["slug"]))
+    mine = {b: c for (r, t, b), c in batch.counts.items() if r == run.pk and t == tid}
+    question_scores = {b: v for (r, t, b), v in batch.scores.items() if r == run.pk and t == tid}
+    by_role = {role: s for (r, t, role), s in batch.sums.items() if r == run.pk and t == tid}
+    timings = batch.timings.get((run.pk, tid), {})
+    benchmarks, total, accs = _benchmark_rows(run.manifest, mine, question_scores)
+    report = TargetReport(
+        slug=snapshot["slug"],
+        kind=snapshot["kind"],
+        model=snapshot["model"],
+        planned=total["planned"],
+        completed=total["completed"],
+        correct=total["correct"],
+        scored=total["scored"],
+        failed=total["failed"],
+        pending=total["pending"] + total["running"],
+        sent_unknown=total["sent_unknown"],
+        cancelled=total["cancelled"],
+        benchmarks=benchmarks,
+        score=_target_score(run, benchmarks, accs),
+        **_target_spend(total, by_role, batch.missing.get((run.pk, tid), 0)),
         **{k: timings.get(k) for k in TIMING_FIELDS},
-    }
+        official=batch.official.get((run.pk, snapshot["slug"])),
+    )
     if run.mode == "preview":
-        _preview_only(report, run, target_id)
-        return report
+        return _preview_only(report, run, tid)
     if snapshot["kind"] == "mom":
-        _routed_counts(report, routed)
+        return replace(report, **_routed_counts(batch.routing.get((run.pk, tid), [])))
     return report
 
 
@@ -379,9 +414,8 @@ def _cache_neutral_unknown_reason(
     )
 
 
-def _preview_only(report: dict[str, Any], run: Run, target_id: int) -> None:
-    """A preview run answered nothing: accuracy, score, tokens and costs are absent (None,
-    never 0); what it has is the routing distribution per benchmark (R12, issue 11)."""
+def _preview_routing(run: Run, target_id: int | None) -> dict[str, dict[str, dict[str, int]]]:
+    """Per benchmark: the selected models, decisions and selection statuses of a preview."""
     routing: dict[str, dict[str, dict[str, int]]] = {}
     rows = Cell.objects.filter(run=run, target_id=target_id, grade__isnull=False).values_list(
         "benchmark", "grade"
@@ -398,18 +432,28 @@ def _preview_only(report: dict[str, Any], run: Run, target_id: int) -> None:
         ):
             value = preview.get(field) or "unknown"
             bucket[key][value] = bucket[key].get(value, 0) + 1
-    for benchmark, entry in report["benchmarks"].items():
-        entry.update(accuracy=None, wilson_95=None, routing=routing.get(benchmark))
+    return routing
+
+
+def _preview_only(report: TargetReport, run: Run, target_id: int | None) -> TargetReport:
+    """A preview run answered nothing: accuracy, score, tokens and costs are absent (None,
+    never 0); what it has is the routing distribution per benchmark (R12, issue 11)."""
+    routing = _preview_routing(run, target_id)
     totals: dict[str, dict[str, int]] = {"selected_models": {}, "decisions": {}}
     for entry in routing.values():
         for key in totals:
             for value, n in entry[key].items():
                 totals[key][value] = totals[key].get(value, 0) + n
-    report.update(
-        score={"kind": "none", "value": None, "label": "preview run: routing only, no answers"},
+    return replace(
+        report,
+        benchmarks={
+            b: replace(row, accuracy=None, wilson_95=None, routing=routing.get(b), has_routing=True)
+            for b, row in report.benchmarks.items()
+        },
+        score=Score("none", label="preview run: routing only, no answers"),
         correct=None,
         scored=None,
-        tokens=dict.fromkeys(report["tokens"]),
+        tokens=dict.fromkeys(report.tokens),
         subject_cost_usd=None,
         known_cost_usd=None,
         evaluation_cost_usd=None,
@@ -433,23 +477,27 @@ def _refreshed_head(run: Run) -> Run:
     return head
 
 
+def run_report_compute(*, run: Run) -> Report:
+    """The full report of a run, typed. Reads only; no model call."""
+    return run_reports_compute(runs=[_refreshed_head(run)])[run.pk]
+
+
 def run_report(*, run: Run) -> dict[str, Any]:
-    """The full report of a run. Reads only; no model call."""
-    return run_reports(runs=[_refreshed_head(run)])[run.pk]
+    """The full report of a run as JSON (`report_doc`): what the API and the CLI give."""
+    return report_doc(run_report_compute(run=run))
 
 
-def run_report_settled(*, run: Run) -> dict[str, Any]:
-    """`run_report`, computed once per state of a settled run and then read from its stored
-    row (`RunReport`); a run in progress is always computed afresh. Used by the Run detail
-    page, the runs list's columns and the run finish; the API, CLI and exports call
-    `run_report`.
+def run_report_settled_compute(*, run: Run) -> Report:
+    """`run_report_compute`, computed once per state of a settled run and then read from its
+    stored row (`RunReport`); a run in progress is always computed afresh. Used by the Run
+    detail page, the runs list's columns and the run finish.
 
     The fingerprint is read before and after computing, and the report is kept only when
     both agree, so a report computed across a change is never stored under the old name.
     """
     before = run_settled_fingerprint(run)
     if before is None:
-        return run_report(run=run)
+        return run_report_compute(run=run)
     key = report_key(before)
     stored = (
         RunReport.objects.filter(run_id=run.pk, fingerprint=key)
@@ -460,11 +508,16 @@ def run_report_settled(*, run: Run) -> dict[str, Any]:
         run.refresh_from_db(
             fields=[f.attname for f in Run._meta.concrete_fields if f.name != "manifest"]
         )
-        return json.loads(stored)
-    report = run_report(run=run)
+        return Report.from_doc(json.loads(stored))
+    report = run_report_compute(run=run)
     if run_settled_fingerprint(run) == before:
         run_report_store(run_id=run.pk, fingerprint=key, report=report)
     return report
+
+
+def run_report_settled(*, run: Run) -> dict[str, Any]:
+    """`run_report_settled_compute` as JSON (`report_doc`)."""
+    return report_doc(run_report_settled_compute(run=run))
 
 
 def report_key(fingerprint: tuple[Any, ...]) -> str:
@@ -472,25 +525,23 @@ def report_key(fingerprint: tuple[Any, ...]) -> str:
     return sha256_hex([REPORT_CACHE_VERSION, *[str(v) for v in fingerprint]])
 
 
-def run_report_row(*, run_id: int, fingerprint: str, report: dict[str, Any]) -> dict[str, Any]:
-    """The stored row's columns: the report and what the runs list sorts on."""
-    scored = [t for t in report["targets"] if t["score"].get("value") is not None]
-    best = max(scored, key=lambda t: (t["score"]["value"], t["slug"]), default=None)
-    spend = report.get("spend") or {}
-    known = spend.get("known_total_spend_usd")
+def run_report_row(*, run_id: int, fingerprint: str, report: Report) -> dict[str, Any]:
+    """The stored row's columns: the report's JSON and what the runs list sorts on."""
+    scored = [t for t in report.targets if t.score.value is not None]
+    best = max(scored, key=lambda t: (t.score.value, t.slug), default=None)
     return {
         "fingerprint": fingerprint,
-        "report_json": json.dumps(report),
-        "score": None if best is None else best["score"]["value"],
-        "score_kind": "none" if best is None else best["score"]["kind"],
-        "score_target": "" if best is None else best["slug"],
-        "known_spend_usd": None if known is None else Decimal(known),
-        "spend_complete": spend.get("total_spend_usd") is not None,
-        "complete": bool(report["complete"]),
+        "report_json": json.dumps(report_doc(report)),
+        "score": None if best is None else best.score.value,
+        "score_kind": "none" if best is None else best.score.kind,
+        "score_target": "" if best is None else best.slug,
+        "known_spend_usd": report.spend.known_total_spend_usd,
+        "spend_complete": report.spend.total_spend_usd is not None,
+        "complete": report.complete,
     }
 
 
-def run_report_store(*, run_id: int, fingerprint: str, report: dict[str, Any]) -> None:
+def run_report_store(*, run_id: int, fingerprint: str, report: Report) -> None:
     """Keep a settled report with the columns the runs list sorts on (upsert: the last
     settled state wins)."""
     RunReport.objects.update_or_create(
@@ -499,175 +550,94 @@ def run_report_store(*, run_id: int, fingerprint: str, report: dict[str, Any]) -
     )
 
 
+def run_reports_compute(*, runs: list[Run]) -> dict[int, Report]:
+    """The typed reports of several runs from one set of queries (a comparison needs
+    twenty-one)."""
+    batch = _Batch.read(runs)
+    return {run.pk: _run_report(run, batch) for run in runs}
+
+
 def run_reports(*, runs: list[Run]) -> dict[int, dict[str, Any]]:
-    """The reports of several runs from one set of queries (a comparison needs twenty-one)."""
-    run_ids = [r.pk for r in runs]
-    counts = _cell_counts(run_ids)
-    scores = _question_scores(run_ids)
-    sums = _call_sums(run_ids)
-    missing = _cells_without_subject_call(run_ids)
-    timings = _timings(run_ids)
-    routing = _routing(runs)
-    slugs = dict(Target.objects.filter(pk__in={t for _, t, _ in counts}).values_list("pk", "slug"))
-    target_ids = {(run_id, slugs[tid]): tid for run_id, tid, _ in counts}
-    corrections = latest_corrections(run_ids=run_ids)
-    spend = effective_run_spend(run_ids=run_ids)
-    reports = {
-        run.pk: _run_report(
-            run, counts, scores, sums, missing, timings, routing, target_ids, corrections
-        )
-        for run in runs
-    }
-    for run_id, report in reports.items():
-        report["spend"] = _run_spend(report["targets"], spend.get(run_id))
-    # The official scorers beside the sr-bench score (issue 22 point 5), where they differ.
-    official = official_sections(runs, target_ids)
-    for run_id, report in reports.items():
-        for t in report["targets"]:
-            t["official"] = official.get((run_id, t["slug"]))
-    return reports
+    """`run_reports_compute` as JSON (`report_doc`)."""
+    return {pk: report_doc(r) for pk, r in run_reports_compute(runs=runs).items()}
 
 
-def _run_spend(targets: list[dict[str, Any]], sums: dict[str, Any] | None) -> dict[str, Any]:
+def _run_spend(targets: list[TargetReport], sums: dict[str, Any] | None) -> Spend:
     """The run's total spend over every call of every role, and beside it the waste: what its
     failed and unknown-outcome calls cost. A total is given only when every target's is; a
     known part is None when no cost of it is known (never 0 for "no price")."""
     if sums is None:  # no call at all (a preview, or nothing dispatched yet)
-        return {
-            "total_spend_usd": None,
-            "known_total_spend_usd": None,
-            "waste_usd": None,
-            "known_waste_usd": None,
-            "waste_calls": 0,
-            "waste_calls_cost_unknown": 0,
-        }
-    complete = sums["unknown"] == 0 and all(t["total_spend_usd"] is not None for t in targets)
+        return Spend(None, None, None, None, waste_calls=0, waste_calls_cost_unknown=0)
+    complete = sums["unknown"] == 0 and all(t.total_spend_usd is not None for t in targets)
     # No failed or unknown call: nothing was wasted, a known 0.
     waste_known = sums["waste_known"] if sums["waste_calls"] else Decimal(0)
-    return {
-        "total_spend_usd": money_text(sums["known"]) if complete else None,
-        "known_total_spend_usd": money_text(sums["known"]),
-        "waste_usd": money_text(waste_known) if sums["waste_unknown"] == 0 else None,
-        "known_waste_usd": money_text(waste_known),
-        "waste_calls": sums["waste_calls"],
-        "waste_calls_cost_unknown": sums["waste_unknown"],
-    }
+    return Spend(
+        total_spend_usd=sums["known"] if complete else None,
+        known_total_spend_usd=sums["known"],
+        waste_usd=waste_known if sums["waste_unknown"] == 0 else None,
+        known_waste_usd=waste_known,
+        waste_calls=sums["waste_calls"],
+        waste_calls_cost_unknown=sums["waste_unknown"],
+    )
 
 
-def _run_targets(
-    run: Run,
-    counts: dict[tuple[int, int, str], dict[str, int]],
-    scores: dict[tuple[int, int, str], tuple[int, Fraction]],
-    sums: dict[tuple[int, int, str], dict[str, Any]],
-    missing: dict[tuple[int, int], int],
-    timings: dict[tuple[int, int], dict[str, Any]],
-    routing: dict[tuple[int, int], list[dict[str, Any]]],
-    target_ids: dict[tuple[int, str], int],
-) -> list[dict[str, Any]]:
-    """One target report per target of the run's manifest, in the manifest's order."""
-    targets = []
-    for snapshot in run.manifest["targets"]:
-        tid = target_ids.get((run.pk, snapshot["slug"]))
-        by_benchmark = {b: c for (r, t, b), c in counts.items() if r == run.pk and t == tid}
-        question_scores = {b: v for (r, t, b), v in scores.items() if r == run.pk and t == tid}
-        by_role = {role: s for (r, t, role), s in sums.items() if r == run.pk and t == tid}
-        targets.append(
-            _target_report(
-                run,
-                snapshot,
-                tid,
-                by_benchmark,
-                by_role,
-                missing.get((run.pk, tid), 0),
-                timings.get((run.pk, tid), {}),
-                routing.get((run.pk, tid), []),
-                question_scores,
-            )
-        )
-    return targets
-
-
-def _run_totals(targets: list[dict[str, Any]]) -> dict[str, int | None]:
+def _run_totals(targets: list[TargetReport]) -> Counts:
     """The run's counts over its targets. A count a target leaves unknown (a preview run
     grades nothing) keeps the total unknown."""
-    return {
-        k: None if any(t[k] is None for t in targets) else sum(t[k] for t in targets)
-        for k in (
-            "planned",
-            "completed",
-            "correct",
-            "scored",
-            "failed",
-            "pending",
-            "sent_unknown",
-            "cancelled",
-        )
-    }
+
+    def total(name: str) -> Any:
+        values = [getattr(t, name) for t in targets]
+        return None if any(v is None for v in values) else sum(values)
+
+    return Counts(**{k: total(k) for k in COUNT_FIELDS})
 
 
-def _incomplete_reasons(run: Run, totals: dict[str, Any]) -> list[str]:
+def _incomplete_reasons(run: Run, totals: Counts) -> tuple[str, ...]:
     """Why the run's report is not complete (empty when it is)."""
     reasons = []
     if run.status != "completed":
         reasons.append(f"run is {run.status}")
     if run.stop_reason:
         reasons.append(run.stop_reason)
-    if totals["completed"] < totals["planned"]:
+    if totals.completed < totals.planned:
         reasons.append(
-            f"{totals['planned'] - totals['completed']} of {totals['planned']} "
+            f"{totals.planned - totals.completed} of {totals.planned} "
             "planned cells have no completed result"
         )
-    return reasons
+    return tuple(reasons)
 
 
-def _run_head(run: Run) -> dict[str, Any]:
+def _run_head(run: Run) -> RunHead:
     """The run's identity and times; wall seconds run to now while it has not finished."""
-    now = timezone.now()
     wall = None
     if run.started_at:
-        wall = ((run.finished_at or now) - run.started_at).total_seconds()
-    return {
-        "id": run.pk,
-        "name": run.name,
-        "status": run.status,
-        "mode": run.mode,
-        "profile": run.profile,
-        "plan_sha256": run.plan_sha256,
-        "parent": run.parent_id,
-        "created_at": run.created_at.isoformat(),
-        "started_at": run.started_at.isoformat() if run.started_at else None,
-        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
-        "wall_seconds": wall,
-        "stop_reason": run.stop_reason or None,
-    }
+        wall = ((run.finished_at or timezone.now()) - run.started_at).total_seconds()
+    return RunHead(
+        id=run.pk,
+        name=run.name,
+        status=run.status,
+        mode=run.mode,
+        profile=run.profile,
+        plan_sha256=run.plan_sha256,
+        parent=run.parent_id,
+        created_at=run.created_at,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        wall_seconds=wall,
+        stop_reason=run.stop_reason or None,
+    )
 
 
-def _run_report(
-    run: Run,
-    counts: dict[tuple[int, int, str], dict[str, int]],
-    scores: dict[tuple[int, int, str], tuple[int, Fraction]],
-    sums: dict[tuple[int, int, str], dict[str, Any]],
-    missing: dict[tuple[int, int], int],
-    timings: dict[tuple[int, int], dict[str, Any]],
-    routing: dict[tuple[int, int], list[dict[str, Any]]],
-    target_ids: dict[tuple[int, str], int],
-    corrections: dict[int, Any],
-) -> dict[str, Any]:
-    targets = _run_targets(run, counts, scores, sums, missing, timings, routing, target_ids)
+def _run_report(run: Run, batch: _Batch) -> Report:
+    # One target report per target of the run's manifest, in the manifest's order.
+    targets = [_target_report(run, snapshot, batch) for snapshot in run.manifest["targets"]]
     totals = _run_totals(targets)
-    head = _run_head(run)
-    reasons = _incomplete_reasons(run, totals)
-    correction = corrections.get(run.pk)
-    return {
-        "run": head,
-        "complete": not reasons,
-        "incomplete_reasons": reasons,
-        # Questions the plan left out because they cannot run on this server (never counted
-        # as planned, failed or wrong): benchmark, reason and how many.
-        "not_run": list(run.manifest.get("not_run", [])),
-        "denominator": totals["planned"],
-        "counts": totals,
-        "targets": targets,
-        "usage_correction": correction_summary(correction),
-        "model_requests": 0,
-    }
+    return Report(
+        run=_run_head(run),
+        incomplete_reasons=_incomplete_reasons(run, totals),
+        not_run=tuple(run.manifest.get("not_run", [])),
+        counts=totals,
+        targets=tuple(targets),
+        usage_correction=Correction.of(batch.corrections.get(run.pk)),
+        spend=_run_spend(targets, batch.spend.get(run.pk)),
+    )

@@ -37,7 +37,8 @@ from runs.public import public_call_content, public_cell, public_cell_error, pub
 from runs.reconcile import correction_summary, latest_corrections
 from runs.recovery import RecoveryError, recovery_plan, recovery_submit
 from runs.recovery_rules import REASONS
-from runs.report import run_report_settled
+from runs.report import run_report_settled_compute
+from runs.report_types import Report
 from runs.services import run_cancel
 from srbench.money import money_text
 from srbench.stats import wilson_interval
@@ -262,7 +263,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 
 def _results_context(request: HttpRequest, run: Run) -> dict[str, Any]:
     # R13.2: every summary figure comes from the full report (reused while the run is settled).
-    report = run_report_settled(run=run)
+    report = run_report_settled_compute(run=run)
     children = Paginator(run.children.order_by("pk").only("pk", "name", "status"), PAGE_SIZE)
     return {
         "report": report,
@@ -274,17 +275,17 @@ def _results_context(request: HttpRequest, run: Run) -> dict[str, Any]:
     }
 
 
-def _accuracy_chart(report: dict[str, Any]) -> dict[str, Any]:
+def _accuracy_chart(report: Report) -> dict[str, Any]:
     """Bars of accuracy with their Wilson interval, per benchmark and target, as geometry
     for an inline SVG (no chart library): x in percent of the plot width."""
     rows = []
-    for target in report["targets"]:
-        for benchmark, b in _canonical_items(target["benchmarks"]):
-            acc = b["accuracy"]
-            low, high = b["wilson_95"] or (None, None)
+    for target in report.targets:
+        for benchmark, b in _canonical_items(target.benchmarks):
+            acc = None if b.accuracy is None else float(b.accuracy)
+            low, high = b.wilson_95 or (None, None)
             rows.append(
                 {
-                    "label": f"{benchmark} · {target['slug']}",
+                    "label": f"{benchmark} · {target.slug}",
                     "accuracy": acc,
                     "width": None if acc is None else round(acc * 100, 2),
                     "low": None if low is None else round(low * 100, 2),
