@@ -15,7 +15,7 @@ from typing import Any
 
 from datasets import official
 from datasets.models import Question
-from runs.models import Cell, Run
+from runs.models import Cell, CellStatus, Run
 from runs.report_types import OfficialSection
 
 NOTE = (
@@ -37,12 +37,12 @@ def _arc_attempt(status: str, grade: dict[str, Any] | None) -> tuple[str, list[b
     """("ok", per-output matches), ("none", None) for an attempt that matches nothing (no
     answer, cut off, failed), or ("unknown", None): graded by a build that kept no per-output
     record, or not finished."""
-    if status in ("pending", "running", "sent_unknown"):
+    if status in (CellStatus.PENDING, CellStatus.RUNNING, CellStatus.SENT_UNKNOWN):
         return "unknown", None
     g = grade or {}
     if "outputs_correct" in g:
         return "ok", [bool(x) for x in g["outputs_correct"]]
-    if status == "completed" and g.get("grader") == "grid":
+    if status == CellStatus.COMPLETED and g.get("grader") == "grid":
         return "unknown", None
     return "none", None
 

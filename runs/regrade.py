@@ -30,7 +30,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from datasets.benchmarks import get_adapter
 from runs.corrections import version_append
 from runs.engine.finish import StoredCall, stored_calls
-from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Regrade, Run
+from runs.models import TERMINAL_RUN_STATUSES, Call, CallStatus, Cell, CellStatus, Regrade, Run
 from srbench.canonical import sha256_hex
 
 __all__ = [
@@ -147,7 +147,10 @@ def _sandbox_cells(run: Run):  # type: ignore[no-untyped-def]
     benchmarks = [b for b in run.manifest["benchmarks"] if b in SANDBOX_BENCHMARKS]
     answered = Call.objects.filter(cell=OuterRef("pk"), role="subject")
     return Cell.objects.filter(
-        Exists(answered), run=run, benchmark__in=benchmarks, status__in=["completed", "failed"]
+        Exists(answered),
+        run=run,
+        benchmark__in=benchmarks,
+        status__in=[CellStatus.COMPLETED, CellStatus.FAILED],
     )
 
 
@@ -162,7 +165,7 @@ def _inputs(run: Run, *, sandbox: bool) -> _Inputs:
     in_sandbox = [b for b in kinds if b in SANDBOX_BENCHMARKS] if sandbox else []
     graded = direct + in_sandbox
     rows = list(
-        Cell.objects.filter(run=run, benchmark__in=direct, status="completed")
+        Cell.objects.filter(run=run, benchmark__in=direct, status=CellStatus.COMPLETED)
         .order_by("pk")
         .values_list(*_CELL_FIELDS)
     )
@@ -223,7 +226,7 @@ def _grade(case: _Case, manifest: dict[str, Any]) -> tuple[bool | None, dict[str
             )
     except (SandboxUnavailable, SandboxError, scoring.GradingUnavailable) as exc:
         return None, {"not_graded": f"{type(exc).__name__}: {exc}"}
-    if s is None or s.status != "completed":
+    if s is None or s.status != CallStatus.COMPLETED:
         return None, {"not_graded": s.error if s is not None else "no settlement"}
     return s.correct, s.grade or {}
 
@@ -239,7 +242,7 @@ def _row(case: _Case, new: bool | None, detail: dict[str, Any]) -> dict[str, Any
         "changed": new is not None and case.old_correct != new,
         "detail": detail,
     }
-    if case.status != "completed":
+    if case.status != CellStatus.COMPLETED:
         row["old_status"] = case.status
         row["old_error"] = case.error[:500]
         row["sandbox_was_missing"] = any(m in case.error for m in SANDBOX_MISSING_MARKS)
@@ -317,7 +320,7 @@ def rejudge_cells(run: Run) -> QuerySet[Cell]:
     out: it is wrong without a judge, as in the engine, and it was never judged."""
     judged = [b for b in run.manifest["benchmarks"] if get_adapter(b).kind == "judge"]
     return (
-        Cell.objects.filter(run=run, benchmark__in=judged, status="completed")
+        Cell.objects.filter(run=run, benchmark__in=judged, status=CellStatus.COMPLETED)
         .exclude(grade__grader="truncated")
         .order_by("pk")
     )

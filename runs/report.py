@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from datasets.benchmarks import ADAPTERS
 from runs.accounting import sum_known
-from runs.models import Call, Cell, Run, RunReport, Target
+from runs.models import Call, Cell, Run, RunReport, RunStatus, Target
 from runs.official_report import official_sections
 from runs.reconcile import effective_call_sums, effective_run_spend, latest_corrections
 from runs.report_types import (
@@ -243,7 +243,9 @@ def _target_score(
     re-run), else a labelled subset macro average, else none."""
     manifest = run.manifest
     weights = {b: Fraction(v["weight"]) for b, v in manifest["benchmarks"].items()}
-    run_complete = run.status == "completed" and all(v.complete for v in benchmarks.values())
+    run_complete = run.status == RunStatus.COMPLETED and all(
+        v.complete for v in benchmarks.values()
+    )
     # Questions left out as not runnable here (runs.runnable) make any score a subset.
     nine = set(manifest["benchmarks"]) == set(ADAPTERS) and not manifest.get("not_run")
     if not accs:
@@ -595,7 +597,7 @@ def _run_totals(targets: list[TargetReport]) -> Counts:
 def _incomplete_reasons(run: Run, totals: Counts) -> tuple[str, ...]:
     """Why the run's report is not complete (empty when it is)."""
     reasons = []
-    if run.status != "completed":
+    if run.status != RunStatus.COMPLETED:
         reasons.append(f"run is {run.status}")
     if run.stop_reason:
         reasons.append(run.stop_reason)

@@ -19,7 +19,7 @@ from datasets.benchmarks.base import BenchmarkAdapter
 from datasets.grading import MalformedVerdict
 from runs.engine import scoring, store
 from runs.engine.calls import BUDGET_STOP, Caller
-from runs.models import Cell
+from runs.models import Cell, CellStatus
 
 # Agent episodes (benchmarks.md §8–9): step cap per case and per terminal command time.
 AGENT_MAX_STEPS = 30
@@ -114,7 +114,7 @@ def parent_answer(*, cell_id: int, parent_run_id: int) -> str | None:
     slot (the same attempt), or None. Runs on the database thread."""
     same = Cell.objects.filter(pk=cell_id).values("question_id", "target_id", "slot").get()
     return (
-        Cell.objects.filter(run_id=parent_run_id, status="completed", **same)
+        Cell.objects.filter(run_id=parent_run_id, status=CellStatus.COMPLETED, **same)
         .values_list("final_answer", flat=True)
         .first()
     )
