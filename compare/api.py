@@ -236,7 +236,6 @@ def comparison_document(
         baseline_run_id=baseline,
         candidate_run_ids=candidates,
         baseline_target=baseline_target or None,
-        report_refused=True,
     )
 
 

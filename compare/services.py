@@ -218,18 +218,16 @@ def _load_runs(baseline_run_id: int, candidate_run_ids: Sequence[int]) -> dict[i
 
 
 def _check_compatibility(
-    runs: dict[int, Run], baseline_run_id: int, candidate_run_ids: Sequence[int], report: bool
+    runs: dict[int, Run], baseline_run_id: int, candidate_run_ids: Sequence[int]
 ) -> tuple[list[int], list[RunDifferences]]:
     """The candidate runs that may be compared, and the refused ones with their differences
-    (raising on the first unless ``report``; raising when every one is refused)."""
+    (CandidatesRefused when every one is refused)."""
     baseline_run = runs[baseline_run_id]
     refused: list[RunDifferences] = []
     first: IncomparableRuns | None = None
     for run_id in dict.fromkeys(candidate_run_ids):
         differences = runs_differences(baseline_run, runs[run_id])
         if differences:
-            if not report:
-                raise IncomparableRuns(baseline_run_id, run_id, differences)
             first = first or IncomparableRuns(baseline_run_id, run_id, differences)
             refused.append(RunDifferences(runs[run_id], differences))
     refused_ids = {r.run.pk for r in refused}
@@ -440,13 +438,12 @@ def comparison_compute(
     candidate_run_ids: Sequence[int],
     baseline_target: str | None = None,
     alpha: float = DEFAULT_ALPHA,
-    report_refused: bool = False,
 ) -> Comparison:
     """The typed comparison behind :func:`comparison_build` (same arguments and errors)."""
     if not candidate_run_ids:
         raise ComparisonError("name at least one candidate run")
     runs = _load_runs(baseline_run_id, candidate_run_ids)
-    kept, refused = _check_compatibility(runs, baseline_run_id, candidate_run_ids, report_refused)
+    kept, refused = _check_compatibility(runs, baseline_run_id, candidate_run_ids)
     loaded = _load(runs, baseline_run_id)
     choice, base, pool = _pick_baseline(loaded, baseline_target)
     candidates = _candidates(loaded, kept, base)
@@ -478,7 +475,6 @@ def comparison_build(
     candidate_run_ids: Sequence[int],
     baseline_target: str | None = None,
     alpha: float = DEFAULT_ALPHA,
-    report_refused: bool = False,
 ) -> dict[str, Any]:
     """Compare every target of the candidate runs with the strongest single model of the
     baseline run, on identical cases (R5, R6, R11). JSON-serialisable: money and exact
@@ -486,19 +482,18 @@ def comparison_build(
 
     ``baseline_target`` may name one of the tied strongest single models; any other choice
     is refused, because the baseline is never weaker than the strongest (R5.1). A candidate
-    run may be the baseline run itself (its other targets are then candidates). Raises
-    :class:`IncomparableRuns` for an incompatible pair and :class:`ComparisonError` otherwise.
+    run may be the baseline run itself (its other targets are then candidates).
 
-    With ``report_refused`` an incompatible candidate run is left out and listed under
-    ``refused`` with its differences instead (the page and API compare the rest); when every
-    candidate run is refused, :class:`CandidatesRefused` (an IncomparableRuns) lists them all.
+    An incompatible candidate run is left out and listed under ``refused`` with its
+    differences (the page, the API and the CLI compare the rest); when every candidate run is
+    refused, :class:`CandidatesRefused` (an IncomparableRuns) lists them all. Raises
+    :class:`ComparisonError` otherwise (no baseline, unknown run).
     """
     return comparison_compute(
         baseline_run_id=baseline_run_id,
         candidate_run_ids=candidate_run_ids,
         baseline_target=baseline_target,
         alpha=alpha,
-        report_refused=report_refused,
     ).as_dict()
 
 

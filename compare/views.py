@@ -27,7 +27,7 @@ from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET
 
-from compare.compatibility import IncomparableRuns, run_comparison_problems
+from compare.compatibility import run_comparison_problems
 from compare.forms import CompareForm, ids_format
 from compare.results import STATEMENTS
 from compare.selectors import RunOption, baseline_options, candidate_options, comparable_pool
@@ -570,12 +570,9 @@ def _results(
             baseline_run_id=baseline_id,
             candidate_run_ids=selection,
             baseline_target=d["bt"] or None,
-            report_refused=True,
         )
     except CandidatesRefused as exc:
         return {"refused": exc.refused, "comparison_error": "Every selected run was refused."}
-    except IncomparableRuns as exc:  # not raised with report_refused; kept for safety
-        return {"comparison_error": str(exc)}
     except ComparisonError as exc:
         return {"comparison_error": str(exc)}
     comps = doc["comparisons"]
