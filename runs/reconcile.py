@@ -23,6 +23,7 @@ from runs.corrections import version_append
 from runs.engine.sse import ChatStreamAccumulator, SSEError, decode_sse
 from runs.events import events_append
 from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run, UsageCorrection
+from runs.report_types import Correction
 from runs.usage import mom_evidence
 from srbench.canonical import sha256_bytes, sha256_hex
 from srbench.money import money_stored, money_text
@@ -269,19 +270,10 @@ def usage_reconcile(*, run_id: int) -> ReconcileResult:
 
 
 def correction_summary(correction: UsageCorrection | None) -> dict[str, Any] | None:
-    """What a report shows about the correction in effect (R2.3)."""
-    if correction is None:
-        return None
-    return {
-        "version": correction.version,
-        "evidence_sha256": correction.evidence_sha256,
-        "created_at": correction.created_at.isoformat(),
-        "verified": correction.verified_count,
-        "changed": correction.changed_count,
-        "unverifiable": correction.unverifiable_count,
-        "old_known_cost_usd": money_text(correction.old_known_cost_usd),
-        "new_known_cost_usd": money_text(correction.new_known_cost_usd),
-    }
+    """What a report shows about the correction in effect (R2.3): the typed report's receipt
+    (`runs.report_types.Correction`, its one home) as JSON."""
+    typed = Correction.of(correction)
+    return None if typed is None else typed.to_doc()
 
 
 # --------------------------------------------------------------------------------------------

@@ -346,8 +346,8 @@ class RunHead:
 
 @dataclass(frozen=True, slots=True)
 class Correction:
-    """The usage correction in effect (R2.3): its hash, time, counts and known costs. Its JSON
-    is what `runs.reconcile.correction_summary` gives for the same row."""
+    """The usage correction in effect (R2.3): its hash, time, counts and known costs. The one
+    home of its JSON (`runs.reconcile.correction_summary` gives this for a stored row)."""
 
     version: int
     evidence_sha256: str
