@@ -98,11 +98,29 @@ def run_comparison_problems(run: Run) -> list[str]:
     if run.status not in TERMINAL_RUN_STATUSES:
         problems.append(f"run {run.pk} is {run.status}: its results are not final")
     if run.parent_id is not None:
-        problems.append(
-            f"run {run.pk} is a recovery child of run {run.parent_id}: it covers only its "
-            "selection of cells"
-        )
+        problems.append(_child_problem(run))
     return problems
+
+
+def _child_problem(run: Run) -> str:
+    """Why a child run is never a comparison member. A re-judge child (runs/rejudge.py) holds
+    no answer of its own: its scores are its parent's judged answers graded again, over the
+    judged benchmarks only, so as a run it would compare a part of the parent's test with a
+    whole one; a user who wants the re-judged scores reads its report beside the parent's,
+    and compares the parent. A recovery of a re-judge child is a recovery child."""
+    marker = run.manifest.get("rejudge") if isinstance(run.manifest, dict) else None
+    recovery = run.manifest.get("recovery") if isinstance(run.manifest, dict) else None
+    if marker and not recovery:
+        return (
+            f"run {run.pk} is a re-judge of run {run.parent_id}: its scores are run "
+            f"{run.parent_id}'s judged answers sent to the judge again, not answers of its own, "
+            f"and cover only the judged benchmarks; compare run {run.parent_id} and read run "
+            f"{run.pk}'s report for the re-judged scores"
+        )
+    return (
+        f"run {run.pk} is a recovery child of run {run.parent_id}: it covers only its "
+        "selection of cells"
+    )
 
 
 def _show(value: Any) -> str:

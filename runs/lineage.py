@@ -43,13 +43,29 @@ def run_known_spend(*, run_ids: list[int]) -> dict[int, dict[str, Any]]:
 # --- lineage (R15.4) -----------------------------------------------------------------------------
 
 
+# The lineage mode of a re-judge child (runs/rejudge.py): the parent's judged answers sent to
+# the judge again; a recovery's mode is the one it was submitted with ("undispatched", "failed").
+REJUDGE_MODE = "rejudge"
+
+
+def lineage_mode(run: Run) -> str | None:
+    """How a child run came from its parent: its recovery mode, "rejudge" for a re-judge
+    child, None for a run that is neither. A recovery of a re-judge child inherits the
+    ``rejudge`` marker and is a recovery first."""
+    manifest = run.manifest if isinstance(run.manifest, dict) else {}
+    if recovery := manifest.get("recovery"):
+        return str(recovery["mode"])
+    if manifest.get("rejudge"):
+        return REJUDGE_MODE
+    return None
+
+
 def _run_line(run: Run, spend: dict[str, Any], progress: dict[str, int]) -> dict[str, Any]:
-    recovery = run.manifest.get("recovery") if isinstance(run.manifest, dict) else None
     return {
         "id": run.pk,
         "name": run.name,
         "status": run.status,
-        "mode": recovery["mode"] if recovery else None,
+        "mode": lineage_mode(run),
         "created_at": run.created_at.isoformat(),
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
         "progress": progress,
@@ -74,6 +90,20 @@ def _progress_of(run_ids: list[int]) -> dict[int, dict[str, int]]:
     for row in rows:
         out[row.pop("run_id")] = row
     return out
+
+
+def _rejudged_from(run: Run) -> dict[str, Any] | None:
+    """What a re-judge child judged again (its manifest's ``rejudge`` marker): None for any
+    other run, a recovery of a re-judge child included (its `recovered_from` says whence)."""
+    if lineage_mode(run) != REJUDGE_MODE:
+        return None
+    marker = run.manifest["rejudge"]
+    return {
+        "parent": marker["parent_run"],
+        "judge_calls": marker["judge_calls"],
+        "confirmed_judge_cost_usd": marker["confirmed_judge_cost_usd"],
+        "rejudge_sha256": marker["rejudge_sha256"],
+    }
 
 
 def run_lineage(*, run: Run, children_after: int = 0, limit: int = 25) -> dict[str, Any]:
@@ -109,6 +139,7 @@ def run_lineage(*, run: Run, children_after: int = 0, limit: int = 25) -> dict[s
             "selected_cells_sha256": request.selected_cells_sha256,
             "acknowledged_new_attempt": request.acknowledged_new_attempt,
         },
+        "rejudged_from": _rejudged_from(run),
         "children": [_run_line(c, spend[c.pk], progress[c.pk]) for c in children],
         "next_children_after": children[-1].pk if more and children else None,
         "model_requests": 0,

@@ -28,7 +28,13 @@ from runs.engine.finish import calls_settle_unheld
 from runs.engine.reaper import ledger_reap
 from runs.lineage import MAX_LINEAGE_PAGE, run_known_spend
 from runs.models import Cell, CellStatus, RecoveryClaim, RecoveryRequest, Run
-from runs.recovery_rules import REASONS, cell_rows, exclusion
+from runs.recovery_rules import (
+    REASONS,
+    REJUDGE_NEW_ATTEMPT,
+    REJUDGE_NEW_ATTEMPT_TEXT,
+    cell_rows,
+    exclusion,
+)
 from srbench.canonical import sha256_hex
 from srbench.money import money_text
 
@@ -219,8 +225,24 @@ def recovery_plan(
     _check_mode(mode)
     if run.mode != Run.Mode.LIVE:
         raise RecoveryError("not_live", "only live runs can be recovered", http_status=422)
+    _check_rejudge_mode(run, mode)
     recovery_reconcile(run=run)
     return _finish_plan(_plan_content(run, mode), selected_cells)
+
+
+def _check_rejudge_mode(run: Run, mode: str) -> None:
+    """A re-judge child (runs/rejudge.py; a recovery of one inherits its marker) judges the
+    answers its parent stored for the same attempt slot: a new attempt (failed mode, the next
+    slot) would have no answer to judge, and a judge call beyond those confirmed would exceed
+    the confirmed cost. Only its never-sent cells can be recovered (undispatched mode)."""
+    marker = run.manifest.get("rejudge") if isinstance(run.manifest, dict) else None
+    if mode == "failed" and marker:
+        raise RecoveryError(
+            REJUDGE_NEW_ATTEMPT,
+            REJUDGE_NEW_ATTEMPT_TEXT.format(run=run.pk, parent=marker["parent_run"]),
+            http_status=422,
+            detail={"parent_run": marker["parent_run"], "modes": ["undispatched"]},
+        )
 
 
 def recovery_plan_page(
@@ -403,7 +425,9 @@ def _check_idempotency_key(idempotency_key: object) -> None:
 
 
 def _check_may_recover(run: Run, mode: str, *, acknowledge_new_attempt: bool) -> None:
-    """Refusals that need no ledger read: an unacknowledged new attempt, a preview run."""
+    """Refusals that need no ledger read: a new attempt of a re-judge child, an
+    unacknowledged new attempt, a preview run."""
+    _check_rejudge_mode(run, mode)
     if mode == "failed" and not acknowledge_new_attempt:
         raise RecoveryError(
             "acknowledgement_required",

@@ -98,6 +98,8 @@ LineageSerializer = inline_serializer(
         "original_cost_complete": serializers.BooleanField(),
         "parent": serializers.DictField(allow_null=True),
         "recovered_from": serializers.DictField(allow_null=True),
+        # A re-judge child's marker (runs/rejudge.py): its parent, judge calls, confirmed cost.
+        "rejudged_from": serializers.DictField(allow_null=True),
         "children": serializers.ListField(child=serializers.DictField()),
         "next_children_after": serializers.IntegerField(allow_null=True),
         "model_requests": serializers.IntegerField(),
@@ -125,7 +127,10 @@ class RecoveryPlanView(APIView):
         ],
         responses={
             200: RecoveryPlanPageSerializer,
-            **error_responses(_409="the ledger is in a state that allows no plan"),
+            **error_responses(
+                _409="the ledger is in a state that allows no plan",
+                _422="a preview run, or failed mode of a re-judge child (no new attempt)",
+            ),
         },
     )
     def get(self, request: Request, pk: int) -> Response:
@@ -215,7 +220,8 @@ class RecoverView(APIView):
 
 
 class LineageView(APIView):
-    """The run's parent and its recovery children (paginated), each with its own status,
+    """The run's parent and its children — recoveries and re-judges, each child's `mode` saying
+    which ("undispatched", "failed", "rejudge") — paginated, each with its own status,
     progress and known cost; the original's known cost separately."""
 
     schema = ApiSchema()

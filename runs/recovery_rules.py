@@ -45,6 +45,16 @@ REASONS = {
     "ones again, so the cell is not run again (evidence kept)",
 }
 
+# A whole-plan refusal, not a cell's exclusion: failed mode of a re-judge child
+# (runs/recovery.py `_check_rejudge_mode`).
+REJUDGE_NEW_ATTEMPT = "rejudge_new_attempt_refused"
+REJUDGE_NEW_ATTEMPT_TEXT = (
+    "run {run} re-judges the answers of run {parent}: each of its cells judges the answer "
+    "run {parent} stored for the same attempt, so a new attempt (failed mode) would have no "
+    "answer to judge and its judge call was not in the confirmed cost; only cells that never "
+    "sent a call can be recovered (use 'undispatched' mode). Nothing was created or sent"
+)
+
 
 def http_error_before_stream(call: Mapping[str, Any]) -> bool:
     """A known failure: the server answered with a complete HTTP 4xx/5xx response before any

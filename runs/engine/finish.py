@@ -235,11 +235,15 @@ def cell_settlement(
     secret: dict[str, Any],
     calls: list[StoredCall],
     sandbox: bool,
+    rejudge_answer: str | None = None,
 ) -> Settlement | None:
     """The end of a cell whose worker died after all its calls were settled (none open), from
     the ledger alone and with the engine's own rules (runs/engine/episodes.py,
     graders in runs/engine/scoring.py): never a new model call.
 
+    - a cell of a re-judge child run (the manifest's ``rejudge`` marker, runs/rejudge.py) ends
+      as the `rejudged` episode would: the parent's stored answer (``rejudge_answer``, from
+      `rejudge_answers`; None: the parent holds none) with this cell's judge verdict;
     - a call that failed or was cancelled fails the cell with the driver's message;
     - one-call kinds (mcq, grid) are graded from the stored answer with the grader version the
       manifest froze; a truncated answer is wrong, as in the engine;
@@ -255,6 +259,8 @@ def cell_settlement(
     from datasets.benchmarks import get_adapter
     from runs.engine import scoring
 
+    if manifest.get("rejudge"):
+        return _rejudged_settlement(benchmark, manifest, calls, rejudge_answer)
     subjects = [c for c in calls if c.role == "subject"]
     unfinished = _unfinished(calls)
     if unfinished is not None:
@@ -294,6 +300,65 @@ def cell_settlement(
     if benchmark == "scicode":
         return _scicode_settlement(payload, secret, calls, sandbox=sandbox)
     return _interrupted(calls, f"the rest of its {benchmark} episode")
+
+
+def _rejudged_settlement(
+    benchmark: str, manifest: dict[str, Any], calls: list[StoredCall], answer: str | None
+) -> Settlement:
+    """A re-judge child's cell (issue 22 point 4) by the rules of `episodes.rejudged`: it
+    never has a subject call; its answer is the parent cell's, its grade this cell's verdict."""
+    from datasets.benchmarks import get_adapter
+
+    parent = manifest["rejudge"]["parent_run"]
+    if get_adapter(benchmark).kind != "judge":
+        return Settlement(
+            "failed", error=f"re-judge: {benchmark} answers are not judged; nothing was sent"
+        )
+    if answer is None:
+        return Settlement(
+            "failed", error=f"re-judge: run {parent} holds no completed answer for this cell"
+        )
+    failed = next((c for c in calls if c.status != CallStatus.COMPLETED), None)
+    if failed is not None:  # the driver's words, the answer kept (`Caller.turn`)
+        return Settlement(
+            "failed",
+            answer=answer,
+            error=f"{failed.role} call {failed.sequence + 1}: {failed.error_code}: {failed.error}",
+        )
+    return _judged_settlement(calls, answer)
+
+
+def rejudge_answers(cell_ids: list[int]) -> dict[int, str | None]:
+    """For the cells of re-judge child runs among these (their manifest's ``rejudge`` marker,
+    which a recovery of such a child inherits): the answer their episode judges — the final
+    answer of the marker's parent run's completed cell with the same question, target and slot
+    (`episodes.parent_answer`), None when it has none. Other cells are left out. Reads only;
+    the marker is read once per run, not per cell (a manifest may be large)."""
+    run_ids = set(Cell.objects.filter(pk__in=cell_ids).values_list("run_id", flat=True))
+    parent_of = {
+        run_id: int(parent)
+        for run_id, parent in Run.objects.filter(
+            pk__in=run_ids, manifest__has_key="rejudge"
+        ).values_list("pk", "manifest__rejudge__parent_run")
+    }
+    if not parent_of:
+        return {}
+    rows = list(
+        Cell.objects.filter(pk__in=cell_ids, run_id__in=parent_of).values_list(
+            "pk", "run_id", "question_id", "target_id", "slot"
+        )
+    )
+    answers = {
+        (run_id, qid, target_id, slot): answer
+        for run_id, qid, target_id, slot, answer in Cell.objects.filter(
+            run_id__in=set(parent_of.values()),
+            question_id__in={r[2] for r in rows},
+            status=CellStatus.COMPLETED,
+        ).values_list("run_id", "question_id", "target_id", "slot", "final_answer")
+    }
+    return {
+        pk: answers.get((parent_of[run_id], qid, tid, slot)) for pk, run_id, qid, tid, slot in rows
+    }
 
 
 def _judged_settlement(calls: list[StoredCall], answer: str) -> Settlement:

@@ -27,6 +27,7 @@ from runs.engine.finish import (
     Settlement,
     calls_settle_unheld,
     cell_settlement,
+    rejudge_answers,
     run_finish_if_done,
     stored_calls,
 )
@@ -47,6 +48,7 @@ def _settlements(cell_ids: list[int], *, sandbox: bool) -> dict[int, Settlement 
     """How each of these cells (every call settled) ends from its stored calls; None: it needs
     the sandbox and `sandbox` is False."""
     calls = stored_calls(cell_ids)
+    rejudged = rejudge_answers(cell_ids)
     rows = Cell.objects.filter(pk__in=cell_ids).values_list(
         "pk", "benchmark", "run__manifest", "question__payload", "question__secret__data"
     )
@@ -60,6 +62,7 @@ def _settlements(cell_ids: list[int], *, sandbox: bool) -> dict[int, Settlement 
                 secret=secret or {},
                 calls=calls[pk],
                 sandbox=sandbox,
+                rejudge_answer=rejudged.get(pk),
             )
         except Exception as exc:  # as the driver does: a bug fails the cell, not the pass
             log.exception("settling cell %s from the ledger failed", pk)
