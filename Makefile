@@ -56,6 +56,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/engine_throughput.py --concurrency 32 256 --workers 1 2 4 && \
 	$(BIN)/python bench/engine_throughput.py --cells 4096 --chunk-gap 0.016 --concurrency 1024 && \
 	$(BIN)/python bench/cli_path.py --rounds 3 && \
+	$(BIN)/python bench/side_by_side.py --rounds 2 && \
 	psql "$$server/postgres" -qc "DROP DATABASE IF EXISTS srbench_bench_scale" -c "CREATE DATABASE srbench_bench_scale" && \
 	DATABASE_URL="$$scale_db" SECRET_KEY=bench $(BIN)/python manage.py migrate -v0 && \
 	DATABASE_URL="$$scale_db" SECRET_KEY=bench $(BIN)/python bench/report_scale.py --commit && \

@@ -24,7 +24,9 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import contextlib
@@ -36,7 +38,6 @@ from engine_throughput import (  # noqa: E402  (bench scripts share their set-up
     broker_pids,
     cpu_seconds,
     free_port,
-    pids_of,
     start_simulator,
     start_worker,
     synthetic_questions,
@@ -45,7 +46,21 @@ from engine_throughput import (  # noqa: E402  (bench scripts share their set-up
     wait_http,
 )
 
-WEB_PATTERN = "uvicorn srbench.asgi:application"
+
+def session_pids(sid: int) -> list[int]:
+    """Every live process of session `sid`: a process this bench started in a session of its
+    own, with its children. (Matching command lines would also count other benches' and test
+    suites' web servers and workers on a shared machine.)"""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid:  # field 6 of stat: the session id
+                pids.append(int(entry.name))
+    return pids
 
 
 def start_web(port: int) -> subprocess.Popen:
@@ -110,6 +125,116 @@ class CpuSampler:
         return out
 
 
+@dataclass
+class OurStack:
+    """Our processes for the user's path: the web server, one worker, and the CLI's token."""
+
+    web: subprocess.Popen
+    worker: subprocess.Popen
+    web_port: int
+    token: str
+
+
+def start_ours(sim_port: int) -> OurStack:
+    """Starts the web process and one worker, registers target `bench` at the simulator and a
+    user with an API token (Django is set up: `bench_setup`)."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    web_port = free_port()
+    stack = OurStack(web=start_web(web_port), worker=start_worker(), web_port=web_port, token="")
+    try:
+        wait_http(f"http://127.0.0.1:{web_port}/")
+        wait_for_workers(1)
+        bench_target(sim_port)
+        owner = get_user_model().objects.create(username="bench")
+        stack.token = Token.objects.create(user=owner).key
+    except BaseException:
+        stop_processes(groups=(stack.worker, stack.web))
+        raise
+    return stack
+
+
+def stop_processes(*procs: subprocess.Popen, groups: tuple[subprocess.Popen, ...] = ()) -> None:
+    """SIGTERM to each of `groups`' process groups and to every one of `procs`; waits, then
+    kills what is left."""
+    for proc in groups:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 15)
+    for proc in procs:
+        proc.terminate()
+    for proc in (*groups, *procs):
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def our_round(
+    stack: OurStack, questions: list[Any], round_no: int, concurrency: int, poll: float
+) -> dict[str, Any]:
+    """One run of `questions` through our CLI (`benchmark run --url`, following): a fresh frozen
+    dataset, the CLI's wall from start to the printed report, and CPU per process group."""
+    from datasets.models import DatasetQuestion, FrozenDataset
+    from runs.models import Call, Run, RunEvent
+    from srbench.canonical import sha256_hex
+
+    dataset = FrozenDataset.objects.create(
+        identity_sha256=sha256_hex(["bench-cli", round_no, time.time()]),
+        name="bench",
+        profile="quick",
+        seed=1,
+        split="dev",
+        selection={},
+    )
+    DatasetQuestion.objects.bulk_create(
+        DatasetQuestion(dataset=dataset, question=q, position=i) for i, q in enumerate(questions)
+    )
+    groups = {
+        "web": session_pids(os.getsid(stack.web.pid)),
+        "worker": session_pids(os.getsid(stack.worker.pid)),
+        "broker": broker_pids(),
+    }
+    cli_cpu_seconds()  # children reaped so far (psql, other tools) are not this CLI's
+    sampler = CpuSampler(groups)
+    started = time.monotonic()
+    cli = subprocess.Popen(
+        [sys.executable, "manage.py", "benchmark", "run"]
+        + ["--url", f"http://127.0.0.1:{stack.web_port}", "--token", stack.token]
+        + ["--dataset", str(dataset.pk), "--target", "bench", "--name", f"cli {round_no}"]
+        + ["--concurrency", str(concurrency), "--poll", str(poll)],
+        cwd=ROOT,
+        env=os.environ.copy(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    while cli.poll() is None:
+        sampler.sample()
+        time.sleep(0.25)
+    wall = time.monotonic() - started
+    _out, err = cli.communicate()
+    sampler.sample()
+    if cli.returncode != 0:
+        raise SystemExit(f"the CLI failed ({cli.returncode}): {err.strip()[-2000:]}")
+    run = Run.objects.latest("pk")
+    cpu = sampler.totals()
+    cpu["cli"] = cli_cpu_seconds()
+    ttft = list(
+        Call.objects.filter(cell__run=run, ttft_ms__isnull=False).values_list("ttft_ms", flat=True)
+    )
+    finished = run.finished_at
+    return {
+        "wall": wall,
+        "engine_wall": (finished - run.started_at).total_seconds() if finished else None,
+        "calls": Call.objects.filter(cell__run=run, status="completed").count(),
+        "events": RunEvent.objects.filter(run=run).count(),
+        "cpu": cpu,
+        "ttft_ms": statistics.median(ttft) if ttft else None,
+        "status": run.status,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cells", type=int, default=740)
@@ -122,26 +247,13 @@ def main() -> None:
     args = parser.parse_args()
 
     work = bench_setup("srbench-bench-cli-")
-    from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
-
-    from datasets.models import DatasetQuestion, FrozenDataset
-    from runs.models import Call, Run, RunEvent
-    from srbench.canonical import sha256_hex
-
     adapter, loaded, questions, data = synthetic_questions(work, args.cells)
     sim, sim_port = start_simulator(
         work, data, ttft=args.ttft, chunks=args.chunks, chunk_gap=args.chunk_gap
     )
-    web_port = free_port()
-    web = start_web(web_port)
-    worker = start_worker()
+    stack = None
     try:
-        wait_http(f"http://127.0.0.1:{web_port}/")
-        wait_for_workers(1)
-        bench_target(sim_port)
-        owner = get_user_model().objects.create(username="bench")
-        token = Token.objects.create(user=owner).key
+        stack = start_ours(sim_port)
         latency = unloaded_latency(sim_port, adapter.messages(loaded[0].payload))
         n = len(questions)
         ideal = math.ceil(n / args.concurrency) * latency
@@ -153,79 +265,23 @@ def main() -> None:
             f"{os.getloadavg()[0]:.2f}"
         )
         rows = []
-        cli_cpu_seconds()  # children reaped so far (psql) are not the CLI's
         for round_no in range(args.rounds):
-            dataset = FrozenDataset.objects.create(
-                identity_sha256=sha256_hex(["bench-cli", round_no, time.time()]),
-                name="bench",
-                profile="quick",
-                seed=1,
-                split="dev",
-                selection={},
-            )
-            DatasetQuestion.objects.bulk_create(
-                DatasetQuestion(dataset=dataset, question=q, position=i)
-                for i, q in enumerate(questions)
-            )
-            groups = {
-                "web": [web.pid, *pids_of(WEB_PATTERN)],
-                "worker": [worker.pid, *pids_of("celery -A srbench worker")],
-                "broker": broker_pids(),
-            }
-            sampler = CpuSampler(groups)
-            started = time.monotonic()
-            cli = subprocess.Popen(
-                [sys.executable, "manage.py", "benchmark", "run"]
-                + ["--url", f"http://127.0.0.1:{web_port}", "--token", token]
-                + ["--dataset", str(dataset.pk), "--target", "bench", "--name", f"cli {round_no}"]
-                + ["--concurrency", str(args.concurrency), "--poll", str(args.poll)],
-                cwd=ROOT,
-                env=os.environ.copy(),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            while cli.poll() is None:
-                sampler.sample()
-                time.sleep(0.25)
-            wall = time.monotonic() - started
-            out, err = cli.communicate()
-            sampler.sample()
-            if cli.returncode != 0:
-                raise SystemExit(f"the CLI failed ({cli.returncode}): {err.strip()[-2000:]}")
-            run = Run.objects.latest("pk")
-            calls = Call.objects.filter(cell__run=run, status="completed").count()
-            events = RunEvent.objects.filter(run=run).count()
-            cpu = sampler.totals()
-            cli_cpu = cli_cpu_seconds()
-            cpu["cli"] = cli_cpu
-            ttft = [
-                t
-                for t in Call.objects.filter(cell__run=run, ttft_ms__isnull=False).values_list(
-                    "ttft_ms", flat=True
-                )
-            ]
-            finished = run.finished_at
-            engine_wall = (finished - run.started_at).total_seconds() if finished else None
-            rows.append(
-                {
-                    "wall": wall,
-                    "engine_wall": engine_wall,
-                    "calls": calls,
-                    "events": events,
-                    "cpu": cpu,
-                    "ttft_ms": statistics.median(ttft) if ttft else None,
-                    "status": run.status,
-                }
+            row = our_round(stack, questions, round_no, args.concurrency, args.poll)
+            rows.append(row)
+            wall, cpu, calls, engine_wall = (
+                row["wall"],
+                row["cpu"],
+                row["calls"],
+                row["engine_wall"],
             )
             print(
-                f"  round {round_no + 1}: {run.status}, {calls} calls, {events} events; wall "
-                f"{wall:.2f} s = {wall / ideal:.2f}× ideal (engine {engine_wall or 0:.2f} s = "
+                f"  round {round_no + 1}: {row['status']}, {calls} calls, {row['events']} events; "
+                f"wall {wall:.2f} s = {wall / ideal:.2f}× ideal (engine {engine_wall or 0:.2f} s = "
                 f"{(engine_wall or 0) / ideal:.2f}×; report printed {wall - (engine_wall or 0):.2f}"
                 f" s after submission+run), {calls / wall:.1f} calls/s; CPU per call "
                 f"{sum(cpu.values()) / max(calls, 1) * 1000:.1f} ms ("
                 + ", ".join(f"{k} {v / max(calls, 1) * 1000:.1f}" for k, v in sorted(cpu.items()))
-                + f"); median TTFT {rows[-1]['ttft_ms'] or 0:.0f} ms for {args.ttft * 1000:.0f}"
+                + f"); median TTFT {row['ttft_ms'] or 0:.0f} ms for {args.ttft * 1000:.0f}"
                 f"; load {os.getloadavg()[0]:.2f}"
             )
         ratios = [r["wall"] / ideal for r in rows]
@@ -236,15 +292,8 @@ def main() -> None:
             f"{statistics.median(per_call):.1f} ms [{min(per_call):.1f}–{max(per_call):.1f}]"
         )
     finally:
-        for proc in (worker, web):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, 15)
-        sim.terminate()
-        for proc in (worker, web, sim):
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        groups = (stack.worker, stack.web) if stack else ()
+        stop_processes(sim, groups=groups)
 
 
 _CHILDREN_CPU = [0.0]
