@@ -36,7 +36,8 @@ from django.test.utils import setup_test_environment  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from datasets.models import FrozenDataset, Question  # noqa: E402
-from runs.models import Call, Cell, Run, RunEvent, Target  # noqa: E402
+from runs import live_report  # noqa: E402
+from runs.models import Call, Cell, LiveSnapshot, Run, RunEvent, Target  # noqa: E402
 from srbench.canonical import sha256_hex  # noqa: E402
 
 PRICE = {"m": {"input": "3", "cached_input": "0.3", "output": "15"}}
@@ -205,6 +206,25 @@ def timed(client: Client, url: str, repeat: int) -> tuple[float, float, int]:
     return statistics.median(times), max(times), queries
 
 
+def running_results(client: Client, big: Run, repeat: int) -> None:
+    """The Results tab of the running run (issue 25): the request that finds the percentiles
+    snapshot stale (it recomputes them, at most every SNAPSHOT_SECONDS), and for comparison
+    the full report over every cell and call, which is what the tab computed before."""
+    url = f"/runs/{big.pk}/?tab=results"
+    LiveSnapshot.objects.filter(run=big).delete()
+    median, worst, queries = timed(client, url, 1)
+    label = "Run detail: results, snapshot refresh"
+    print(f"{label:40} {median * 1000:8.0f}ms {worst * 1000:8.0f}ms {queries:8d}")
+    applies = live_report.live_applies
+    live_report.live_applies = lambda run: False  # type: ignore[assignment]
+    try:
+        median, worst, queries = timed(client, url, repeat)
+    finally:
+        live_report.live_applies = applies  # type: ignore[assignment]
+    label = "Run detail: results, full report (before)"
+    print(f"{label:40} {median * 1000:8.0f}ms {worst * 1000:8.0f}ms {queries:8d}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10_000)
@@ -243,7 +263,10 @@ def measure(args: argparse.Namespace) -> None:
     # database; inside the rolled-back transaction only ANALYZE is possible.
     verb = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
     with connection.cursor() as cursor:
-        cursor.execute(f"{verb} runs_run, runs_cell, runs_call, runs_runevent, datasets_question")
+        cursor.execute(
+            f"{verb} runs_run, runs_cell, runs_call, runs_runevent, datasets_question, "
+            "runs_livecellsums, runs_livecallsums"
+        )
     client = Client()
     client.force_login(user)
     pages = [
@@ -268,6 +291,7 @@ def measure(args: argparse.Namespace) -> None:
         client.defaults.pop("HTTP_HX_REQUEST", None)
         client.defaults.pop("HTTP_HX_TARGET", None)
         print(f"{label:40} {median * 1000:8.0f}ms {worst * 1000:8.0f}ms {queries:8d}")
+    running_results(client, big, args.repeat)
     # The same run once it has ended: its report is computed on the first view and
     # reused while nothing it reads changes (runs.report.run_report_settled).
     settle(big)

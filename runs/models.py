@@ -17,6 +17,7 @@ from django.db.models import F, Q
 
 # Defined in its own module to keep this one small; imported here so Django registers it with
 # `runs` and callers find it beside `UsageCorrection`.
+from runs.models_live import LiveCallSums, LiveCellSums, LiveSnapshot  # noqa: F401
 from runs.models_regrade import Regrade  # noqa: F401
 from srbench.ledger import HEX64_REGEX, AppendOnlyModel
 

@@ -31,13 +31,13 @@ from runs import selectors
 from runs.forms import RunFilterForm
 from runs.hooks import run_tab_context
 from runs.lineage import run_lineage
+from runs.live_report import SNAPSHOT_SECONDS, run_results_compute
 from runs.models import Call, Cell, CellStatus, Run, RunStatus, Target
 from runs.permissions import may_act_on_run, run_action_require
 from runs.public import public_call_content, public_cell, public_cell_error, public_event_payload
 from runs.reconcile import correction_summary, latest_corrections
 from runs.recovery import RecoveryError, recovery_plan, recovery_submit
 from runs.recovery_rules import REASONS
-from runs.report import run_report_settled_compute
 from runs.report_types import Report
 from runs.services import run_cancel
 from srbench.money import money_text
@@ -262,11 +262,17 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def _results_context(request: HttpRequest, run: Run) -> dict[str, Any]:
-    # R13.2: every summary figure comes from the full report (reused while the run is settled).
-    report = run_report_settled_compute(run=run)
+    # R13.2: every summary figure comes from the full report over the whole ledger: stored
+    # once the run is settled, and while it runs built from the sums the ledger's triggers
+    # keep (issue 25), its percentiles and routing from a snapshot shown with its time.
+    results = run_results_compute(run=run)
+    report = results.report
     children = Paginator(run.children.order_by("pk").only("pk", "name", "status"), PAGE_SIZE)
     return {
         "report": report,
+        "live_results": results.live,
+        "snapshot_at": results.snapshot_at,
+        "snapshot_seconds": SNAPSHOT_SECONDS,
         "chart": _accuracy_chart(report),
         "token_labels": TOKEN_LABELS,
         "cache_neutral_caveat": CACHE_NEUTRAL_CAVEAT,
