@@ -17,7 +17,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -32,7 +31,8 @@ from runs.forms import RunFilterForm
 from runs.hooks import run_tab_context
 from runs.lineage import run_lineage
 from runs.live_report import SNAPSHOT_SECONDS, run_results_compute
-from runs.models import Call, Cell, CellStatus, Run, RunStatus, Target
+from runs.models import Call, CellStatus, Run, RunStatus, Target
+from runs.models_live import LiveCellSums
 from runs.permissions import may_act_on_run, run_action_require
 from runs.public import public_call_content, public_cell, public_cell_error, public_event_payload
 from runs.reconcile import correction_summary, latest_corrections
@@ -148,23 +148,22 @@ def _partial_results(run: Run) -> list[dict[str, Any]]:
     manifest = (run.manifest or {}) if "manifest" in run.__dict__ else selectors.manifest_head(run)
     if not manifest.get("benchmarks") or not manifest.get("targets"):
         return []  # not a frozen plan's manifest (a hand-made row): nothing to count
-    # One grouped count over the run's cells (its (run, target, benchmark) index), not the
-    # full report: this runs on every tab and every live poll of a running run.
+    # The trigger-kept per (target, benchmark) sums (runs/models_live.py, exact in the same
+    # transactions as the cells): this runs on every tab and every live poll of a running run,
+    # so it reads a row per target and benchmark, never the run's cells.
     slugs = dict(
         Target.objects.filter(slug__in=[t["slug"] for t in manifest["targets"]]).values_list(
             "slug", "pk"
         )
     )
     counts = {
-        (r.pop("target_id"), r.pop("benchmark")): r
-        for r in Cell.objects.filter(run=run)
-        .values("target_id", "benchmark")
-        .annotate(
-            planned=Count("id"),
-            completed=Count("id", filter=Q(status=CellStatus.COMPLETED)),
-            correct=Count("id", filter=Q(correct=True)),
-            failed=Count("id", filter=Q(status=CellStatus.FAILED)),
-        )
+        (r.target_id, r.benchmark): {
+            "planned": sum(getattr(r, status) for status in CellStatus.values),
+            "completed": r.completed,
+            "correct": r.correct,
+            "failed": r.failed,
+        }
+        for r in LiveCellSums.objects.filter(run=run)
     }
     zero = {"planned": 0, "completed": 0, "correct": 0, "failed": 0}
     rows = []

@@ -14,7 +14,9 @@ from runs.models import Cell, Run
 from tests import factories as f
 from tests.runs.test_pages import manifest_for
 
-pytestmark = pytest.mark.django_db
+# Committed transactions: the live sums the partial rows read are applied when a transaction
+# commits (runs/0011_live_sums), as every write of the engine does.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
