@@ -38,7 +38,6 @@ sys.path.insert(0, str(ROOT))
 DB = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/srbench_bench")
 BROKER = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/12")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-WORKER_PATTERN = "celery -A srbench worker"
 LEDGER_TABLES = ("runs_cell", "runs_call", "runs_callevidence", "runs_runevent")
 
 
@@ -56,6 +55,17 @@ def cpu_seconds(pids: list[int]) -> float:
         except OSError:
             continue
         total += int(fields[11]) + int(fields[12])  # utime + stime of the process
+    return total / CLK_TCK
+
+
+def sys_seconds(pids: list[int]) -> float:
+    """Kernel-mode CPU of the processes (system calls: reads, epoll, wake-ups)."""
+    total = 0
+    for pid in pids:
+        try:
+            total += int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[12])
+        except OSError:
+            continue
     return total / CLK_TCK
 
 
@@ -97,19 +107,31 @@ def pids_of(pattern: str) -> list[int]:
     return [int(p) for p in out.split()]
 
 
-def ours() -> list[int]:
-    """Every process of ours: workers, the PostgreSQL backends of the bench database (sampled
-    while the run goes, so that ones that come and go are counted) and PostgreSQL's own
-    background processes, and Redis; not the simulator, and not other databases' backends of a
-    shared server."""
+def db_backends() -> set[int]:
+    """The PostgreSQL client backends of the bench database (sampled while the run goes, so
+    that ones that come and go are counted)."""
     from django.db import connection
 
     with connection.cursor() as cur:
-        backends = cur.execute(
+        rows = cur.execute(
             "SELECT pid FROM pg_stat_activity "
-            "WHERE datname = current_database() OR backend_type <> 'client backend'"
+            "WHERE datname = current_database() AND backend_type = 'client backend'"
         ).fetchall()
-    return sorted({*pids_of(WORKER_PATTERN), *(pid for (pid,) in backends), *broker_pids()})
+    return {pid for (pid,) in rows}
+
+
+def ours(worker_pids: list[int]) -> list[int]:
+    """Every process of ours: the bench's workers (by pid: other Celery workers on a shared
+    machine are not ours), the PostgreSQL backends of the bench database, PostgreSQL's own
+    background processes, and the broker; not the simulator, and not other databases' backends
+    of a shared server."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        background = cur.execute(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type <> 'client backend'"
+        ).fetchall()
+    return sorted({*worker_pids, *db_backends(), *(pid for (pid,) in background), *broker_pids()})
 
 
 def start_worker() -> subprocess.Popen:
@@ -321,6 +343,7 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=50)
     parser.add_argument("--chunk-gap", type=float, default=0.01)
     args = parser.parse_args()
+    import httpx
 
     work = bench_setup("srbench-bench-")
     from django.contrib.auth import get_user_model
@@ -366,8 +389,12 @@ def main() -> None:
             rss_before = rss_bytes(worker_pids)
             rss_peak = rss_before
             disk_before = ledger_bytes()
-            before = cpu_by_pid(ours())
+            sim = f"http://127.0.0.1:{port}/_sim"
+            httpx.post(f"{sim}/reset", timeout=10)
+            before = cpu_by_pid(ours(worker_pids))
+            sys_before = sys_seconds(worker_pids)
             seen = dict(before)
+            backends = db_backends()
             run, _ = run_create(
                 owner=owner,
                 plan={
@@ -382,21 +409,25 @@ def main() -> None:
             for _ in range(n_workers - 1):
                 run_dispatch(run_id=run.pk)
             while True:
-                for pid, cpu in cpu_by_pid(ours()).items():
+                backends |= db_backends()
+                for pid, cpu in cpu_by_pid(ours(worker_pids)).items():
                     seen[pid] = max(cpu, seen.get(pid, 0.0))
                 rss_peak = max(rss_peak, rss_bytes(worker_pids))
                 run.refresh_from_db()
                 if run.is_terminal:
                     break
                 time.sleep(0.2)
-            for pid, cpu in cpu_by_pid(ours()).items():
+            for pid, cpu in cpu_by_pid(ours(worker_pids)).items():
                 seen[pid] = max(cpu, seen.get(pid, 0.0))
             used = {pid: cpu - before.get(pid, 0.0) for pid, cpu in seen.items()}
+            worker_sys = sys_seconds(worker_pids) - sys_before
             worker_cpu = sum(v for pid, v in used.items() if pid in set(worker_pids))
+            db_cpu = sum(v for pid, v in used.items() if pid in backends)
             total_cpu = sum(used.values())
             wall = (run.finished_at - run.started_at).total_seconds()
             ideal = math.ceil(cells / concurrency) * latency
             report = run_report(run=run)["targets"][0]
+            sim_stats = httpx.get(f"{sim}/stats", timeout=10).json()
             disk_after = ledger_bytes()
             return {
                 "status": run.status,
@@ -406,7 +437,18 @@ def main() -> None:
                 "cpu": total_cpu / cells * 1000,
                 "worker_cpu": worker_cpu / cells * 1000,
                 "pg_cpu": (total_cpu - worker_cpu) / cells * 1000,
+                "db_cpu": db_cpu / cells * 1000,
+                "cpu_s": {
+                    "worker": worker_cpu,
+                    "worker_sys": worker_sys,
+                    "db": db_cpu,
+                    "total": total_cpu,
+                },
+                "calls": cells,
+                "loadavg": Path("/proc/loadavg").read_text().split()[:3],
                 "ttft": report["ttft_p50_ms"],
+                # The server's own TTFT (request in → first delta out), where it reports one.
+                "server_ttft": (sim_stats.get("stream_ttft_ms") or {}).get("p50"),
                 "in_flight": min(concurrency, cells),
                 "rss_before": rss_before,
                 "rss_peak": rss_peak,
@@ -416,13 +458,16 @@ def main() -> None:
 
         def line(label: str, m: dict[str, Any]) -> str:
             per_stream = (m["rss_peak"] - m["rss_before"]) / m["in_flight"] / 1024
+            server_ttft = "n/a" if m["server_ttft"] is None else f"{m['server_ttft']:.0f} ms"
             return (
                 f"{label}: status {m['status']}; wall {m['wall']:.2f} s vs ideal "
                 f"{m['ideal']:.2f} s -> wall/ideal {m['wall'] / m['ideal']:.3f} (efficiency "
                 f"{m['ideal'] / m['wall']:.3f}); {m['rate']:.1f} calls/s; harness CPU "
                 f"{m['cpu']:.2f} ms/call (workers {m['worker_cpu']:.2f}, PostgreSQL + Redis "
-                f"{m['pg_cpu']:.2f}); TTFT p50 {m['ttft']:.0f} ms vs configured "
-                f"{args.ttft * 1000:.0f} ms; worker RSS {m['rss_before'] / 2**20:.0f} -> "
+                f"{m['pg_cpu']:.2f} of which the run's PostgreSQL backends {m['db_cpu']:.2f}); "
+                f"CPU s worker {m['cpu_s']['worker']:.2f} (system {m['cpu_s']['worker_sys']:.2f}) db {m['cpu_s']['db']:.2f} total "
+                f"{m['cpu_s']['total']:.2f}; load {' '.join(m['loadavg'])}; TTFT p50 {m['ttft']:.0f} ms vs configured "
+                f"{args.ttft * 1000:.0f} ms, server's own p50 {server_ttft}; worker RSS {m['rss_before'] / 2**20:.0f} -> "
                 f"{m['rss_peak'] / 2**20:.0f} MiB = {per_stream:.1f} KiB per in-flight stream "
                 f"({m['in_flight']})"
             )

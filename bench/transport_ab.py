@@ -1,4 +1,5 @@
-"""The engine's HTTP client, A/B: CPU per streamed chunk of two `engine_client` builds.
+"""The engine's HTTP client, A/B: CPU per streamed chunk (per SSE event the server sent in its
+own chunked-encoding piece) of two `engine_client` builds.
 
 Streams SSE responses from a bare loopback server (a subprocess, so its CPU is not counted)
 through `runs.engine.transport.engine_client` and through the same module as it stood at a git
@@ -92,8 +93,10 @@ async def one_round(module, url: str, streams: int, concurrency: int) -> tuple[f
     async def stream() -> None:
         nonlocal chunks
         async with gate, client.stream("POST", url, json={"stream": True}) as response:
-            async for _ in response.aiter_raw():
-                chunks += 1
+            async for part in response.aiter_raw():
+                # Per chunk the server sent (one SSE event each), not per piece handed out: a
+                # client may hand out every piece one read brought at once.
+                chunks += part.count(b"\n\n")
 
     async with client:
         start = time.process_time()

@@ -29,14 +29,8 @@ from django.utils import timezone
 
 from runs.accounting import call_accounting, worst_case_call_cost
 from runs.engine import store
-from runs.engine.sse import (
-    ChatStreamAccumulator,
-    SSEDecoder,
-    SSEError,
-    output_cap_violation,
-    repeated_tail_block,
-    stream_byte_cap,
-)
+from runs.engine.guards import output_cap_violation, repeated_tail_block, stream_byte_cap
+from runs.engine.sse import ChatStreamAccumulator, SSEDecoder, SSEError
 from srbench.money import money_stored
 
 log = logging.getLogger(__name__)
@@ -148,10 +142,28 @@ class LedgerBatcher:
 
 @dataclass
 class Activity:
+    """A call's live activity (R10.3). While it streams, nothing is written here per chunk:
+    the checkpoint reads the stream's size and its connection's last arrival itself."""
+
     stage: str
-    last: float  # time.time() of the last activity: cheap on the per-chunk path
+    last: float  # time.time() of the last activity
     bytes: int = 0
     dirty: bool = True
+    raw: bytearray | None = None  # the stream's bytes so far, while it streams
+    net: Any = None  # its connection (runs.engine.transport: read_at is the last arrival)
+
+    def snapshot(self) -> tuple[float, int] | None:
+        """(last activity, bytes) if they changed since the last checkpoint, else None."""
+        if self.raw is not None and len(self.raw) != self.bytes:
+            self.bytes = len(self.raw)
+            read_at = getattr(self.net, "read_at", None)
+            now = time.time()
+            self.last = now if read_at is None else now - (time.monotonic() - read_at)
+            self.dirty = True
+        if not self.dirty:
+            return None
+        self.dirty = False
+        return self.last, self.bytes
 
 
 @dataclass
@@ -170,7 +182,9 @@ class CallOutcome:
 class Stream:
     """What one call's stream has produced so far: the evidence `_close` records."""
 
-    started: float  # time.monotonic() when the request left
+    # time.monotonic() before the request (duration_ms counts from here); TTFT counts from the
+    # moment the request was handed to the socket (the transport's sent_at), when known.
+    started: float
     sent_wall: datetime
     acc: ChatStreamAccumulator
     raw: bytearray = field(default_factory=bytearray)
@@ -246,8 +260,8 @@ def evidence_fields(stream: Stream, result: Any) -> dict[str, Any]:
         "duration_ms": (time.monotonic() - stream.started) * 1000,
         "ttft_ms": None if result.ttft_s is None else result.ttft_s * 1000,
         "first_token_at": None
-        if result.ttft_s is None
-        else stream.sent_wall + timedelta(seconds=result.ttft_s),
+        if result.first_token_at is None
+        else stream.sent_wall + timedelta(seconds=result.first_token_at - stream.started),
         "last_activity_at": timezone.now(),
     }
 
@@ -510,9 +524,17 @@ class Caller:
         # layers on the per-chunk path.
         encoded = resp.headers.get("content-encoding", "identity") != "identity"
         chunks = resp.aiter_bytes() if encoded else resp.aiter_raw()
+        # The engine's transport stamps each read as it comes off the socket: TTFT is that
+        # stamp, not the moment this loop got to the bytes (issue 25).
+        net = resp.extensions.get("network_stream")
+        stamped = hasattr(net, "read_at")
+        if getattr(net, "sent_at", None) is not None:
+            # ... and it starts when the request left, not before a connection was opened.
+            acc.started_at = net.sent_at
+        activity.raw, activity.net = raw, net
         async for chunk in chunks:
             raw += chunk
-            activity.bytes, activity.last, activity.dirty = len(raw), time.time(), True
+            acc.read_at = net.read_at if stamped else time.monotonic()
             acc.feed_events(decoder.feed(chunk))
             if acc.content_chars + acc.reasoning_chars > max_chars or len(raw) > byte_cap:
                 violation = output_cap_violation(
@@ -576,13 +598,10 @@ class Caller:
         while True:
             await asyncio.sleep(1.0)
             dirty = [
-                (pk, a.stage, datetime.fromtimestamp(a.last, tz=UTC), a.bytes)
+                (pk, a.stage, datetime.fromtimestamp(snap[0], tz=UTC), snap[1])
                 for pk, a in list(self.activity.items())
-                if a.dirty
+                if (snap := a.snapshot()) is not None
             ]
-            for pk, *_ in dirty:
-                if pk in self.activity:
-                    self.activity[pk].dirty = False
             if dirty:
                 await self.db(store.calls_checkpoint, activity=dirty)
             if time.monotonic() >= next_renew:

@@ -7,7 +7,7 @@ same code the live engine used):
 * :class:`ChatStreamAccumulator` turns events into what a chat completion said
   (:class:`ChatStreamResult`).
 * :func:`repeated_tail_block` and :func:`output_cap_violation` are the guards the engine checks
-  while a stream is in flight.
+  while a stream is in flight (their home is runs/engine/guards.py).
 
 Lines end at CR, LF or CRLF and nowhere else. ``str.splitlines`` (and ``iter_lines`` built on it)
 also split at U+2028, U+2029, NEL and form feeds, which are legal inside model output, so all
@@ -35,9 +35,6 @@ __all__ = [
     "SSELimitError",
     "ToolCall",
     "decode_sse",
-    "output_cap_violation",
-    "repeated_tail_block",
-    "stream_byte_cap",
 ]
 
 # One data line normally carries one small JSON chunk, but some servers put a whole tool-call
@@ -133,6 +130,26 @@ class SSEDecoder:
         if not chunk:
             return []
         buf = self._buf
+        if (
+            not buf
+            and self._bom_checked
+            and not self._skip_leading_lf
+            and not self._data_lines
+            and b"\r" not in chunk
+        ):
+            # The common case: the chunk starts at an event boundary and its lines end in LF.
+            # Whole events are cut out of it with one find each; what is left (part of an
+            # event) takes the general path below.
+            try:
+                events, done = self._whole_events(chunk)
+            except SSEError as exc:
+                self._failed = exc
+                raise
+            if done == len(chunk):
+                return events
+            chunk = chunk[done:]
+        else:
+            events = []
         buf += chunk
         start = 0
         if self._skip_leading_lf:
@@ -148,7 +165,6 @@ class SSEDecoder:
             self._bom_checked = True
             if pending == _BOM:
                 start += len(_BOM)
-        events: list[SSEEvent] = []
         try:
             start = self._consume_lines(start, events)
         except SSEError as exc:
@@ -161,6 +177,46 @@ class SSEDecoder:
             )
             raise self._failed
         return events
+
+    def _whole_events(self, chunk: bytes) -> tuple[list[SSEEvent], int]:
+        """The events of ``chunk`` that end in it (a blank line), and how many bytes they took.
+        Only called at an event boundary on a chunk without CR, so "\n\n" is exactly "a line
+        end, then a blank line". A one-line ``data:`` event (what chat streams send) is built
+        here; any other event goes through the line rules one line at a time."""
+        events: list[SSEEvent] = []
+        pos = 0
+        end = chunk.find(b"\n\n")
+        while end != -1:
+            block = chunk[pos:end]
+            if block[:5] == b"data:" and b"\n" not in block:
+                if len(block) > self.max_line_bytes:
+                    raise SSELimitError(f"SSE line exceeds {self.max_line_bytes} bytes")
+                value = block[6:] if block[5:6] == b" " else block[5:]
+                if len(value) + 1 > self.max_event_bytes:
+                    raise SSELimitError(f"SSE event exceeds {self.max_event_bytes} bytes")
+                try:
+                    data = value.decode("utf-8")
+                except UnicodeDecodeError:
+                    self._data_lines.append(value)
+                    events.append(self._build_event(terminated=True))
+                    self._reset_event()
+                else:
+                    last_id = self._last_id
+                    if last_id is None:
+                        events.append(SSEEvent(data))
+                    else:
+                        self._data_lines.append(value)
+                        events.append(self._build_event(terminated=True))
+                        self._reset_event()
+            else:
+                for line in block.split(b"\n"):
+                    if len(line) > self.max_line_bytes:
+                        raise SSELimitError(f"SSE line exceeds {self.max_line_bytes} bytes")
+                    self._process_line(line, events)
+                self._process_line(b"", events)
+            pos = end + 2
+            end = chunk.find(b"\n\n", pos)
+        return events, pos
 
     def close(self) -> list[SSEEvent]:
         """End of stream. An event still open (no blank line after it) is returned with
@@ -356,7 +412,9 @@ class ChatStreamAccumulator:
     counted but not applied, because content after a protocol error cannot be trusted.
 
     ``clock`` is called once at construction (the call's start, unless ``started_at`` is given)
-    and once for the first non-empty content or reasoning delta, which is the TTFT mark.
+    and once for the first non-empty content or reasoning delta, which is the TTFT mark — unless
+    the reader set ``read_at`` (the moment the bytes being fed came off the socket, before any
+    other work of the event loop): then that moment is the mark (issue 25).
     """
 
     def __init__(
@@ -379,6 +437,7 @@ class ChatStreamAccumulator:
         self.events_after_done = 0
         self.event_count = 0
         self.first_token_at: float | None = None
+        self.read_at: float | None = None
         self.error: str | None = None
         self._unterminated = False
 
@@ -415,7 +474,7 @@ class ChatStreamAccumulator:
             self._fail(f"error event #{number}: {_clip(event.data)}")
             return
         try:
-            chunk = json.loads(event.data)
+            chunk = _json_object(event.data)
         except json.JSONDecodeError as exc:
             self._fail(
                 f"malformed JSON in event #{number}: {exc.msg} at {exc.pos}: {_clip(event.data)}"
@@ -485,7 +544,7 @@ class ChatStreamAccumulator:
             self._reasoning.append(reasoning)
             self.reasoning_chars += len(reasoning)
         if (content or reasoning) and self.first_token_at is None:
-            self.first_token_at = self._clock()
+            self.first_token_at = self._clock() if self.read_at is None else self.read_at
         tool_calls = delta.get("tool_calls")
         if tool_calls is None:
             return True
@@ -589,6 +648,24 @@ class ChatStreamAccumulator:
         )
 
 
+_RAW_DECODE = json.JSONDecoder().raw_decode
+
+
+def _json_object(data: str) -> Any:
+    """``json.loads(data)``, without its two whitespace scans for the usual chunk (an object
+    with nothing around it). Anything else, and any error, goes through ``json.loads`` itself,
+    so results and error messages are exactly its own."""
+    if data[:1] == "{" and data[-1:] == "}":
+        try:
+            value, end = _RAW_DECODE(data)
+        except json.JSONDecodeError:
+            pass
+        else:
+            if end == len(data):
+                return value
+    return json.loads(data)
+
+
 def _is_done(data: str) -> bool:
     # Length check first: stripping every large content chunk just to compare it with a
     # six-character sentinel would copy it.
@@ -597,69 +674,3 @@ def _is_done(data: str) -> bool:
 
 def _clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
-
-
-# --------------------------------------------------------------------------------------------
-# Guards checked by the engine while a stream is in flight
-
-
-def repeated_tail_block(
-    text: str, *, min_block: int, repeats: int, max_block: int | None = None
-) -> int | None:
-    """Length of a block of at least ``min_block`` characters that the end of ``text`` repeats
-    ``repeats`` times in a row, or None.
-
-    A degenerate loop with a short period (``"ha "``) is caught too, because any multiple of a
-    period is a period: some multiple lands at or above ``min_block``. Candidate block lengths
-    come from ``str.rfind`` of the last ``min_block`` characters, and each is verified with one
-    slice comparison (a string of length L has period p iff s[:-p] == s[p:]), so the check runs
-    at C speed and can be called after every chunk.
-    """
-    if min_block <= 0 or repeats < 2:
-        raise ValueError("min_block must be positive and repeats at least 2")
-    length = len(text)
-    longest = length // repeats
-    if max_block is not None:
-        longest = min(longest, max_block)
-    if longest < min_block:
-        return None
-    probe = text[length - min_block :]
-    # An occurrence of the probe ending at length - p is necessary for period p.
-    search_end = length - min_block  # the probe's copy must end at or before this index
-    lowest_start = length - longest - min_block
-    while True:
-        found = text.rfind(probe, max(lowest_start, 0), search_end)
-        if found == -1:
-            return None
-        period = length - min_block - found
-        if period > longest:
-            return None
-        tail = text[length - period * repeats :]
-        if tail[:-period] == tail[period:]:
-            return period
-        search_end = found + min_block - 1
-
-
-def stream_byte_cap(max_output_chars: int) -> int:
-    """Bytes a stream may carry for a given output character cap: SSE framing and JSON escaping
-    cost far more than the text itself, so the byte cap is a loose outer bound."""
-    return max(max_output_chars * 30, 1024 * 1024)
-
-
-def output_cap_violation(
-    *,
-    content_chars: int,
-    reasoning_chars: int,
-    received_bytes: int,
-    max_output_chars: int,
-    max_stream_bytes: int | None = None,
-) -> str | None:
-    """Why the stream must be stopped now, or None. Reasoning counts toward the character cap
-    because a model looping in its reasoning channel burns the same budget."""
-    chars = content_chars + reasoning_chars
-    if chars > max_output_chars:
-        return f"output exceeded {max_output_chars} characters ({chars})"
-    byte_cap = stream_byte_cap(max_output_chars) if max_stream_bytes is None else max_stream_bytes
-    if received_bytes > byte_cap:
-        return f"stream exceeded {byte_cap} bytes ({received_bytes})"
-    return None

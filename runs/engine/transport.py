@@ -1,37 +1,53 @@
-"""A lean asyncio network backend for httpx (through httpcore's backend interface).
+"""The engine's HTTP/1.1 client: a public httpx transport (``httpx.AsyncBaseTransport``) over
+asyncio protocols, with its own keep-alive pool and its own HTTP/1.1 framing.
 
-httpx's default backend (anyio) re-arms the socket in the event loop's selector on every read
-(resume_reading/pause_reading: two epoll_ctl calls), wraps every read in a cancel scope, and
-checks each idle pooled connection with a select() call. With thousands of small SSE chunks a
-second that is a large share of the worker's CPU. This backend keeps each socket registered
-for reading, buffers what arrives in the protocol, hands the chunks out as they came (no copy),
-and knows an idle connection was closed by its peer without a system call.
+Why not httpcore + h11 underneath: a model stream is thousands of small chunked-encoding
+pieces a second, and every piece went through about ten Python layers (httpcore's connection,
+its byte stream, h11's event machine and readers, anyio-style checkpoints) before the engine saw
+its bytes — the largest share of the worker's CPU per chunk (docs/performance.md). Here one
+socket read is one ``data_received``; the chunked decoder splits it with ``bytes.find`` and
+hands out every complete piece of the read at once.
 
-Semantics are those of httpcore's own backends: a read returns b"" at a clean end of stream,
-raises ``ReadError`` when the connection broke and ``ReadTimeout`` after ``timeout`` seconds
-without bytes; a write to a closed connection raises ``WriteError``.
+Semantics are those httpx documents for its own transports: a stream returns the body bytes;
+``ReadTimeout`` after the read timeout without bytes; ``RemoteProtocolError`` for a body cut
+short or a malformed response; ``ReadError``/``WriteError`` for a broken connection;
+``ConnectError``/``ConnectTimeout`` when no connection could be made. A request is never sent
+twice: a pooled connection is handed out only idle, unexpired and not closed by its peer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
+import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from typing import Any
 
-import httpcore
 import httpx
 
 # Stop reading a socket whose unread bytes exceed this (the reader is slower than the server).
 HIGH_WATER = 1024 * 1024
 LOW_WATER = 256 * 1024
+MAX_HEAD_BYTES = 64 * 1024  # status line and headers of a response
+MAX_CHUNK_LINE = 4096  # a chunk-size line with its extensions
+
+_STATUS = re.compile(rb"HTTP/1\.([01]) ([0-9]{3})(?: ([^\r\n]*))?")
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
 class _Protocol(asyncio.Protocol):
+    """A socket's bytes as they arrive, a waiter for the next ones, and one idle timer per
+    connection (re-armed lazily, not per read)."""
+
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.chunks: deque[bytes] = deque()
+        # time.monotonic() when each chunk came off the socket, before any other work of the
+        # event loop: what TTFT is measured at.
+        self.stamps: deque[float] = deque()
         self.size = 0
         self.eof = False
         self.error: BaseException | None = None
@@ -45,11 +61,14 @@ class _Protocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.chunks.append(data)
+        self.stamps.append(time.monotonic())
         self.size += len(data)
         if self.size > HIGH_WATER and not self.paused_reading and self.transport is not None:
             self.paused_reading = True
             self.transport.pause_reading()
-        self._wake()
+        reader = self.reader
+        if reader is not None and not reader.done():
+            reader.set_result(None)
 
     def eof_received(self) -> bool:
         self.eof = True
@@ -79,180 +98,300 @@ class _Protocol(asyncio.Protocol):
             reader.set_result(None)
 
 
-def _expire(future: asyncio.Future[None], exc: type[Exception]) -> None:
+def _expire(future: asyncio.Future[None]) -> None:
     if not future.done():
-        future.set_exception(exc())
+        future.set_exception(httpx.ReadTimeout("no bytes within the read timeout"))
 
 
-class AsyncioStream(httpcore.AsyncNetworkStream):
-    def __init__(self, transport: asyncio.Transport, protocol: _Protocol) -> None:
-        self._transport = transport
-        self._protocol = protocol
+class Connection:
+    """One HTTP/1.1 connection: write a request, read a response head, then its body."""
 
-    async def _wait(self, future: asyncio.Future[None], timeout: float | None, exc: type) -> None:
-        handle = (
-            None
-            if timeout is None
-            else asyncio.get_running_loop().call_later(timeout, _expire, future, exc)
-        )
-        try:
-            await future
-        finally:
-            if handle is not None:
-                handle.cancel()
+    def __init__(
+        self, key: tuple[str, str, int], transport: asyncio.Transport, protocol: _Protocol
+    ):
+        self.key = key
+        self.transport = transport
+        self.protocol = protocol
+        self.buffer = b""  # bytes read from the socket and not consumed yet
+        self.read_at: float | None = None  # when the bytes of the last recv() arrived
+        self.sent_at: float | None = None  # when the last request was handed to the socket
+        self.body_done = True
+        self.idle_since = 0.0
+        self.reusable = True
+        # One idle-timeout timer per connection, re-armed when it fires early, instead of a
+        # timer created and cancelled for every read.
+        self.timer: asyncio.TimerHandle | None = None
+        self.wait_started = 0.0
+        self.timeout: float | None = None
 
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        p = self._protocol
+    # --- bytes in and out -----------------------------------------------------------------
+
+    async def recv(self, timeout: float | None) -> bytes:
+        """The next bytes from the socket (b"" at end of stream)."""
+        p = self.protocol
         if not p.chunks and not p.eof:
-            p.reader = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            p.reader = reader = loop.create_future()
+            if timeout is not None:
+                self.wait_started = loop.time()
+                if self.timer is None or timeout != self.timeout:
+                    if self.timer is not None:
+                        self.timer.cancel()
+                    self.timeout = timeout
+                    self.timer = loop.call_at(self.wait_started + timeout, self._check)
             try:
-                await self._wait(p.reader, timeout, httpcore.ReadTimeout)
+                await reader
             finally:
                 p.reader = None
         if not p.chunks:
             if p.error is not None:
-                raise httpcore.ReadError(str(p.error) or type(p.error).__name__)
+                raise httpx.ReadError(str(p.error) or type(p.error).__name__)
             return b""
         chunk = p.chunks.popleft()
-        if len(chunk) > max_bytes:
-            p.chunks.appendleft(chunk[max_bytes:])
-            chunk = chunk[:max_bytes]
+        self.read_at = p.stamps.popleft()
         p.size -= len(chunk)
-        if p.paused_reading and p.size <= LOW_WATER and not self._transport.is_closing():
+        if p.paused_reading and p.size <= LOW_WATER and not self.transport.is_closing():
             p.paused_reading = False
-            self._transport.resume_reading()
+            self.transport.resume_reading()
         return chunk
 
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if not buffer:
+    def _check(self) -> None:
+        """The idle timer: expire a read that has waited the whole timeout, else re-arm for
+        the read waiting now (or disarm while nobody reads)."""
+        self.timer = None
+        reader, timeout = self.protocol.reader, self.timeout
+        if reader is None or reader.done() or timeout is None:
             return
-        p = self._protocol
-        if p.eof or self._transport.is_closing():
-            raise httpcore.WriteError("the connection is closed")
-        self._transport.write(buffer)
+        loop = asyncio.get_running_loop()
+        due = self.wait_started + timeout
+        if loop.time() >= due:
+            _expire(reader)
+        else:
+            self.timer = loop.call_at(due, self._check)
+
+    async def send(self, data: bytes, timeout: float | None) -> None:
+        p = self.protocol
+        if p.eof or self.transport.is_closing():
+            raise httpx.WriteError("the connection is closed")
+        self.transport.write(data)
+        self.sent_at = time.monotonic()
         if p.paused_writing:
             p.drainer = asyncio.get_running_loop().create_future()
             try:
-                await self._wait(p.drainer, timeout, httpcore.WriteTimeout)
+                async with asyncio.timeout(timeout):
+                    await p.drainer
+            except TimeoutError as exc:
+                raise httpx.WriteTimeout("write timed out") from exc
             finally:
                 p.drainer = None
-            if p.error is not None or self._transport.is_closing():
-                raise httpcore.WriteError("the connection closed while writing")
+            if p.error is not None or self.transport.is_closing():
+                raise httpx.WriteError("the connection closed while writing")
 
-    async def aclose(self) -> None:
-        self._transport.close()
+    def idle_ok(self, now: float, expiry: float | None) -> bool:
+        """Idle, unexpired, and neither closed nor sending anything unasked by its peer."""
+        p = self.protocol
+        if p.eof or p.chunks or self.buffer or self.transport.is_closing():
+            return False
+        return expiry is None or now - self.idle_since < expiry
 
-    async def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(timeout):
-                transport = await loop.start_tls(
-                    self._transport, self._protocol, ssl_context, server_hostname=server_hostname
+    def close(self) -> None:
+        self.reusable = False
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.transport.close()
+
+    # --- a response ------------------------------------------------------------------------
+
+    async def read_head(self, timeout: float | None) -> tuple[int, bytes, list, bool]:
+        """(status, reason, headers, HTTP/1.1) of the next final response head."""
+        while True:
+            buf = self.buffer
+            end = buf.find(b"\r\n\r\n")
+            while end == -1:
+                if len(buf) > MAX_HEAD_BYTES:
+                    raise httpx.RemoteProtocolError("response head too large")
+                more = await self.recv(timeout)
+                if not more:
+                    raise httpx.RemoteProtocolError("server disconnected without a response")
+                buf += more
+                end = buf.find(b"\r\n\r\n", max(0, len(buf) - len(more) - 3))
+            self.buffer = buf[end + 4 :]
+            lines = buf[:end].split(b"\r\n")
+            match = _STATUS.fullmatch(lines[0])
+            if match is None:
+                raise httpx.RemoteProtocolError(f"malformed status line {lines[0][:100]!r}")
+            headers = []
+            for line in lines[1:]:
+                name, sep, value = line.partition(b":")
+                if not sep or _TOKEN.fullmatch(name) is None or b"\n" in value or b"\r" in value:
+                    raise httpx.RemoteProtocolError(f"malformed header line {line[:100]!r}")
+                headers.append((name, value.strip(b" \t")))
+            status = int(match.group(2))
+            if 100 <= status < 200 and status != 101:
+                continue  # an interim response: the final one follows
+            return status, match.group(3) or b"", headers, match.group(1) == b"1"
+
+    def body(self, framing: int | None, timeout: float | None) -> AsyncIterator[bytes]:
+        """The body: ``framing`` is -1 for chunked, a length, or None (until the peer closes).
+        ``body_done`` turns true only when it was read to its end."""
+        self.body_done = False
+        return self._chunked(timeout) if framing == -1 else self._sized(framing, timeout)
+
+    async def _sized(self, framing: int | None, timeout: float | None) -> AsyncIterator[bytes]:
+        left = framing
+        while left is None or left > 0:
+            data, self.buffer = (
+                (self.buffer, b"") if self.buffer else (await self.recv(timeout), b"")
+            )
+            if not data:
+                if left is None:
+                    self.reusable = False
+                    self.body_done = True
+                    return
+                raise httpx.RemoteProtocolError(
+                    "peer closed connection without sending complete message body"
                 )
-        except TimeoutError as exc:
-            self._transport.close()
-            raise httpcore.ConnectTimeout(str(exc)) from exc
-        except (OSError, ssl.SSLError, ConnectionError) as exc:
-            self._transport.close()
-            raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
-        if transport is None:
-            raise httpcore.ConnectError("TLS handshake did not complete")
-        self._protocol.transport = transport  # type: ignore[assignment]
-        return AsyncioStream(transport, self._protocol)  # type: ignore[arg-type]
+            if left is not None:
+                if len(data) > left:
+                    data, self.buffer = data[:left], data[left:]
+                left -= len(data)
+            yield data
+        self.body_done = True
 
-    def get_extra_info(self, info: str) -> Any:
-        if info == "is_readable":
-            # Idle and readable means the peer closed (or broke) the connection.
-            return self._protocol.eof or bool(self._protocol.chunks)
-        if info == "ssl_object":
-            return self._transport.get_extra_info("ssl_object")
-        if info == "client_addr":
-            return self._transport.get_extra_info("sockname")
-        if info == "server_addr":
-            return self._transport.get_extra_info("peername")
-        if info == "socket":
-            return self._transport.get_extra_info("socket")
+    async def _more(self, buf: bytes, timeout: float | None) -> bytes:
+        more = await self.recv(timeout)
+        if not more:
+            raise httpx.RemoteProtocolError(
+                "peer closed connection without sending complete message body"
+            )
+        return buf + more if buf else more
+
+    async def _chunked(self, timeout: float | None) -> AsyncIterator[bytes]:
+        """Chunked transfer coding: every complete piece a read brought is handed out at once
+        (joined), so a read carrying several pieces costs one iteration of the reader."""
+        buf, self.buffer = self.buffer, b""
+        size = 0  # bytes of the current chunk still to come
+        need_crlf = False  # the CRLF that ends a chunk's data
+        while True:
+            out: list[bytes] = []
+            while True:
+                if size:
+                    if len(buf) < size:
+                        if buf:
+                            out.append(buf)
+                            size -= len(buf)
+                            buf = b""
+                        break
+                    out.append(buf[:size])
+                    buf = buf[size:]
+                    size = 0
+                    need_crlf = True
+                if need_crlf:
+                    if len(buf) < 2:
+                        if buf not in (b"", b"\r"):
+                            raise httpx.RemoteProtocolError("chunk data not followed by CRLF")
+                        break
+                    if buf[0] != 13 or buf[1] != 10:
+                        raise httpx.RemoteProtocolError("chunk data not followed by CRLF")
+                    buf = buf[2:]
+                    need_crlf = False
+                line_end = buf.find(b"\r\n")
+                if line_end == -1:
+                    if len(buf) > MAX_CHUNK_LINE:
+                        raise httpx.RemoteProtocolError("chunk size line too long")
+                    break
+                field = buf[:line_end].split(b";", 1)[0].strip(b" \t")
+                if _HEX.fullmatch(field) is None:
+                    raise httpx.RemoteProtocolError(f"malformed chunk size {field[:40]!r}")
+                buf = buf[line_end + 2 :]
+                size = int(field, 16)
+                if size == 0:
+                    if out:
+                        yield b"".join(out)
+                    await self._trailers(buf, timeout)
+                    self.body_done = True
+                    return
+            if out:
+                yield out[0] if len(out) == 1 else b"".join(out)
+            buf = await self._more(buf, timeout)
+
+    async def _trailers(self, buf: bytes, timeout: float | None) -> None:
+        while True:
+            if buf.startswith(b"\r\n"):
+                self.buffer = buf[2:]
+                return
+            end = buf.find(b"\r\n\r\n")
+            if end != -1:
+                self.buffer = buf[end + 4 :]
+                return
+            if len(buf) > MAX_HEAD_BYTES:
+                raise httpx.RemoteProtocolError("trailers too large")
+            buf = await self._more(buf, timeout)
+
+
+def _framing(method: bytes, status: int, headers: list[tuple[bytes, bytes]]) -> int | None:
+    """-1 chunked, a Content-Length, or None (read until close), per RFC 9112 §6.3."""
+    if method == b"HEAD" or status in (204, 304):
+        return 0
+    coding = [v for n, v in headers if n.lower() == b"transfer-encoding"]
+    if coding:
+        if b",".join(coding).split(b",")[-1].strip().lower() != b"chunked":
+            raise httpx.RemoteProtocolError("unsupported transfer-encoding")
+        return -1
+    lengths = {v.strip() for n, v in headers if n.lower() == b"content-length"}
+    if not lengths:
         return None
+    if len(lengths) > 1 or not next(iter(lengths)).isdigit():
+        raise httpx.RemoteProtocolError("malformed Content-Length")
+    return int(next(iter(lengths)))
 
 
-class AsyncioBackend(httpcore.AsyncNetworkBackend):
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(timeout):
-                transport, protocol = await loop.create_connection(
-                    _Protocol,
-                    host,
-                    port,
-                    local_addr=None if local_address is None else (local_address, 0),
-                )
-        except TimeoutError as exc:
-            raise httpcore.ConnectTimeout(str(exc)) from exc
-        except OSError as exc:
-            raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
-        sock = transport.get_extra_info("socket")
-        for option in socket_options or ():
-            sock.setsockopt(*option)
-        return AsyncioStream(transport, protocol)
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("unix sockets are not supported by this backend")
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
+def _keeps_alive(http11: bool, headers: list[tuple[bytes, bytes]]) -> bool:
+    tokens = {
+        t.strip().lower() for n, v in headers if n.lower() == b"connection" for t in v.split(b",")
+    }
+    return b"keep-alive" in tokens if not http11 else b"close" not in tokens
 
 
-class _PooledStream:
-    """A response body that gives its connection back to the pool when closed."""
+def _request_bytes(request: httpx.Request, body: bytes) -> bytes:
+    """The request on the wire (a body of unknown length goes as one chunk)."""
+    method = request.method.encode("ascii")
+    lines = [method + b" " + request.url.raw_path + b" HTTP/1.1"]
+    for name, value in request.headers.raw:
+        if not _TOKEN.fullmatch(name) or any(c in value for c in (b"\r", b"\n", b"\x00")):
+            raise httpx.LocalProtocolError(f"illegal header {name!r}")
+        lines.append(name + b": " + value)
+    head = b"\r\n".join(lines) + b"\r\n\r\n"
+    if request.headers.get("transfer-encoding", "").lower() == "chunked":
+        body = (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + b"0\r\n\r\n"
+    return head + body
 
-    def __init__(self, stream: Any, pool: LeanPool, origin: Any, conn: Any) -> None:
-        self._stream = stream
+
+class _ResponseStream(httpx.AsyncByteStream):
+    """The response body; its close gives the connection back to the pool (or closes it)."""
+
+    def __init__(self, pool: EnginePool, conn: Connection, framing: int | None, timeout: Any):
         self._pool = pool
-        self._origin = origin
-        self._conn = conn
+        self._conn: Connection | None = conn
+        self._body = conn.body(framing, timeout)
 
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self._stream.__aiter__()  # no extra generator layer per chunk
+    def __aiter__(self) -> AsyncIterator[bytes]:  # type: ignore[override]
+        return self._body  # the body's own generator: no extra layer per chunk
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None
         if conn is None:
             return
-        try:
-            if hasattr(self._stream, "aclose"):
-                await self._stream.aclose()
-        finally:
-            await self._pool._release(self._origin, conn)
+        await self._body.aclose()  # type: ignore[attr-defined]
+        if not conn.body_done:
+            conn.reusable = False  # unread body bytes would be the next response's head
+        self._pool.release(conn)
 
 
-def _key(origin: Any) -> tuple[bytes, bytes, int]:
-    return (origin.scheme, origin.host, origin.port)  # httpcore's Origin is not hashable
-
-
-class LeanPool:
-    """A connection pool with O(1) work per request. httpcore's own pool re-scans every
-    connection for every queued request (quadratic in the concurrency: at C = 256 that scan
-    was most of the worker's CPU). Here idle connections wait in a stack per origin, and a
-    semaphore caps the connections in use. A connection is handed out only idle and
-    unexpired; a request that finds it unavailable (httpcore refuses before sending a byte)
-    goes to a fresh connection."""
+class EnginePool:
+    """Keep-alive connections per origin with O(1) work per request: idle connections wait on
+    a stack per origin, a semaphore caps the connections in use."""
 
     def __init__(
         self,
@@ -261,190 +400,123 @@ class LeanPool:
         max_connections: int | None,
         max_keepalive_connections: int | None,
         keepalive_expiry: float | None,
-        network_backend: httpcore.AsyncNetworkBackend,
     ) -> None:
-        self._ssl_context = ssl_context
-        self._max_keepalive = max_keepalive_connections
-        self._keepalive_expiry = keepalive_expiry
-        self._backend = network_backend
+        self.ssl_context = ssl_context
+        self.max_keepalive = max_keepalive_connections
+        self.keepalive_expiry = keepalive_expiry
         self._slots = asyncio.Semaphore(max_connections) if max_connections else None
-        self._idle: dict[Any, list[Any]] = {}
-        self._open: set[Any] = set()
+        self._idle: dict[tuple[str, str, int], list[Connection]] = {}
+        self._open: set[Connection] = set()
+        self._idle_count = 0
 
-    def _new(self, origin: Any) -> Any:
-        conn = httpcore.AsyncHTTPConnection(
-            origin=origin,
-            ssl_context=self._ssl_context,
-            keepalive_expiry=self._keepalive_expiry,
-            http1=True,
-            http2=False,
-            network_backend=self._backend,
-        )
+    async def connect(self, key: tuple[str, str, int], timeout: float | None) -> Connection:
+        scheme, host, port = key
+        loop = asyncio.get_running_loop()
+        tls = scheme == "https"
+        try:
+            async with asyncio.timeout(timeout):
+                transport, protocol = await loop.create_connection(
+                    _Protocol,
+                    host,
+                    port,
+                    ssl=self.ssl_context if tls else None,
+                    server_hostname=host if tls else None,
+                )
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout(str(exc) or "connect timed out") from exc
+        except (OSError, ssl.SSLError) as exc:
+            raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
+        conn = Connection(key, transport, protocol)  # type: ignore[arg-type]
         self._open.add(conn)
         return conn
 
-    async def _take(self, origin: Any) -> Any:
-        idle = self._idle.get(_key(origin))
+    def take_idle(self, key: tuple[str, str, int]) -> Connection | None:
+        idle = self._idle.get(key)
+        now = asyncio.get_running_loop().time()
         while idle:
             conn = idle.pop()
-            if conn.is_idle() and not conn.has_expired():
+            self._idle_count -= 1
+            if conn.idle_ok(now, self.keepalive_expiry):
                 return conn
-            await self._discard(conn)
-        return self._new(origin)
+            self.discard(conn)
+        return None
 
-    async def _discard(self, conn: Any) -> None:
+    def discard(self, conn: Connection) -> None:
         self._open.discard(conn)
-        await conn.aclose()
+        conn.close()
 
-    async def _release(self, origin: Any, conn: Any) -> None:
+    def release(self, conn: Connection) -> None:
         try:
-            idle = self._idle.setdefault(_key(origin), [])
-            keep = self._max_keepalive is None or sum(map(len, self._idle.values())) < (
-                self._max_keepalive
-            )
-            if keep and conn.is_idle() and not conn.has_expired():
-                idle.append(conn)
+            keep = self.max_keepalive is None or self._idle_count < self.max_keepalive
+            if keep and conn.reusable and not conn.protocol.eof:
+                conn.idle_since = asyncio.get_running_loop().time()
+                self._idle.setdefault(conn.key, []).append(conn)
+                self._idle_count += 1
             else:
-                await self._discard(conn)
+                self.discard(conn)
         finally:
             if self._slots is not None:
                 self._slots.release()
 
-    async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
-        origin = request.url.origin
+    async def request(self, request: httpx.Request) -> httpx.Response:
+        timeouts = request.extensions.get("timeout", {})
+        url = request.url
+        key = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+        body = b"".join([part async for part in request.stream])  # type: ignore[union-attr]
+        wire = _request_bytes(request, body)
         if self._slots is not None:
             await self._slots.acquire()
         conn = None
         try:
-            while True:
-                conn = await self._take(origin)
-                try:
-                    response = await conn.handle_async_request(request)
-                    break
-                except httpcore.ConnectionNotAvailable:
-                    # Refused before any byte left: the request was not sent on it.
-                    await self._discard(conn)
+            conn = self.take_idle(key) or await self.connect(key, timeouts.get("connect"))
+            await conn.send(wire, timeouts.get("write"))
+            status, reason, headers, http11 = await conn.read_head(timeouts.get("read"))
+            framing = _framing(request.method.encode("ascii"), status, headers)
+            conn.reusable = _keeps_alive(http11, headers) and framing is not None
         except BaseException:
             if conn is not None:
-                await self._discard(conn)
+                self.discard(conn)
             if self._slots is not None:
                 self._slots.release()
             raise
-        return httpcore.Response(
-            status=response.status,
-            headers=response.headers,
-            content=_PooledStream(response.stream, self, origin, conn),
-            extensions=response.extensions,
+        return httpx.Response(
+            status_code=status,
+            headers=headers,
+            stream=_ResponseStream(self, conn, framing, timeouts.get("read")),
+            extensions={
+                "http_version": b"HTTP/1.1" if http11 else b"HTTP/1.0",
+                "reason_phrase": reason,
+                "network_stream": conn,
+            },
         )
 
     async def aclose(self) -> None:
-        conns, self._open, self._idle = list(self._open), set(), {}
+        conns, self._open, self._idle, self._idle_count = list(self._open), set(), {}, 0
         for conn in conns:
-            await conn.aclose()
-
-    async def __aenter__(self) -> LeanPool:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-# httpcore's exceptions → httpx's, most specific first (an httpcore exception class is looked
-# up along its MRO, so a subclass httpcore adds later still maps to its nearest known parent).
-_EXCEPTIONS: dict[type[Exception], type[httpx.HTTPError]] = {
-    httpcore.ConnectTimeout: httpx.ConnectTimeout,
-    httpcore.ReadTimeout: httpx.ReadTimeout,
-    httpcore.WriteTimeout: httpx.WriteTimeout,
-    httpcore.PoolTimeout: httpx.PoolTimeout,
-    httpcore.TimeoutException: httpx.TimeoutException,
-    httpcore.ConnectError: httpx.ConnectError,
-    httpcore.ReadError: httpx.ReadError,
-    httpcore.WriteError: httpx.WriteError,
-    httpcore.NetworkError: httpx.NetworkError,
-    httpcore.ProxyError: httpx.ProxyError,
-    httpcore.UnsupportedProtocol: httpx.UnsupportedProtocol,
-    httpcore.LocalProtocolError: httpx.LocalProtocolError,
-    httpcore.RemoteProtocolError: httpx.RemoteProtocolError,
-    httpcore.ProtocolError: httpx.ProtocolError,
-}
-
-
-def _httpx_error(exc: Exception, request: httpx.Request) -> Exception:
-    for cls in type(exc).__mro__:
-        mapped = _EXCEPTIONS.get(cls)
-        if mapped is not None:
-            return mapped(str(exc), request=request)
-    return exc
-
-
-class _ResponseStream(httpx.AsyncByteStream):
-    """The response body as httpx sees it: httpcore's chunks as they come, errors mapped to
-    httpx's once around the loop (not a context manager per chunk)."""
-
-    def __init__(self, stream: _PooledStream, request: httpx.Request) -> None:
-        self._stream = stream
-        self._request = request
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._stream:
-                yield chunk
-        except Exception as exc:
-            mapped = _httpx_error(exc, self._request)
-            if mapped is exc:
-                raise
-            raise mapped from exc
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
+            conn.close()
 
 
 class EngineTransport(httpx.AsyncBaseTransport):
-    """httpx's public transport interface over the lean pool: httpx keeps its request/response
-    API, h11 its HTTP/1.1 parsing, and nothing reaches into a dependency's private state."""
+    """httpx's public transport interface over the engine's pool: httpx keeps its
+    request/response API; nothing reaches into a dependency's private state."""
 
-    def __init__(self, pool: LeanPool) -> None:
+    def __init__(self, pool: EnginePool) -> None:
         self._pool = pool
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        core_request = httpcore.Request(
-            method=request.method,
-            url=httpcore.URL(
-                scheme=request.url.raw_scheme,
-                host=request.url.raw_host,
-                port=request.url.port,
-                target=request.url.raw_path,
-            ),
-            headers=request.headers.raw,
-            content=request.stream,  # type: ignore[arg-type]
-            extensions=request.extensions,
-        )
-        try:
-            response = await self._pool.handle_async_request(core_request)
-        except Exception as exc:
-            mapped = _httpx_error(exc, request)
-            if mapped is exc:
-                raise
-            raise mapped from exc
-        return httpx.Response(
-            status_code=response.status,
-            headers=response.headers,
-            stream=_ResponseStream(response.stream, request),  # type: ignore[arg-type]
-            extensions=response.extensions,
-        )
+        return await self._pool.request(request)
 
     async def aclose(self) -> None:
         await self._pool.aclose()
 
 
 def engine_client(*, timeout: httpx.Timeout, limits: httpx.Limits) -> httpx.AsyncClient:
-    """The engine's HTTP client: httpx's API and HTTP/1.1 handling on the lean backend. No
-    proxies from the environment, no retries (a request that left is never sent again)."""
-    pool = LeanPool(
+    """The engine's HTTP client. No proxies from the environment, no retries (a request that
+    left is never sent again)."""
+    pool = EnginePool(
         ssl_context=httpx.create_ssl_context(trust_env=False),
         max_connections=limits.max_connections,
         max_keepalive_connections=limits.max_keepalive_connections,
         keepalive_expiry=limits.keepalive_expiry,
-        network_backend=AsyncioBackend(),
     )
     return httpx.AsyncClient(timeout=timeout, transport=EngineTransport(pool), trust_env=False)

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,9 +103,20 @@ class Counters:
     # that the streams really were concurrent.
     open_streams: int = 0
     max_open_streams: int = 0
+    # The server's own TTFT per stream (ms): from the request reaching the handler to the first
+    # delta after the role chunk being handed to the connection. Benchmarks compare the
+    # engine's TTFT with this, not with the configured pause (issue 25).
+    stream_ttft_ms: list[float] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
+        ttft = sorted(self.stream_ttft_ms)
         return {
+            "stream_ttft_ms": {
+                "count": len(ttft),
+                "p50": statistics.median(ttft) if ttft else None,
+                "p90": ttft[int(0.9 * (len(ttft) - 1))] if ttft else None,
+                "max": ttft[-1] if ttft else None,
+            },
             "total_requests": self.total_requests,
             "chat_requests": self.chat_requests,
             "preview_requests": self.preview_requests,
@@ -219,12 +232,18 @@ def receipt(completions: list[Completion]) -> dict[str, Any]:
     return {"version": 1, "complete": True, "calls": calls}
 
 
-async def counted_stream(state: SimState, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def counted_stream(
+    state: SimState, body: AsyncIterator[bytes], received: float
+) -> AsyncIterator[bytes]:
     counters = state.counters
     counters.open_streams += 1
     counters.max_open_streams = max(counters.max_open_streams, counters.open_streams)
     try:
+        parts = 0
         async for part in body:
+            parts += 1
+            if parts == 2:  # the first delta after the role chunk
+                counters.stream_ttft_ms.append((time.monotonic() - received) * 1000)
             yield part
     finally:
         # The counters object may have been replaced by a reset meanwhile; decrement the one
@@ -290,6 +309,7 @@ async def respond(
     faults: frozenset[str],
     stall: float,
     headers: dict[str, str],
+    received: float,
 ) -> Response:
     """The final completion as an SSE stream or as one JSON body."""
     if body.get("stream"):
@@ -302,7 +322,7 @@ async def respond(
             faults=faults,
             stall_seconds=stall,
         )
-        return SSEResponse(counted_stream(state, events), headers=headers)
+        return SSEResponse(counted_stream(state, events, received), headers=headers)
     await asyncio.sleep(total_generation_seconds(final))
     payload = completion_body(final, ident, include_usage="no-usage" not in faults)
     raw = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
@@ -312,6 +332,7 @@ async def respond(
 
 
 async def chat_completions(request: Request) -> Response:
+    received = time.monotonic()
     state: SimState = request.app.state.sim
     config = state.active
     state.counters.chat_requests += 1
@@ -360,7 +381,7 @@ async def chat_completions(request: Request) -> Response:
     if chosen is not None and "no-receipt" not in faults:
         headers["x-vsr-model-usage"] = json.dumps(receipt(completions), separators=(",", ":"))
     ident = ResponseIdentity.of(requested, body, seed)
-    return await respond(state, completions[-1], ident, body, faults, stall, headers)
+    return await respond(state, completions[-1], ident, body, faults, stall, headers, received)
 
 
 async def list_models(request: Request) -> Response:

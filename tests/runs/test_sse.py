@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runs.engine.guards import output_cap_violation, repeated_tail_block, stream_byte_cap
 from runs.engine.sse import (
     ChatStreamAccumulator,
     ChatStreamResult,
@@ -18,9 +19,6 @@ from runs.engine.sse import (
     SSEEvent,
     SSELimitError,
     decode_sse,
-    output_cap_violation,
-    repeated_tail_block,
-    stream_byte_cap,
 )
 
 
