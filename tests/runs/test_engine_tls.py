@@ -6,6 +6,7 @@ connect), and the host name is checked. The suite's other engine tests use loopb
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import socket
 import ssl
@@ -94,11 +95,18 @@ async def _exchange(base: str, context: ssl.SSLContext) -> tuple[list[str], dict
     return events, models
 
 
+def _run(base: str, context: ssl.SSLContext) -> tuple[list[str], dict]:
+    """The exchange on a fresh event loop in its own thread, as a worker's driver runs: the
+    suite's browser tests leave an event loop running in the main thread."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, _exchange(base, context)).result(timeout=120)
+
+
 def test_a_stream_and_a_json_answer_come_back_whole_over_verified_tls(tmp_path: Path) -> None:
     cert, key = _certificate(tmp_path, "IP:127.0.0.1")
     trusting = ssl.create_default_context(cafile=str(cert))
     with _https_simulator(cert, key) as port:
-        events, models = asyncio.run(_exchange(f"https://127.0.0.1:{port}", trusting))
+        events, models = _run(f"https://127.0.0.1:{port}", trusting)
     assert events[-1] == "data: [DONE]"
     chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
     content = "".join(
@@ -115,7 +123,7 @@ def test_an_untrusted_certificate_or_a_wrong_host_name_is_refused(tmp_path: Path
         base = f"https://127.0.0.1:{port}"
         # Not trusted: the system store does not know a self-signed test certificate.
         with pytest.raises(httpx.ConnectError):
-            asyncio.run(_exchange(base, ssl.create_default_context()))
+            _run(base, ssl.create_default_context())
         # Trusted, but issued for another name than the one connected to.
         with pytest.raises(httpx.ConnectError):
-            asyncio.run(_exchange(base, ssl.create_default_context(cafile=str(cert))))
+            _run(base, ssl.create_default_context(cafile=str(cert)))
