@@ -19,7 +19,7 @@ from datasets.benchmarks.base import BenchmarkAdapter
 from datasets.grading import MalformedVerdict
 from runs.engine import scoring, store
 from runs.engine.calls import BUDGET_STOP, Caller
-from runs.models import Cell, CellStatus
+from runs.engine.finish import parent_answers
 
 # Agent episodes (benchmarks.md §8–9): step cap per case and per terminal command time.
 AGENT_MAX_STEPS = 30
@@ -110,14 +110,9 @@ async def not_rejudgeable(d: Caller, cell: store.ClaimedCell, target: store.Targ
 
 
 def parent_answer(*, cell_id: int, parent_run_id: int) -> str | None:
-    """The final answer of the parent's completed cell with this cell's question, target and
-    slot (the same attempt), or None. Runs on the database thread."""
-    same = Cell.objects.filter(pk=cell_id).values("question_id", "target_id", "slot").get()
-    return (
-        Cell.objects.filter(run_id=parent_run_id, status=CellStatus.COMPLETED, **same)
-        .values_list("final_answer", flat=True)
-        .first()
-    )
+    """What this re-judge cell is judged on (`finish.parent_answers`). Runs on the database
+    thread."""
+    return parent_answers({cell_id: parent_run_id}).get(cell_id)
 
 
 async def judge_answer(d: Caller, cell: store.ClaimedCell, answer: str, *, calls_made: int) -> None:

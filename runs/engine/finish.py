@@ -330,35 +330,40 @@ def _rejudged_settlement(
 
 def rejudge_answers(cell_ids: list[int]) -> dict[int, str | None]:
     """For the cells of re-judge child runs among these (their manifest's ``rejudge`` marker,
-    which a recovery of such a child inherits): the answer their episode judges — the final
-    answer of the marker's parent run's completed cell with the same question, target and slot
-    (`episodes.parent_answer`), None when it has none. Other cells are left out. Reads only;
-    the marker is read once per run, not per cell (a manifest may be large)."""
-    run_ids = set(Cell.objects.filter(pk__in=cell_ids).values_list("run_id", flat=True))
-    parent_of = {
+    which a recovery of such a child inherits): the answer their episode judges
+    (`parent_answers`). Other cells are left out. Reads only; the marker is read once per run,
+    not per cell (a manifest may be large)."""
+    rows = list(Cell.objects.filter(pk__in=cell_ids).values_list("pk", "run_id"))
+    parent_of_run = {
         run_id: int(parent)
         for run_id, parent in Run.objects.filter(
-            pk__in=run_ids, manifest__has_key="rejudge"
+            pk__in={run_id for _, run_id in rows}, manifest__has_key="rejudge"
         ).values_list("pk", "manifest__rejudge__parent_run")
     }
-    if not parent_of:
+    return parent_answers({pk: parent_of_run[r] for pk, r in rows if r in parent_of_run})
+
+
+def parent_answers(parent_of_cell: dict[int, int]) -> dict[int, str | None]:
+    """{cell: the final answer of its parent run's completed cell with the same question,
+    target and slot (the same attempt), or None}: what a re-judge cell is judged on, for the
+    live episode (`episodes.rejudged`) and the recovery pass alike. Two queries for any number
+    of cells."""
+    if not parent_of_cell:
         return {}
     rows = list(
-        Cell.objects.filter(pk__in=cell_ids, run_id__in=parent_of).values_list(
-            "pk", "run_id", "question_id", "target_id", "slot"
+        Cell.objects.filter(pk__in=parent_of_cell).values_list(
+            "pk", "question_id", "target_id", "slot"
         )
     )
     answers = {
         (run_id, qid, target_id, slot): answer
         for run_id, qid, target_id, slot, answer in Cell.objects.filter(
-            run_id__in=set(parent_of.values()),
-            question_id__in={r[2] for r in rows},
+            run_id__in=set(parent_of_cell.values()),
+            question_id__in={r[1] for r in rows},
             status=CellStatus.COMPLETED,
         ).values_list("run_id", "question_id", "target_id", "slot", "final_answer")
     }
-    return {
-        pk: answers.get((parent_of[run_id], qid, tid, slot)) for pk, run_id, qid, tid, slot in rows
-    }
+    return {pk: answers.get((parent_of_cell[pk], qid, tid, slot)) for pk, qid, tid, slot in rows}
 
 
 def _judged_settlement(calls: list[StoredCall], answer: str) -> Settlement:
