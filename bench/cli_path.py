@@ -173,7 +173,8 @@ def stop_processes(*procs: subprocess.Popen, groups: tuple[subprocess.Popen, ...
 def our_round(
     stack: OurStack, questions: list[Any], round_no: int, concurrency: int, poll: float
 ) -> dict[str, Any]:
-    """One run of `questions` through our CLI (`benchmark run --url`, following): a fresh frozen
+    """One run of `questions` through our CLI (the `srbench` console script, `run --url`,
+    following; its remote path does not boot Django): a fresh frozen
     dataset, the CLI's wall from start to the printed report, and CPU per process group."""
     from datasets.models import DatasetQuestion, FrozenDataset
     from runs.models import Call, Run, RunEvent
@@ -198,8 +199,9 @@ def our_round(
     cli_cpu_seconds()  # children reaped so far (psql, other tools) are not this CLI's
     sampler = CpuSampler(groups)
     started = time.monotonic()
+    started_wall = time.time()
     cli = subprocess.Popen(
-        [sys.executable, "manage.py", "benchmark", "run"]
+        [str(Path(sys.executable).with_name("srbench")), "run"]
         + ["--url", f"http://127.0.0.1:{stack.web_port}", "--token", stack.token]
         + ["--dataset", str(dataset.pk), "--target", "bench", "--name", f"cli {round_no}"]
         + ["--concurrency", str(concurrency), "--poll", str(poll)],
@@ -211,8 +213,11 @@ def our_round(
     )
     while cli.poll() is None:
         sampler.sample()
-        time.sleep(0.25)
+        # Waiting on the process (not sleeping) stamps its exit to the millisecond.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            cli.wait(timeout=0.25)
     wall = time.monotonic() - started
+    ended_wall = started_wall + wall
     _out, err = cli.communicate()
     sampler.sample()
     if cli.returncode != 0:
@@ -224,7 +229,28 @@ def our_round(
         Call.objects.filter(cell__run=run, ttft_ms__isnull=False).values_list("ttft_ms", flat=True)
     )
     finished = run.finished_at
+    first_sent = Call.objects.filter(cell__run=run).order_by("sent_at").first()
+    # Where the wall goes: the CLI's start and submission (start → run row), the dispatch to a
+    # worker (run row → first call), the engine (first call → run ended), the follow and the
+    # report (run ended → CLI exit). Wall-clock stamps of one machine.
+    phases = {
+        "submit": run.created_at.timestamp() - started_wall,
+        "dispatch": (
+            first_sent.sent_at.timestamp()
+            if first_sent and first_sent.sent_at
+            else run.created_at.timestamp()
+        )
+        - run.created_at.timestamp(),
+        "engine": (finished.timestamp() if finished else ended_wall)
+        - (
+            first_sent.sent_at.timestamp()
+            if first_sent and first_sent.sent_at
+            else run.created_at.timestamp()
+        ),
+        "follow": ended_wall - (finished.timestamp() if finished else ended_wall),
+    }
     return {
+        "phases": phases,
         "wall": wall,
         "engine_wall": (finished - run.started_at).total_seconds() if finished else None,
         "calls": Call.objects.filter(cell__run=run, status="completed").count(),
@@ -258,7 +284,7 @@ def main() -> None:
         n = len(questions)
         ideal = math.ceil(n / args.concurrency) * latency
         print(
-            f"user's path: `benchmark run --url` (following, --poll {args.poll}) → web (uvicorn) "
+            f"user's path: `srbench run --url` (following, --poll {args.poll}) → web (uvicorn) "
             f"→ 1 worker → simulator; N = {n} cells, C = {args.concurrency}, unloaded L = "
             f"{latency:.3f} s (TTFT {args.ttft} s + {args.chunks} chunks {args.chunk_gap} s "
             f"apart), ideal ceil(N/C)·L = {ideal:.2f} s; load before: "
@@ -282,7 +308,9 @@ def main() -> None:
                 f"{sum(cpu.values()) / max(calls, 1) * 1000:.1f} ms ("
                 + ", ".join(f"{k} {v / max(calls, 1) * 1000:.1f}" for k, v in sorted(cpu.items()))
                 + f"); median TTFT {row['ttft_ms'] or 0:.0f} ms for {args.ttft * 1000:.0f}"
-                f"; load {os.getloadavg()[0]:.2f}"
+                + "; phases "
+                + ", ".join(f"{k} {v:.2f} s" for k, v in row["phases"].items())
+                + f"; load {os.getloadavg()[0]:.2f}"
             )
         ratios = [r["wall"] / ideal for r in rows]
         per_call = [sum(r["cpu"].values()) / max(r["calls"], 1) * 1000 for r in rows]

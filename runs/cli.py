@@ -12,6 +12,7 @@ from typing import Any
 from srbench.api_client import (
     ApiUnreachable,
     CliError,
+    RunFollower,
     add_connection_arguments,
     api_error_text,
     cli_guard,
@@ -280,8 +281,9 @@ def _run(options: dict[str, Any]) -> int:
         return 0
     try:
         last = None
+        follower = RunFollower(options.get("poll") or 1.0)
         while run["status"] not in TERMINAL:
-            time.sleep(options.get("poll") or 1.0)
+            time.sleep(follower.wait(run))
             run = client.json("GET", f"runs/{run['id']}/")
             progress = (run["progress"]["completed"], run["progress"]["denominator"])
             if progress != last and not options.get("json"):

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from runs.cli import TERMINAL, report_text
-from srbench.api_client import ApiClient, CliError
+from srbench.api_client import ApiClient, CliError, RunFollower
 
 
 def rejudge_follow(client: ApiClient, doc: dict[str, Any], options: dict[str, Any]) -> int:
@@ -25,13 +25,14 @@ def rejudge_follow(client: ApiClient, doc: dict[str, Any], options: dict[str, An
     )
     deadline = time.monotonic() + float(options.get("wait") or 0)
     run = client.json("GET", f"runs/{child}/")
+    follower = RunFollower(0.5)
     while run["status"] not in TERMINAL:
         if time.monotonic() > deadline:
             raise CliError(
                 f"re-judge child run {child} is still {run['status']}; follow it with "
                 f"`srbench show {child}` and `srbench report {child}`"
             )
-        time.sleep(0.5)
+        time.sleep(follower.wait(run))
         run = client.json("GET", f"runs/{child}/")
     report = client.json("GET", f"runs/{child}/report/")
     if options.get("json"):

@@ -1,11 +1,22 @@
-"""The `srbench` console script: `srbench <verb> …` is `manage.py benchmark <verb> …`."""
+"""The `srbench` console script: `srbench <verb> …` is `manage.py benchmark <verb> …`.
+
+A verb that only talks to a server (`--url` or SRBENCH_URL) runs without booting Django
+(`srbench.cli.remote`): the same parser and handler, a tenth of the start-up.
+"""
 
 import os
 import sys
 
 
 def main() -> None:
+    argv = sys.argv[1:]
+    from srbench.cli.remote import remote_main, remote_requested
+
+    if remote_requested(argv):
+        code = remote_main(argv)
+        if code is not None:
+            sys.exit(code)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "srbench.settings")
     from django.core.management import execute_from_command_line
 
-    execute_from_command_line([sys.argv[0], "benchmark", *sys.argv[1:]])
+    execute_from_command_line([sys.argv[0], "benchmark", *argv])

@@ -13,14 +13,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-VERB_MODULES = [
-    "srbench.cli.local",
-    "datasets.cli",
-    "runs.cli",
-    "recipes.cli",
-    "compare.cli",
-    "runs.recovery_cli",
-]
+from srbench.cli.remote import HTTP_VERB_MODULES
+
+# Local verbs first, then the ones that only talk to the API (also the console script's
+# Django-free remote path).
+VERB_MODULES = ["srbench.cli.local", "datasets.cli", *HTTP_VERB_MODULES]
 
 
 class Command(BaseCommand):
