@@ -25,6 +25,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from runs import selectors
+from runs.idempotency import IDEMPOTENCY_KEY_MAX, idempotency_key_too_long
 from runs.models import Run, Target
 from runs.permissions import MayActOnRun
 from runs.plans import PlanError, PlanSerializer, plan_freeze
@@ -51,7 +52,6 @@ from srbench.api import (
 from srbench.parsers import json_value_problem
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-IDEMPOTENCY_KEY_MAX = 255  # the column's length: a longer key is a 400, never a database error
 # Cancel, reconcile, regrade, export and recover: the run's owner or an operator (runs/permissions).
 RUN_WRITE_PERMISSIONS = [IsAuthenticated, MayActOnRun]
 
@@ -335,7 +335,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         key = request.headers.get(IDEMPOTENCY_HEADER) or request.data.get("idempotency_key")
         # The header bypasses the body parser's checks: a NUL would be a database error.
         if key is not None and (
-            not isinstance(key, str) or len(key) > IDEMPOTENCY_KEY_MAX or json_value_problem(key)
+            not isinstance(key, str) or idempotency_key_too_long(key) or json_value_problem(key)
         ):
             raise ValidationError(
                 {
@@ -599,7 +599,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
 
         key = request.headers.get(IDEMPOTENCY_HEADER)
         # The header bypasses the body parser's checks: a NUL would be a database error.
-        if key is not None and (len(key) > IDEMPOTENCY_KEY_MAX or json_value_problem(key)):
+        if key is not None and (idempotency_key_too_long(key) or json_value_problem(key)):
             raise ValidationError(
                 {
                     "idempotency_key": f"a string of at most {IDEMPOTENCY_KEY_MAX} characters, "

@@ -46,11 +46,11 @@ from runs.models_live import CELL_SUM_FIELDS
 from runs.report import (
     BUCKETS,
     CELL_STATES,
-    _Batch,
-    _refreshed_head,
-    _routing,
-    _run_report,
-    _timings_sql,
+    ReportBatch,
+    call_timings,
+    mom_routing,
+    refreshed_head,
+    report_from_batch,
     run_report_settled_compute,
     timing_shown,
 )
@@ -93,7 +93,7 @@ def run_results_compute(*, run: Run) -> ResultsReport:
 
 def run_report_live_compute(*, run: Run) -> ResultsReport:
     """A running run's report from the trigger-kept sums and the timings snapshot."""
-    head = _refreshed_head(run)
+    head = refreshed_head(run)
     counts, missing = _live_counts(head.pk)
     sums, spend, seconds = _live_call_sums(head.pk)
     slugs = dict(Target.objects.filter(pk__in={t for _, t, _ in counts}).values_list("pk", "slug"))
@@ -108,7 +108,7 @@ def run_report_live_compute(*, run: Run) -> ResultsReport:
             "request_seconds_sum": seconds.get((head.pk, tid)),
         }
         routing[(head.pk, tid)] = got.get("routing", [])
-    batch = _Batch(
+    batch = ReportBatch(
         counts=counts,
         scores={},  # question-level intervals: given when the run has ended
         sums=sums,
@@ -120,7 +120,7 @@ def run_report_live_compute(*, run: Run) -> ResultsReport:
         spend=spend,
         official={},  # the official scorers: given when the run has ended
     )
-    return ResultsReport(_run_report(head, batch), live=True, snapshot_at=at)
+    return ResultsReport(report_from_batch(head, batch), live=True, snapshot_at=at)
 
 
 def _live_counts(
@@ -155,7 +155,7 @@ def _known(total: Any, known: int) -> Any:
 
 def _live_call_sums(run_id: int) -> tuple[dict, dict, dict]:
     """Per (run, target, role) the sums `runs.reconcile.effective_call_sums` gives; per run the
-    spend `effective_run_spend` gives; per (run, target) Σ request seconds (`_timings_sql`)."""
+    spend `effective_run_spend` gives; per (run, target) Σ request seconds (`call_timings`)."""
     acc: dict[tuple[int, int, str], dict[str, Any]] = {}
     spend = {"known": Decimal(0), "cost_known": 0, "calls": 0}
     spend.update(waste_known=Decimal(0), waste_cost_known=0, waste_calls=0)
@@ -215,9 +215,9 @@ def _snapshot(head: Run) -> tuple[dict[str, Any], datetime | None]:
         if not cursor.fetchone()[0]:
             return (row[1], row[0]) if row is not None else ({}, None)
         figures: dict[str, Any] = defaultdict(dict)
-        for (_, tid), values in _timings_sql([head.pk]).items():
+        for (_, tid), values in call_timings([head.pk]).items():
             figures[str(tid)].update({k: values[k] for k in SNAPSHOT_FIELDS})
-        for (_, tid), routed in _routing([head]).items():
+        for (_, tid), routed in mom_routing([head]).items():
             figures[str(tid)]["routing"] = routed
         try:
             with transaction.atomic():

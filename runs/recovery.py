@@ -26,6 +26,7 @@ from django.utils import timezone
 from runs import services
 from runs.engine.finish import calls_settle_unheld
 from runs.engine.reaper import ledger_reap
+from runs.idempotency import idempotency_key_too_long
 from runs.lineage import MAX_LINEAGE_PAGE, run_known_spend
 from runs.models import Cell, CellStatus, RecoveryClaim, RecoveryRequest, Run
 from runs.recovery_rules import (
@@ -420,8 +421,8 @@ def recovery_submit(
 def _check_idempotency_key(idempotency_key: object) -> None:
     if not isinstance(idempotency_key, str) or not idempotency_key.strip():
         raise RecoveryError("idempotency_key_required", "an Idempotency-Key is required")
-    if len(idempotency_key) > 255:
-        raise RecoveryError("invalid_idempotency_key", "the idempotency key is too long (≤ 255)")
+    if (too_long := idempotency_key_too_long(idempotency_key)) is not None:
+        raise RecoveryError("invalid_idempotency_key", too_long)
 
 
 def _check_may_recover(run: Run, mode: str, *, acknowledge_new_attempt: bool) -> None:

@@ -133,6 +133,34 @@ def _recover(options: dict[str, Any]) -> int:
     return 0
 
 
+# The lineage API's `mode` of a re-judge child (the server's runs.lineage.REJUDGE_MODE): the
+# CLI reads the API's documents and imports no server module, so a remote verb runs without
+# Django (tests/cli/test_console_remote.py); tests/runs/test_rejudge_lineage.py reads a
+# re-judge child's lineage through the API and this CLI.
+REJUDGE_MODE = "rejudge"
+
+
+def _mode_text(mode: str | None) -> str:
+    """How a run came from its parent, as the lineage's `mode` says: a re-judge, or a recovery
+    in its mode; "" for a run that is neither."""
+    if mode is None:
+        return ""
+    return "  (re-judge)" if mode == REJUDGE_MODE else f"  ({mode} recovery)"
+
+
+def _origin_rows(data: dict[str, Any]) -> list[str]:
+    """What the run itself was made from: the recovery request or the re-judge it came of."""
+    rows = []
+    if recovered := data.get("recovered_from"):
+        rows.append(f"recovery of run {recovered['parent']} ({recovered['mode']} mode)")
+    if rejudged := data.get("rejudged_from"):
+        rows.append(
+            f"re-judge of run {rejudged['parent']}: {rejudged['judge_calls']} judge calls, "
+            f"confirmed judge cost {usd(rejudged['confirmed_judge_cost_usd'])}"
+        )
+    return rows
+
+
 def _lineage(options: dict[str, Any]) -> int:
     data = client_from(options).json("GET", f"runs/{options['run_id']}/lineage/")
 
@@ -141,10 +169,10 @@ def _lineage(options: dict[str, Any]) -> int:
         cost = usd(r["known_cost_usd"]) + ("" if r["cost_complete"] else " (partial)")
         return (
             f"run {r['id']} {r['status']:<11} {p['completed']}/{p['denominator']} completed  "
-            f"known cost {cost}  {r['name']}"
+            f"known cost {cost}  {r['name']}{_mode_text(r.get('mode'))}"
         )
 
-    rows = [line(data["run"])]
+    rows = [line(data["run"]), *_origin_rows(data)]
     if data["parent"]:
         rows.append("parent:   " + line(data["parent"]))
     rows += ["child:    " + line(c) for c in data["children"]]

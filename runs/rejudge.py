@@ -31,6 +31,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from runs import services
+from runs.idempotency import idempotency_key_too_long
 from runs.models import Cell, Run
 from runs.regrade import RegradeRefused, judge_cost_quote, regrade_checked_run, rejudge_cells
 from srbench.canonical import sha256_hex
@@ -186,13 +187,8 @@ def _child_create(
 def _key_check(key: str | None) -> str | None:
     if key is None or not key.strip():
         return None
-    longest = Run._meta.get_field("idempotency_key").max_length  # the column decides
-    if longest is not None and len(key) > longest:
-        raise RejudgeError(
-            "invalid_idempotency_key",
-            f"the idempotency key is too long (≤ {longest})",
-            http_status=400,
-        )
+    if (too_long := idempotency_key_too_long(key)) is not None:
+        raise RejudgeError("invalid_idempotency_key", too_long, http_status=400)
     return key
 
 

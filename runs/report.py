@@ -136,15 +136,11 @@ def timing_shown(value: float | None, unit: str = "ms") -> float | None:
     return None if value is None else round(float(value), TIMING_DECIMALS[unit])
 
 
-def _timings(run_ids: list[int]) -> dict[tuple[int, int], dict[str, float | None]]:
+def call_timings(run_ids: list[int]) -> dict[tuple[int, int], dict[str, float | None]]:
     """Per (run, target): TTFT p50 and latency p50/p95 of the completed subject calls, and the
     request seconds of every timed call. Percentiles interpolate linearly between order
     statistics (PostgreSQL's percentile_cont), computed in SQL (no 100,000-row transfer); None
     when nothing is timed."""
-    return _timings_sql(run_ids)
-
-
-def _timings_sql(run_ids: list[int]) -> dict[tuple[int, int], dict[str, float | None]]:
     call_t, cell_t = Call._meta.db_table, Cell._meta.db_table
     marks = ", ".join(["%s"] * len(run_ids))
     done = "c.role = 'subject' AND c.status = 'completed'"
@@ -175,7 +171,7 @@ def _timings_sql(run_ids: list[int]) -> dict[tuple[int, int], dict[str, float | 
         }
 
 
-def _routing(runs: list[Run]) -> dict[tuple[int, int], list[dict[str, Any]]]:
+def mom_routing(runs: list[Run]) -> dict[tuple[int, int], list[dict[str, Any]]]:
     """Selected models and decisions of the MoM targets (by their frozen snapshots)."""
     mom = {t["slug"] for r in runs for t in r.manifest["targets"] if t["kind"] == "mom"}
     if not mom:
@@ -318,7 +314,7 @@ def _routed_counts(routed: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
 
 
 @dataclass(frozen=True)
-class _Batch:
+class ReportBatch:
     """What one set of queries read for several runs, keyed by run (and target)."""
 
     counts: dict[tuple[int, int, str], dict[str, int]]
@@ -333,7 +329,7 @@ class _Batch:
     official: dict[tuple[int, str], OfficialSection]
 
     @classmethod
-    def read(cls, runs: list[Run]) -> _Batch:
+    def read(cls, runs: list[Run]) -> ReportBatch:
         run_ids = [r.pk for r in runs]
         counts = _cell_counts(run_ids)
         slugs = dict(
@@ -345,8 +341,8 @@ class _Batch:
             scores=_question_scores(run_ids),
             sums=_call_sums(run_ids),
             missing=_cells_without_subject_call(run_ids),
-            timings=_timings(run_ids),
-            routing=_routing(runs),
+            timings=call_timings(run_ids),
+            routing=mom_routing(runs),
             target_ids=target_ids,
             corrections=latest_corrections(run_ids=run_ids),
             spend=effective_run_spend(run_ids=run_ids),
@@ -355,7 +351,7 @@ class _Batch:
         )
 
 
-def _target_report(run: Run, snapshot: dict[str, Any], batch: _Batch) -> TargetReport:
+def _target_report(run: Run, snapshot: dict[str, Any], batch: ReportBatch) -> TargetReport:
     """One target of the run, from the batch's figures of (run, target)."""
     tid = batch.target_ids.get((run.pk, snapshot["slug"]))
     mine = {b: c for (r, t, b), c in batch.counts.items() if r == run.pk and t == tid}
@@ -467,7 +463,7 @@ def _preview_only(report: TargetReport, run: Run, target_id: int | None) -> Targ
     )
 
 
-def _refreshed_head(run: Run) -> Run:
+def refreshed_head(run: Run) -> Run:
     """`run` with its row re-read, and a copy of it whose manifest holds only the targets and
     benchmarks a report reads: a standard run's case list is megabytes, and the manifest is
     frozen, so it need not be read again (the caller's object keeps its own manifest)."""
@@ -481,7 +477,7 @@ def _refreshed_head(run: Run) -> Run:
 
 def run_report_compute(*, run: Run) -> Report:
     """The full report of a run, typed. Reads only; no model call."""
-    return run_reports_compute(runs=[_refreshed_head(run)])[run.pk]
+    return run_reports_compute(runs=[refreshed_head(run)])[run.pk]
 
 
 def run_report(*, run: Run) -> dict[str, Any]:
@@ -555,8 +551,8 @@ def run_report_store(*, run_id: int, fingerprint: str, report: Report) -> None:
 def run_reports_compute(*, runs: list[Run]) -> dict[int, Report]:
     """The typed reports of several runs from one set of queries (a comparison needs
     twenty-one)."""
-    batch = _Batch.read(runs)
-    return {run.pk: _run_report(run, batch) for run in runs}
+    batch = ReportBatch.read(runs)
+    return {run.pk: report_from_batch(run, batch) for run in runs}
 
 
 def run_reports(*, runs: list[Run]) -> dict[int, dict[str, Any]]:
@@ -630,7 +626,7 @@ def _run_head(run: Run) -> RunHead:
     )
 
 
-def _run_report(run: Run, batch: _Batch) -> Report:
+def report_from_batch(run: Run, batch: ReportBatch) -> Report:
     # One target report per target of the run's manifest, in the manifest's order.
     targets = [_target_report(run, snapshot, batch) for snapshot in run.manifest["targets"]]
     totals = _run_totals(targets)

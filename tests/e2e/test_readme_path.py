@@ -433,7 +433,6 @@ def read_the_api(api: Api, demo_run: int, candidates: list[int]) -> None:
     first_call = api.get(f"/api/v1/runs/{demo_run}/calls/").json()["results"][0]
     api.get(f"/api/v1/runs/{demo_run}/calls/{first_call['id']}/")
     selection = "-".join(map(str, candidates))
-    api.get("/api/v1/comparisons/", baseline=demo_run, candidate=",".join(map(str, candidates)))
     api.get("/api/v1/compare/baselines/")
     offered = api.get("/api/v1/compare/candidates/", baseline=demo_run).json()["matching_ids"]
     assert set(candidates) <= set(offered), offered

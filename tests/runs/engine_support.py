@@ -16,10 +16,12 @@ from datasets.benchmarks import get_adapter
 from datasets.models import DatasetQuestion, FrozenDataset, Question, QuestionSecret
 from datasets.services import question_content_sha256
 from runs.models import Run, Target
+from runs.services import run_create
 from srbench.canonical import sha256_hex
 from srbench.simulator.config import load_config
 from srbench.simulator.oracle import AnswerKey
 from srbench.simulator.testing import running_simulator
+from tests.factories import user_create
 
 FAST_MODELS = {
     "sim-strong": {"ttft_s": 0.02, "tokens_per_second": 0.0},
@@ -140,3 +142,25 @@ def sim_stats(url: str) -> dict[str, Any]:
 def terminal(run: Run) -> Run | None:
     run.refresh_from_db()
     return run if run.is_terminal else None
+
+
+@contextlib.contextmanager
+def worker_run(name: str, targets: list[str], benchmarks: list[str]) -> Iterator[Run]:
+    """A run of the fixtures of `benchmarks` on `targets` (two slots, concurrency 4), created
+    for the test's real Celery worker against a simulator whose sim-strong streams slowly
+    enough that polls see the run running; the simulator serves while the block runs."""
+    slow = {"sim-strong": {"ttft_s": 0.05, "tokens_per_second": 200.0}}
+    with simulator(benchmarks, models=slow) as url:
+        sim_targets(url)
+        dataset = fixture_dataset(benchmarks)
+        run, _ = run_create(
+            owner=user_create(),
+            plan={
+                "name": name,
+                "dataset": dataset.pk,
+                "targets": targets,
+                "slots": 2,
+                "limits": {"concurrency": 4},
+            },
+        )
+        yield run

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -36,7 +35,7 @@ from runs.engine.sse import (
     SSEError,
     _json_object,
 )
-from runs.engine.transport import engine_client
+from tests.runs import async_support
 
 
 def fixed(examples: int) -> settings:
@@ -171,35 +170,8 @@ def test_chunk_json_is_parsed_exactly_as_json_loads(text: str) -> None:
 
 
 def serve(handler: Any, test: Any) -> None:
-    """Run `test(client, base_url)` against an asyncio server answering with `handler`, on a
-    thread of its own (an earlier browser test may leave a loop marked running here)."""
-
-    async def main() -> None:
-        server = await asyncio.start_server(handler, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        client = engine_client(
-            timeout=httpx.Timeout(10.0, read=5.0),
-            limits=httpx.Limits(max_connections=4, max_keepalive_connections=4),
-        )
-        try:
-            async with client:
-                await test(client, f"http://127.0.0.1:{port}")
-        finally:
-            server.close()
-
-    failure: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            asyncio.run(main())
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
+    """Run `test(client, base_url)` against an asyncio server answering with `handler`."""
+    async_support.serve(handler, test, timeout=httpx.Timeout(10.0, read=5.0))
 
 
 def chunked(body: bytes, sizes: list[int], trailer: bytes = b"") -> bytes:

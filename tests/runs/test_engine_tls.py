@@ -5,8 +5,6 @@ connect), and the host name is checked. The suite's other engine tests use loopb
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import json
 import socket
 import ssl
@@ -23,6 +21,7 @@ import uvicorn
 
 from runs.engine.transport import EnginePool, EngineTransport
 from srbench.simulator.server import create_app
+from tests.runs.async_support import run_on_own_loop
 
 
 def _certificate(directory: Path, san: str) -> tuple[Path, Path]:
@@ -96,10 +95,8 @@ async def _exchange(base: str, context: ssl.SSLContext) -> tuple[list[str], dict
 
 
 def _run(base: str, context: ssl.SSLContext) -> tuple[list[str], dict]:
-    """The exchange on a fresh event loop in its own thread, as a worker's driver runs: the
-    suite's browser tests leave an event loop running in the main thread."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, _exchange(base, context)).result(timeout=120)
+    """The exchange on a fresh event loop in its own thread, as a worker's driver runs."""
+    return run_on_own_loop(_exchange(base, context), timeout=120)
 
 
 def test_a_stream_and_a_json_answer_come_back_whole_over_verified_tls(tmp_path: Path) -> None:

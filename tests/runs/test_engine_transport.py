@@ -5,12 +5,12 @@ and a keep-alive connection the server closed while it sat in the pool."""
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import httpx
 import pytest
 
 from runs.engine.transport import engine_client
+from tests.runs.async_support import serve
 
 
 async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -48,36 +48,9 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
 
 
 def _run(test) -> None:
-    async def main() -> None:
-        server = await asyncio.start_server(_serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        client = engine_client(
-            # Read timeout well below /idle's 2 s silence, well above a loaded host's pauses
-            # between two chunks of /stream (load 10 on 2 cores, R15).
-            timeout=httpx.Timeout(5.0, read=1.0),
-            limits=httpx.Limits(max_connections=4, max_keepalive_connections=4),
-        )
-        try:
-            async with client:
-                await test(client, f"http://127.0.0.1:{port}")
-        finally:
-            server.close()
-
-    # In a thread of its own: an earlier browser test may leave its event loop marked as
-    # running in this one (Playwright's sync API).
-    failure: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            asyncio.run(main())
-        except BaseException as exc:  # handed back to the test's thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
+    # Read timeout well below /idle's 2 s silence, well above a loaded host's pauses between
+    # two chunks of /stream (load 10 on 2 cores, R15).
+    serve(_serve, test, timeout=httpx.Timeout(5.0, read=1.0))
 
 
 def test_a_stream_arrives_whole_and_the_connection_is_reused() -> None:

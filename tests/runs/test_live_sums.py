@@ -30,7 +30,6 @@ from runs.models import Call, Cell, LiveCallSums, LiveCellSums, LiveSnapshot, Ru
 from runs.recovery import recovery_reconcile
 from runs.report import run_report_compute
 from runs.report_types import report_doc
-from runs.services import run_create
 from tests import factories as f
 from tests.conftest import purge_broker, wait_until
 from tests.runs import engine_support as es
@@ -355,20 +354,7 @@ def test_a_run_driven_by_a_real_worker_is_exact_and_its_live_results_equal_the_f
     """A real run (subject and MoM targets, two slots, concurrency 4) against the simulator:
     at every poll, in one snapshot, the sums equal the rows and the running run's Results
     report equals the full report on every sum; at the end, the sums are exact."""
-    slow = {"sim-strong": {"ttft_s": 0.05, "tokens_per_second": 200.0}}
-    with es.simulator(BENCHMARKS, models=slow) as url:
-        es.sim_targets(url)
-        dataset = es.fixture_dataset(BENCHMARKS)
-        run, _ = run_create(
-            owner=f.user_create(),
-            plan={
-                "name": "live sums",
-                "dataset": dataset.pk,
-                "targets": ["sim-strong", "sim-router"],
-                "slots": 2,
-                "limits": {"concurrency": 4},
-            },
-        )
+    with es.worker_run("live sums", ["sim-strong", "sim-router"], BENCHMARKS) as run:
         compared = polls = 0
         while not es.terminal(run):
             compared += snapshot_compare(run)

@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -387,3 +388,37 @@ def test_failed_mode_recovery_of_a_rejudge_child_is_refused_and_undispatched_kee
         True,
         answer_of(parent, first),
     )
+
+
+def _lineage_cli(capsys: Any, run_id: int) -> list[str]:
+    capsys.readouterr()
+    call_command("benchmark", "lineage", str(run_id), "--user", "ops")
+    return capsys.readouterr().out.splitlines()
+
+
+def test_the_cli_lineage_prints_each_runs_mode_and_what_a_rejudge_child_judged_again(capsys):
+    """`benchmark lineage` says what the API's lineage says of each run: a re-judge child is
+    a re-judge (with the judge calls and the cost confirmed for it), a recovery child a
+    recovery in its mode, a run that is neither has no mode."""
+    parent, child, _ = stopped_child()
+    ops = f.user_create(username="ops", staff=True)
+    plan = recovery_plan(run=child, mode="undispatched")
+    grandchild, _ = recovery_submit(run=child, plan=plan, idempotency_key="k-cli", user=ops)
+    cost = child.manifest["rejudge"]["confirmed_judge_cost_usd"]
+    assert Decimal(cost) > 0
+
+    run_line, rejudged, parent_line, child_line = _lineage_cli(capsys, child.pk)
+    assert run_line.startswith(f"run {child.pk} failed ") and run_line.endswith("  (re-judge)")
+    assert rejudged == (
+        f"re-judge of run {parent.pk}: {len(OUTCOMES)} judge calls, confirmed judge cost ${cost}"
+    )
+    assert parent_line.startswith(f"parent:   run {parent.pk} ")
+    assert parent_line.endswith(f"  {parent.name}")  # neither a recovery nor a re-judge
+    assert child_line.startswith(f"child:    run {grandchild.pk} ")
+    assert child_line.endswith("  (undispatched recovery)")
+
+    run_line, recovered, parent_line = _lineage_cli(capsys, grandchild.pk)
+    assert run_line.endswith("  (undispatched recovery)")
+    assert recovered == f"recovery of run {child.pk} (undispatched mode)"
+    assert parent_line.startswith(f"parent:   run {child.pk} ")
+    assert parent_line.endswith("  (re-judge)")

@@ -261,20 +261,7 @@ def test_backfill_counts_existing_runs():
 
 @pytest.mark.worker
 def test_a_run_driven_by_a_real_worker_is_exact_at_every_poll(celery_worker):
-    slow = {"sim-strong": {"ttft_s": 0.05, "tokens_per_second": 200.0}}
-    with es.simulator(BENCHMARKS, models=slow) as url:
-        es.sim_targets(url)
-        dataset = es.fixture_dataset(BENCHMARKS)
-        run, _ = run_create(
-            owner=f.user_create(),
-            plan={
-                "name": "summary",
-                "dataset": dataset.pk,
-                "targets": ["sim-strong", "sim-weak"],
-                "slots": 2,
-                "limits": {"concurrency": 4},
-            },
-        )
+    with es.worker_run("summary", ["sim-strong", "sim-weak"], BENCHMARKS) as run:
         # A wall-clock bound, not a poll count: on a loaded machine a poll is slower and a run
         # longer; the bound covers a lost doorbell rung again by the recovery pass.
         polls = 0
