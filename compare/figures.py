@@ -8,7 +8,9 @@ queries however many candidates), computes what is missing or stale in one batch
 back what it computed in one upsert per table — but only for runs whose fingerprint is the
 same after computing as before, so nothing computed across a change is kept. A usage
 correction changes the fingerprint; the next comparison recomputes. A run in progress has
-no fingerprint and is always computed afresh.
+no fingerprint and is always computed afresh. Both are usually stored before any comparison
+reads them: the run finish stores the report and calls compare's run-end hook
+(`case_figures_keep`, `runs.hooks`), which stores the figures the same way.
 
 Stored figures equal recomputed ones exactly: the report is kept as its JSON
 (`runs.report_types.report_doc`) and read back typed (`Report.from_doc`: money from its exact
@@ -152,6 +154,24 @@ def _keep(
             unique_fields=["run"],
             update_fields=["fingerprint", "cells", "computed_at"],
         )
+
+
+def case_figures_keep(*, run_id: int) -> None:
+    """The run-end hook (`runs.hooks`, registered in `CompareConfig.ready`): store the ended
+    run's per-cell figures under its fingerprint, as the first comparison that reads it would
+    (`cells_pack`, kept by `_keep` only when the fingerprint did not move meanwhile), so that
+    comparison reads them instead of computing them. Its report is stored by the run finish
+    itself. Nothing when the run is not settled or its figures are stored under its current
+    key already; idempotent."""
+    # The manifest's case list is not needed: the fingerprint reads the targets from its head.
+    run = Run.objects.defer("manifest").get(pk=run_id)
+    fingerprint = runs_settled_fingerprints([run]).get(run_id)
+    if not fingerprint:
+        return
+    key = report_key(fingerprint)
+    if CaseFigures.objects.filter(run_id=run_id, fingerprint=_figures_key(key)).exists():
+        return
+    _keep([run], {run_id: key}, {}, cells_pack([run_id]))
 
 
 def run_report_row_fields() -> list[str]:

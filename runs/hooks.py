@@ -2,27 +2,42 @@
 
 `recipes` registers its hooks in `RecipesConfig.ready()`: the engine calls the run-start hooks
 once, when a run starts (before its first dispatch), and the run page asks the tab providers
-for the context of tabs whose content another app owns (the Recipe tab).
+for the context of tabs whose content another app owns (the Recipe tab). `compare` registers
+a run-end hook in `CompareConfig.ready()`: the run finish calls the run-end hooks after the
+run's terminal status is committed and its report stored (`runs.engine.finish.run_report_keep`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
+from django.db import transaction
+
 __all__ = [
+    "register_run_end_hook",
     "register_run_start_hook",
     "register_run_tab",
+    "run_end",
+    "run_end_hooks",
     "run_start",
     "run_start_hooks",
     "run_tab_context",
     "run_tab_providers",
 ]
 
+log = logging.getLogger(__name__)
+
 # Called as hook(run_id=...) in the engine's database thread; each must be idempotent, since
 # the engine calls them once per start and a start is the one moment a run's router config is
 # the one its calls will meet.
 run_start_hooks: list[Callable[..., Any]] = []
+# Called as hook(run_id=...) once a run has ended (its terminal status committed, its report
+# stored), each in its own transaction (a savepoint when the caller holds one). What a hook keeps must be derived from the ledger and
+# recomputable on read: a hook that raises is logged and never changes the run. Each must be
+# idempotent (a run end may be seen more than once).
+run_end_hooks: list[Callable[..., Any]] = []
 # tab name -> provider(request, run) -> the template context of that tab of the run page.
 run_tab_providers: dict[str, Callable[[Any, Any], dict[str, Any]]] = {}
 
@@ -34,6 +49,12 @@ def register_run_start_hook(hook: Callable[..., Any]) -> None:
         run_start_hooks.append(hook)
 
 
+def register_run_end_hook(hook: Callable[..., Any]) -> None:
+    """Add a hook called once a run has ended; registering the same hook again is a no-op."""
+    if hook not in run_end_hooks:
+        run_end_hooks.append(hook)
+
+
 def register_run_tab(tab: str, provider: Callable[[Any, Any], dict[str, Any]]) -> None:
     run_tab_providers[tab] = provider
 
@@ -42,6 +63,22 @@ def run_start(*, run_id: int) -> None:
     """Every registered run-start hook, in registration order."""
     for hook in list(run_start_hooks):
         hook(run_id=run_id)
+
+
+def run_end(*, run_id: int) -> None:
+    """Every registered run-end hook, in registration order. A hook that raises is logged, what
+    it wrote is rolled back, and the next one still runs: the run has ended whatever its hooks
+    do."""
+    for hook in list(run_end_hooks):
+        try:
+            with transaction.atomic():
+                hook(run_id=run_id)
+        except Exception:
+            log.exception("run-end hook %s failed for run %s", _name(hook), run_id)
+
+
+def _name(hook: Callable[..., Any]) -> str:
+    return f"{getattr(hook, '__module__', '?')}.{getattr(hook, '__qualname__', repr(hook))}"
 
 
 def run_tab_context(tab: str, request: Any, run: Any) -> dict[str, Any]:

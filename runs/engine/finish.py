@@ -12,6 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from runs.events import events_append
+from runs.hooks import run_end
 from runs.models import (
     TERMINAL_RUN_STATUSES,
     Call,
@@ -124,14 +125,17 @@ def run_finish_if_done(*, run_id: int) -> str | None:
 
 def run_report_keep(*, run_id: int) -> None:
     """Compute and store the report of a run that just ended, once (the runs list sorts on
-    it; pages and comparisons read it). A failure is logged, never the run's: the report is
-    computed again on its next read."""
+    it; pages and comparisons read it), then call the run-end hooks of the apps above `runs`
+    (`runs.hooks`: compare stores the run's per-cell figures). Called after the transaction
+    that made the run terminal. A failure is logged, never the run's: what failed is computed
+    again on its next read."""
     from runs.report import run_report_settled  # the report reads the ledger this module ends
 
     try:
         run_report_settled(run=Run.objects.get(pk=run_id))
     except Exception:
         log.exception("storing the report of run %s failed", run_id)
+    run_end(run_id=run_id)  # each hook's failure is logged there, never raised
 
 
 # --- finishing a cell from the ledger (the recovery pass, R15.3) -------------------------------

@@ -29,6 +29,7 @@ from runs.engine.finish import (
     cell_settlement,
     rejudge_answers,
     run_finish_if_done,
+    run_report_keep,
     stored_calls,
 )
 from runs.events import events_append
@@ -131,6 +132,7 @@ class _Pass:
     stats: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PASS_COUNTS, 0))
     redispatch: set[int] = field(default_factory=set)
     settled_runs: set[int] = field(default_factory=set)
+    interrupted_runs: set[int] = field(default_factory=set)
     to_grade: list[tuple[int, int, int]] = field(default_factory=list)
 
 
@@ -159,6 +161,9 @@ def ledger_reap(*, now=None, sandbox: bool = True) -> dict[str, int]:  # type: i
     # (its driver may have ended before the lease ran out). Idempotent; None while it goes on.
     for run_id in sorted(reap.settled_runs - reap.redispatch):
         run_finish_if_done(run_id=run_id)
+    # Runs this pass interrupted get the end work of any ended run (report, run-end hooks).
+    for run_id in sorted(reap.interrupted_runs):
+        run_report_keep(run_id=run_id)
     stats = reap.stats
     stats["graded_in_sandbox"] = cells_grade_taken_over(reap.to_grade)
     stats["redispatched_runs"] = runs_redispatch_idle(now=reap.now)
@@ -274,6 +279,7 @@ def _run_stop_or_interrupt(
             status=RunStatus.INTERRUPTED, finished_at=reap.now, stop_reason=INTERRUPT_REASON
         )
         reap.stats["runs"] += 1
+        reap.interrupted_runs.add(run_id)
         return [("run.interrupted", {"sent_unknown_cells": cells.sent_unknown().count()})]
     if stopped_now:
         return [("run.dispatch_stopped", {"reason": INTERRUPT_REASON})]

@@ -146,7 +146,11 @@ def open_calls(run: Run) -> int:
     return Call.objects.filter(cell__run=run, status__in=["sent", "streaming"]).count()
 
 
-def test_the_reaper_interrupts_a_run_only_after_its_last_held_cell_is_settled():
+def test_the_reaper_interrupts_a_run_only_after_its_last_held_cell_is_settled(monkeypatch):
+    from runs.engine import reaper
+
+    kept: list[int] = []
+    monkeypatch.setattr(reaper, "run_report_keep", lambda *, run_id: kept.append(run_id))
     run = f.run_create(status="running", started_at=timezone.now())
     dead = running_cell(run, lease_s=-1)
     later = running_cell(run, lease_s=30, call_status="streaming")  # a lease not yet run out
@@ -167,6 +171,8 @@ def test_the_reaper_interrupts_a_run_only_after_its_last_held_cell_is_settled():
     assert types.index("run.dispatch_stopped") < types.index("run.interrupted")
     interrupted = RunEvent.objects.get(run=run, type="run.interrupted")
     assert interrupted.payload == {"sent_unknown_cells": 2}
+    # The end work of an ended run (its report, the run-end hooks) ran once, after the pass.
+    assert kept == [run.pk]
 
 
 def test_a_run_whose_other_worker_finishes_its_cell_ends_interrupted_with_nothing_open():
