@@ -58,9 +58,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
 
 
 async def one_stream(client: httpx.AsyncClient, i: int) -> StreamResult:
@@ -157,7 +158,9 @@ def main() -> None:
         cpu_before = cpu_seconds(server.pid)
         client_before = resource.getrusage(resource.RUSAGE_SELF)
         results, wall, peak = asyncio.run(run(base_url, args.streams, args.per_client))
-        server_cpu = cpu_seconds(server.pid) - cpu_before
+        cpu_after = cpu_seconds(server.pid)
+        server_user, server_system = (a - b for a, b in zip(cpu_after, cpu_before, strict=True))
+        server_cpu = server_user + server_system
         client_after = resource.getrusage(resource.RUSAGE_SELF)
         client_cpu = (client_after.ru_utime + client_after.ru_stime) - (
             client_before.ru_utime + client_before.ru_stime
@@ -198,10 +201,13 @@ def main() -> None:
             f"p99 {percentile(totals, 0.99):.3f} s"
         )
     print(
-        f"server CPU         {server_cpu:.2f} s total, "
-        f"{1000 * server_cpu / max(len(ok), 1):.2f} ms per stream"
+        f"server CPU         {server_cpu:.2f} s total (user {server_user:.2f}, system "
+        f"{server_system:.2f}), {1000 * server_cpu / max(len(ok), 1):.2f} ms per stream, "
+        f"{1e6 * server_cpu / max(chunks, 1):.1f} µs per SSE event "
+        f"(user {1e6 * server_user / max(chunks, 1):.1f})"
     )
     print(f"client CPU         {client_cpu:.2f} s total (the client shares this 2-core host)")
+    print(f"load average       {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if len(ok) != args.streams:
         sys.exit(1)
 

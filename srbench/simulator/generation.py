@@ -4,10 +4,8 @@ so a MoM router can put the complete usage receipt in its response headers."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,10 +29,6 @@ from srbench.simulator.tokens import (
 )
 
 U2028 = "\u2028"
-
-
-class SimulatedDisconnect(Exception):
-    """Raised inside a stream to drop the connection without finishing the HTTP body."""
 
 
 @dataclass(frozen=True)
@@ -250,8 +244,13 @@ class ResponseIdentity:
         )
 
 
+# One encoder for every chunk: ``json.dumps`` with keyword arguments builds a new encoder per
+# call, which was a fifth of the simulator's CPU per streamed chunk. Same output.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODER.encode(value)
 
 
 def completion_body(
@@ -292,34 +291,44 @@ def total_generation_seconds(completion: Completion) -> float:
     return spec.ttft_s + completion.completion_tokens / spec.tokens_per_second
 
 
-async def sse_stream(
-    completion: Completion,
-    ident: ResponseIdentity,
-    *,
-    include_usage: bool,
-    faults: frozenset[str],
-    stall_seconds: float,
-) -> AsyncIterator[bytes]:
-    """The SSE body. The role chunk goes out at once (headers and first byte are not the
-    first token); TTFT is the pause before the first reasoning/content/tool delta."""
-    spec = completion.spec
-    head = (
-        f'data: {{"id":"{ident.id}","object":"chat.completion.chunk",'
-        f'"created":{ident.created},"model":{_dumps(completion.model)},'
-        f'"system_fingerprint":"{ident.fingerprint}","choices":'
-    )
+@dataclass(frozen=True)
+class SSEBody:
+    """A stream's SSE events, rendered before its first byte goes out, and when to send them.
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        choice = (
-            f'[{{"index":0,"delta":{_dumps(delta)},"logprobs":null,'
-            f'"finish_reason":{_dumps(finish)}}}]}}\n\n'
-        )
-        return (head + choice).encode("utf-8")
+    On the wire: ``role`` at once; after ``ttft_s`` the ``deltas``, delta ``i`` due at
+    ``first_token_at + i * interval`` (a schedule, so that sleep overshoot under load does not
+    accumulate into a slower tokens/s than configured); then ``tail`` (finish chunk, usage
+    chunk, ``[DONE]``, as the faults leave them). Before delta ``middle`` (before the tail if
+    there are no more deltas) the mid-stream faults fire, in this order: a pause of
+    ``stall_s``, the ``malformed`` event, a simulated ``disconnect`` (the connection is closed
+    without the chunked-encoding terminator and nothing more is sent)."""
 
+    role: bytes
+    deltas: tuple[bytes, ...]
+    tail: tuple[bytes, ...]
+    ttft_s: float
+    interval: float
+    middle: int
+    stall_s: float | None
+    malformed: bytes | None
+    disconnect: bool
+
+
+def _delta_json(delta: dict[str, Any]) -> str:
+    if len(delta) == 1:
+        # A text delta, the common case: only its string needs encoding.
+        ((key, value),) = delta.items()
+        if key in ("content", "reasoning_content") and isinstance(value, str):
+            return f'{{"{key}":{_ENCODER.encode(value)}}}'
+    return _dumps(delta)
+
+
+def _deltas(completion: Completion) -> list[dict[str, Any]]:
+    chunk_tokens = completion.spec.chunk_tokens
     deltas: list[dict[str, Any]] = []
-    for piece in split_into_pieces(completion.reasoning, spec.chunk_tokens):
+    for piece in split_into_pieces(completion.reasoning, chunk_tokens):
         deltas.append({"reasoning_content": piece})
-    for piece in split_into_pieces(completion.content, spec.chunk_tokens):
+    for piece in split_into_pieces(completion.content, chunk_tokens):
         deltas.append({"content": piece})
     for index, call in enumerate(completion.tool_calls):
         deltas.append(
@@ -334,38 +343,53 @@ async def sse_stream(
                 ]
             }
         )
-        for piece in split_into_pieces(call.arguments, spec.chunk_tokens):
+        for piece in split_into_pieces(call.arguments, chunk_tokens):
             deltas.append({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    return deltas
 
-    interval = spec.chunk_tokens / spec.tokens_per_second if spec.tokens_per_second > 0 else 0.0
-    # Mid-stream faults fire halfway through the deltas (before the final chunk if none).
-    middle = len(deltas) // 2
-    loop = asyncio.get_running_loop()
-    yield chunk({"role": "assistant", "content": ""})
-    if spec.ttft_s > 0:
-        await asyncio.sleep(spec.ttft_s)
-    # Pace against a schedule, not by sleeping a fixed interval per chunk, so that sleep
-    # overshoot under load does not accumulate into a slower tokens/s than configured.
-    first_token_at = loop.time()
-    for i in range(len(deltas) + 1):
-        if i == middle:
-            if "stall-mid" in faults:
-                await asyncio.sleep(stall_seconds)
-            if "malformed-chunk" in faults:
-                yield (
-                    head[: -len(',"choices":')] + ',"choices":[{"index":0,"delta":{"cont\n\n'
-                ).encode("utf-8")
-            if "disconnect" in faults:
-                raise SimulatedDisconnect
-        if i == len(deltas):
-            break
-        if i and interval:
-            delay = first_token_at + i * interval - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-        yield chunk(deltas[i])
-    yield chunk({}, completion.finish_reason)
+
+def sse_body(
+    completion: Completion,
+    ident: ResponseIdentity,
+    *,
+    include_usage: bool,
+    faults: frozenset[str],
+    stall_seconds: float,
+) -> SSEBody:
+    """The SSE body of a streamed completion. The role chunk goes out at once (headers and
+    first byte are not the first token); TTFT is the pause before the first
+    reasoning/content/tool delta."""
+    spec = completion.spec
+    head = (
+        f'data: {{"id":"{ident.id}","object":"chat.completion.chunk",'
+        f'"created":{ident.created},"model":{_dumps(completion.model)},'
+        f'"system_fingerprint":"{ident.fingerprint}","choices":'
+    )
+
+    def chunk(delta_json: str, finish: str = "null") -> bytes:
+        choice = f'{{"index":0,"delta":{delta_json},"logprobs":null,"finish_reason":{finish}}}'
+        return f"{head}[{choice}]}}\n\n".encode()
+
+    deltas = tuple(chunk(_delta_json(d)) for d in _deltas(completion))
+    tail = [chunk("{}", _dumps(completion.finish_reason))]
     if include_usage and "no-usage" not in faults:
-        yield (head + f'[],"usage":{_dumps(completion.wire_usage())}}}\n\n').encode("utf-8")
+        tail.append(f'{head}[],"usage":{_dumps(completion.wire_usage())}}}\n\n'.encode())
     if "no-done" not in faults:
-        yield b"data: [DONE]\n\n"
+        tail.append(b"data: [DONE]\n\n")
+    malformed = None
+    if "malformed-chunk" in faults:
+        malformed = (
+            head[: -len(',"choices":')] + ',"choices":[{"index":0,"delta":{"cont\n\n'
+        ).encode()
+    return SSEBody(
+        role=chunk('{"role":"assistant","content":""}'),
+        deltas=deltas,
+        tail=tuple(tail),
+        ttft_s=spec.ttft_s,
+        interval=spec.chunk_tokens / spec.tokens_per_second if spec.tokens_per_second > 0 else 0.0,
+        # Mid-stream faults fire halfway through the deltas (before the final chunk if none).
+        middle=len(deltas) // 2,
+        stall_s=stall_seconds if "stall-mid" in faults else None,
+        malformed=malformed,
+        disconnect="disconnect" in faults,
+    )

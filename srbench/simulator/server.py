@@ -27,19 +27,18 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route as HttpRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from srbench.canonical import sha256_hex
+from srbench.simulator.arrival import ArrivalStampingProtocol, arrival
 from srbench.simulator.config import (
     FAULTS,
     ConfigError,
@@ -52,14 +51,14 @@ from srbench.simulator.config import (
 from srbench.simulator.generation import (
     Completion,
     ResponseIdentity,
-    SimulatedDisconnect,
     build_completion,
     completion_body,
-    sse_stream,
+    sse_body,
     total_generation_seconds,
 )
 from srbench.simulator.oracle import AnswerKey, prompt_text_of
 from srbench.simulator.router import Route, route
+from srbench.simulator.streaming import SSEResponse
 from srbench.simulator.tokens import PrefixCache
 
 __all__ = ["configured_answer_key", "create_app", "load_config", "serve"]
@@ -103,9 +102,10 @@ class Counters:
     # that the streams really were concurrent.
     open_streams: int = 0
     max_open_streams: int = 0
-    # The server's own TTFT per stream (ms): from the request reaching the handler to the first
-    # delta after the role chunk being handed to the connection. Benchmarks compare the
-    # engine's TTFT with this, not with the configured pause (issue 25).
+    # The server's own TTFT per stream (ms): from the request's arrival (its first bytes parsed
+    # by the HTTP protocol, srbench.simulator.arrival) to the first event after the role chunk
+    # being handed to the connection. Benchmarks compare the engine's TTFT with this, not with
+    # the configured pause (issue 25).
     stream_ttft_ms: list[float] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
@@ -170,19 +170,6 @@ class CountingMiddleware:
         await self.app(scope, receive, send)
 
 
-class SSEResponse(StreamingResponse):
-    """A streaming response whose body may end in a simulated disconnect: the connection is
-    closed without the chunked-encoding terminator, as a crashed upstream would."""
-
-    media_type = "text/event-stream"
-
-    async def stream_response(self, send: Send) -> None:
-        try:
-            await super().stream_response(send)
-        except SimulatedDisconnect:
-            return
-
-
 def openai_error(
     status: int, message: str, code: str, headers: dict[str, str] | None = None
 ) -> JSONResponse:
@@ -230,25 +217,6 @@ def receipt(completions: list[Completion]) -> dict[str, Any]:
             }
         )
     return {"version": 1, "complete": True, "calls": calls}
-
-
-async def counted_stream(
-    state: SimState, body: AsyncIterator[bytes], received: float
-) -> AsyncIterator[bytes]:
-    counters = state.counters
-    counters.open_streams += 1
-    counters.max_open_streams = max(counters.max_open_streams, counters.open_streams)
-    try:
-        parts = 0
-        async for part in body:
-            parts += 1
-            if parts == 2:  # the first delta after the role chunk
-                counters.stream_ttft_ms.append((time.monotonic() - received) * 1000)
-            yield part
-    finally:
-        # The counters object may have been replaced by a reset meanwhile; decrement the one
-        # that was incremented.
-        counters.open_streams -= 1
 
 
 def router_headers(
@@ -315,14 +283,14 @@ async def respond(
     if body.get("stream"):
         options = body.get("stream_options") or {}
         headers["cache-control"] = "no-cache"
-        events = sse_stream(
+        events = sse_body(
             final,
             ident,
             include_usage=bool(options.get("include_usage")),
             faults=faults,
             stall_seconds=stall,
         )
-        return SSEResponse(counted_stream(state, events, received), headers=headers)
+        return SSEResponse(events, state.counters, received, headers)
     await asyncio.sleep(total_generation_seconds(final))
     payload = completion_body(final, ident, include_usage="no-usage" not in faults)
     raw = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
@@ -332,7 +300,7 @@ async def respond(
 
 
 async def chat_completions(request: Request) -> Response:
-    received = time.monotonic()
+    received = arrival(request.scope)
     state: SimState = request.app.state.sim
     config = state.active
     state.counters.chat_requests += 1
@@ -568,4 +536,6 @@ def serve(
         # A benchmark opens a thousand streams at once; keep them all in the accept queue.
         backlog=4096,
         timeout_keep_alive=30,
+        # Stamps each request's arrival for the server's own TTFT (srbench.simulator.arrival).
+        http=ArrivalStampingProtocol,
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 import uvicorn
 
+from srbench.simulator.arrival import ArrivalStampingProtocol
 from srbench.simulator.config import SimConfig, deep_merge, load_config, parse_config
 from srbench.simulator.oracle import AnswerKey
 from srbench.simulator.server import create_app
@@ -52,7 +53,13 @@ def running_simulator(
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", backlog=4096, timeout_graceful_shutdown=1)
+        uvicorn.Config(
+            app,
+            log_level="warning",
+            backlog=4096,
+            timeout_graceful_shutdown=1,
+            http=ArrivalStampingProtocol,
+        )
     )
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, name=f"simulator:{port}", daemon=True

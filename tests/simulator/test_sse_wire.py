@@ -1,0 +1,304 @@
+"""The simulator's streamed replies on the wire: every byte, its HTTP chunk framing, pacing on a
+schedule, a client's disconnect, and the server's own TTFT counted from the request's arrival.
+
+The expected bytes are rendered here by the rules the simulator has always followed (one
+``json.dumps`` per chunk, the chunk's fields in a fixed order), not by the simulator's
+renderer, so a faster renderer must produce exactly what the old one did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from srbench.simulator.config import load_config
+from srbench.simulator.generation import Completion, ResponseIdentity, build_completion, sse_body
+from srbench.simulator.streaming import SSEResponse
+from srbench.simulator.testing import running_simulator
+from srbench.simulator.tokens import PrefixCache, split_into_pieces
+from tests.simulator.conftest import MCQ_PROMPT, answer_key
+
+MODELS = {
+    "wire": {
+        "ttft_s": 0.01,
+        "tokens_per_second": 2000.0,
+        "chunk_tokens": 2,
+        "reasoning": "Let me think it over — «carefully».",
+        "prefix_cache": False,
+    },
+    "wire-anthropic": {"usage_style": "anthropic", "prefix_cache": False, "chunk_tokens": 3},
+    "wire-tools": {"use_tools": True, "prefix_cache": False},
+    "wire-slow": {"ttft_s": 0.5, "prefix_cache": False},
+}
+CONFIG = load_config(None, {"models": MODELS})
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "parameters": {
+                "type": "object",
+                "properties": {"q": {"type": "string"}, "n": {"type": "integer"}},
+            },
+        },
+    }
+]
+
+
+@pytest.fixture(scope="module")
+def wire_url() -> Iterator[str]:
+    with running_simulator(CONFIG, answer_key=answer_key()) as url:
+        yield url
+
+
+@pytest.fixture
+def wire(wire_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=wire_url, timeout=10) as client:
+        client.post("/_sim/reset").raise_for_status()
+        yield client
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def expected_events(
+    completion: Completion, ident: ResponseIdentity, include_usage: bool, faults: frozenset[str]
+) -> tuple[list[bytes], bool]:
+    """(the body's events in order, whether the body is finished) as the simulator always sent
+    them."""
+
+    def chunk(choices: Any, **extra: Any) -> bytes:
+        fields = {
+            "id": ident.id,
+            "object": "chat.completion.chunk",
+            "created": ident.created,
+            "model": completion.model,
+            "system_fingerprint": ident.fingerprint,
+            "choices": choices,
+            **extra,
+        }
+        return f"data: {dumps(fields)}\n\n".encode()
+
+    def delta(value: dict[str, Any], finish: str | None = None) -> bytes:
+        return chunk([{"index": 0, "delta": value, "logprobs": None, "finish_reason": finish}])
+
+    size = completion.spec.chunk_tokens
+    deltas = [{"reasoning_content": p} for p in split_into_pieces(completion.reasoning, size)]
+    deltas += [{"content": p} for p in split_into_pieces(completion.content, size)]
+    for i, call in enumerate(completion.tool_calls):
+        head = {"index": i, "id": call.id, "type": "function"}
+        deltas.append({"tool_calls": [{**head, "function": {"name": call.name, "arguments": ""}}]})
+        deltas += [
+            {"tool_calls": [{"index": i, "function": {"arguments": p}}]}
+            for p in split_into_pieces(call.arguments, size)
+        ]
+    events = [delta({"role": "assistant", "content": ""})]
+    for i, value in enumerate([*deltas, None]):
+        if i == len(deltas) // 2:
+            if "malformed-chunk" in faults:
+                cut = chunk([])[: -len(',"choices":[]}\n\n')]
+                events.append(cut + b',"choices":[{"index":0,"delta":{"cont\n\n')
+            if "disconnect" in faults:
+                return events, False
+        if value is not None:
+            events.append(delta(value))
+    events.append(delta({}, completion.finish_reason))
+    if include_usage and "no-usage" not in faults:
+        events.append(chunk([], usage=completion.wire_usage()))
+    if "no-done" not in faults:
+        events.append(b"data: [DONE]\n\n")
+    return events, True
+
+
+def raw_exchange(url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[bytes, bytes]:
+    """POST over a plain socket with ``Connection: close``; (response head, raw body bytes)."""
+    host, port = url.removeprefix("http://").split(":")
+    payload = json.dumps(body).encode()
+    lines = [
+        "POST /v1/chat/completions HTTP/1.1",
+        f"host: {host}",
+        "content-type: application/json",
+        f"content-length: {len(payload)}",
+        "connection: close",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall("\r\n".join(lines).encode() + b"\r\n\r\n" + payload)
+        received = b""
+        while part := sock.recv(65536):
+            received += part
+    head, _, raw = received.partition(b"\r\n\r\n")
+    return head, raw
+
+
+def chat(model: str, *, include_usage: bool = True, **extra: Any) -> dict[str, Any]:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": MCQ_PROMPT}],
+        "stream": True,
+        **extra,
+    }
+    if include_usage:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+CASES = [
+    ("wire", True, {}, ""),
+    ("wire", False, {}, ""),
+    ("wire", True, {}, "no-usage"),
+    ("wire", True, {}, "no-done"),
+    ("wire", True, {}, "malformed-chunk"),
+    ("wire", True, {}, "disconnect"),
+    ("wire", True, {}, "malformed-chunk,disconnect"),
+    ("wire", True, {}, "stall-mid"),
+    ("wire", True, {}, "u2028"),
+    ("wire", True, {"max_tokens": 3}, ""),
+    ("wire-anthropic", True, {}, "no-done"),
+    ("wire-tools", True, {"tools": TOOLS}, ""),
+    ("wire-tools", False, {"tools": TOOLS}, "malformed-chunk"),
+]
+
+
+@pytest.mark.parametrize(("model", "include_usage", "extra", "fault"), CASES)
+def test_streamed_reply_is_byte_for_byte_the_old_wire_format(
+    wire: httpx.Client,
+    wire_url: str,
+    model: str,
+    include_usage: bool,
+    extra: dict[str, Any],
+    fault: str,
+):
+    body = chat(model, include_usage=include_usage, **extra)
+    headers = {"x-sim-fault": fault, "x-sim-stall-seconds": "0.05"} if fault else {}
+    head, raw = raw_exchange(wire_url, body, headers)
+
+    faults = frozenset(f for f in fault.split(",") if f)
+    spec = CONFIG.models[model]
+    completion = build_completion(
+        spec, body, seed=CONFIG.seed, key=answer_key(), cache=PrefixCache(), faults=faults
+    )
+    ident = ResponseIdentity.of(model, body, CONFIG.seed)
+    events, finished = expected_events(completion, ident, include_usage, faults)
+    # Every event is its own HTTP chunk, and a finished body ends with the terminator.
+    framed = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events)
+    assert raw == framed + (b"0\r\n\r\n" if finished else b"")
+    lines = head.decode("latin-1").split("\r\n")
+    assert lines[0] == "HTTP/1.1 200 OK"
+    fields = dict(line.lower().split(": ", 1) for line in lines[1:])
+    assert fields["content-type"] == "text/event-stream; charset=utf-8"
+    assert fields["cache-control"] == "no-cache"
+    assert fields["transfer-encoding"] == "chunked"
+    assert "content-length" not in fields
+    stats = wire.get("/_sim/stats").json()
+    assert stats["open_streams"] == 0
+    assert stats["max_open_streams"] == 1
+    assert stats["stream_ttft_ms"]["count"] == 1
+
+
+def test_pacing_follows_the_schedule_so_a_late_chunk_does_not_delay_the_next_ones():
+    """Delta i is due at first_token_at + i * interval. After one slow send the deltas already
+    due go out back to back, without a pause between them; with a fixed pause per chunk they
+    would each wait another interval. Counted in event-loop turns, not wall time."""
+    spec = CONFIG.models["wire"]
+    body = chat("wire")
+    completion = build_completion(
+        spec, body, seed=1, key=answer_key(), cache=PrefixCache(), faults=frozenset()
+    )
+    sse = sse_body(
+        completion,
+        ResponseIdentity.of("wire", body, 1),
+        include_usage=True,
+        faults=frozenset(),
+        stall_seconds=0,
+    )
+    assert len(sse.deltas) >= 6 and sse.interval == 0.001
+
+    class Counters:
+        open_streams = max_open_streams = 0
+        stream_ttft_ms: list[float] = []
+
+    async def scenario() -> tuple[list[bytes], list[int]]:
+        turns = 0
+        sent: list[bytes] = []
+        turns_at: list[int] = []
+
+        async def ticker() -> None:
+            nonlocal turns
+            while True:
+                await asyncio.sleep(0)
+                turns += 1
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body" and message["body"]:
+                sent.append(message["body"])
+                turns_at.append(turns)
+                if message["body"] == sse.deltas[1]:
+                    await asyncio.sleep(5 * sse.interval)  # a slow write: deltas 2–5 fall due
+
+        ticking = asyncio.ensure_future(ticker())
+        await SSEResponse(sse, Counters(), time.monotonic(), {}).send_body(send)
+        ticking.cancel()
+        return sent, turns_at
+
+    sent, turns_at = asyncio.run(scenario())
+    assert sent == [sse.role, *sse.deltas, *sse.tail]
+    # Deltas 2, 3 and 4 went out in the loop turn that delta 2 did: no pause between them.
+    assert turns_at[3] == turns_at[4] == turns_at[5]
+    # The role chunk and the first delta are a TTFT apart: the loop turned in between.
+    assert turns_at[1] > turns_at[0]
+
+
+def test_client_disconnect_ends_the_stream_during_a_pause(wire: httpx.Client, wire_url: str):
+    # A 30 s stall halfway: without the disconnect the stream would stay open for 30 s.
+    headers = {"x-sim-fault": "stall-mid", "x-sim-stall-seconds": "30"}
+    with (
+        httpx.Client(base_url=wire_url, timeout=10) as client,
+        client.stream("POST", "/v1/chat/completions", json=chat("wire"), headers=headers) as r,
+    ):
+        # Keep the iterator: a dropped one closes the response (and the connection).
+        parts = r.iter_raw()
+        assert next(parts).startswith(b"data: ")
+        assert wire.get("/_sim/stats").json()["open_streams"] == 1
+    # Leaving the block closes the unread response, and with it the connection.
+    deadline = time.monotonic() + 10
+    while (stats := wire.get("/_sim/stats").json())["open_streams"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert stats["open_streams"] == 0
+    assert stats["max_open_streams"] == 1
+
+
+def test_server_ttft_counts_from_the_requests_arrival_not_its_handler(wire_url: str):
+    """Two requests pipelined on one connection: the second is read (and stamped) with the
+    first, and its handler runs only after the first reply, which takes 0.5 s. Its TTFT counts
+    that wait; a stamp taken when its handler started would not."""
+    host, port = wire_url.removeprefix("http://").split(":")
+    requests = b""
+    for model, stream in (("wire-slow", False), ("wire", True)):
+        payload = json.dumps(chat(model) | {"stream": stream}).encode()
+        requests += (
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: sim\r\n"
+            b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+        ) % (len(payload), payload)
+    with httpx.Client(base_url=wire_url, timeout=10) as client:
+        client.post("/_sim/reset").raise_for_status()
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(requests)
+            received = b""
+            while not received.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"):
+                part = sock.recv(65536)
+                assert part, received
+                received += part
+        ttft = client.get("/_sim/stats").json()["stream_ttft_ms"]
+    assert received.count(b"HTTP/1.1 200 OK") == 2
+    assert ttft["count"] == 1
+    # wire-slow's 0.5 s (its TTFT, not streamed) came before the streamed reply's handler.
+    assert ttft["max"] >= 500
