@@ -159,11 +159,19 @@ def target_types(run: Run) -> list[str]:
 
 
 def calls_page(
-    *, run: Run, after: int = 0, limit: int = MAX_DETAIL_PAGE, active: bool = False
+    *,
+    run: Run,
+    after: int = 0,
+    limit: int = MAX_DETAIL_PAGE,
+    active: bool = False,
+    among: list[int] | None = None,
 ) -> list[Call]:
+    """A page of the run's calls in id order; ``among``: only those ids (already a page)."""
     qs = Call.objects.filter(cell__run=run, pk__gt=after)
     if active:
         qs = qs.filter(status__in=ACTIVE_CALL_STATUSES)
+    if among is not None:
+        qs = qs.filter(pk__in=among)
     return list(
         qs.select_related("cell", "target")
         .defer("request", "content", "reasoning", "tool_calls", "usage_raw", "response_headers")
