@@ -355,6 +355,9 @@ class Cell(models.Model):
         indexes = [
             models.Index(fields=["run", "status"]),
             models.Index(fields=["run", "target", "benchmark"]),
+            # A run's cells in id order (the Questions tab and the results API page by id): by
+            # the primary key alone a page of a later run walks every cell of the runs before.
+            models.Index(fields=["run", "id"], name="cell_run_id"),
             # The recovery pass scans for expired leases every few seconds in every worker;
             # only running cells carry a lease, a small part of a large table.
             models.Index(

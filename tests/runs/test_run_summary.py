@@ -473,3 +473,22 @@ def test_a_poll_reads_the_same_rows_at_1000_and_at_20000_cells(client):
     small_api, large_api = api_poll_rows(client, small), api_poll_rows(client, large)
     assert small_api == large_api, (small_api, large_api)
     assert large_api[1] < 100
+
+
+def test_a_later_runs_questions_page_reads_its_page_not_the_cells_of_the_runs_before_it():
+    """The Questions tab and the results API page a run's cells by id (`results_page`): by the
+    primary key alone the first page of a run walked every cell of the runs created before
+    it; the (run, id) index (runs/0012) reads the page."""
+    build_run(20_000, 0)
+    later = build_run(1_000, 0)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE runs_cell")
+    with CaptureQueriesContext(connection) as queries:
+        page = selectors.results_page(run=later, after=0, limit=50)
+    assert [c.pk for c in page] == sorted(
+        Cell.objects.filter(run=later).values_list("pk", flat=True)
+    )[:50]
+    [sql] = [q["sql"] for q in queries.captured_queries]
+    # The page with its joined question and target rows (351 here), not the 20,000 cells
+    # before it (20,351 without the index).
+    assert rows_read(sql) < 1_000
