@@ -242,6 +242,11 @@ class Run(models.Model):
     # Changed only under a row lock, so several workers share one budget.
     budget_committed_usd = models.DecimalField(max_digits=20, decimal_places=10, default=0)
     last_event_seq = models.PositiveBigIntegerField(default=0)
+    # The largest call id when the run was created: every call of the run has a larger one
+    # (its calls are written after the run exists, ids come from one sequence), so a page of
+    # its calls in id order starts there instead of walking every call of the runs before it
+    # (`selectors.calls_page`). Null for runs created before runs/0013.
+    calls_after_id = models.BigIntegerField(null=True, blank=True, editable=False)
 
     objects = RunQuerySet.as_manager()
 

@@ -167,7 +167,7 @@ def calls_page(
     among: list[int] | None = None,
 ) -> list[Call]:
     """A page of the run's calls in id order; ``among``: only those ids (already a page)."""
-    qs = Call.objects.filter(cell__run=run, pk__gt=after)
+    qs = Call.objects.filter(cell__run=run, pk__gt=max(after, run.calls_after_id or 0))
     if active:
         qs = qs.filter(status__in=ACTIVE_CALL_STATUSES)
     if among is not None:

@@ -8,11 +8,12 @@ from typing import Any
 
 from celery import current_app
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from runs.engine.finish import run_finish_if_done
 from runs.events import events_append
-from runs.models import ACTIVE_RUN_STATUSES, Cell, CellStatus, Run, Target, TargetSecret
+from runs.models import ACTIVE_RUN_STATUSES, Call, Cell, CellStatus, Run, Target, TargetSecret
 from runs.plans import plan_freeze
 from srbench.secrets import encrypt_secret
 
@@ -60,6 +61,8 @@ def run_insert(*, run: Run, cells: list[NewCell], created: dict[str, Any] | None
     keys to the event (a child's lineage). Dispatch is the caller's: after its commit."""
     if not connection.in_atomic_block:
         raise RuntimeError("run_insert must run inside the caller's transaction")
+    # One backward probe of the calls' primary key (Run.calls_after_id).
+    run.calls_after_id = Call.objects.aggregate(last=Max("id"))["last"] or 0
     run.save(force_insert=True)
     Cell.objects.bulk_create(
         Cell(

@@ -27,7 +27,7 @@ from runs.engine.reaper import ledger_reap
 from runs.events import events_append
 from runs.models import Call, Cell, CellStatus, Run, RunEvent, RunSummary
 from runs.recovery import recovery_plan, recovery_reconcile, recovery_submit
-from runs.services import run_cancel, run_create
+from runs.services import NewCell, run_cancel, run_create, run_insert
 from tests import factories as f
 from tests.conftest import purge_broker
 from tests.runs import engine_support as es
@@ -492,3 +492,70 @@ def test_a_later_runs_questions_page_reads_its_page_not_the_cells_of_the_runs_be
     # The page with its joined question and target rows (351 here), not the 20,000 cells
     # before it (20,351 without the index).
     assert rows_read(sql) < 1_000
+
+
+def test_a_later_runs_calls_page_starts_after_the_calls_that_existed_when_it_was_created():
+    """A page of a run's calls in id order (the Calls tab, `show --calls`): a call has no run
+    column, so by the primary key alone the first page of a later run walked every call of
+    the runs before it. Every call of a run is written after the run exists, so the page
+    starts at the largest call id of the run's creation (`Run.calls_after_id`, runs/0013)."""
+    before = build_run(20_000, 0)
+    target = f.target_create()
+    Call.objects.bulk_create(
+        (
+            Call(
+                cell=cell,
+                role="subject",
+                sequence=0,
+                target=target,
+                request={},
+                sent_at=timezone.now(),
+            )
+            for cell in Cell.objects.filter(run=before)
+        ),
+        batch_size=5000,
+    )
+    # Large enough that the planner walks the calls' primary key for the page (a few hundred
+    # cells would be read through the run's cells and sorted instead).
+    questions = list(Question.objects.order_by("pk")[:1000])
+    with transaction.atomic():
+        later = run_insert(
+            run=Run(
+                name="later",
+                profile="smoke",
+                manifest={"targets": [{"slug": target.slug}]},
+                plan_sha256="0" * 64,
+                dataset=before.dataset,
+                owner=before.owner,
+            ),
+            cells=[NewCell(q.pk, target.pk, 0, "mmlu-pro") for q in questions],
+        )
+    assert later.calls_after_id == Call.objects.order_by("-pk").values_list("pk", flat=True)[0]
+    calls = Call.objects.bulk_create(
+        Call(
+            cell=cell,
+            role="subject",
+            sequence=0,
+            target=target,
+            request={},
+            sent_at=timezone.now(),
+        )
+        for cell in Cell.objects.filter(run=later).order_by("pk")
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE runs_call")
+        cursor.execute("ANALYZE runs_cell")
+    with CaptureQueriesContext(connection) as queries:
+        page = selectors.calls_page(run=later, after=0, limit=50)
+    assert [c.pk for c in page] == [c.pk for c in calls][:50]
+    [sql] = [q["sql"] for q in queries.captured_queries]
+    # At worst this run's own calls and cells (here the planner reads its 1,000 calls and
+    # sorts: 6,101 rows), never the 20,000 calls of the run before it (40,301 without the
+    # floor).
+    assert rows_read(sql) < 10_000
+    # A run from before runs/0013 (no floor) still pages all its calls.
+    Run.objects.filter(pk=later.pk).update(calls_after_id=None)
+    later.refresh_from_db()
+    assert [c.pk for c in selectors.calls_page(run=later, after=0, limit=50)] == [
+        c.pk for c in calls
+    ][:50]
