@@ -105,3 +105,15 @@ def call_create(**fields: Any) -> Call:
     }
     defaults.update(fields)
     return Call.objects.create(cell=cell, **defaults)
+
+
+def calls_bulk_create(cells: Any, *, target: Target) -> list[Call]:
+    """One subject call per cell, in bulk, in the cells' order (large ledgers for plan tests)."""
+    now = timezone.now()
+    return Call.objects.bulk_create(
+        (
+            Call(cell=c, role="subject", sequence=0, target=target, request={}, sent_at=now)
+            for c in cells
+        ),
+        batch_size=5000,
+    )

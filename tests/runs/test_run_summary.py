@@ -501,22 +501,9 @@ def test_a_later_runs_calls_page_starts_after_the_calls_that_existed_when_it_was
     starts at the largest call id of the run's creation (`Run.calls_after_id`, runs/0013)."""
     before = build_run(20_000, 0)
     target = f.target_create()
-    Call.objects.bulk_create(
-        (
-            Call(
-                cell=cell,
-                role="subject",
-                sequence=0,
-                target=target,
-                request={},
-                sent_at=timezone.now(),
-            )
-            for cell in Cell.objects.filter(run=before)
-        ),
-        batch_size=5000,
-    )
-    # Large enough that the planner walks the calls' primary key for the page (a few hundred
-    # cells would be read through the run's cells and sorted instead).
+    f.calls_bulk_create(Cell.objects.filter(run=before), target=target)
+    # Large enough that, without the floor, the planner walks the calls' primary key from the
+    # start (a run of a few hundred cells would be read through its cells and sorted).
     questions = list(Question.objects.order_by("pk")[:1000])
     with transaction.atomic():
         later = run_insert(
@@ -531,17 +518,7 @@ def test_a_later_runs_calls_page_starts_after_the_calls_that_existed_when_it_was
             cells=[NewCell(q.pk, target.pk, 0, "mmlu-pro") for q in questions],
         )
     assert later.calls_after_id == Call.objects.order_by("-pk").values_list("pk", flat=True)[0]
-    calls = Call.objects.bulk_create(
-        Call(
-            cell=cell,
-            role="subject",
-            sequence=0,
-            target=target,
-            request={},
-            sent_at=timezone.now(),
-        )
-        for cell in Cell.objects.filter(run=later).order_by("pk")
-    )
+    calls = f.calls_bulk_create(Cell.objects.filter(run=later).order_by("pk"), target=target)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE runs_call")
         cursor.execute("ANALYZE runs_cell")
