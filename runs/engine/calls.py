@@ -302,6 +302,40 @@ def accounting_fields(
     return fields
 
 
+def chunk_sink(stream: Stream, max_chars: int) -> Callable[[bytes, float], bool]:
+    """What is done with each chunk of the body, as it arrives at ``read_at``: True when
+    an output guard ended the read (its error set on `stream`)."""
+    raw, acc, decoder = stream.raw, stream.acc, stream.decoder
+    byte_cap = stream_byte_cap(max_chars)  # checked per chunk; the message only on a breach
+    next_repetition_check = REPETITION_CHECK_BYTES
+
+    def on_chunk(chunk: bytes, read_at: float) -> bool:
+        nonlocal next_repetition_check
+        raw.extend(chunk)
+        acc.read_at = read_at
+        acc.feed_events(decoder.feed_plain(chunk))
+        if acc.content_chars + acc.reasoning_chars > max_chars or len(raw) > byte_cap:
+            violation = output_cap_violation(
+                content_chars=acc.content_chars,
+                reasoning_chars=acc.reasoning_chars,
+                received_bytes=len(raw),
+                max_output_chars=max_chars,
+            )
+            if violation:
+                stream.error_code, stream.error = "output_cap", violation
+                return True
+        if len(raw) >= next_repetition_check:
+            next_repetition_check = len(raw) + REPETITION_CHECK_BYTES
+            if repeated_tail_block(
+                acc.content, min_block=REPETITION_MIN_BLOCK, repeats=REPETITION_REPEATS
+            ):
+                stream.error_code, stream.error = "repetition", "the output repeats itself"
+                return True
+        return False
+
+    return on_chunk
+
+
 @dataclass
 class Caller:
     """One run's calls on this worker: open, stream, close, and the stop rules of a case."""
@@ -516,44 +550,28 @@ class Caller:
     async def _read_sse(self, resp: httpx.Response, stream: Stream, activity: Activity) -> None:
         """The per-chunk path: evidence, live activity, and the output caps checked as the
         bytes arrive (a breach ends the read with its error set on `stream`)."""
-        raw, acc, decoder = stream.raw, stream.acc, stream.decoder
-        max_chars = self.limits["max_output_chars"]
-        byte_cap = stream_byte_cap(max_chars)  # checked per chunk; the message only on a breach
-        next_repetition_check = REPETITION_CHECK_BYTES
-        # Without a content encoding the raw body is the SSE itself: skip httpx's decoder
-        # layers on the per-chunk path.
-        encoded = resp.headers.get("content-encoding", "identity") != "identity"
-        chunks = resp.aiter_bytes() if encoded else resp.aiter_raw()
         # The engine's transport stamps each read as it comes off the socket: TTFT is that
         # stamp, not the moment this loop got to the bytes (issue 25).
         net = resp.extensions.get("network_stream")
-        stamped = hasattr(net, "read_at")
         if getattr(net, "sent_at", None) is not None:
             # ... and it starts when the request left, not before a connection was opened.
-            acc.started_at = net.sent_at
-        activity.raw, activity.net = raw, net
-        async for chunk in chunks:
-            raw += chunk
-            acc.read_at = net.read_at if stamped else time.monotonic()
-            acc.feed_events(decoder.feed(chunk))
-            if acc.content_chars + acc.reasoning_chars > max_chars or len(raw) > byte_cap:
-                violation = output_cap_violation(
-                    content_chars=acc.content_chars,
-                    reasoning_chars=acc.reasoning_chars,
-                    received_bytes=len(raw),
-                    max_output_chars=max_chars,
-                )
-                if violation:
-                    stream.error_code, stream.error = "output_cap", violation
-                    return
-            if len(raw) >= next_repetition_check:
-                next_repetition_check = len(raw) + REPETITION_CHECK_BYTES
-                if repeated_tail_block(
-                    acc.content, min_block=REPETITION_MIN_BLOCK, repeats=REPETITION_REPEATS
-                ):
-                    stream.error_code, stream.error = "repetition", "the output repeats itself"
-                    return
-        acc.feed_events(decoder.close())
+            stream.acc.started_at = net.sent_at
+        activity.raw, activity.net = stream.raw, net
+        on_chunk = chunk_sink(stream, self.limits["max_output_chars"])
+        # Without a content encoding the raw body is the SSE itself: skip httpx's decoder
+        # layers on the per-chunk path.
+        encoded = resp.headers.get("content-encoding", "identity") != "identity"
+        if not encoded and getattr(net, "framing", None) == -1 and hasattr(net, "pump"):
+            # The engine's transport hands each read's bytes to the sink as they arrive, from
+            # its protocol callback: no task wake-up per chunk.
+            await net.pump(on_chunk)
+        else:
+            stamped = hasattr(net, "read_at")
+            async for chunk in resp.aiter_bytes() if encoded else resp.aiter_raw():
+                if on_chunk(chunk, net.read_at if stamped else time.monotonic()):
+                    break
+        if not stream.error_code:  # not stopped by a guard
+            stream.acc.feed_events(stream.decoder.close())
 
     async def _close(self, call_id: int, target: store.TargetInfo, stream: Stream) -> CallOutcome:
         result = stream.acc.result()

@@ -122,6 +122,13 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Add bytes; return the events completed by them (possibly none)."""
+        return [SSEEvent(e) if e.__class__ is str else e for e in self.feed_plain(chunk)]  # type: ignore[misc]
+
+    def feed_plain(self, chunk: bytes) -> list[SSEEvent | str]:
+        """:meth:`feed`, except that a plain event — one ``data`` line, valid UTF-8, no
+        ``id`` so far, ended by a blank line — comes as its text (what :class:`SSEEvent` would
+        hold as ``data``, every other field at its default). Saves building an object per
+        chunk on the engine's hot path; :meth:`ChatStreamAccumulator.feed_events` takes both."""
         if self._failed is not None:
             raise self._failed
         if self._closed:
@@ -178,12 +185,12 @@ class SSEDecoder:
             raise self._failed
         return events
 
-    def _whole_events(self, chunk: bytes) -> tuple[list[SSEEvent], int]:
+    def _whole_events(self, chunk: bytes) -> tuple[list[SSEEvent | str], int]:
         """The events of ``chunk`` that end in it (a blank line), and how many bytes they took.
         Only called at an event boundary on a chunk without CR, so "\n\n" is exactly "a line
-        end, then a blank line". A one-line ``data:`` event (what chat streams send) is built
-        here; any other event goes through the line rules one line at a time."""
-        events: list[SSEEvent] = []
+        end, then a blank line". A one-line ``data:`` event (what chat streams send) comes out
+        as its text (a plain event); any other event goes through the line rules."""
+        events: list[SSEEvent | str] = []
         pos = 0
         end = chunk.find(b"\n\n")
         while end != -1:
@@ -203,7 +210,7 @@ class SSEDecoder:
                 else:
                     last_id = self._last_id
                     if last_id is None:
-                        events.append(SSEEvent(data))
+                        events.append(data)  # a plain event (feed_plain)
                     else:
                         self._data_lines.append(value)
                         events.append(self._build_event(terminated=True))
@@ -441,19 +448,50 @@ class ChatStreamAccumulator:
         self.error: str | None = None
         self._unterminated = False
 
-    def feed_events(self, events: Iterable[SSEEvent]) -> None:
+    def feed_events(self, events: Iterable[SSEEvent | str]) -> None:
+        """Consume events; a ``str`` is a plain event's text (:meth:`SSEDecoder.feed_plain`)."""
         for event in events:
-            self.consume(event)
+            if event.__class__ is str:
+                self.consume_data(event)  # type: ignore[arg-type]
+            else:
+                self.consume(event)  # type: ignore[arg-type]
 
     def consume(self, event: SSEEvent) -> None:
+        if event.terminated and event.decode_error is None and event.event != "error":
+            self.consume_data(event.data)
+            return
         self.event_count += 1
         number = self.event_count
         if not event.terminated:
             # The connection closed inside this event: its bytes are not a whole message.
             self._unterminated = True
             self._fail(f"stream ended inside event #{number} (no blank line after it)")
+        elif not self._settled(event.data):
+            if event.decode_error is not None:
+                self._fail(f"event #{number}: {event.decode_error}")
+            else:
+                self._fail(f"error event #{number}: {_clip(event.data)}")
+
+    def consume_data(self, data: str) -> None:
+        """``consume(SSEEvent(data))``: a whole event with nothing but its data."""
+        self.event_count += 1
+        number = self.event_count
+        if self._settled(data):
             return
-        is_done = _is_done(event.data)
+        try:
+            chunk = _json_object(data)
+        except json.JSONDecodeError as exc:
+            self._fail(f"malformed JSON in event #{number}: {exc.msg} at {exc.pos}: {_clip(data)}")
+            return
+        if not isinstance(chunk, dict):
+            self._fail(f"event #{number} is JSON but not an object: {_clip(data)}")
+            return
+        self._apply_chunk(chunk, number)
+
+    def _settled(self, data: str) -> bool:
+        """Whether a whole event needs no more work: a [DONE], anything after one, or anything
+        after an error."""
+        is_done = _is_done(data)
         if self.done_count:
             # [DONE] is the last message of the protocol; anything after it is noted and
             # ignored so it cannot change the recorded answer or usage.
@@ -461,29 +499,11 @@ class ChatStreamAccumulator:
                 self.done_count += 1
             else:
                 self.events_after_done += 1
-            return
+            return True
         if is_done:
             self.done_count += 1
-            return
-        if self.error is not None:
-            return
-        if event.decode_error is not None:
-            self._fail(f"event #{number}: {event.decode_error}")
-            return
-        if event.event == "error":
-            self._fail(f"error event #{number}: {_clip(event.data)}")
-            return
-        try:
-            chunk = _json_object(event.data)
-        except json.JSONDecodeError as exc:
-            self._fail(
-                f"malformed JSON in event #{number}: {exc.msg} at {exc.pos}: {_clip(event.data)}"
-            )
-            return
-        if not isinstance(chunk, dict):
-            self._fail(f"event #{number} is JSON but not an object: {_clip(event.data)}")
-            return
-        self._apply_chunk(chunk, number)
+            return True
+        return self.error is not None
 
     def _apply_chunk(self, chunk: dict[str, Any], number: int) -> None:
         if "error" in chunk and chunk["error"] is not None:

@@ -22,7 +22,7 @@ import re
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -55,11 +55,17 @@ class _Protocol(asyncio.Protocol):
         self.paused_reading = False
         self.paused_writing = False
         self.drainer: asyncio.Future[None] | None = None
+        # While a body is pumped (Connection.pump) its reads go to the pump, not the queue.
+        self.pump: _Pump | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        pump = self.pump
+        if pump is not None:
+            pump.feed(data, time.monotonic())
+            return
         self.chunks.append(data)
         self.stamps.append(time.monotonic())
         self.size += len(data)
@@ -93,6 +99,9 @@ class _Protocol(asyncio.Protocol):
             drainer.set_result(None)
 
     def _wake(self) -> None:
+        if self.pump is not None:
+            self.pump.closed(self.error)
+            return
         reader = self.reader
         if reader is not None and not reader.done():
             reader.set_result(None)
@@ -116,6 +125,8 @@ class Connection:
         self.read_at: float | None = None  # when the bytes of the last recv() arrived
         self.sent_at: float | None = None  # when the last request was handed to the socket
         self.body_done = True
+        self.framing: int | None = None  # of the body being read (see body())
+        self.body_timeout: float | None = None
         self.idle_since = 0.0
         self.reusable = True
         # One idle-timeout timer per connection, re-armed when it fires early, instead of a
@@ -132,13 +143,8 @@ class Connection:
         if not p.chunks and not p.eof:
             loop = asyncio.get_running_loop()
             p.reader = reader = loop.create_future()
-            if timeout is not None:
-                self.wait_started = loop.time()
-                if self.timer is None or timeout != self.timeout:
-                    if self.timer is not None:
-                        self.timer.cancel()
-                    self.timeout = timeout
-                    self.timer = loop.call_at(self.wait_started + timeout, self._check)
+            self.wait_started = loop.time()
+            self._arm(timeout)
             try:
                 await reader
             finally:
@@ -154,6 +160,16 @@ class Connection:
             p.paused_reading = False
             self.transport.resume_reading()
         return chunk
+
+    def _arm(self, timeout: float | None) -> None:
+        """Make sure the idle timer runs for a read waiting since ``wait_started``."""
+        if timeout is not None and (self.timer is None or timeout != self.timeout):
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timeout = timeout
+            self.timer = asyncio.get_running_loop().call_at(
+                self.wait_started + timeout, self._check
+            )
 
     def _check(self) -> None:
         """The idle timer: expire a read that has waited the whole timeout, else re-arm for
@@ -234,9 +250,47 @@ class Connection:
 
     def body(self, framing: int | None, timeout: float | None) -> AsyncIterator[bytes]:
         """The body: ``framing`` is -1 for chunked, a length, or None (until the peer closes).
-        ``body_done`` turns true only when it was read to its end."""
+        ``body_done`` turns true only when it was read to its end. A chunked body may be
+        read with :meth:`pump` instead of this iterator."""
         self.body_done = False
+        self.framing, self.body_timeout = framing, timeout
         return self._chunked(timeout) if framing == -1 else self._sized(framing, timeout)
+
+    async def pump(self, sink: Callable[[bytes, float], bool]) -> None:
+        """Read a chunked body (the response's, unread so far) by handing the complete pieces
+        of every read to ``sink(data, read_at)`` from the protocol's own callback, as the read
+        comes off the socket: no task wake-up and no generator step per chunk. ``read_at`` is
+        the read's ``time.monotonic()``. ``sink`` returns True to stop: the rest of the body is
+        left unread (the connection is then not reused). Framing errors, the read timeout, a
+        peer that closes or breaks, and whatever ``sink`` raises, are raised here, as the
+        iterator from :meth:`body` raises them."""
+        if self.framing != -1:
+            raise RuntimeError("pump() reads chunked bodies only")
+        p = self.protocol
+        pump = _Pump(self, sink, asyncio.get_running_loop().create_future())
+        if self.buffer:  # the head's read brought the first bytes of the body
+            data, self.buffer = self.buffer, b""
+            pump.feed(data, self.read_at or time.monotonic())
+        while p.chunks and not pump.future.done():  # reads queued before the pump started
+            data = p.chunks.popleft()
+            p.size -= len(data)
+            pump.feed(data, p.stamps.popleft())
+        if p.paused_reading and not self.transport.is_closing():
+            p.paused_reading = False
+            self.transport.resume_reading()
+        if p.eof and not pump.future.done():
+            pump.closed(p.error)
+        if not pump.future.done():
+            p.pump, p.reader = pump, pump.future
+            self.wait_started = asyncio.get_running_loop().time()
+            self._arm(self.body_timeout)
+        try:
+            rest = await pump.future
+        finally:
+            p.pump = p.reader = None
+        if rest is not None:  # the last chunk came: its trailers follow
+            await self._trailers(rest, self.body_timeout)
+            self.body_done = True
 
     async def _sized(self, framing: int | None, timeout: float | None) -> AsyncIterator[bytes]:
         left = framing
@@ -269,52 +323,28 @@ class Connection:
 
     async def _chunked(self, timeout: float | None) -> AsyncIterator[bytes]:
         """Chunked transfer coding: every complete piece a read brought is handed out at once
-        (joined), so a read carrying several pieces costs one iteration of the reader."""
+        (joined), so a read carrying several pieces costs one iteration of the reader. The
+        read is walked by position (no copy of what is left after each piece), and the next
+        read is awaited here directly (no helper coroutine per chunk)."""
         buf, self.buffer = self.buffer, b""
-        size = 0  # bytes of the current chunk still to come
-        need_crlf = False  # the CRLF that ends a chunk's data
+        state = [0, False]  # bytes of the current chunk still to come; its CRLF still due
         while True:
             out: list[bytes] = []
-            while True:
-                if size:
-                    if len(buf) < size:
-                        if buf:
-                            out.append(buf)
-                            size -= len(buf)
-                            buf = b""
-                        break
-                    out.append(buf[:size])
-                    buf = buf[size:]
-                    size = 0
-                    need_crlf = True
-                if need_crlf:
-                    if len(buf) < 2:
-                        if buf not in (b"", b"\r"):
-                            raise httpx.RemoteProtocolError("chunk data not followed by CRLF")
-                        break
-                    if buf[0] != 13 or buf[1] != 10:
-                        raise httpx.RemoteProtocolError("chunk data not followed by CRLF")
-                    buf = buf[2:]
-                    need_crlf = False
-                line_end = buf.find(b"\r\n")
-                if line_end == -1:
-                    if len(buf) > MAX_CHUNK_LINE:
-                        raise httpx.RemoteProtocolError("chunk size line too long")
-                    break
-                field = buf[:line_end].split(b";", 1)[0].strip(b" \t")
-                if _HEX.fullmatch(field) is None:
-                    raise httpx.RemoteProtocolError(f"malformed chunk size {field[:40]!r}")
-                buf = buf[line_end + 2 :]
-                size = int(field, 16)
-                if size == 0:
-                    if out:
-                        yield b"".join(out)
-                    await self._trailers(buf, timeout)
-                    self.body_done = True
-                    return
+            pos = _chunk_pieces(buf, state, out)
+            if pos < 0:  # the last chunk: trailers follow from -pos - 1
+                if out:
+                    yield b"".join(out)
+                await self._trailers(buf[-pos - 1 :], timeout)
+                self.body_done = True
+                return
             if out:
                 yield out[0] if len(out) == 1 else b"".join(out)
-            buf = await self._more(buf, timeout)
+            more = await self.recv(timeout)
+            if not more:
+                raise httpx.RemoteProtocolError(
+                    "peer closed connection without sending complete message body"
+                )
+            buf = buf[pos:] + more if pos < len(buf) else more
 
     async def _trailers(self, buf: bytes, timeout: float | None) -> None:
         while True:
@@ -328,6 +358,115 @@ class Connection:
             if len(buf) > MAX_HEAD_BYTES:
                 raise httpx.RemoteProtocolError("trailers too large")
             buf = await self._more(buf, timeout)
+
+
+class _Pump:
+    """A chunked body fed to a sink from the protocol's callback (Connection.pump). Its
+    future's result is the bytes after the last chunk's size line (the trailers), or None if
+    the sink stopped the read."""
+
+    def __init__(
+        self, conn: Connection, sink: Callable[[bytes, float], bool], future: asyncio.Future
+    ) -> None:
+        self.conn = conn
+        self.sink = sink
+        self.future = future
+        self.buf = b""
+        self.state = [0, False]
+
+    def feed(self, data: bytes, read_at: float) -> None:
+        future = self.future
+        if future.done():
+            return
+        conn = self.conn
+        # A read arrived: it is the last arrival, and the idle timeout counts from it (the
+        # event loop's clock is time.monotonic(), as the stamp).
+        conn.read_at = conn.wait_started = read_at
+        buf = self.buf + data if self.buf else data
+        out: list[bytes] = []
+        try:
+            pos = _chunk_pieces(buf, self.state, out)
+            stop = bool(out) and self.sink(out[0] if len(out) == 1 else b"".join(out), read_at)
+        except Exception as exc:  # the sink's own errors too: the reader gets them
+            self._end(error=exc)
+            return
+        if stop:
+            self._end()
+        elif pos < 0:
+            self._end(rest=buf[-pos - 1 :])
+        else:
+            self.buf = buf[pos:] if pos < len(buf) else b""
+
+    def closed(self, error: BaseException | None) -> None:
+        """The peer closed (or broke) the connection before the body ended."""
+        if self.future.done():
+            return
+        if error is not None:
+            self._end(error=httpx.ReadError(str(error) or type(error).__name__))
+        else:
+            self._end(
+                error=httpx.RemoteProtocolError(
+                    "peer closed connection without sending complete message body"
+                )
+            )
+
+    def _end(self, *, rest: bytes | None = None, error: Exception | None = None) -> None:
+        # Detached at once: reads that come before the reader runs again (the trailers) queue
+        # for recv() as usual.
+        protocol = self.conn.protocol
+        if protocol.pump is self:
+            protocol.pump = protocol.reader = None
+        if error is not None:
+            self.future.set_exception(error)
+        else:
+            self.future.set_result(rest)
+
+
+def _chunk_pieces(buf: bytes, state: list, out: list[bytes]) -> int:
+    """Cut the chunked-coding pieces of ``buf`` into ``out``; ``state`` is [bytes of the
+    current chunk still to come, whether its CRLF is still due], updated in place. Returns how
+    many bytes of ``buf`` were used, or -(that + 1) when the last (zero-size) chunk's size line
+    ended: its trailers start there."""
+    size, need_crlf = state
+    pos, end = 0, len(buf)
+    while True:
+        if size:
+            if end - pos < size:
+                if end > pos:
+                    out.append(buf[pos:] if pos else buf)
+                    size -= end - pos
+                    pos = end
+                break
+            out.append(buf[pos : pos + size])
+            pos += size
+            size = 0
+            need_crlf = True
+        if need_crlf:
+            if end - pos < 2:
+                if end > pos and buf[pos] != 13:
+                    raise httpx.RemoteProtocolError("chunk data not followed by CRLF")
+                break
+            if buf[pos] != 13 or buf[pos + 1] != 10:
+                raise httpx.RemoteProtocolError("chunk data not followed by CRLF")
+            pos += 2
+            need_crlf = False
+        line_end = buf.find(b"\r\n", pos)
+        if line_end == -1:
+            if end - pos > MAX_CHUNK_LINE:
+                raise httpx.RemoteProtocolError("chunk size line too long")
+            break
+        field = buf[pos:line_end]
+        if b";" in field:
+            field = field.split(b";", 1)[0]
+        field = field.strip(b" \t")
+        if _HEX.fullmatch(field) is None:
+            raise httpx.RemoteProtocolError(f"malformed chunk size {field[:40]!r}")
+        pos = line_end + 2
+        size = int(field, 16)
+        if size == 0:
+            return -pos - 1
+    state[0], state[1] = size, need_crlf
+    return pos
 
 
 def _framing(method: bytes, status: int, headers: list[tuple[bytes, bytes]]) -> int | None:

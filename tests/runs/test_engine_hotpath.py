@@ -271,7 +271,9 @@ def test_ttft_is_the_first_deltas_arrival_not_when_the_loop_got_to_it() -> None:
     ledger batcher's completions) must not count as the server's latency. The consumer here
     stalls after the role chunk — meanwhile the first delta arrives — and only then reads it.
     The recorded first-token time must lie after the server's write of the delta and before
-    the consumer got to it: ordering of clock readings, true at any load."""
+    the consumer got to it: ordering of clock readings, true at any load. (The engine's own
+    reader takes the bytes in the protocol callback, `Connection.pump`, so it cannot lag its
+    stamp; this is the iterating reader, which any other transport gets.)"""
     marks: dict[str, float] = {}
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -306,9 +308,16 @@ def test_ttft_is_the_first_deltas_arrival_not_when_the_loop_got_to_it() -> None:
                             await asyncio.sleep(0.01)
                         await asyncio.sleep(0.3)
 
+            conn = response.extensions["network_stream"]
+
+            class StampsOnly:  # the connection's stamps, live; no pump
+                read_at = property(lambda _: conn.read_at)
+                sent_at = property(lambda _: conn.sent_at)
+
+            stamps_only = StampsOnly()
             view = SimpleNamespace(
                 headers=response.headers,
-                extensions=response.extensions,
+                extensions={**response.extensions, "network_stream": stamps_only},
                 aiter_raw=slow_consumer,
                 aiter_bytes=slow_consumer,
             )
