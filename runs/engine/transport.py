@@ -535,11 +535,13 @@ class EnginePool:
     def __init__(
         self,
         *,
-        ssl_context: ssl.SSLContext,
+        ssl_context: ssl.SSLContext | None = None,
         max_connections: int | None,
         max_keepalive_connections: int | None,
         keepalive_expiry: float | None,
     ) -> None:
+        # None: the system trust store, loaded at the first https connection (loading it costs
+        # about 0.1 s of CPU, which a run of loopback or plain-HTTP targets need not pay).
         self.ssl_context = ssl_context
         self.max_keepalive = max_keepalive_connections
         self.keepalive_expiry = keepalive_expiry
@@ -552,6 +554,8 @@ class EnginePool:
         scheme, host, port = key
         loop = asyncio.get_running_loop()
         tls = scheme == "https"
+        if tls and self.ssl_context is None:
+            self.ssl_context = httpx.create_ssl_context(trust_env=False)
         try:
             async with asyncio.timeout(timeout):
                 transport, protocol = await loop.create_connection(
@@ -653,7 +657,6 @@ def engine_client(*, timeout: httpx.Timeout, limits: httpx.Limits) -> httpx.Asyn
     """The engine's HTTP client. No proxies from the environment, no retries (a request that
     left is never sent again)."""
     pool = EnginePool(
-        ssl_context=httpx.create_ssl_context(trust_env=False),
         max_connections=limits.max_connections,
         max_keepalive_connections=limits.max_keepalive_connections,
         keepalive_expiry=limits.keepalive_expiry,

@@ -124,3 +124,33 @@ def test_an_untrusted_certificate_or_a_wrong_host_name_is_refused(tmp_path: Path
         # Trusted, but issued for another name than the one connected to.
         with pytest.raises(httpx.ConnectError):
             _run(base, ssl.create_default_context(cafile=str(cert)))
+
+
+def test_the_system_trust_store_is_loaded_at_the_first_https_connection_only(
+    tmp_path: Path,
+) -> None:
+    """Loading the system trust store costs about 0.1 s of CPU: a pool of the engine's
+    client loads it when a run first connects over https, never for plain-HTTP targets."""
+    pool = EnginePool(max_connections=4, max_keepalive_connections=4, keepalive_expiry=5)
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    try:
+
+        async def connect(scheme: str) -> None:
+            conn = await pool.connect((scheme, "127.0.0.1", port), timeout=10)
+            conn.transport.close()
+
+        run_on_own_loop(connect("http"), timeout=60)
+        assert pool.ssl_context is None
+        cert, key = _certificate(tmp_path, "IP:127.0.0.1")
+        with _https_simulator(cert, key) as tls_port:
+            port = tls_port
+            # The system store does not know the test certificate: refused, but loaded.
+            with pytest.raises(httpx.ConnectError):
+                run_on_own_loop(connect("https"), timeout=60)
+        assert isinstance(pool.ssl_context, ssl.SSLContext)
+        assert pool.ssl_context.verify_mode == ssl.CERT_REQUIRED
+    finally:
+        server.close()
