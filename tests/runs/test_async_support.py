@@ -25,8 +25,10 @@ def test_it_runs_while_a_loop_is_running_in_the_calling_thread() -> None:
         inner.close()  # never started
         return threading.get_ident(), run_on_own_loop(_where())
 
-    caller, ran_on = asyncio.run(outer())
-    assert caller == threading.get_ident() and ran_on != caller
+    # `outer` itself on a loop of the helper's (the suite's browser tests may leave one running
+    # in this thread): inside it a loop runs, and the helper still gets the exchange done.
+    caller, ran_on = run_on_own_loop(outer())
+    assert ran_on not in (caller, threading.get_ident())
 
 
 def test_the_exchange_exception_is_raised_in_the_caller() -> None:

@@ -23,6 +23,7 @@ from srbench.simulator.generation import Completion, ResponseIdentity, build_com
 from srbench.simulator.streaming import SSEResponse
 from srbench.simulator.testing import running_simulator
 from srbench.simulator.tokens import PrefixCache, split_into_pieces
+from tests.runs.async_support import run_on_own_loop
 from tests.simulator.conftest import MCQ_PROMPT, answer_key
 
 MODELS = {
@@ -249,7 +250,7 @@ def test_pacing_follows_the_schedule_so_a_late_chunk_does_not_delay_the_next_one
         ticking.cancel()
         return sent, turns_at
 
-    sent, turns_at = asyncio.run(scenario())
+    sent, turns_at = run_on_own_loop(scenario())
     assert sent == [sse.role, *sse.deltas, *sse.tail]
     # Deltas 2, 3 and 4 went out in the loop turn that delta 2 did: no pause between them.
     assert turns_at[3] == turns_at[4] == turns_at[5]
