@@ -129,13 +129,18 @@ class Slots:
 
     async def wait(self, busy_limit: int) -> None:
         """Until a cell ends (or a second passes, to look again); then, while more than
-        `busy_limit` slots are busy, a little longer so that the next claim takes several."""
+        `busy_limit` slots are busy, one turn of the loop, so that the cells whose ledger
+        writes committed in the same batch end too and the next claim takes them all.
+
+        Not longer: a slot waiting here is a slot without a call. A 20 ms pause here cost
+        C = 32 about 2 % of its wall (the claim came 14–21 ms after the cells' end instead of
+        7–10 ms; docs/performance.md, issue 25)."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(1.0):
                 await self.freed.wait()
         self.freed.clear()
         if len(self.tasks) > busy_limit:
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0)
 
 
 async def drive(run_id: int) -> str | None:
