@@ -34,9 +34,9 @@ log = logging.getLogger(__name__)
 # the one its calls will meet.
 run_start_hooks: list[Callable[..., Any]] = []
 # Called as hook(run_id=...) once a run has ended (its terminal status committed, its report
-# stored), each in its own transaction (a savepoint when the caller holds one). What a hook keeps must be derived from the ledger and
-# recomputable on read: a hook that raises is logged and never changes the run. Each must be
-# idempotent (a run end may be seen more than once).
+# stored), each in its own transaction (a savepoint when the caller holds one). What a hook
+# keeps must be derived from the ledger and recomputable on read: a hook that raises is logged
+# and never changes the run. Each must be idempotent (a run end may be seen more than once).
 run_end_hooks: list[Callable[..., Any]] = []
 # tab name -> provider(request, run) -> the template context of that tab of the run page.
 run_tab_providers: dict[str, Callable[[Any, Any], dict[str, Any]]] = {}
