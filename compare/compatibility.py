@@ -24,6 +24,7 @@ __all__ = [
     "IncomparableRuns",
     "execution_differences",
     "measured_limits",
+    "model_prices",
     "run_comparison_problems",
     "runs_differences",
 ]
@@ -173,7 +174,7 @@ def _decimal(value: Any) -> Any:
         return value
 
 
-def _model_prices(manifest: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+def model_prices(manifest: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Price per served model across every target and judge of a run, with the models one run
     prices two different ways (a comparison cannot say which price its costs used)."""
     prices: dict[str, dict[str, Any]] = {}
@@ -190,8 +191,8 @@ def _model_prices(manifest: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]
 
 def _price_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Difference]:
     out: list[Difference] = []
-    prices_a, conflicts_a = _model_prices(a)
-    prices_b, conflicts_b = _model_prices(b)
+    prices_a, conflicts_a = model_prices(a)
+    prices_b, conflicts_b = model_prices(b)
     for side, conflicts in (("baseline", conflicts_a), ("candidate", conflicts_b)):
         for model in conflicts:
             out.append(

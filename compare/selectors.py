@@ -27,7 +27,7 @@ from typing import Any
 from django.db.models import F
 from django.db.models.expressions import RawSQL
 
-from compare.compatibility import COMPARED_FIELDS, EXECUTION_LIMITS, _model_prices
+from compare.compatibility import COMPARED_FIELDS, EXECUTION_LIMITS, model_prices
 from runs.models import TERMINAL_RUN_STATUSES, Cell, CellStatus, Run
 
 __all__ = [
@@ -147,7 +147,7 @@ def _fingerprints(rows: list[tuple[int, str]]) -> dict[int, str]:
 def _prices(raw: Any) -> dict[str, frozenset[tuple[str, Any]]] | None:
     # The same normalisation as runs_differences ("3" and "3.0" are one price), reused so the
     # offer and the re-verification can never disagree about prices.
-    table, conflicts = _model_prices({"prices": raw if isinstance(raw, dict) else {}})
+    table, conflicts = model_prices({"prices": raw if isinstance(raw, dict) else {}})
     if conflicts:
         return None
     return {model: frozenset(row.items()) for model, row in table.items()}

@@ -73,14 +73,16 @@ def _template(request: HttpRequest, page: str, partial: str) -> str:
     return f"{page}#{partial}" if getattr(request, "htmx", False) else page
 
 
-def _int(value: str | None, default: int = 0, *, low: int = 0) -> int:
+def query_int(value: str | None, default: int = 0, *, low: int = 0) -> int:
+    """A number from the query string. A missing or hand-mangled value falls back to `default`
+    rather than failing: the URL is the page's state and any URL must still render."""
     try:
         return max(low, int(value)) if value not in (None, "") else default
     except ValueError:
         return default
 
 
-def _canonical_items(by_benchmark: dict[str, Any]) -> list[tuple[str, Any]]:
+def canonical_items(by_benchmark: dict[str, Any]) -> list[tuple[str, Any]]:
     """A per-benchmark mapping in the spec's benchmark order (ADAPTERS), whatever order
     the database or JSON gave it in."""
     rank = {b: i for i, b in enumerate(ADAPTERS)}
@@ -171,7 +173,7 @@ def _partial_results(run: Run) -> list[dict[str, Any]]:
     for target in manifest["targets"]:
         tid = slugs.get(target["slug"])
         by_benchmark = {b: counts.get((tid, b), zero) for b in manifest["benchmarks"]}
-        for benchmark, b in _canonical_items(by_benchmark):
+        for benchmark, b in canonical_items(by_benchmark):
             completed = b["completed"]
             interval = wilson_interval(b["correct"], completed) if completed else None
             rows.append(
@@ -291,7 +293,7 @@ def _accuracy_chart(report: Report) -> dict[str, Any]:
     for an inline SVG (no chart library): x in percent of the plot width."""
     rows = []
     for target in report.targets:
-        for benchmark, b in _canonical_items(target.benchmarks):
+        for benchmark, b in canonical_items(target.benchmarks):
             acc = None if b.accuracy is None else float(b.accuracy)
             low, high = b.wilson_95 or (None, None)
             rows.append(
@@ -317,7 +319,7 @@ def _loaded_window(request: HttpRequest, records: list[Any], search_fields: Any)
         needle = q.lower()
         shown = [r for r in records if any(needle in str(v).lower() for v in search_fields(r))]
     page = Paginator(shown, PAGE_SIZE).get_page(request.GET.get("page"))
-    after = _int(request.GET.get("after"))
+    after = query_int(request.GET.get("after"))
     return {
         "q": q,
         "page": page,
@@ -328,7 +330,7 @@ def _loaded_window(request: HttpRequest, records: list[Any], search_fields: Any)
 
 
 def _questions_context(request: HttpRequest, run: Run) -> dict[str, Any]:
-    cells = selectors.results_page(run=run, after=_int(request.GET.get("after")))
+    cells = selectors.results_page(run=run, after=query_int(request.GET.get("after")))
     # Searched and shown as a member sees it (runs.public): a search over the stored error
     # would answer whether hidden text is in it.
     context = _loaded_window(
@@ -351,7 +353,7 @@ def _questions_context(request: HttpRequest, run: Run) -> dict[str, Any]:
 
 
 def _calls_context(request: HttpRequest, run: Run) -> dict[str, Any]:
-    calls = selectors.calls_page(run=run, after=_int(request.GET.get("after")))
+    calls = selectors.calls_page(run=run, after=query_int(request.GET.get("after")))
     context = _loaded_window(
         request,
         calls,
@@ -366,7 +368,7 @@ def _calls_context(request: HttpRequest, run: Run) -> dict[str, Any]:
             c.finish_reason,
         ),
     )
-    open_id = _int(request.GET.get("call"))
+    open_id = query_int(request.GET.get("call"))
     if open_id:
         call = selectors.call_full(run=run, call_id=open_id)
         if call is not None:
@@ -378,7 +380,7 @@ def _evidence_context(request: HttpRequest, run: Run) -> dict[str, Any]:
     """R14: a snapshot named by its cursor (`upto`, the last loaded seq). Opening reads at
     most 1,000 events; Load more / Refresh read at most 1,000 more after the cursor. A page
     or a type filter only ever covers what is loaded."""
-    upto = _int(request.GET.get("upto"))
+    upto = query_int(request.GET.get("upto"))
     action = request.GET.get("read")
     if not request.GET.get("upto") or action in ("more", "refresh"):
         fresh = selectors.events_page(run=run, after=upto, limit=selectors.MAX_EVENT_PAGE)

@@ -30,7 +30,7 @@ from runs.models import Target
 from runs.plans import SUPPORTED_KINDS, PlanError, plan_freeze
 from runs.router_client import PreviewError, route_preview
 from runs.services import IdempotencyConflict, run_create
-from runs.views import _canonical_items, _int
+from runs.views import canonical_items, query_int
 
 # The review page names every limit in words with its unit (issue 23), in this order.
 LIMIT_WORDS = {
@@ -61,7 +61,7 @@ def _evaluation_form(request: HttpRequest, data: Any | None) -> EvaluationForm |
     profile is chosen, because what can be offered depends on it (R8.1)."""
     source = data if data is not None else request.GET
     dataset = None
-    dataset_id = _int(source.get("dataset"), 0)
+    dataset_id = query_int(source.get("dataset"), 0)
     if dataset_id:
         dataset = FrozenDataset.objects.filter(pk=dataset_id).first()
     profile = dataset.profile if dataset else source.get("profile", "")
@@ -76,7 +76,7 @@ def _evaluation_form(request: HttpRequest, data: Any | None) -> EvaluationForm |
         seed: int | None = dataset.seed
         seeds = sorted({*seeds, dataset.seed})
     else:
-        seed = _int(source.get("seed"), 0) or None
+        seed = query_int(source.get("seed"), 0) or None
         if seed not in seeds:
             seed = seeds[0] if seeds else None
     sources = list(source_list(profile=profile, seed=seed, split=split)) if seed else []
@@ -286,7 +286,7 @@ def _plan_review(frozen: Any) -> dict[str, Any]:
                 "judge": m["judges"].get(b, {}).get("slug"),
                 "simulator": (m.get("simulators") or {}).get(b, {}).get("slug"),
             }
-            for b, v in _canonical_items(m["benchmarks"])
+            for b, v in canonical_items(m["benchmarks"])
         ],
         # Ticked, but left out before any model call because they cannot run on this server.
         "not_run": sorted(
@@ -300,11 +300,11 @@ def _plan_review(frozen: Any) -> dict[str, Any]:
         ],
         "judges": [
             {"benchmark": b, **j, "prices": m["prices"].get(j["slug"], {})}
-            for b, j in _canonical_items(m["judges"])
+            for b, j in canonical_items(m["judges"])
         ],
         "simulators": [
             {"benchmark": b, **u, "prices": m["prices"].get(u["slug"], {})}
-            for b, u in _canonical_items(m.get("simulators") or {})
+            for b, u in canonical_items(m.get("simulators") or {})
         ],
         "sampling": [
             {

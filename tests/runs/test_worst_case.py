@@ -6,6 +6,7 @@ computed here from the rule's statement, not by calling the code under test."""
 from __future__ import annotations
 
 import json
+import zlib
 from decimal import Decimal
 from fractions import Fraction
 from types import SimpleNamespace
@@ -16,8 +17,11 @@ import pytest
 from runs.accounting import mom_call_cost, worst_case_call_cost
 from runs.engine.driver import Driver
 from runs.engine.store import TargetInfo
-from runs.reconcile import _mom_proof
+from runs.models import Call, CallEvidence
+from runs.reconcile import usage_reconcile
 from runs.usage import mom_call_buckets, mom_evidence
+from srbench.canonical import sha256_bytes
+from tests.compare import builders as b
 
 MESSAGES = [{"role": "user", "content": "Which is larger, 2**10 or 10**3? Answer with one letter."}]
 PRICES = {
@@ -135,21 +139,76 @@ HEADER_CASES: list[tuple[str, dict[str, str], bool]] = [
 ]
 
 
+def proven_mom_cost(headers: dict[str, str]) -> Fraction:
+    """A receipt prices each of its calls (cheap, then dear); a proven direct call is dear's."""
+    one = {
+        "cheap": Fraction("0.15") * 100 + Fraction("0.60") * 20,
+        "dear": Fraction(3) * 100 + Fraction(15) * 20,
+    }
+    expected = one["cheap"] + one["dear"] if "x-vsr-model-usage" in headers else one["dear"]
+    return expected / 10**6
+
+
 @pytest.mark.parametrize(
     ("label", "headers", "proven"), HEADER_CASES, ids=[c[0] for c in HEADER_CASES]
 )
-def test_pricing_bucketing_and_reconcile_agree_on_what_proves_a_mom_call(
+def test_pricing_and_bucketing_agree_on_what_proves_a_mom_call(
     label: str, headers: dict[str, str], proven: bool
 ) -> None:
     assert mom_evidence(headers).proven is proven, mom_evidence(headers).reason
-    assert (_mom_proof(headers) is None) is proven
     assert (mom_call_buckets(headers, USAGE) is not None) is proven
     cost = mom_call_cost(headers, USAGE, PRICES).cost
     assert (cost is not None) is proven
     if cost is not None:
-        one = {
-            "cheap": Fraction("0.15") * 100 + Fraction("0.60") * 20,
-            "dear": Fraction(3) * 100 + Fraction(15) * 20,
-        }
-        expected = one["cheap"] + one["dear"] if "x-vsr-model-usage" in headers else one["dear"]
-        assert Fraction(cost) == expected / 10**6
+        assert Fraction(cost) == proven_mom_cost(headers)
+
+
+def evidence_stream(model: str) -> bytes:
+    """The saved SSE of one finished call whose usage chunk is USAGE."""
+    chunks: list[Any] = [
+        {"model": model, "choices": [{"index": 0, "delta": {"content": "B"}}]},
+        {"model": model, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {"model": model, "choices": [], "usage": USAGE},
+        "[DONE]",
+    ]
+    return b"".join(
+        f"data: {c if isinstance(c, str) else json.dumps(c)}\n\n".encode() for c in chunks
+    )
+
+
+@pytest.mark.django_db
+def test_reconcile_usage_attributes_exactly_the_mom_calls_pricing_can_prove() -> None:
+    qs = b.questions({"mmlu-pro": len(HEADER_CASES)})
+    router = b.target("router", kind="mom", model="dear", prices=PRICES)
+    r = b.run(
+        qs,
+        {router: [True] * len(qs)},
+        costs={router: None},
+        call_fields={
+            router: [
+                {"usage_raw": USAGE, "served_model": "dear", "response_headers": headers}
+                for _, headers, _ in HEADER_CASES
+            ]
+        },
+    )
+    calls = list(Call.objects.filter(cell__run=r).order_by("cell__question_id"))
+    for call in calls:
+        raw = evidence_stream("dear")
+        CallEvidence.objects.create(
+            call=call, body=zlib.compress(raw), raw_size=len(raw), sha256=sha256_bytes(raw)
+        )
+
+    entries = {
+        e["call_id"]: e for e in usage_reconcile(run_id=r.pk).correction.corrections["calls"]
+    }
+
+    for call, (label, headers, proven) in zip(calls, HEADER_CASES, strict=True):
+        entry = entries[call.pk]
+        assert (entry["cost_usd"] is not None) is proven, (label, entry)
+        if proven:
+            assert Fraction(entry["cost_usd"]) == proven_mom_cost(headers)
+        else:
+            assert entry["outcome"] == "unverifiable", label
+            assert entry["reason"] == (
+                f"MoM call is not attributable: {mom_evidence(headers).reason}"
+            ), label

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from django.core.management import call_command
 
 from datasets.answer_key import answer_key_for_config, answer_key_from_sources
 from datasets.benchmarks import ADAPTERS, get_adapter
@@ -181,14 +182,13 @@ def test_srbench_simulator_hands_the_key_built_from_sources_to_the_server(
     """The `srbench simulator` verb (top layer) reads ``sources`` through the adapters and gives
     the simulator the key; the blocking server call is captured instead of run."""
     import srbench.simulator.server as server
-    from srbench.cli.local import _simulator
 
     served: dict[str, Any] = {}
     monkeypatch.setattr(
         server, "serve", lambda config, **kwargs: served.update(kwargs, config=config)
     )
     config_path = _config_file(tmp_path, f"sources = {json.dumps([list(s) for s in SOURCES])}")
-    assert _simulator({"config": str(config_path), "host": "127.0.0.1", "port": 0}) == 0
+    call_command("benchmark", "simulator", "--config", str(config_path), "--port", "0")
     key = served["answer_key"]
     assert served["config"].answer_key_sources == tuple(SOURCES)
     for benchmark, prompt, _ in _prompts():
