@@ -87,28 +87,49 @@ class DbThread:
 
 class LedgerBatcher:
     """Group commit: ledger writes submitted while a transaction is in flight are applied
-    together in the next one. Nobody is told "your call is open" before its row committed."""
+    together in the next one. Nobody is told "your call is open" before its row committed.
+
+    A write may name writes queued before it (`after`) that must have succeeded for it to
+    stand: a cell's finish names its calls' closes, so the driver need not wait for a close
+    to commit before it grades and finishes the cell (both usually share one transaction).
+    If one of them failed, the finish is written as a failure instead (`FinishCell.failed`).
+    """
 
     def __init__(self, db: DbThread, run_id: int, max_cost: Decimal | None) -> None:
         self.db = db
         self.run_id = run_id
         self.max_cost = max_cost
-        self.pending: list[tuple[store.LedgerOp, asyncio.Future[Any]]] = []
+        self.pending: list[tuple[store.LedgerOp, asyncio.Future[Any], tuple[Any, ...]]] = []
         self.wakeup = asyncio.Event()
         self.busy = False
         self.task = asyncio.create_task(self._loop())
 
-    async def submit(self, op: store.LedgerOp) -> Any:
+    def enqueue(self, op: store.LedgerOp, after: tuple[asyncio.Future[Any], ...] = ()) -> Any:
+        """Queue a write; its future holds the result once its transaction committed."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.pending.append((op, future))
+        self.pending.append((op, future, after))
         self.wakeup.set()
+        return future
+
+    async def submit(self, op: store.LedgerOp, after: tuple[asyncio.Future[Any], ...] = ()) -> Any:
         # Shielded: a cancelled caller (case timeout) must not lose a write already queued.
-        return await asyncio.shield(future)
+        return await asyncio.shield(self.enqueue(op, after))
 
     async def _apply(self, ops: list[store.LedgerOp]) -> list[Any]:
         return await self.db(
             store.ledger_apply, run_id=self.run_id, max_cost=self.max_cost, ops=ops
         )
+
+    @staticmethod
+    def _standing(op: store.LedgerOp, after: tuple[asyncio.Future[Any], ...]) -> store.LedgerOp:
+        """The op as it may be written, given the writes it names. Those are queued before
+        it, so each one has failed, succeeded, or shares its batch (then written first)."""
+        for future in after:
+            if future.done() and (future.cancelled() or future.exception() is not None):
+                assert isinstance(op, store.FinishCell)
+                reason = "cancelled" if future.cancelled() else repr(future.exception())
+                return op.failed(f"ledger: a call of this cell was not recorded: {reason}"[:500])
+        return op
 
     async def _loop(self) -> None:
         while True:
@@ -119,18 +140,19 @@ class LedgerBatcher:
                 continue
             self.busy = True
             try:
-                results = await self._apply([op for op, _ in batch])
+                results = await self._apply([self._standing(op, after) for op, _, after in batch])
             except Exception:
-                # One bad write must not fail its neighbours: apply them one by one.
+                # One bad write must not fail its neighbours: apply them one by one, in order,
+                # so a write that names an earlier one of the batch sees how it went.
                 log.exception("ledger batch failed; retrying its writes one by one")
-                for op, future in batch:
+                for op, future, after in batch:
                     try:
-                        future.set_result((await self._apply([op]))[0])
+                        future.set_result((await self._apply([self._standing(op, after)]))[0])
                     except Exception as exc:
                         future.set_exception(exc)
                 self.busy = False
                 continue
-            for (_, future), result in zip(batch, results, strict=True):
+            for (_, future, _), result in zip(batch, results, strict=True):
                 future.set_result(result)
             self.busy = False
 
@@ -349,6 +371,9 @@ class Caller:
     ledger: LedgerBatcher
     activity: dict[int, Activity] = field(default_factory=dict)
     reserved: dict[int, Decimal | None] = field(default_factory=dict)
+    # By cell: the queued closes of its calls, not yet known to be written. The cell's next
+    # call waits for them; its finish names them (LedgerBatcher) and does not.
+    closing: dict[int, list[asyncio.Future[Any]]] = field(default_factory=dict)
     sandbox_slots: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(max(1, os.cpu_count() or 1))
     )
@@ -365,11 +390,23 @@ class Caller:
         answer: str,
         error: str,
     ) -> None:
+        closes = tuple(self.closing.pop(cell.cell_id, ()))
         if FAULT_KILL_BEFORE_FINISH and cell.benchmark in FAULT_KILL_BEFORE_FINISH.split(","):
+            await asyncio.gather(*closes, return_exceptions=True)
             os.kill(os.getpid(), signal.SIGKILL)
-        await self.ledger.submit(
-            store.FinishCell(cell.cell_id, cell.token, status, correct, grade, answer, error)
-        )
+        op = store.FinishCell(cell.cell_id, cell.token, status, correct, grade, answer, error)
+        finished = self.ledger.enqueue(op, after=closes)
+        self.cell_ending()
+        await asyncio.shield(finished)
+
+    def cell_ending(self) -> None:
+        """The current cell's finish is queued: its slot may be claimed again (the claim
+        is written after the finish; the database, not this count, bounds the concurrency)."""
+
+    async def closes_written(self, cell_id: int) -> None:
+        """Until the cell's earlier calls are closed in the ledger (a failed close raises)."""
+        for future in self.closing.pop(cell_id, ()):
+            await asyncio.shield(future)
 
     async def complete(
         self,
@@ -491,6 +528,8 @@ class Caller:
     ) -> CallOutcome:
         body = self.request_body(target, messages, tools)
         reservation = self.reservation(target, body)
+        # One call of a cell at a time in the ledger too: the one before is closed first.
+        await self.closes_written(cell.cell_id)
         call_id = await self.ledger.submit(
             store.OpenCall(
                 cell.cell_id, role, sequence, target.target_id, body, reservation, self.worker
@@ -502,11 +541,13 @@ class Caller:
         # The row is committed: from here on the request may leave, and never a second time.
         self.activity[call_id] = Activity(stage="waiting", last=time.time())
         try:
-            return await self._stream(call_id, target, body)
+            return await self._stream(call_id, cell.cell_id, target, body)
         finally:
             self.activity.pop(call_id, None)
 
-    async def _stream(self, call_id: int, target: store.TargetInfo, body: dict) -> CallOutcome:
+    async def _stream(
+        self, call_id: int, cell_id: int, target: store.TargetInfo, body: dict
+    ) -> CallOutcome:
         headers = request_headers(call_id, target)
         url = target.base_url.rstrip("/") + "/chat/completions"
         started = time.monotonic()
@@ -529,13 +570,13 @@ class Caller:
         except (TimeoutError, httpx.HTTPError, SSEError) as exc:
             stream.error_code, stream.error = transport_error(exc, self.limits)
         except asyncio.CancelledError:
-            # A case timeout or shutdown cancelled us mid-stream: record what we have, then
-            # let the cancellation go on. Shielded so the record is written.
+            # A case timeout or shutdown cancelled us mid-stream: record what we have (the
+            # write is queued, not awaited), then let the cancellation go on.
             stream.error_code = "cancelled"
             stream.error = "the case timed out or the worker stopped"
-            await asyncio.shield(self._close(call_id, target, stream))
+            self._close(call_id, cell_id, target, stream)
             raise
-        return await self._close(call_id, target, stream)
+        return self._close(call_id, cell_id, target, stream)
 
     @staticmethod
     async def _read_error(resp: httpx.Response, stream: Stream) -> None:
@@ -573,7 +614,11 @@ class Caller:
         if not stream.error_code:  # not stopped by a guard
             stream.acc.feed_events(stream.decoder.close())
 
-    async def _close(self, call_id: int, target: store.TargetInfo, stream: Stream) -> CallOutcome:
+    def _close(
+        self, call_id: int, cell_id: int, target: store.TargetInfo, stream: Stream
+    ) -> CallOutcome:
+        """Queue the call's record (outcome and evidence): the cell's next call or finish
+        waits for it or names it (`closing`), nobody else needs it written first."""
         result = stream.acc.result()
         if not stream.error_code and not result.complete:
             stream.error_code = "incomplete_stream"
@@ -590,11 +635,10 @@ class Caller:
         )
         fields["error_code"], fields["error"] = error_code, error
         failure = None if ok else {"error_code": error_code, "error": error[:500]}
-        await self.ledger.submit(
-            store.CloseCall(
-                call_id, fields, bytes(stream.raw), self.reserved.pop(call_id, None), failure
-            )
+        close = store.CloseCall(
+            call_id, fields, bytes(stream.raw), self.reserved.pop(call_id, None), failure
         )
+        self.closing.setdefault(cell_id, []).append(self.ledger.enqueue(close))
         return CallOutcome(
             call_id=call_id,
             ok=ok,

@@ -8,6 +8,7 @@ database thread. The order matters and is the point of this module:
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -127,46 +128,68 @@ def cells_claim(
 ) -> tuple[list[ClaimedCell], int | None] | None:
     """Claim up to `limit` pending cells, never more than the run's concurrency across all
     workers. Returns (claimed, pending left) or None when the run no longer dispatches."""
-    now = timezone.now()
     with transaction.atomic(durable=True):
-        # The run row lock serialises claims of this run across workers, so the count of
-        # running cells below cannot be raced past the plan's concurrency.
-        run = (
-            Run.objects.select_for_update()
-            .only("status", "cancel_requested_at", "stop_reason")
-            .get(pk=run_id)
-        )
-        if not run.accepts_claims:
-            return None
-        running = Cell.objects.filter(run_id=run_id).running().count()
-        n = min(limit, concurrency - running)
-        ids: list[int] = []
-        rows: list[tuple[int, int, int, str, int]] = []
-        lease = now + timedelta(seconds=lease_seconds)
-        if n > 0:
-            # One statement: lock, claim and read back the claimed cells.
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "UPDATE runs_cell SET status = %s, claim_token = claim_token + 1, "
-                    "claimed_by = %s, lease_expires_at = %s, started_at = %s "
-                    "WHERE id IN (SELECT id FROM runs_cell WHERE run_id = %s "
-                    "AND status = %s ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) "
-                    "RETURNING id, claim_token, target_id, benchmark, question_id",
-                    [CellStatus.RUNNING, worker, lease, now, run_id, CellStatus.PENDING, n],
-                )
-                rows = sorted(cursor.fetchall())
-            ids = [r[0] for r in rows]
-        # Only worth a count when nothing was claimed: then the caller decides whether the
-        # run is drained or other workers hold the concurrency.
-        pending_left = Cell.objects.filter(run_id=run_id).pending().count() if not ids else None
-    if not ids:
-        return [], pending_left
+        claimed = _cells_claim(ClaimCells(worker, limit, concurrency, lease_seconds), run_id)
+    return _claimed_cells(claimed)
+
+
+@dataclass(frozen=True)
+class ClaimCells:
+    """Claim pending cells for this worker (`cells_claim`). In a ledger batch it is applied
+    after the batch's finishes, in the same transaction: the cells that ended free their
+    slots for the replacements without a second round trip (issue 25)."""
+
+    worker: str
+    limit: int
+    concurrency: int
+    lease_seconds: float
+
+
+ClaimRows = tuple[list[tuple[int, int, int, str, int]], int | None] | None
+
+
+def _cells_claim(op: ClaimCells, run_id: int) -> ClaimRows:
+    """The claim's writes, inside the caller's transaction: (claimed rows, pending left), or
+    None when the run no longer dispatches."""
+    # The run row lock serialises claims of this run across workers, so the count of
+    # running cells below cannot be raced past the plan's concurrency.
+    run = (
+        Run.objects.select_for_update()
+        .only("status", "cancel_requested_at", "stop_reason")
+        .get(pk=run_id)
+    )
+    if not run.accepts_claims:
+        return None
+    running = Cell.objects.filter(run_id=run_id).running().count()
+    n = min(op.limit, op.concurrency - running)
+    rows: list[tuple[int, int, int, str, int]] = []
+    if n > 0:
+        now = timezone.now()
+        lease = now + timedelta(seconds=op.lease_seconds)
+        # One statement: lock, claim and read back the claimed cells.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE runs_cell SET status = %s, claim_token = claim_token + 1, "
+                "claimed_by = %s, lease_expires_at = %s, started_at = %s "
+                "WHERE id IN (SELECT id FROM runs_cell WHERE run_id = %s "
+                "AND status = %s ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) "
+                "RETURNING id, claim_token, target_id, benchmark, question_id",
+                [CellStatus.RUNNING, op.worker, lease, now, run_id, CellStatus.PENDING, n],
+            )
+            rows = sorted(cursor.fetchall())
+    # Only worth a count when nothing was claimed: then the caller decides whether the
+    # run is drained or other workers hold the concurrency.
+    pending_left = Cell.objects.filter(run_id=run_id).pending().count() if not rows else None
+    return rows, pending_left
+
+
+def _claimed_cells(claimed: ClaimRows) -> tuple[list[ClaimedCell], int | None] | None:
+    """The claimed rows with their questions, read after the claim committed."""
+    if claimed is None:
+        return None
+    rows, pending_left = claimed
     if not rows:
-        rows = list(
-            Cell.objects.filter(pk__in=ids)
-            .order_by("id")
-            .values_list("id", "claim_token", "target_id", "benchmark", "question_id")
-        )
+        return [], pending_left
     questions = {
         q.pk: q
         for q in Question.objects.filter(pk__in={r[4] for r in rows}).select_related("secret")
@@ -217,8 +240,15 @@ class FinishCell:
     final_answer: str
     error: str
 
+    def failed(self, error: str) -> FinishCell:
+        """This finish as a failure without a verdict: what it would have graded is not all
+        in the ledger."""
+        return dataclasses.replace(
+            self, status=CellStatus.FAILED, correct=None, grade=None, error=error
+        )
 
-LedgerOp = OpenCall | CloseCall | FinishCell
+
+LedgerOp = OpenCall | CloseCall | FinishCell | ClaimCells
 
 
 def _bulk_update_sql(
@@ -287,9 +317,10 @@ def _first_per_key(items: list[tuple[int, Any]], key: Callable[[Any], Any]) -> t
 
 def ledger_apply(*, run_id: int, max_cost: Decimal | None, ops: list[LedgerOp]) -> list[Any]:
     """Apply a batch of ledger writes in ONE transaction (group commit) and return one result
-    per op. Opens are applied first, then closes, then finishes, so a batch that holds a
-    call's close and its cell's finish writes them in the right order. The transaction commits
-    before any caller is told its call is open: write-ahead holds for every call of the batch.
+    per op. Opens are applied first, then closes, then finishes, then claims, so a batch that
+    holds a call's close and its cell's finish writes them in the right order, and a claim
+    counts the cells the batch finished as free. The transaction commits before any caller is
+    told its call is open: write-ahead holds for every call of the batch.
     """
     results: list[Any] = [None] * len(ops)
     events: list[tuple[str, dict[str, Any]]] = []
@@ -313,7 +344,12 @@ def ledger_apply(*, run_id: int, max_cost: Decimal | None, ops: list[LedgerOp]) 
                 else:
                     payload["error"] = op.error[:500]
                 events.append((f"cell.{op.status}", payload))
+        claims = {
+            i: _cells_claim(op, run_id) for i, op in enumerate(ops) if isinstance(op, ClaimCells)
+        }
         events_append(run_id=run_id, events=events)
+    for i, claimed in claims.items():
+        results[i] = _claimed_cells(claimed)
     return results
 
 

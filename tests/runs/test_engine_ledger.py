@@ -17,7 +17,7 @@ from tests import factories as f
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _close(call: Call, **extra) -> store.CloseCall:
+def close_op(call: Call, **extra) -> store.CloseCall:
     fields = {
         "http_status": 200,
         "response_headers": {"x-request-id": "r1"},
@@ -75,9 +75,9 @@ def test_closes_and_finishes_of_one_batch_keep_their_row_guards():
         )
     }
     ops = [
-        _close(open_calls[0]),
-        _close(open_calls[1], content="two", tool_calls=[{"name": "t", "arguments": "{}"}]),
-        _close(done_call, content="overwritten?"),
+        close_op(open_calls[0]),
+        close_op(open_calls[1], content="two", tool_calls=[{"name": "t", "arguments": "{}"}]),
+        close_op(done_call, content="overwritten?"),
         store.CloseCall(
             unknown_usage.pk,
             {
@@ -143,6 +143,8 @@ def test_a_too_long_value_is_refused_not_truncated():
     run = f.run_create(status="running")
     call = f.call_create(cell=_running_cell(run), status="sent")
     with pytest.raises(Exception, match="too long"):
-        store.ledger_apply(run_id=run.pk, max_cost=None, ops=[_close(call, finish_reason="x" * 33)])
+        store.ledger_apply(
+            run_id=run.pk, max_cost=None, ops=[close_op(call, finish_reason="x" * 33)]
+        )
     call.refresh_from_db()
     assert call.status == "sent"
