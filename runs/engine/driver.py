@@ -50,7 +50,10 @@ class Driver(Caller):
     """One run's cells on this worker: each one runs its benchmark's episode under the case
     timeout, and a crash fails the cell instead of leaving it running."""
 
+    concurrency: int = 1
+    lease_seconds: float = 60.0
     slots: Slots = field(default_factory=lambda: Slots())
+    claiming: asyncio.Future[Any] | None = None  # the claim queued in the ledger, if any
 
     async def run_cell(self, cell: store.ClaimedCell) -> None:
         try:
@@ -66,6 +69,34 @@ class Driver(Caller):
 
     def cell_ending(self) -> None:
         self.slots.ending(asyncio.current_task())
+        self.claim_if_due()
+
+    @property
+    def refill(self) -> int:
+        """Claim in batches: a claim takes the run row lock, so refilling one slot at a
+        time would cost a claim per call."""
+        return max(1, self.concurrency // 8)
+
+    def claim_if_due(self) -> None:
+        """Queue a claim of the free slots when enough are free and none is queued. Called
+        as a cell's finish is queued too, in the same step: the claim then shares the finish's
+        transaction (ledger_apply applies it after the finishes) instead of following it."""
+        if self.claiming is not None or self.stopping:
+            return
+        free = self.concurrency - self.slots.busy()
+        if free >= self.refill or (free > 0 and not self.slots):
+            op = store.ClaimCells(self.worker, free, self.concurrency, self.lease_seconds)
+            self.claiming = self.ledger.enqueue(op)
+            self.slots.freed.set()  # the claim loop takes the result
+
+    async def claimed(self) -> tuple[list[store.ClaimedCell], int | None] | None | bool:
+        """The queued claim's result (None: the run no longer dispatches); False if none."""
+        if self.claiming is None:
+            return False
+        try:
+            return await asyncio.shield(self.claiming)
+        finally:
+            self.claiming = None
 
     async def _run_cell(self, cell: store.ClaimedCell) -> None:
         target = self.ctx.targets[cell.target_id]
@@ -191,27 +222,23 @@ async def drive(run_id: int) -> str | None:
                 limits=limits,
                 max_cost=max_cost,
                 ledger=LedgerBatcher(db, run_id, max_cost),
+                concurrency=concurrency,
+                lease_seconds=lease_seconds,
             )
             ticker = asyncio.create_task(driver.checkpoints(lease_seconds))
             deadline = ctx.started_at + timedelta(seconds=float(limits["max_run_seconds"]))
             inflight = driver.slots
-            refill = max(1, concurrency // 8)
             try:
                 while not driver.stopping:
                     if timezone.now() >= deadline:
                         await driver.stop(f"max_run_seconds ({limits['max_run_seconds']}) reached")
                         break
-                    free = concurrency - inflight.busy()
                     pending_left = None
-                    # Claim in batches: a claim takes the run row lock, so refilling one slot
-                    # at a time would cost a claim per call. It goes through the ledger's
-                    # group commit, after the finishes of the cells whose slots it refills.
-                    if free >= refill or (free > 0 and not inflight):
-                        claimed = await driver.ledger.submit(
-                            store.ClaimCells(driver.worker, free, concurrency, lease_seconds)
-                        )
-                        if claimed is None:
-                            break  # cancelled, stopped or ended elsewhere
+                    driver.claim_if_due()
+                    claimed = await driver.claimed()
+                    if claimed is None:
+                        break  # cancelled, stopped or ended elsewhere
+                    if claimed:
                         cells, pending_left = claimed
                         for cell in cells:
                             inflight.start(driver.run_cell(cell))
@@ -220,7 +247,12 @@ async def drive(run_id: int) -> str | None:
                             break
                         await asyncio.sleep(0.5)  # other workers hold the concurrency
                         continue
-                    await inflight.wait(concurrency - refill)
+                    await inflight.wait(concurrency - driver.refill)
+                # A claim queued by a cell's end just before the loop stopped: its cells were
+                # never started here, nothing was sent for them; they go back to pending.
+                if claimed := await driver.claimed():
+                    for cell in claimed[0]:
+                        await db(store.cell_release, cell_id=cell.cell_id, token=cell.token)
                 if inflight:
                     await asyncio.wait(set(inflight.tasks))
             finally:

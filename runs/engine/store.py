@@ -129,7 +129,8 @@ def cells_claim(
     """Claim up to `limit` pending cells, never more than the run's concurrency across all
     workers. Returns (claimed, pending left) or None when the run no longer dispatches."""
     with transaction.atomic(durable=True):
-        claimed = _cells_claim(ClaimCells(worker, limit, concurrency, lease_seconds), run_id)
+        op = ClaimCells(worker, limit, concurrency, lease_seconds)
+        claimed = _cells_claim(op, run_id, timezone.now())
     return _claimed_cells(claimed)
 
 
@@ -148,9 +149,10 @@ class ClaimCells:
 ClaimRows = tuple[list[tuple[int, int, int, str, int]], int | None] | None
 
 
-def _cells_claim(op: ClaimCells, run_id: int) -> ClaimRows:
+def _cells_claim(op: ClaimCells, run_id: int, now: Any) -> ClaimRows:
     """The claim's writes, inside the caller's transaction: (claimed rows, pending left), or
-    None when the run no longer dispatches."""
+    None when the run no longer dispatches. `now` is the transaction's time: a cell claimed
+    in the batch that finished another starts when that one finished."""
     # The run row lock serialises claims of this run across workers, so the count of
     # running cells below cannot be raced past the plan's concurrency.
     run = (
@@ -164,7 +166,6 @@ def _cells_claim(op: ClaimCells, run_id: int) -> ClaimRows:
     n = min(op.limit, op.concurrency - running)
     rows: list[tuple[int, int, int, str, int]] = []
     if n > 0:
-        now = timezone.now()
         lease = now + timedelta(seconds=op.lease_seconds)
         # One statement: lock, claim and read back the claimed cells.
         with connection.cursor() as cursor:
@@ -345,7 +346,9 @@ def ledger_apply(*, run_id: int, max_cost: Decimal | None, ops: list[LedgerOp]) 
                     payload["error"] = op.error[:500]
                 events.append((f"cell.{op.status}", payload))
         claims = {
-            i: _cells_claim(op, run_id) for i, op in enumerate(ops) if isinstance(op, ClaimCells)
+            i: _cells_claim(op, run_id, now)
+            for i, op in enumerate(ops)
+            if isinstance(op, ClaimCells)
         }
         events_append(run_id=run_id, events=events)
     for i, claimed in claims.items():

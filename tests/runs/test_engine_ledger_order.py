@@ -13,6 +13,7 @@ What must still hold:
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 from django.utils import timezone
@@ -21,7 +22,10 @@ from runs.engine import store
 from runs.engine.calls import DbThread, LedgerBatcher
 from runs.engine.driver import Slots
 from runs.models import Call, Cell
+from runs.services import run_create
 from tests import factories as f
+from tests.conftest import wait_until
+from tests.runs import engine_support as es
 from tests.runs.async_support import run_on_own_loop
 from tests.runs.test_engine_ledger import close_op
 
@@ -166,3 +170,32 @@ def test_slots_count_a_cell_whose_finish_is_queued_as_free():
         return seen
 
     assert run_on_own_loop(main(), timeout=30) == [2, 1, 1, 1, 1, 0]
+
+
+@pytest.mark.worker
+def test_at_concurrency_one_each_cell_is_claimed_in_the_transaction_that_finished_the_last(
+    celery_worker,
+):
+    """The user's path: a real worker drives a run one cell at a time. Each next cell starts
+    at the very time the one before finished — the claim shared the finish's transaction (its
+    time) instead of following it — and every call is closed before its cell finished."""
+    benchmarks = ["mmlu-pro", "arc"]
+    with es.simulator(benchmarks) as url:
+        es.sim_targets(url)
+        run, _ = run_create(
+            owner=f.user_create(),
+            plan={
+                "name": "one at a time",
+                "dataset": es.fixture_dataset(benchmarks).pk,
+                "targets": ["sim-strong"],
+                "limits": {"concurrency": 1},
+            },
+        )
+        wait_until(lambda: es.terminal(run), timeout=120)
+    assert run.status == "completed", (run.stop_reason, celery_worker.log()[-3000:])
+    cells = list(Cell.objects.filter(run=run).order_by("started_at", "id"))
+    assert len(cells) >= 4
+    assert [c.status for c in cells] == ["completed"] * len(cells)
+    for before, after in itertools.pairwise(cells):
+        assert after.started_at == before.finished_at, (before.pk, after.pk)
+    assert not Call.objects.filter(cell__run=run).exclude(status="completed").exists()
