@@ -556,6 +556,17 @@ class RunEvent(AppendOnlyModel):
 
     class Meta:
         ordering = ["run", "seq"]
+        indexes = [
+            # A run's recipe refusals (`recipes.selectors.run_recipe_availability`, every
+            # run detail tab): by (run, seq) alone that read all 100,000+ events of the run
+            # to keep its few refusals. Partial, so the events' hot path writes no entry; a
+            # LIKE 'recipe.%' predicate is never used, the planner cannot prove it from `=`.
+            models.Index(
+                fields=["run", "seq"],
+                condition=Q(type="recipe.not_captured"),
+                name="event_recipe_not_captured",
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["run", "seq"], name="event_seq_unique"),
             models.CheckConstraint(condition=Q(seq__gte=1), name="event_seq_positive"),
