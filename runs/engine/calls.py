@@ -31,6 +31,7 @@ from runs.accounting import call_accounting, worst_case_call_cost
 from runs.engine import store
 from runs.engine.guards import output_cap_violation, repeated_tail_block, stream_byte_cap
 from runs.engine.sse import ChatStreamAccumulator, SSEDecoder, SSEError
+from runs.live_report import snapshot_keep
 from srbench.money import money_stored
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,8 @@ HTTP_ERROR_BODY_CAP = 65536
 # to finish a cell of one of them — every call of the cell is committed, its grade is not.
 FAULT_KILL_BEFORE_FINISH = os.environ.get("SRBENCH_FAULT_KILL_BEFORE_FINISH", "")
 BUDGET_STOP = "budget: the next call could exceed max_cost_usd"
+# How often the driver looks whether the run's percentile snapshot needs recomputing.
+SNAPSHOT_CHECK_S = 5.0
 
 
 def http_error_text(status: int, phrase: str, body: bytes) -> str:
@@ -378,6 +381,10 @@ class Caller:
         default_factory=lambda: asyncio.Semaphore(max(1, os.cpu_count() or 1))
     )
     stopping: str = ""
+    # A second database thread for reads kept for pages (live_report.snapshot_keep): never
+    # the ledger's, whose writes must not wait behind them. None: nothing kept.
+    side_db: DbThread | None = None
+    keeping: asyncio.Task[None] | None = None
 
     # --- how a cell ends --------------------------------------------------------------------
 
@@ -654,11 +661,17 @@ class Caller:
 
     async def checkpoints(self, lease_seconds: float) -> None:
         """At most once a second: live activity of in-flight calls; every third of a lease:
-        renew this worker's cell leases (a worker that stops renewing is presumed dead)."""
+        renew this worker's cell leases (a worker that stops renewing is presumed dead);
+        every few seconds: the run's percentile snapshot kept young for its Results page."""
         renew_every = max(lease_seconds / 3, 0.5)
         next_renew = time.monotonic() + renew_every
+        next_keep = time.monotonic() + SNAPSHOT_CHECK_S
         while True:
             await asyncio.sleep(1.0)
+            if self.side_db is not None and time.monotonic() >= next_keep:
+                next_keep = time.monotonic() + SNAPSHOT_CHECK_S
+                if self.keeping is None or self.keeping.done():
+                    self.keeping = asyncio.create_task(self._snapshot_keep(self.side_db))
             dirty = [
                 (pk, a.stage, datetime.fromtimestamp(snap[0], tz=UTC), snap[1])
                 for pk, a in list(self.activity.items())
@@ -674,3 +687,9 @@ class Caller:
                     worker=self.worker,
                     lease_seconds=lease_seconds,
                 )
+
+    async def _snapshot_keep(self, side_db: DbThread) -> None:
+        try:
+            await side_db(snapshot_keep, run_id=self.ctx.run_id)
+        except Exception:  # a page's figure, never the run's concern
+            log.exception("run %s: keeping the live snapshot failed", self.ctx.run_id)

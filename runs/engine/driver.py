@@ -195,7 +195,7 @@ class Slots:
 
 async def drive(run_id: int) -> str | None:
     """Drive one run on this worker until nothing more can be dispatched here."""
-    db = DbThread()
+    db, side_db = DbThread(), DbThread()
     try:
         ctx = await db(store.run_begin, run_id=run_id)
         if ctx is None:
@@ -224,6 +224,7 @@ async def drive(run_id: int) -> str | None:
                 ledger=LedgerBatcher(db, run_id, max_cost),
                 concurrency=concurrency,
                 lease_seconds=lease_seconds,
+                side_db=side_db,
             )
             ticker = asyncio.create_task(driver.checkpoints(lease_seconds))
             deadline = ctx.started_at + timedelta(seconds=float(limits["max_run_seconds"]))
@@ -257,7 +258,10 @@ async def drive(run_id: int) -> str | None:
                     await asyncio.wait(set(inflight.tasks))
             finally:
                 ticker.cancel()
+                if driver.keeping is not None:
+                    await asyncio.gather(driver.keeping, return_exceptions=True)
                 await driver.ledger.close()
         return await db(run_finish_if_done, run_id=run_id)
     finally:
         db.close()
+        side_db.close()  # after a snapshot being kept, if any: its thread finishes it first
