@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -107,13 +108,25 @@ def call_create(**fields: Any) -> Call:
     return Call.objects.create(cell=cell, **defaults)
 
 
-def calls_bulk_create(cells: Any, *, target: Target) -> list[Call]:
-    """One subject call per cell, in bulk, in the cells' order (large ledgers for plan tests)."""
+def calls_bulk_create(
+    cells: Any, *, target: Target, status: Callable[[int], str] | None = None
+) -> list[Call]:
+    """One subject call per cell, in bulk, in the cells' order (large ledgers for plan tests);
+    `status(i)` gives the i-th call's status (else the model's default)."""
     now = timezone.now()
+    extra = (lambda i: {}) if status is None else (lambda i: {"status": status(i)})
     return Call.objects.bulk_create(
         (
-            Call(cell=c, role="subject", sequence=0, target=target, request={}, sent_at=now)
-            for c in cells
+            Call(
+                cell=c,
+                role="subject",
+                sequence=0,
+                target=target,
+                request={},
+                sent_at=now,
+                **extra(i),
+            )
+            for i, c in enumerate(cells)
         ),
         batch_size=5000,
     )

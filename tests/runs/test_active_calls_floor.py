@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 
 from runs.models import Call, Cell, Run
 from runs.views import _active_calls
@@ -21,21 +20,10 @@ EARLIER_IN_FLIGHT = 1_000
 
 def with_calls(run: Run, *, in_flight: int) -> list[Call]:
     """A subject call per cell of the run; the first `in_flight` still streaming."""
-    target = f.target_create()
-    return Call.objects.bulk_create(
-        (
-            Call(
-                cell=c,
-                role="subject",
-                sequence=0,
-                target=target,
-                request={},
-                sent_at=timezone.now(),
-                status="streaming" if i < in_flight else "completed",
-            )
-            for i, c in enumerate(Cell.objects.filter(run=run).order_by("pk"))
-        ),
-        batch_size=5000,
+    return f.calls_bulk_create(
+        Cell.objects.filter(run=run).order_by("pk"),
+        target=f.target_create(),
+        status=lambda i: "streaming" if i < in_flight else "completed",
     )
 
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from datasets.models import Question
 from runs.engine.reaper import ledger_reap
-from runs.models import Call, Cell, Run
+from runs.models import Cell, Run
 from runs.services import run_cancel, run_create
 from tests import factories as f
 from tests.conftest import purge_broker, wait_until
@@ -259,20 +259,8 @@ def big_running_run(cells: int) -> Run:
         ),
         batch_size=5000,
     )
-    Call.objects.bulk_create(
-        (
-            Call(
-                cell=c,
-                role="subject",
-                sequence=0,
-                target=target,
-                request={},
-                sent_at=timezone.now(),
-                status="streaming" if i in in_flight else "completed",
-            )
-            for i, c in enumerate(made)
-        ),
-        batch_size=5000,
+    f.calls_bulk_create(
+        made, target=target, status=lambda i: "streaming" if i in in_flight else "completed"
     )
     return run
 
