@@ -89,10 +89,11 @@ class Driver(Caller):
             self.claiming = self.ledger.enqueue(op)
             self.slots.freed.set()  # the claim loop takes the result
 
-    async def claimed(self) -> tuple[list[store.ClaimedCell], int | None] | None | bool:
-        """The queued claim's result (None: the run no longer dispatches); False if none."""
+    async def claimed(self) -> tuple[list[store.ClaimedCell], int | None] | None:
+        """The queued claim's result: (cells, pending left if none was claimed), or None when
+        the run no longer dispatches. No claim queued: nothing claimed, nothing known."""
         if self.claiming is None:
-            return False
+            return [], None
         try:
             return await asyncio.shield(self.claiming)
         finally:
@@ -234,15 +235,13 @@ async def drive(run_id: int) -> str | None:
                     if timezone.now() >= deadline:
                         await driver.stop(f"max_run_seconds ({limits['max_run_seconds']}) reached")
                         break
-                    pending_left = None
                     driver.claim_if_due()
                     claimed = await driver.claimed()
                     if claimed is None:
                         break  # cancelled, stopped or ended elsewhere
-                    if claimed:
-                        cells, pending_left = claimed
-                        for cell in cells:
-                            inflight.start(driver.run_cell(cell))
+                    cells, pending_left = claimed
+                    for cell in cells:
+                        inflight.start(driver.run_cell(cell))
                     if not inflight:
                         if pending_left == 0:
                             break
@@ -251,9 +250,9 @@ async def drive(run_id: int) -> str | None:
                     await inflight.wait(concurrency - driver.refill)
                 # A claim queued by a cell's end just before the loop stopped: its cells were
                 # never started here, nothing was sent for them; they go back to pending.
-                if claimed := await driver.claimed():
-                    for cell in claimed[0]:
-                        await db(store.cell_release, cell_id=cell.cell_id, token=cell.token)
+                leftover = await driver.claimed()
+                for cell in leftover[0] if leftover else []:
+                    await db(store.cell_release, cell_id=cell.cell_id, token=cell.token)
                 if inflight:
                     await asyncio.wait(set(inflight.tasks))
             finally:
