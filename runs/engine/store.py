@@ -123,22 +123,12 @@ def _slugs(manifest: dict[str, Any]) -> set[str]:
     )
 
 
-def cells_claim(
-    *, run_id: int, worker: str, limit: int, concurrency: int, lease_seconds: float
-) -> tuple[list[ClaimedCell], int | None] | None:
-    """Claim up to `limit` pending cells, never more than the run's concurrency across all
-    workers. Returns (claimed, pending left) or None when the run no longer dispatches."""
-    with transaction.atomic(durable=True):
-        op = ClaimCells(worker, limit, concurrency, lease_seconds)
-        claimed = _cells_claim(op, run_id, timezone.now())
-    return _claimed_cells(claimed)
-
-
 @dataclass(frozen=True)
 class ClaimCells:
-    """Claim pending cells for this worker (`cells_claim`). In a ledger batch it is applied
-    after the batch's finishes, in the same transaction: the cells that ended free their
-    slots for the replacements without a second round trip (issue 25)."""
+    """Claim up to `limit` pending cells for this worker, never more than the run's
+    concurrency across all workers. Its result: (claimed, pending left) or None when the run
+    no longer dispatches. Applied after the batch's finishes, in the same transaction: the
+    cells that ended free their slots for the replacements without a second round trip."""
 
     worker: str
     limit: int

@@ -145,11 +145,20 @@ def terminal(run: Run) -> Run | None:
 
 
 @contextlib.contextmanager
-def worker_run(name: str, targets: list[str], benchmarks: list[str]) -> Iterator[Run]:
-    """A run of the fixtures of `benchmarks` on `targets` (two slots, concurrency 4), created
-    for the test's real Celery worker against a simulator whose sim-strong streams slowly
-    enough that polls see the run running; the simulator serves while the block runs."""
-    slow = {"sim-strong": {"ttft_s": 0.05, "tokens_per_second": 200.0}}
+def worker_run(
+    name: str,
+    targets: list[str],
+    benchmarks: list[str],
+    *,
+    slots: int = 2,
+    concurrency: int = 4,
+    models: dict[str, dict[str, float]] | None = None,
+) -> Iterator[Run]:
+    """A run of the fixtures of `benchmarks` on `targets` (by default two slots, concurrency
+    4), created for the test's real Celery worker against a simulator whose sim-strong streams
+    slowly enough that polls see the run running (or as `models` say); the simulator serves
+    while the block runs."""
+    slow = models or {"sim-strong": {"ttft_s": 0.05, "tokens_per_second": 200.0}}
     with simulator(benchmarks, models=slow) as url:
         sim_targets(url)
         dataset = fixture_dataset(benchmarks)
@@ -159,8 +168,8 @@ def worker_run(name: str, targets: list[str], benchmarks: list[str]) -> Iterator
                 "name": name,
                 "dataset": dataset.pk,
                 "targets": targets,
-                "slots": 2,
-                "limits": {"concurrency": 4},
+                "slots": slots,
+                "limits": {"concurrency": concurrency},
             },
         )
         yield run

@@ -22,7 +22,6 @@ from runs.engine import store
 from runs.engine.calls import DbThread, LedgerBatcher
 from runs.engine.driver import Slots
 from runs.models import Call, Cell
-from runs.services import run_create
 from tests import factories as f
 from tests.conftest import wait_until
 from tests.runs import engine_support as es
@@ -180,17 +179,7 @@ def test_at_concurrency_one_each_cell_is_claimed_in_the_transaction_that_finishe
     at the very time the one before finished — the claim shared the finish's transaction (its
     time) instead of following it — and every call is closed before its cell finished."""
     benchmarks = ["mmlu-pro", "arc"]
-    with es.simulator(benchmarks) as url:
-        es.sim_targets(url)
-        run, _ = run_create(
-            owner=f.user_create(),
-            plan={
-                "name": "one at a time",
-                "dataset": es.fixture_dataset(benchmarks).pk,
-                "targets": ["sim-strong"],
-                "limits": {"concurrency": 1},
-            },
-        )
+    with es.worker_run("one at a time", ["sim-strong"], benchmarks, slots=1, concurrency=1) as run:
         wait_until(lambda: es.terminal(run), timeout=120)
     assert run.status == "completed", (run.stop_reason, celery_worker.log()[-3000:])
     cells = list(Cell.objects.filter(run=run).order_by("started_at", "id"))

@@ -12,7 +12,6 @@ from django.utils import timezone
 
 from runs.live_report import SNAPSHOT_KEEP_SECONDS, snapshot_keep
 from runs.models import Call, LiveSnapshot
-from runs.services import run_create
 from tests import factories as f
 from tests.conftest import wait_until
 from tests.runs import engine_support as es
@@ -80,17 +79,9 @@ def test_an_ended_run_has_nothing_kept():
 def test_the_worker_driving_a_run_keeps_its_snapshot_without_any_page_view(celery_worker):
     benchmarks = ["mmlu-pro", "arc"]
     slow = {"sim-strong": {"ttft_s": 1.0, "tokens_per_second": 0.0}}
-    with es.simulator(benchmarks, models=slow) as url:
-        es.sim_targets(url)
-        run, _ = run_create(
-            owner=f.user_create(),
-            plan={
-                "name": "kept snapshot",
-                "dataset": es.fixture_dataset(benchmarks).pk,
-                "targets": ["sim-strong"],
-                "limits": {"concurrency": 1},
-            },
-        )
+    with es.worker_run(
+        "kept snapshot", ["sim-strong"], benchmarks, slots=1, concurrency=1, models=slow
+    ) as run:
         # No page is opened: only the worker can have written the snapshot.
         wait_until(lambda: LiveSnapshot.objects.filter(run=run).exists(), timeout=60)
         run.refresh_from_db()

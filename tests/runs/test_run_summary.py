@@ -302,9 +302,8 @@ def test_concurrent_claims_finishes_and_bulk_updates_of_one_run_stay_exact():
         try:
             barrier.wait()
             while True:
-                claimed = store.cells_claim(
-                    run_id=run.pk, worker=f"w{i}", limit=4, concurrency=1000, lease_seconds=60
-                )
+                claim = store.ClaimCells(f"w{i}", limit=4, concurrency=1000, lease_seconds=60)
+                [claimed] = store.ledger_apply(run_id=run.pk, max_cost=None, ops=[claim])
                 if not claimed or not claimed[0]:
                     break
                 cells, _ = claimed
