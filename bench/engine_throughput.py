@@ -313,6 +313,40 @@ def bench_target(port: int) -> Any:
     )
 
 
+def ttft_split(run_id: int, streams: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Where a call's TTFT goes, per call matched by its id with the simulator's own stamps
+    (GET /_sim/streams; wall clocks of one machine): `socket`, from the engine handing the
+    request to its socket to the simulator's loop reading it (the simulator's intake, which
+    its own figure cannot see); `server`, the simulator's own TTFT (arrival → first delta
+    handed to its connection); `engine_read`, from that hand-over to the engine's read of the
+    bytes. Medians and 90th percentiles in ms, or None when nothing matched."""
+    from runs.models import Call
+
+    marks = {s["call_id"]: s for s in streams}
+    parts: dict[str, list[float]] = {"socket": [], "server": [], "engine_read": []}
+    calls = Call.objects.filter(cell__run_id=run_id, ttft_ms__isnull=False)
+    for call_id, first_token_at, ttft_ms in calls.values_list("id", "first_token_at", "ttft_ms"):
+        mark = marks.get(str(call_id))
+        if mark is None:
+            continue
+        read = first_token_at.timestamp()
+        sent = read - ttft_ms / 1000
+        parts["socket"].append((mark["arrived_at"] - sent) * 1000)
+        parts["server"].append((mark["first_delta_at"] - mark["arrived_at"]) * 1000)
+        parts["engine_read"].append((read - mark["first_delta_at"]) * 1000)
+    if not parts["server"]:
+        return None
+
+    def p(values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return ordered[round(q * (len(ordered) - 1))]
+
+    split: dict[str, Any] = {"matched": len(parts["server"])}
+    for name, values in parts.items():
+        split[name] = (p(values, 0.5), p(values, 0.9))
+    return split
+
+
 def unloaded_latency(port: int, messages: list[dict[str, Any]], calls: int = 5) -> float:
     """The unloaded latency L of one call, measured the way the engine streams it: the median
     of `calls` calls one after the other (one call alone varies by a few per cent, and every
@@ -434,6 +468,7 @@ def main() -> None:
             ideal = math.ceil(cells / concurrency) * latency
             report = run_report(run=run)["targets"][0]
             sim_stats = httpx.get(f"{sim}/stats", timeout=10).json()
+            streams = httpx.get(f"{sim}/streams", timeout=10).json()["streams"]
             disk_after = ledger_bytes()
             return {
                 "status": run.status,
@@ -455,6 +490,7 @@ def main() -> None:
                 "ttft": report["ttft_p50_ms"],
                 # The server's own TTFT (request in → first delta out), where it reports one.
                 "server_ttft": (sim_stats.get("stream_ttft_ms") or {}).get("p50"),
+                "ttft_split": ttft_split(run.pk, streams),
                 "in_flight": min(concurrency, cells),
                 "rss_before": rss_before,
                 "rss_peak": rss_peak,
@@ -476,6 +512,17 @@ def main() -> None:
                 f"{args.ttft * 1000:.0f} ms, server's own p50 {server_ttft}; worker RSS {m['rss_before'] / 2**20:.0f} -> "
                 f"{m['rss_peak'] / 2**20:.0f} MiB = {per_stream:.1f} KiB per in-flight stream "
                 f"({m['in_flight']})"
+            ) + split_line(m["ttft_split"])
+
+        def split_line(split: dict[str, Any] | None) -> str:
+            if split is None:
+                return ""
+            a, s, b = split["socket"], split["server"], split["engine_read"]
+            return (
+                f"\n  TTFT per call ({split['matched']} matched by call id; p50 / p90 ms): "
+                f"request in the simulator's socket before its loop read it {a[0]:.1f} / "
+                f"{a[1]:.1f}; the server's own {s[0]:.1f} / {s[1]:.1f}; its first delta "
+                f"handed to the connection -> read by the engine {b[0]:.1f} / {b[1]:.1f}"
             )
 
         # A short warm-up run so that imports, connection pools and caches of the worker are

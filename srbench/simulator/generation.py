@@ -4,6 +4,7 @@ so a MoM router can put the complete usage receipt in its response headers."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from srbench.simulator.tokens import (
     split_into_pieces,
     truncate_to_tokens,
 )
+
+_CACHED_TEXT_CHARS = 16_384  # texts up to this size have their delta chunks cached
 
 U2028 = "\u2028"
 
@@ -314,38 +317,50 @@ class SSEBody:
     disconnect: bool
 
 
-def _delta_json(delta: dict[str, Any]) -> str:
-    if len(delta) == 1:
-        # A text delta, the common case: only its string needs encoding.
-        ((key, value),) = delta.items()
-        if key in ("content", "reasoning_content") and isinstance(value, str):
-            return f'{{"{key}":{_ENCODER.encode(value)}}}'
-    return _dumps(delta)
+def _choice_tail(delta_json: str, finish: str = "null") -> bytes:
+    """An SSE chunk after its head: the one choice with ``delta_json``, and the event's end."""
+    choice = f'{{"index":0,"delta":{delta_json},"logprobs":null,"finish_reason":{finish}}}'
+    return f"[{choice}]}}\n\n".encode()
 
 
-def _deltas(completion: Completion) -> list[dict[str, Any]]:
+@functools.lru_cache(maxsize=64)
+def _cached_text_tails(key: str, text: str, chunk_tokens: int) -> tuple[bytes, ...]:
+    return tuple(
+        _choice_tail(f'{{"{key}":{_ENCODER.encode(piece)}}}')
+        for piece in split_into_pieces(text, chunk_tokens)
+    )
+
+
+def _text_tails(key: str, text: str, chunk_tokens: int) -> tuple[bytes, ...]:
+    """A text's delta chunks after the response's head, one per piece of ``chunk_tokens``.
+    The texts repeat across responses (a model's configured reasoning, a benchmark's few
+    answers), so theirs are rendered once: at C = 256 a burst of new requests spent most of the
+    simulator's handler time rendering them, with every request arriving meanwhile waiting in
+    its socket."""
+    if len(text) <= _CACHED_TEXT_CHARS:
+        return _cached_text_tails(key, text, chunk_tokens)
+    return _cached_text_tails.__wrapped__(key, text, chunk_tokens)
+
+
+def _delta_tails(completion: Completion) -> list[bytes]:
+    """Every delta chunk of the completion after the response's head: reasoning, content,
+    then each tool call's head and its arguments."""
     chunk_tokens = completion.spec.chunk_tokens
-    deltas: list[dict[str, Any]] = []
-    for piece in split_into_pieces(completion.reasoning, chunk_tokens):
-        deltas.append({"reasoning_content": piece})
-    for piece in split_into_pieces(completion.content, chunk_tokens):
-        deltas.append({"content": piece})
+    tails = [
+        *_text_tails("reasoning_content", completion.reasoning, chunk_tokens),
+        *_text_tails("content", completion.content, chunk_tokens),
+    ]
     for index, call in enumerate(completion.tool_calls):
-        deltas.append(
-            {
-                "tool_calls": [
-                    {
-                        "index": index,
-                        "id": call.id,
-                        "type": "function",
-                        "function": {"name": call.name, "arguments": ""},
-                    }
-                ]
-            }
+        head = {"index": index, "id": call.id, "type": "function"}
+        tails.append(
+            _choice_tail(
+                _dumps({"tool_calls": [head | {"function": {"name": call.name, "arguments": ""}}]})
+            )
         )
         for piece in split_into_pieces(call.arguments, chunk_tokens):
-            deltas.append({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-    return deltas
+            delta = {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+            tails.append(_choice_tail(_dumps(delta)))
+    return tails
 
 
 def sse_body(
@@ -365,12 +380,12 @@ def sse_body(
         f'"created":{ident.created},"model":{_dumps(completion.model)},'
         f'"system_fingerprint":"{ident.fingerprint}","choices":'
     )
+    head_bytes = head.encode()
 
     def chunk(delta_json: str, finish: str = "null") -> bytes:
-        choice = f'{{"index":0,"delta":{delta_json},"logprobs":null,"finish_reason":{finish}}}'
-        return f"{head}[{choice}]}}\n\n".encode()
+        return head_bytes + _choice_tail(delta_json, finish)
 
-    deltas = tuple(chunk(_delta_json(d)) for d in _deltas(completion))
+    deltas = tuple(head_bytes + tail for tail in _delta_tails(completion))
     tail = [chunk("{}", _dumps(completion.finish_reason))]
     if include_usage and "no-usage" not in faults:
         tail.append(f'{head}[],"usage":{_dumps(completion.wire_usage())}}}\n\n'.encode())

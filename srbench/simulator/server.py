@@ -8,7 +8,7 @@ Endpoints:
   PUT  /api/v1/config[?activate=false]                      test hook: replace (or stage) config
   POST /api/v1/config/activate                              activate a staged config
   POST /api/v1/routing/preview                              routing decision, no model call
-  GET  /_sim/stats, POST /_sim/reset                        counters for tests
+  GET  /_sim/stats, /_sim/streams, POST /_sim/reset         counters for tests and benchmarks
   GET  /health
 
 Faults (header ``x-sim-fault: a,b`` or ``faults = [...]`` on a model/router; stall length from
@@ -107,6 +107,11 @@ class Counters:
     # being handed to the connection. Benchmarks compare the engine's TTFT with this, not with
     # the configured pause (issue 25).
     stream_ttft_ms: list[float] = field(default_factory=list)
+    # Per stream whose request named its call (``x-srbench-call-id``): the call id, the
+    # request's arrival and the first delta's hand-over to the connection, as wall-clock
+    # seconds (``time.time()``), so that a benchmark on the same machine can set them beside
+    # the engine's own stamps of the same call (GET /_sim/streams).
+    stream_marks: list[tuple[str, float, float]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         ttft = sorted(self.stream_ttft_ms)
@@ -277,9 +282,10 @@ async def respond(
     faults: frozenset[str],
     stall: float,
     headers: dict[str, str],
-    received: float,
+    request: tuple[float, str | None],
 ) -> Response:
-    """The final completion as an SSE stream or as one JSON body."""
+    """The final completion as an SSE stream or as one JSON body. ``request``: when the request
+    arrived (``time.monotonic()``) and the call id it named, if any."""
     if body.get("stream"):
         options = body.get("stream_options") or {}
         headers["cache-control"] = "no-cache"
@@ -290,7 +296,8 @@ async def respond(
             faults=faults,
             stall_seconds=stall,
         )
-        return SSEResponse(events, state.counters, received, headers)
+        received, call_id = request
+        return SSEResponse(events, state.counters, received, headers, call_id=call_id)
     await asyncio.sleep(total_generation_seconds(final))
     payload = completion_body(final, ident, include_usage="no-usage" not in faults)
     raw = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
@@ -349,7 +356,10 @@ async def chat_completions(request: Request) -> Response:
     if chosen is not None and "no-receipt" not in faults:
         headers["x-vsr-model-usage"] = json.dumps(receipt(completions), separators=(",", ":"))
     ident = ResponseIdentity.of(requested, body, seed)
-    return await respond(state, completions[-1], ident, body, faults, stall, headers, received)
+    call_id = request.headers.get(CALL_ID_HEADER)
+    return await respond(
+        state, completions[-1], ident, body, faults, stall, headers, (received, call_id)
+    )
 
 
 async def list_models(request: Request) -> Response:
@@ -456,6 +466,18 @@ async def sim_stats(request: Request) -> Response:
     return JSONResponse(request.app.state.sim.counters.as_json())
 
 
+async def sim_streams(request: Request) -> Response:
+    marks = request.app.state.sim.counters.stream_marks
+    return JSONResponse(
+        {
+            "streams": [
+                {"call_id": call_id, "arrived_at": arrived, "first_delta_at": first}
+                for call_id, arrived, first in marks
+            ]
+        }
+    )
+
+
 async def sim_reset(request: Request) -> Response:
     state: SimState = request.app.state.sim
     state.counters = Counters()
@@ -509,6 +531,7 @@ def create_app(
             HttpRoute("/api/v1/config/activate", activate_config, methods=["POST"]),
             HttpRoute("/api/v1/routing/preview", routing_preview, methods=["POST"]),
             HttpRoute("/_sim/stats", sim_stats, methods=["GET"]),
+            HttpRoute("/_sim/streams", sim_streams, methods=["GET"]),
             HttpRoute("/_sim/reset", sim_reset, methods=["POST"]),
             HttpRoute("/health", health, methods=["GET"]),
         ]

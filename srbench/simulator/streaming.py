@@ -25,6 +25,7 @@ class StreamCounters(Protocol):
     open_streams: int
     max_open_streams: int
     stream_ttft_ms: list[float]
+    stream_marks: list[tuple[str, float, float]]
 
 
 async def _disconnected(receive: Receive) -> None:
@@ -44,16 +45,24 @@ class SSEResponse(Response):
 
     Counters: the stream is open (``open_streams``) from its headers to its end, however it
     ends; ``stream_ttft_ms`` gets the time from ``received`` to the second event of the body
-    (the first after the role chunk) being handed to the connection."""
+    (the first after the role chunk) being handed to the connection, and ``stream_marks`` the
+    same two moments in wall-clock time under ``call_id`` when the request named one."""
 
     media_type = "text/event-stream"
 
     def __init__(
-        self, body: SSEBody, counters: StreamCounters, received: float, headers: dict[str, str]
+        self,
+        body: SSEBody,
+        counters: StreamCounters,
+        received: float,
+        headers: dict[str, str],
+        *,
+        call_id: str | None = None,
     ) -> None:
         self.sse = body
         self.counters = counters
         self.received = received
+        self.call_id = call_id
         self.status_code = 200
         self.background = None
         self.init_headers(headers)
@@ -89,7 +98,7 @@ class SSEResponse(Response):
         """Every event on its schedule; False after a simulated disconnect."""
         sse = self.sse
         deltas = sse.deltas
-        sent = _EventSender(send, self.counters, self.received)
+        sent = _EventSender(send, self.counters, self.received, self.call_id)
         await sent.event(sse.role)
         loop = asyncio.get_running_loop()
         if sse.ttft_s > 0:
@@ -118,17 +127,26 @@ class SSEResponse(Response):
 class _EventSender:
     """Sends body events, stamping the server's TTFT at the second one."""
 
-    __slots__ = ("counters", "count", "received", "send")
+    __slots__ = ("call_id", "counters", "count", "received", "send")
 
-    def __init__(self, send: Send, counters: StreamCounters, received: float) -> None:
+    def __init__(
+        self, send: Send, counters: StreamCounters, received: float, call_id: str | None
+    ) -> None:
         self.send = send
         self.counters = counters
         self.received = received
+        self.call_id = call_id
         self.count = 0
 
     async def event(self, data: bytes) -> None:
         self.count += 1
         if self.count == 2:  # the first event after the role chunk
-            self.counters.stream_ttft_ms.append((time.monotonic() - self.received) * 1000)
+            now = time.monotonic()
+            self.counters.stream_ttft_ms.append((now - self.received) * 1000)
+            if self.call_id is not None:
+                wall = time.time()
+                self.counters.stream_marks.append(
+                    (self.call_id, wall - (now - self.received), wall)
+                )
         message: Message = {"type": "http.response.body", "body": data, "more_body": True}
         await self.send(message)

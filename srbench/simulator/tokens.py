@@ -16,6 +16,7 @@ already wrote, then writes all of its own whole blocks. The first request theref
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -29,8 +30,26 @@ MESSAGE_OVERHEAD_TOKENS = 4
 REPLY_PRIMING_TOKENS = 2
 
 
+# A completion's texts repeat from request to request (a model's configured reasoning, the
+# few answers of a benchmark), and every request counts, cuts and splits them: their token
+# offsets are kept for texts up to this size, in a small cache.
+_CACHED_TEXT_CHARS = 16_384
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_starts(text: str) -> tuple[int, ...]:
+    return tuple(m.start() for m in TOKEN_RE.finditer(text))
+
+
+def token_starts(text: str) -> tuple[int, ...]:
+    """Where each of ``text``'s tokens starts."""
+    if len(text) <= _CACHED_TEXT_CHARS:
+        return _cached_starts(text)
+    return tuple(m.start() for m in TOKEN_RE.finditer(text))
+
+
 def count_tokens(text: str) -> int:
-    return sum(1 for _ in TOKEN_RE.finditer(text))
+    return len(token_starts(text))
 
 
 def text_tokens(text: str) -> list[str]:
@@ -40,18 +59,18 @@ def text_tokens(text: str) -> list[str]:
 def split_into_pieces(text: str, tokens_per_piece: int) -> list[str]:
     """Cut ``text`` before every ``tokens_per_piece``-th token so that the pieces concatenate
     back to exactly ``text`` (whitespace rides with the token after it)."""
-    starts = [m.start() for m in TOKEN_RE.finditer(text)]
+    starts = token_starts(text)
     if not starts:
         return [text] if text else []
-    cuts = [0] + starts[tokens_per_piece::tokens_per_piece] + [len(text)]
+    cuts = [0, *starts[tokens_per_piece::tokens_per_piece], len(text)]
     return [text[a:b] for a, b in itertools.pairwise(cuts) if b > a]
 
 
 def truncate_to_tokens(text: str, budget: int) -> tuple[str, bool]:
     """The longest prefix of ``text`` holding at most ``budget`` tokens; True when cut."""
-    for i, match in enumerate(TOKEN_RE.finditer(text)):
-        if i == budget:
-            return text[: match.start()].rstrip(), True
+    starts = token_starts(text)
+    if 0 <= budget < len(starts):
+        return text[: starts[budget]].rstrip(), True
     return text, False
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from srbench.simulator.config import load_config
 from srbench.simulator.generation import Completion, ResponseIdentity, build_completion, sse_body
+from srbench.simulator.server import CALL_ID_HEADER as CALL_ID
 from srbench.simulator.streaming import SSEResponse
 from srbench.simulator.testing import running_simulator
 from srbench.simulator.tokens import PrefixCache, split_into_pieces
@@ -226,6 +227,7 @@ def test_pacing_follows_the_schedule_so_a_late_chunk_does_not_delay_the_next_one
     class Counters:
         open_streams = max_open_streams = 0
         stream_ttft_ms: list[float] = []
+        stream_marks: list[tuple[str, float, float]] = []
 
     async def scenario() -> tuple[list[bytes], list[int]]:
         turns = 0
@@ -303,3 +305,33 @@ def test_server_ttft_counts_from_the_requests_arrival_not_its_handler(wire_url: 
     assert ttft["count"] == 1
     # wire-slow's 0.5 s (its TTFT, not streamed) came before the streamed reply's handler.
     assert ttft["max"] >= 500
+
+
+def test_streams_lists_each_named_calls_arrival_and_first_delta_in_wall_clock_time(
+    wire: httpx.Client, wire_url: str
+):
+    """GET /_sim/streams: per stream whose request named its call, the request's arrival and
+    the first delta's hand-over, in wall-clock time, so that a benchmark can set the server's
+    moments beside the engine's for the same call. Both lie between the client's send and its
+    read of the first delta, and a TTFT apart at least; a request without the header is not
+    listed."""
+    with httpx.Client(base_url=wire_url, timeout=10) as client:
+        before = time.time()
+        with client.stream(
+            "POST", "/v1/chat/completions", json=chat("wire"), headers={CALL_ID: "call-7"}
+        ) as r:
+            lines = r.iter_lines()
+            assert next(lines).startswith("data: ")  # the role chunk
+            assert next(lines) == ""
+            assert '"reasoning_content"' in next(lines)  # the first delta
+            read = time.time()
+            for _ in lines:
+                pass
+        client.post("/v1/chat/completions", json=chat("wire")).raise_for_status()
+    streams = wire.get("/_sim/streams").json()["streams"]
+    assert [s["call_id"] for s in streams] == ["call-7"]
+    arrived, first = streams[0]["arrived_at"], streams[0]["first_delta_at"]
+    assert before <= arrived <= first <= read
+    assert first - arrived >= CONFIG.models["wire"].ttft_s
+    wire.post("/_sim/reset").raise_for_status()
+    assert wire.get("/_sim/streams").json() == {"streams": []}
