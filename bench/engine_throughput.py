@@ -319,11 +319,20 @@ def ttft_split(run_id: int, streams: list[dict[str, Any]]) -> dict[str, Any] | N
     request to its socket to the simulator's loop reading it (the simulator's intake, which
     its own figure cannot see); `server`, the simulator's own TTFT (arrival → first delta
     handed to its connection); `engine_read`, from that hand-over to the engine's read of the
-    bytes. Medians and 90th percentiles in ms, or None when nothing matched."""
+    bytes; `true`, the server's true TTFT: from the request in its socket to its first delta
+    out (`socket` + `server`), what the engine's TTFT should equal but for the time its own
+    read adds; `engine`, the engine's TTFT of the same calls. Medians and 90th percentiles in
+    ms, or None when nothing matched."""
     from runs.models import Call
 
     marks = {s["call_id"]: s for s in streams}
-    parts: dict[str, list[float]] = {"socket": [], "server": [], "engine_read": []}
+    parts: dict[str, list[float]] = {
+        "socket": [],
+        "server": [],
+        "engine_read": [],
+        "true": [],
+        "engine": [],
+    }
     calls = Call.objects.filter(cell__run_id=run_id, ttft_ms__isnull=False)
     for call_id, first_token_at, ttft_ms in calls.values_list("id", "first_token_at", "ttft_ms"):
         mark = marks.get(str(call_id))
@@ -334,6 +343,8 @@ def ttft_split(run_id: int, streams: list[dict[str, Any]]) -> dict[str, Any] | N
         parts["socket"].append((mark["arrived_at"] - sent) * 1000)
         parts["server"].append((mark["first_delta_at"] - mark["arrived_at"]) * 1000)
         parts["engine_read"].append((read - mark["first_delta_at"]) * 1000)
+        parts["true"].append((mark["first_delta_at"] - sent) * 1000)
+        parts["engine"].append(ttft_ms)
     if not parts["server"]:
         return None
 
@@ -518,10 +529,14 @@ def main() -> None:
             if split is None:
                 return ""
             a, s, b = split["socket"], split["server"], split["engine_read"]
+            true, engine = split["true"], split["engine"]
             return (
                 f"\n  TTFT per call ({split['matched']} matched by call id; p50 / p90 ms): "
-                f"request in the simulator's socket before its loop read it {a[0]:.1f} / "
-                f"{a[1]:.1f}; the server's own {s[0]:.1f} / {s[1]:.1f}; its first delta "
+                f"the engine's {engine[0]:.1f} / {engine[1]:.1f} vs the server's true "
+                f"(request in its socket -> first delta out) {true[0]:.1f} / {true[1]:.1f}: "
+                f"engine / true {engine[0] / true[0]:.3f}; of which request in the "
+                f"simulator's socket before its loop read it {a[0]:.1f} / {a[1]:.1f}, the "
+                f"server's own (from that read) {s[0]:.1f} / {s[1]:.1f}; its first delta "
                 f"handed to the connection -> read by the engine {b[0]:.1f} / {b[1]:.1f}"
             )
 
