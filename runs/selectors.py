@@ -179,6 +179,29 @@ def calls_page(
     )
 
 
+def active_calls_page(run: Run) -> list[Call]:
+    """The first page of in-flight calls. Their ids come from the call status index, each
+    in-flight call's run from one probe of its cell: a join on the run's cells reads every
+    cell of the run (100,000 at 100,000 calls), and a walk in id order passes every finished
+    call after the first in-flight one (a stream stuck since the start, or in-flight calls
+    spread over a long run). What is read grows with the calls in flight (of every run: the
+    status index is not per run), not with the run; only those created after the run
+    (`Run.calls_after_id`) have their cell probed."""
+    run_of_cell = Cell.objects.filter(pk=OuterRef("cell_id")).values("run_id")[:1]
+    ids = sorted(
+        Call.objects.filter(status__in=ACTIVE_CALL_STATUSES)
+        # `+ 0`: the floor stays a filter on the status index's rows, checked before the
+        # probe. As an index condition the planner ANDs it with a range of the primary key,
+        # which reads every call of the run (101,000 index entries at 100,000 calls).
+        .alias(call_id=F("pk") + 0)
+        .filter(call_id__gt=run.calls_after_id or 0)
+        .annotate(run_of_cell=Subquery(run_of_cell))
+        .filter(run_of_cell=run.pk)
+        .values_list("pk", flat=True)
+    )[:MAX_DETAIL_PAGE]
+    return calls_page(run=run, active=True, among=ids) if ids else []
+
+
 def results_page(*, run: Run, after: int = 0, limit: int = MAX_DETAIL_PAGE) -> list[Cell]:
     return list(
         Cell.objects.filter(run=run, pk__gt=after)

@@ -17,7 +17,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import F, OuterRef, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -32,7 +31,7 @@ from runs.forms import RunFilterForm
 from runs.hooks import run_tab_context
 from runs.lineage import run_lineage
 from runs.live_report import SNAPSHOT_SECONDS, run_results_compute
-from runs.models import Call, Cell, CellStatus, Run, RunStatus, Target
+from runs.models import CellStatus, Run, RunStatus, Target
 from runs.models_live import LiveCellSums
 from runs.permissions import may_act_on_run, run_action_require
 from runs.public import public_call_content, public_cell, public_cell_error, public_event_payload
@@ -191,33 +190,10 @@ def _partial_results(run: Run) -> list[dict[str, Any]]:
     return rows
 
 
-def _active_calls(run: Run) -> list[Any]:
-    """The first page of in-flight calls. Their ids come from the call status index, each
-    in-flight call's run from one probe of its cell: a join on the run's cells reads every
-    cell of the run (100,000 at 100,000 calls), and a walk in id order passes every finished
-    call after the first in-flight one (a stream stuck since the start, or in-flight calls
-    spread over a long run). What is read grows with the calls in flight (of every run: the
-    status index is not per run), not with the run; only those created after the run
-    (`Run.calls_after_id`) have their cell probed."""
-    run_of_cell = Cell.objects.filter(pk=OuterRef("cell_id")).values("run_id")[:1]
-    ids = sorted(
-        Call.objects.filter(status__in=selectors.ACTIVE_CALL_STATUSES)
-        # `+ 0`: the floor stays a filter on the status index's rows, checked before the
-        # probe. As an index condition the planner ANDs it with a range of the primary key,
-        # which reads every call of the run (101,000 index entries at 100,000 calls).
-        .alias(call_id=F("pk") + 0)
-        .filter(call_id__gt=run.calls_after_id or 0)
-        .annotate(run_of_cell=Subquery(run_of_cell))
-        .filter(run_of_cell=run.pk)
-        .values_list("pk", flat=True)
-    )[: selectors.MAX_DETAIL_PAGE]
-    return selectors.calls_page(run=run, active=True, among=ids) if ids else []
-
-
 def _live(run: Run) -> dict[str, Any]:
     """In-flight calls with stage, elapsed, last activity and bytes (R10.3), and the partial
     results so far while the run runs."""
-    active = _active_calls(run) if not run.is_terminal else []
+    active = selectors.active_calls_page(run) if not run.is_terminal else []
     return {
         # A queued run has nothing completed yet: the partial rows start with the run.
         "partial_results": _partial_results(run) if run.status == RunStatus.RUNNING else [],

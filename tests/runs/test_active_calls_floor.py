@@ -1,4 +1,4 @@
-"""The live section's in-flight calls (`runs.views._active_calls`): the calls still in flight
+"""The live section's in-flight calls (`runs.selectors.active_calls_page`): the calls still in flight
 from before a run was created (a stream stuck in an earlier run) are not probed for their
 run, and the run's own finished calls are not read either (issue 25)."""
 
@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from runs.models import Call, Cell, Run
-from runs.views import _active_calls
+from runs.selectors import active_calls_page
 from tests import factories as f
 from tests.runs.test_run_summary import build_run, rows_read
 
@@ -39,7 +39,7 @@ def test_in_flight_calls_of_earlier_runs_are_not_probed_nor_the_runs_finished_ca
         cursor.execute("ANALYZE runs_cell")
 
     with CaptureQueriesContext(connection) as queries:
-        page = _active_calls(later)
+        page = active_calls_page(later)
     assert [c.pk for c in page] == [c.pk for c in calls[:100]]
     ids_sql = queries.captured_queries[0]["sql"]
     # The status index's 1,150 rows (twice: its bitmap and the heap) and a probe of each of
@@ -50,4 +50,4 @@ def test_in_flight_calls_of_earlier_runs_are_not_probed_nor_the_runs_finished_ca
     # A run from before runs/0013 (no floor) still finds its in-flight calls.
     Run.objects.filter(pk=later.pk).update(calls_after_id=None)
     later.refresh_from_db()
-    assert [c.pk for c in _active_calls(later)] == [c.pk for c in calls[:100]]
+    assert [c.pk for c in active_calls_page(later)] == [c.pk for c in calls[:100]]
