@@ -6,7 +6,9 @@ run (`--workers`):
 - the achieved wall time against the ideal ceil(N/C)·L, and calls per second;
 - harness CPU per call counting every process of ours (the workers, PostgreSQL backends,
   Redis — not the simulator);
-- measured TTFT against the simulator's configured TTFT (PERFORMANCE.md);
+- measured TTFT against the simulator's configured TTFT, its own (arrival-stamped) figure and
+  the server's true TTFT per call (request in its socket -> first delta out, PERFORMANCE.md),
+  split into the simulator's intake, the server's own and what the engine's read adds;
 - worker memory per in-flight stream (peak RSS during the run minus RSS before it, over the
   streams in flight);
 - database rows and bytes per call (rows of the run in the ledger tables, their tuple bytes,

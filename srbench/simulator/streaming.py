@@ -68,41 +68,48 @@ class SSEResponse(Response):
         self.init_headers(headers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        sending = asyncio.ensure_future(self.send_body(send))
-        listening = asyncio.ensure_future(_disconnected(receive))
-        try:
-            await asyncio.wait((sending, listening), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            listening.cancel()
-            if not sending.done():
-                sending.cancel()
-                # Let the stream's own ``finally`` run before the response counts as ended.
-                await asyncio.wait((sending,))
-        if not sending.cancelled():
-            sending.result()  # a failure in the stream is the request's failure
-
-    async def send_body(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         counters = self.counters
         counters.open_streams += 1
         counters.max_open_streams = max(counters.max_open_streams, counters.open_streams)
         try:
-            if await self.send_events(send):
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            # The role chunk goes out in the handler's own turn of the loop, and the pause
+            # before the first token counts from it. Both waited before for the handlers of
+            # every request read meanwhile (at C = 256, a whole wave's: up to 90 ms), the
+            # pause because it began in a task of its own, which runs after them.
+            sent = _EventSender(send, counters, self.received, self.call_id)
+            await sent.event(self.sse.role)
+            first_token_due = asyncio.get_running_loop().time() + self.sse.ttft_s
+            sending = asyncio.ensure_future(self.send_rest(sent, first_token_due))
+            listening = asyncio.ensure_future(_disconnected(receive))
+            try:
+                await asyncio.wait((sending, listening), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                listening.cancel()
+                if not sending.done():
+                    sending.cancel()
+                    # Let the stream's own ``finally`` run before the response counts as ended.
+                    await asyncio.wait((sending,))
+            if not sending.cancelled():
+                sending.result()  # a failure in the stream is the request's failure
         finally:
             # The counters object may have been replaced by a reset meanwhile; decrement the
             # one that was incremented.
             counters.open_streams -= 1
 
-    async def send_events(self, send: Send) -> bool:
-        """Every event on its schedule; False after a simulated disconnect."""
+    async def send_rest(self, sent: _EventSender, first_token_due: float) -> None:
+        """Everything after the role chunk, and the body's end unless the stream is cut."""
+        if await self.send_events(sent, first_token_due):
+            await sent.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def send_events(self, sent: _EventSender, first_token_due: float) -> bool:
+        """Every event after the role chunk on its schedule, the first delta not before
+        ``first_token_due`` (the loop's clock); False after a simulated disconnect."""
         sse = self.sse
         deltas = sse.deltas
-        sent = _EventSender(send, self.counters, self.received, self.call_id)
-        await sent.event(sse.role)
         loop = asyncio.get_running_loop()
-        if sse.ttft_s > 0:
-            await asyncio.sleep(sse.ttft_s)
+        if sse.ttft_s > 0 and (pause := first_token_due - loop.time()) > 0:
+            await asyncio.sleep(pause)
         first_token_at = loop.time()
         for i in range(len(deltas) + 1):
             if i == sse.middle:

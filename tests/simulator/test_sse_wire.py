@@ -9,6 +9,7 @@ renderer, so a faster renderer must produce exactly what the old one did.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 import time
@@ -247,8 +248,12 @@ def test_pacing_follows_the_schedule_so_a_late_chunk_does_not_delay_the_next_one
                 if message["body"] == sse.deltas[1]:
                     await asyncio.sleep(5 * sse.interval)  # a slow write: deltas 2–5 fall due
 
+        async def receive() -> dict[str, Any]:
+            await asyncio.Event().wait()  # the client stays
+            raise AssertionError("unreachable")
+
         ticking = asyncio.ensure_future(ticker())
-        await SSEResponse(sse, Counters(), time.monotonic(), {}).send_body(send)
+        await SSEResponse(sse, Counters(), time.monotonic(), {})({}, receive, send)
         ticking.cancel()
         return sent, turns_at
 
@@ -258,6 +263,65 @@ def test_pacing_follows_the_schedule_so_a_late_chunk_does_not_delay_the_next_one
     assert turns_at[3] == turns_at[4] == turns_at[5]
     # The role chunk and the first delta are a TTFT apart: the loop turned in between.
     assert turns_at[1] > turns_at[0]
+
+
+def test_the_pause_before_the_first_token_counts_from_the_role_chunk_sent_in_the_handlers_turn():
+    """Requests read together (a wave of 256 at C = 256) have their handlers run one after the
+    other. Each response's role chunk goes out in its handler's own turn of the loop, and the
+    pause before the first token counts from it, even when the stream's own task runs only
+    after the later handlers (here the last one holds the loop for a whole TTFT). Begun in that
+    task, the pause came on top of every later handler, and the first wave's TTFT with it."""
+    spec = CONFIG.models["wire"]
+    body = chat("wire")
+    completion = build_completion(
+        spec, body, seed=1, key=answer_key(), cache=PrefixCache(), faults=frozenset()
+    )
+    ttft = 0.5
+    sse = dataclasses.replace(
+        sse_body(
+            completion,
+            ResponseIdentity.of("wire", body, 1),
+            include_usage=True,
+            faults=frozenset(),
+            stall_seconds=0,
+        ),
+        ttft_s=ttft,
+    )
+
+    class Counters:
+        open_streams = max_open_streams = 0
+        stream_ttft_ms: list[float] = []
+        stream_marks: list[tuple[str, float, float]] = []
+
+    async def scenario() -> tuple[list[str], dict[str, float]]:
+        log: list[str] = []
+        at: dict[str, float] = {}
+
+        async def receive() -> dict[str, Any]:
+            await asyncio.Event().wait()  # the clients stay
+            raise AssertionError("unreachable")
+
+        async def handler(i: int) -> None:
+            async def send(message: dict[str, Any]) -> None:
+                for name, event in (("role", sse.role), ("first delta", sse.deltas[0])):
+                    if message.get("body") == event:
+                        log.append(f"{name} {i}")
+                        at[f"{name} {i}"] = time.monotonic()
+
+            log.append(f"handler {i}")
+            if i == 2:
+                time.sleep(ttft)  # a slow handler holds the loop
+            await SSEResponse(sse, Counters(), time.monotonic(), {})({}, receive, send)
+
+        await asyncio.gather(*(handler(i) for i in range(3)))
+        return log, at
+
+    log, at = run_on_own_loop(scenario())
+    assert log[:6] == ["handler 0", "role 0", "handler 1", "role 1", "handler 2", "role 2"]
+    # Stream 0's pause was over when its task first ran: its first delta went out at once,
+    # not a TTFT after the slow handler.
+    assert at["first delta 0"] - at["role 0"] >= ttft
+    assert at["first delta 0"] < at["role 2"] + ttft
 
 
 def test_client_disconnect_ends_the_stream_during_a_pause(wire: httpx.Client, wire_url: str):
