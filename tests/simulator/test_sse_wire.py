@@ -20,7 +20,13 @@ import httpx
 import pytest
 
 from srbench.simulator.config import load_config
-from srbench.simulator.generation import Completion, ResponseIdentity, build_completion, sse_body
+from srbench.simulator.generation import (
+    Completion,
+    ResponseIdentity,
+    SSEBody,
+    build_completion,
+    sse_body,
+)
 from srbench.simulator.server import CALL_ID_HEADER as CALL_ID
 from srbench.simulator.streaming import SSEResponse
 from srbench.simulator.testing import running_simulator
@@ -207,28 +213,41 @@ def test_streamed_reply_is_byte_for_byte_the_old_wire_format(
     assert stats["stream_ttft_ms"]["count"] == 1
 
 
-def test_pacing_follows_the_schedule_so_a_late_chunk_does_not_delay_the_next_ones():
-    """Delta i is due at first_token_at + i * interval. After one slow send the deltas already
-    due go out back to back, without a pause between them; with a fixed pause per chunk they
-    would each wait another interval. Counted in event-loop turns, not wall time."""
-    spec = CONFIG.models["wire"]
+def wire_sse() -> SSEBody:
+    """The SSE body the simulator renders for model `wire` (its events and schedule)."""
     body = chat("wire")
     completion = build_completion(
-        spec, body, seed=1, key=answer_key(), cache=PrefixCache(), faults=frozenset()
+        CONFIG.models["wire"],
+        body,
+        seed=1,
+        key=answer_key(),
+        cache=PrefixCache(),
+        faults=frozenset(),
     )
-    sse = sse_body(
+    return sse_body(
         completion,
         ResponseIdentity.of("wire", body, 1),
         include_usage=True,
         faults=frozenset(),
         stall_seconds=0,
     )
-    assert len(sse.deltas) >= 6 and sse.interval == 0.001
 
-    class Counters:
-        open_streams = max_open_streams = 0
-        stream_ttft_ms: list[float] = []
-        stream_marks: list[tuple[str, float, float]] = []
+
+class Counters:
+    """The counters a response updates, outside a server."""
+
+    def __init__(self) -> None:
+        self.open_streams = self.max_open_streams = 0
+        self.stream_ttft_ms: list[float] = []
+        self.stream_marks: list[tuple[str, float, float]] = []
+
+
+def test_pacing_follows_the_schedule_so_a_late_chunk_does_not_delay_the_next_ones():
+    """Delta i is due at first_token_at + i * interval. After one slow send the deltas already
+    due go out back to back, without a pause between them; with a fixed pause per chunk they
+    would each wait another interval. Counted in event-loop turns, not wall time."""
+    sse = wire_sse()
+    assert len(sse.deltas) >= 6 and sse.interval == 0.001
 
     async def scenario() -> tuple[list[bytes], list[int]]:
         turns = 0
@@ -271,27 +290,8 @@ def test_the_pause_before_the_first_token_counts_from_the_role_chunk_sent_in_the
     pause before the first token counts from it, even when the stream's own task runs only
     after the later handlers (here the last one holds the loop for a whole TTFT). Begun in that
     task, the pause came on top of every later handler, and the first wave's TTFT with it."""
-    spec = CONFIG.models["wire"]
-    body = chat("wire")
-    completion = build_completion(
-        spec, body, seed=1, key=answer_key(), cache=PrefixCache(), faults=frozenset()
-    )
     ttft = 0.5
-    sse = dataclasses.replace(
-        sse_body(
-            completion,
-            ResponseIdentity.of("wire", body, 1),
-            include_usage=True,
-            faults=frozenset(),
-            stall_seconds=0,
-        ),
-        ttft_s=ttft,
-    )
-
-    class Counters:
-        open_streams = max_open_streams = 0
-        stream_ttft_ms: list[float] = []
-        stream_marks: list[tuple[str, float, float]] = []
+    sse = dataclasses.replace(wire_sse(), ttft_s=ttft)
 
     async def scenario() -> tuple[list[str], dict[str, float]]:
         log: list[str] = []
