@@ -53,7 +53,7 @@ bench: $(STAMP)
 	scale_db="$$server/srbench_bench_scale" && poll_db="$$server/srbench_bench_poll" && \
 	export BENCH_DATABASE_URL="$$server/srbench_bench" BENCH_BROKER_URL="$${CELERY_BROKER_URL%/*}/12" && \
 	$(BIN)/python bench/simulator_load.py --streams 1000 && \
-	$(BIN)/python bench/engine_throughput.py --concurrency 32 256 --workers 1 2 4 && \
+	$(BIN)/python bench/engine_throughput.py --concurrency 32 256 --per-chunk 250 --workers 1 2 4 && \
 	$(BIN)/python bench/engine_throughput.py --cells 4096 --chunk-gap 0.016 --concurrency 1024 && \
 	$(BIN)/python bench/cli_path.py --rounds 3 && \
 	$(BIN)/python bench/side_by_side.py --rounds 2 && \

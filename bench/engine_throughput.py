@@ -9,6 +9,8 @@ run (`--workers`):
 - measured TTFT against the simulator's configured TTFT, its own (arrival-stamped) figure and
   the server's true TTFT per call (request in its socket -> first delta out, PERFORMANCE.md),
   split into the simulator's intake, the server's own and what the engine's read adds;
+- with `--per-chunk K`, CPU per extra SSE chunk: C = 32 with `--chunks` and with K chunks per
+  call, interleaved rounds;
 - worker memory per in-flight stream (peak RSS during the run minus RSS before it, over the
   streams in flight);
 - database rows and bytes per call (rows of the run in the ledger tables, their tuple bytes,
@@ -17,7 +19,7 @@ run (`--workers`):
 
     .venv/bin/python bench/engine_throughput.py [--cells 740] [--concurrency 32 256]
         [--workers 1 2 4] [--workers-concurrency 256]
-        [--ttft 0.2] [--chunks 50] [--chunk-gap 0.01]
+        [--ttft 0.2] [--chunks 50] [--chunk-gap 0.01] [--per-chunk 250]
 
 Needs PostgreSQL and Redis on loopback (as `make test`); uses its own database and Redis DB.
 """
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -262,22 +265,34 @@ def synthetic_questions(work: Path, cells: int) -> tuple[Any, list[Any], list[An
 
 
 def start_simulator(
-    work: Path, data: Path, *, ttft: float, chunks: int, chunk_gap: float
+    work: Path,
+    data: Path,
+    *,
+    ttft: float,
+    chunks: int,
+    chunk_gap: float,
+    long_chunks: int | None = None,
 ) -> tuple[subprocess.Popen, int]:
     """The simulator in its own process: model `bench` answers after `ttft` with a reasoning
     text of (chunks - answer tokens) tokens paced `chunk_gap` apart, so every reply is about
-    `chunks` SSE content/reasoning events. Returns (process, port) once it answers."""
+    `chunks` SSE content/reasoning events; with `long_chunks`, model `bench-long` the same with
+    about `long_chunks` events. Returns (process, port) once it answers."""
     from datasets.answer_key import answer_key_write
 
-    reasoning = " ".join(["step"] * (chunks - 4))
     port = free_port()
     # The simulator reads no dataset file: the key is built here and handed over as JSON.
     key = answer_key_write([("mmlu-pro", str(data))], work / "answer-key.json")
     config = work / "sim.toml"
+    models = {"bench": chunks} | ({"bench-long": long_chunks} if long_chunks else {})
     config.write_text(
-        f"seed = 1\n[models.bench]\naccuracy = 0.8\nttft_s = {ttft}\n"
-        f"tokens_per_second = {1 / chunk_gap}\nchunk_tokens = 1\nprefix_cache = false\n"
-        f'reasoning = "{reasoning}"\n[answer_key]\nfile = "{key}"\n'
+        "seed = 1\n"
+        + "".join(
+            f"[models.{name}]\naccuracy = 0.8\nttft_s = {ttft}\n"
+            f"tokens_per_second = {1 / chunk_gap}\nchunk_tokens = 1\nprefix_cache = false\n"
+            f'reasoning = "{" ".join(["step"] * (n - 4))}"\n'
+            for name, n in models.items()
+        )
+        + f'[answer_key]\nfile = "{key}"\n'
     )
     sim = subprocess.Popen(
         [sys.executable, "-m", "srbench.simulator", "--port", str(port), "--config", str(config)],
@@ -303,15 +318,15 @@ def wait_http(url: str, seconds: float = 60) -> None:
             time.sleep(0.1)
 
 
-def bench_target(port: int) -> Any:
+def bench_target(port: int, model: str = "bench") -> Any:
     from runs.models import Target
 
     return Target.objects.create(
-        slug="bench",
-        name="bench",
-        model="bench",
+        slug=model,
+        name=model,
+        model=model,
         base_url=f"http://127.0.0.1:{port}/v1",
-        prices={"bench": {"input": "1", "output": "2"}},
+        prices={model: {"input": "1", "output": "2"}},
     )
 
 
@@ -360,6 +375,43 @@ def ttft_split(run_id: int, streams: list[dict[str, Any]]) -> dict[str, Any] | N
     return split
 
 
+def per_chunk(measure: Callable[..., dict[str, Any]], args: argparse.Namespace) -> None:
+    """CPU per extra SSE chunk (PERFORMANCE.md: at most 0.05 ms): C = 32 on the same cells with
+    `--chunks` and with `--per-chunk` chunks per call, interleaved (short, long, long, short,
+    …) so that load drift hits both alike; (CPU per call long − short) / (extra chunks), for
+    the worker, the run's PostgreSQL backends and every process of ours. Not all of it is
+    chunk work: a longer call also lasts longer, and the worker spends CPU per second of a run
+    (checkpoints, lease renewals)."""
+    extra = args.per_chunk - args.chunks
+    cells = args.per_chunk_cells
+    kinds = ("short", "long")
+    got: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+    for r in range(args.per_chunk_rounds):
+        for kind in kinds if r % 2 == 0 else kinds[::-1]:
+            target = "bench" if kind == "short" else "bench-long"
+            got[kind].append(measure(32, 1, cells=cells, target=target))
+
+    def per_extra(field: str) -> list[float]:
+        return [
+            (b[field] - a[field]) / extra for a, b in zip(got["short"], got["long"], strict=True)
+        ]
+
+    worker, db, total = per_extra("worker_cpu"), per_extra("db_cpu"), per_extra("cpu")
+    rounds = "; ".join(
+        f"{a['worker_cpu']:.2f} -> {b['worker_cpu']:.2f} (load {a['loadavg'][0]}, "
+        f"{b['loadavg'][0]})"
+        for a, b in zip(got["short"], got["long"], strict=True)
+    )
+    print(
+        f"CPU per extra chunk (C = 32, {cells} cells, {args.chunks} -> {args.per_chunk} chunks "
+        f"per call, {args.per_chunk_rounds} interleaved rounds): worker "
+        f"{statistics.median(worker):.3f} ms [{min(worker):.3f}-{max(worker):.3f}], the run's "
+        f"PostgreSQL backends {statistics.median(db):.3f} ms, all our processes "
+        f"{statistics.median(total):.3f} ms; worker ms per call by round: {rounds}",
+        flush=True,
+    )
+
+
 def unloaded_latency(port: int, messages: list[dict[str, Any]], calls: int = 5) -> float:
     """The unloaded latency L of one call, measured the way the engine streams it: the median
     of `calls` calls one after the other (one call alone varies by a few per cent, and every
@@ -395,6 +447,15 @@ def main() -> None:
     parser.add_argument("--ttft", type=float, default=0.2)
     parser.add_argument("--chunks", type=int, default=50)
     parser.add_argument("--chunk-gap", type=float, default=0.01)
+    parser.add_argument(
+        "--per-chunk",
+        type=int,
+        default=0,
+        metavar="K",
+        help="also measure CPU per extra chunk: C = 32 with --chunks and with K chunks per call",
+    )
+    parser.add_argument("--per-chunk-cells", type=int, default=320)
+    parser.add_argument("--per-chunk-rounds", type=int, default=2)
     args = parser.parse_args()
     import httpx
 
@@ -408,12 +469,19 @@ def main() -> None:
 
     adapter, loaded, questions, data = synthetic_questions(work, args.cells)
     sim, port = start_simulator(
-        work, data, ttft=args.ttft, chunks=args.chunks, chunk_gap=args.chunk_gap
+        work,
+        data,
+        ttft=args.ttft,
+        chunks=args.chunks,
+        chunk_gap=args.chunk_gap,
+        long_chunks=args.per_chunk or None,
     )
     workers = [start_worker()]
     try:
         wait_for_workers(1)
         bench_target(port)
+        if args.per_chunk:
+            bench_target(port, "bench-long")
         owner = get_user_model().objects.create(username="bench")
         latency = unloaded_latency(port, adapter.messages(loaded[0].payload))
         n = len(questions)
@@ -422,7 +490,9 @@ def main() -> None:
             f"chunks {args.chunk_gap} s apart); N = {n} cells"
         )
 
-        def measure(concurrency: int, n_workers: int, cells: int = n) -> dict[str, Any]:
+        def measure(
+            concurrency: int, n_workers: int, cells: int = n, target: str = "bench"
+        ) -> dict[str, Any]:
             while len(workers) < n_workers:
                 workers.append(start_worker())
             wait_for_workers(len(workers))
@@ -453,7 +523,7 @@ def main() -> None:
                 plan={
                     "name": f"bench C={concurrency} W={n_workers}",
                     "dataset": dataset.pk,
-                    "targets": ["bench"],
+                    "targets": [target],
                     "limits": {"concurrency": concurrency, "max_output_tokens": 4096},
                 },
             )
@@ -549,6 +619,8 @@ def main() -> None:
         for concurrency in args.concurrency:
             last = measure(concurrency, 1)
             print(line(f"C={concurrency:>4}, 1 worker", last), flush=True)
+        if args.per_chunk:
+            per_chunk(measure, args)
         scaling: list[tuple[int, dict[str, Any]]] = []
         for n_workers in args.workers:
             m = measure(args.workers_concurrency, n_workers)

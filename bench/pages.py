@@ -303,8 +303,9 @@ def live_section_before(client: Client, big: Run, repeat: int) -> None:
     """The live poll and the recipe tab of the running run with the live section's two reads
     as they were before (grouped cell count; in-flight ids joined with the run's cells), timed
     beside the rows above: the page shows the same rows, only what is read differs."""
-    sums, active = views.LiveCellSums, views._active_calls
-    views.LiveCellSums, views._active_calls = GroupedCellSums, active_calls_joined  # type: ignore[assignment,misc]
+    sums, active = views.LiveCellSums, selectors.active_calls_page
+    views.LiveCellSums = GroupedCellSums  # type: ignore[assignment,misc]
+    selectors.active_calls_page = active_calls_joined
     try:
         for label, url, headers in (
             ("live poll", f"/runs/{big.pk}/?tab=results&was=active", POLL_HEADERS),
@@ -317,7 +318,7 @@ def live_section_before(client: Client, big: Run, repeat: int) -> None:
             label = f"Run detail: {label}, live reads before"
             print(f"{label:40} {median * 1000:8.0f}ms {worst * 1000:8.0f}ms {queries:8d}")
     finally:
-        views.LiveCellSums, views._active_calls = sums, active  # type: ignore[assignment,misc]
+        views.LiveCellSums, selectors.active_calls_page = sums, active  # type: ignore[misc]
 
 
 def main() -> None:
