@@ -455,7 +455,7 @@ def main() -> None:
         help="also measure CPU per extra chunk: C = 32 with --chunks and with K chunks per call",
     )
     parser.add_argument("--per-chunk-cells", type=int, default=320)
-    parser.add_argument("--per-chunk-rounds", type=int, default=2)
+    parser.add_argument("--per-chunk-rounds", type=int, default=3)
     args = parser.parse_args()
     import httpx
 
