@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -322,6 +323,7 @@ def main() -> None:
     finally:
         groups = (stack.worker, stack.web) if stack else ()
         stop_processes(sim, groups=groups)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 _CHILDREN_CPU = [0.0]

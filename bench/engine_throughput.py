@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -656,6 +657,7 @@ def main() -> None:
         for worker in workers:
             worker.wait(timeout=30)
         sim.wait(timeout=30)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -401,6 +402,7 @@ def main() -> None:
         sitting(args, work, setup, sim_port)
     finally:
         stop_processes(sim)
+        shutil.rmtree(work, ignore_errors=True)
         print(f"/proc/loadavg at end: {loadavg()}")
 
 
