@@ -21,6 +21,7 @@ from srbench.simulator.oracle import (
     user_reply,
 )
 from srbench.simulator.tokens import (
+    CACHED_TEXT_CHARS,
     CacheOutcome,
     PrefixCache,
     count_tokens,
@@ -28,8 +29,6 @@ from srbench.simulator.tokens import (
     split_into_pieces,
     truncate_to_tokens,
 )
-
-_CACHED_TEXT_CHARS = 16_384  # texts up to this size have their delta chunks cached
 
 U2028 = "\u2028"
 
@@ -337,7 +336,7 @@ def _text_tails(key: str, text: str, chunk_tokens: int) -> tuple[bytes, ...]:
     answers), so theirs are rendered once: at C = 256 a burst of new requests spent most of the
     simulator's handler time rendering them, with every request arriving meanwhile waiting in
     its socket."""
-    if len(text) <= _CACHED_TEXT_CHARS:
+    if len(text) <= CACHED_TEXT_CHARS:
         return _cached_text_tails(key, text, chunk_tokens)
     return _cached_text_tails.__wrapped__(key, text, chunk_tokens)
 

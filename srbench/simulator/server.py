@@ -282,10 +282,11 @@ async def respond(
     faults: frozenset[str],
     stall: float,
     headers: dict[str, str],
-    request: tuple[float, str | None],
+    received: float,
+    call_id: str | None,
 ) -> Response:
-    """The final completion as an SSE stream or as one JSON body. ``request``: when the request
-    arrived (``time.monotonic()``) and the call id it named, if any."""
+    """The final completion as an SSE stream or as one JSON body. ``received``: when the
+    request arrived (``time.monotonic()``); ``call_id``: the call it named, if any."""
     if body.get("stream"):
         options = body.get("stream_options") or {}
         headers["cache-control"] = "no-cache"
@@ -296,7 +297,6 @@ async def respond(
             faults=faults,
             stall_seconds=stall,
         )
-        received, call_id = request
         return SSEResponse(events, state.counters, received, headers, call_id=call_id)
     await asyncio.sleep(total_generation_seconds(final))
     payload = completion_body(final, ident, include_usage="no-usage" not in faults)
@@ -357,9 +357,8 @@ async def chat_completions(request: Request) -> Response:
         headers["x-vsr-model-usage"] = json.dumps(receipt(completions), separators=(",", ":"))
     ident = ResponseIdentity.of(requested, body, seed)
     call_id = request.headers.get(CALL_ID_HEADER)
-    return await respond(
-        state, completions[-1], ident, body, faults, stall, headers, (received, call_id)
-    )
+    final = completions[-1]
+    return await respond(state, final, ident, body, faults, stall, headers, received, call_id)
 
 
 async def list_models(request: Request) -> Response:

@@ -32,8 +32,9 @@ REPLY_PRIMING_TOKENS = 2
 
 # A completion's texts repeat from request to request (a model's configured reasoning, the
 # few answers of a benchmark), and every request counts, cuts and splits them: their token
-# offsets are kept for texts up to this size, in a small cache.
-_CACHED_TEXT_CHARS = 16_384
+# offsets are kept for texts up to this size, in a small cache (and their rendered delta
+# chunks, srbench.simulator.generation).
+CACHED_TEXT_CHARS = 16_384
 
 
 @functools.lru_cache(maxsize=64)
@@ -43,7 +44,7 @@ def _cached_starts(text: str) -> tuple[int, ...]:
 
 def token_starts(text: str) -> tuple[int, ...]:
     """Where each of ``text``'s tokens starts."""
-    if len(text) <= _CACHED_TEXT_CHARS:
+    if len(text) <= CACHED_TEXT_CHARS:
         return _cached_starts(text)
     return tuple(m.start() for m in TOKEN_RE.finditer(text))
 

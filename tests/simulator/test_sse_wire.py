@@ -384,12 +384,17 @@ def test_streams_lists_each_named_calls_arrival_and_first_delta_in_wall_clock_ti
         with client.stream(
             "POST", "/v1/chat/completions", json=chat("wire"), headers={CALL_ID: "call-7"}
         ) as r:
-            lines = r.iter_lines()
-            assert next(lines).startswith("data: ")  # the role chunk
-            assert next(lines) == ""
-            assert '"reasoning_content"' in next(lines)  # the first delta
+            # SSE events end with a blank line (LF only here); bytes, never str.splitlines,
+            # which would also split on U+2028.
+            received = b""
+            chunks = r.iter_raw()
+            while received.count(b"\n\n") < 2:  # the role chunk, then the first delta
+                received += next(chunks)
             read = time.time()
-            for _ in lines:
+            role, first_delta = received.split(b"\n\n")[:2]
+            assert role.startswith(b"data: ") and b'"role":"assistant"' in role
+            assert b'"reasoning_content"' in first_delta
+            for _ in chunks:
                 pass
         client.post("/v1/chat/completions", json=chat("wire")).raise_for_status()
     streams = wire.get("/_sim/streams").json()["streams"]

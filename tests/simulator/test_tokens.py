@@ -86,7 +86,7 @@ def test_random_texts_and_texts_longer_than_the_cache_takes():
     rng = random.Random(2026)
     for _ in range(200):
         check(random_text(rng, rng.randrange(0, 80)))
-    long_text = random_text(rng, tokens._CACHED_TEXT_CHARS + 500)
+    long_text = random_text(rng, tokens.CACHED_TEXT_CHARS + 500)
     check(long_text)
     tokens._cached_starts.cache_clear()
     assert count_tokens(long_text) == len(rule_tokens(long_text))
