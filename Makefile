@@ -35,9 +35,10 @@ test: $(STAMP) frontend
 	PYTHON=$(BIN)/python scripts/run_tests.sh
 
 ## make chaos: the fault suite (tests/chaos) alone with the long loops at full length: 50 seeded
-## kill trials instead of the 12 of `make test`. Writes var/chaos-report.txt.
+## kill trials instead of the 12 of `make test`, 24 stall trials instead of 4. Writes
+## var/chaos-report.txt.
 chaos: $(STAMP)
-	SRBENCH_CHAOS_TRIALS=50 PYTHON=$(BIN)/python scripts/run_tests.sh tests/chaos
+	SRBENCH_CHAOS_TRIALS=50 SRBENCH_STALL_TRIALS=24 PYTHON=$(BIN)/python scripts/run_tests.sh tests/chaos
 
 ## make screenshots: every main page at 390 px and 1280 px into var/screenshots/ (git-ignored),
 ## taken by the responsive-layout browser test.

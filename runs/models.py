@@ -428,6 +428,7 @@ class Call(models.Model):
     target = models.ForeignKey(Target, on_delete=models.PROTECT, related_name="calls")
     request = models.JSONField()
     worker = models.CharField(max_length=255, blank=True)
+    claim_token = models.PositiveIntegerField(null=True, blank=True)  # at open: dbguards.fencing
     served_model = models.CharField(max_length=200, blank=True)
     selected_model = models.CharField(max_length=200, blank=True)
     selected_decision = models.CharField(max_length=200, blank=True)

@@ -123,3 +123,134 @@ $$ LANGUAGE plpgsql;
         ),
         trigger("terminal_settled_on_insert", "INSERT", becomes_terminal),
     ]
+
+
+def _call_fenced_function(statuses: str) -> str:
+    """An open call only under its cell's current claim, in a run that has not ended."""
+    return f"""
+CREATE OR REPLACE FUNCTION srbench_call_fenced() RETURNS trigger AS $$
+DECLARE
+  cell_status text;
+  cell_token bigint;
+  run_status text;
+BEGIN
+  IF TG_OP = 'UPDATE' AND NOT (OLD.status = 'sent' AND NEW.status = 'streaming') THEN
+    RAISE EXCEPTION 'srbench: call % cannot go from % back to %', NEW.id, OLD.status, NEW.status
+      USING ERRCODE = 'integrity_constraint_violation';
+  END IF;
+  IF TG_OP = 'INSERT' THEN
+    SELECT c.status, c.claim_token INTO cell_status, cell_token
+      FROM runs_cell c WHERE c.id = NEW.cell_id FOR SHARE;
+  ELSE
+    SELECT c.status, c.claim_token INTO cell_status, cell_token
+      FROM runs_cell c WHERE c.id = NEW.cell_id;
+  END IF;
+  SELECT r.status INTO run_status FROM runs_run r JOIN runs_cell c ON c.run_id = r.id
+    WHERE c.id = NEW.cell_id;
+  IF run_status IN ({statuses}) THEN
+    RAISE EXCEPTION 'srbench: no open call in run that is %', run_status
+      USING ERRCODE = 'integrity_constraint_violation', HINT = 'fencing: the run has ended';
+  END IF;
+  IF cell_status IS DISTINCT FROM 'running' OR NEW.claim_token IS NULL
+     OR NEW.claim_token <> cell_token THEN
+    RAISE EXCEPTION 'srbench: call on cell % refused: the cell is % under claim %, not claim %',
+      NEW.cell_id, cell_status, cell_token, NEW.claim_token
+      USING ERRCODE = 'integrity_constraint_violation',
+        HINT = 'fencing: the worker lost its claim on this cell';
+  END IF;
+  RETURN NEW;
+END;
+$$ LANGUAGE plpgsql;
+"""
+
+
+def _cell_fenced_function(statuses: str) -> str:
+    """No cell becomes running in a run that has ended (the run row locked first)."""
+    return f"""
+CREATE OR REPLACE FUNCTION srbench_cell_fenced() RETURNS trigger AS $$
+DECLARE
+  run_status text;
+BEGIN
+  SELECT status INTO run_status FROM runs_run WHERE id = NEW.run_id FOR NO KEY UPDATE;
+  IF run_status IN ({statuses}) THEN
+    RAISE EXCEPTION 'srbench: cell % cannot be running in run % that is %',
+      NEW.id, NEW.run_id, run_status
+      USING ERRCODE = 'integrity_constraint_violation', HINT = 'fencing: the run has ended';
+  END IF;
+  RETURN NEW;
+END;
+$$ LANGUAGE plpgsql;
+"""
+
+
+def _evidence_fenced_function() -> str:
+    """No evidence for a call settled as sent_unknown."""
+    return """
+CREATE OR REPLACE FUNCTION srbench_evidence_fenced() RETURNS trigger AS $$
+DECLARE
+  call_status text;
+BEGIN
+  SELECT status INTO call_status FROM runs_call WHERE id = NEW.call_id;
+  IF call_status = 'sent_unknown' THEN
+    RAISE EXCEPTION 'srbench: evidence for call % refused: the call is settled (%)',
+      NEW.call_id, call_status
+      USING ERRCODE = 'integrity_constraint_violation',
+        HINT = 'fencing: the worker lost its claim on this call';
+  END IF;
+  RETURN NEW;
+END;
+$$ LANGUAGE plpgsql;
+"""
+
+
+def fencing_sql(terminal: tuple[str, ...]) -> list[str]:
+    """Fencing in the database (issue 34): whatever code path writes, a worker that lost its
+    claim cannot send, reopen or record.
+
+    - an open call (`sent`/`streaming`) is inserted only for a cell that is `running` under the
+      call's `claim_token`, in a run that is not terminal; the cell row is locked (FOR SHARE)
+      so that a concurrent settlement either sees the call or is seen by it;
+    - a call never moves back to `sent`/`streaming` from a settled status (only `sent` ->
+      `streaming`), and then only while its cell is still running under its claim;
+    - no cell becomes `running` in a terminal run (the run row is locked first, the order
+      every ledger writer takes: run -> cell -> call);
+    - a call settled as `sent_unknown` never changes status again;
+    - no evidence is recorded for a call settled as `sent_unknown` (a close records its
+      evidence with its outcome, in the transaction that checks the claim; the recovery pass
+      settles open calls as `sent_unknown`, so a stale worker's evidence always meets this).
+    """
+    statuses = ", ".join(f"'{s}'" for s in terminal)
+    call_fn, cell_fn = _call_fenced_function(statuses), _cell_fenced_function(statuses)
+    evidence_fn = _evidence_fenced_function()
+    return [
+        call_fn,
+        cell_fn,
+        evidence_fn,
+        "CREATE TRIGGER runs_call_fenced_insert BEFORE INSERT ON runs_call FOR EACH ROW "
+        "WHEN (NEW.status IN ('sent', 'streaming')) EXECUTE FUNCTION srbench_call_fenced();",
+        "CREATE TRIGGER runs_call_fenced_update BEFORE UPDATE OF status ON runs_call "
+        "FOR EACH ROW WHEN (NEW.status IN ('sent', 'streaming') "
+        "AND OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION srbench_call_fenced();",
+        "CREATE TRIGGER runs_cell_fenced_insert BEFORE INSERT ON runs_cell FOR EACH ROW "
+        "WHEN (NEW.status = 'running') EXECUTE FUNCTION srbench_cell_fenced();",
+        "CREATE TRIGGER runs_cell_fenced_update BEFORE UPDATE OF status ON runs_cell "
+        "FOR EACH ROW WHEN (NEW.status = 'running' AND OLD.status IS DISTINCT FROM NEW.status) "
+        "EXECUTE FUNCTION srbench_cell_fenced();",
+        "CREATE TRIGGER runs_callevidence_fenced BEFORE INSERT ON runs_callevidence "
+        "FOR EACH ROW EXECUTE FUNCTION srbench_evidence_fenced();",
+        # A call settled as sent_unknown stays so: a stale worker's close cannot complete it.
+        "CREATE TRIGGER runs_call_settled BEFORE UPDATE OF status ON runs_call FOR EACH ROW "
+        "WHEN (OLD.status = 'sent_unknown' AND NEW.status IS DISTINCT FROM OLD.status) "
+        "EXECUTE FUNCTION srbench_refuse_change('settled call (sent_unknown)');",
+    ]
+
+
+FENCING_TRIGGERS = (
+    ("runs_call", "fenced_insert"),
+    ("runs_call", "fenced_update"),
+    ("runs_cell", "fenced_insert"),
+    ("runs_cell", "fenced_update"),
+    ("runs_callevidence", "fenced"),
+    ("runs_call", "settled"),
+)
+FENCING_FUNCTIONS = ("srbench_call_fenced", "srbench_cell_fenced", "srbench_evidence_fenced")

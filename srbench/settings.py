@@ -197,6 +197,7 @@ SPECTACULAR_SETTINGS = {
         "PlanModeEnum": ["live", "preview"],
         "BenchmarkEnum": "datasets.benchmarks.ADAPTERS",
         "RecoveryModeEnum": ["undispatched", "failed"],
+        "RecoveryPlanModeEnum": ["undispatched", "failed", "judge_only"],
         "ProfileEnum": "datasets.models.Profile",
     },
 }
@@ -248,6 +249,13 @@ SRBENCH_SCICODE_H5 = os.environ.get("SRBENCH_SCICODE_H5") or (
     str(_DEMO_SCICODE_H5) if _DEMO_SCICODE_H5.is_file() else None
 )
 SRBENCH_REAPER_INTERVAL_SECONDS = float(os.environ.get("SRBENCH_REAPER_INTERVAL_SECONDS", "10"))
+# How long a driver holds its ledger writes while PostgreSQL cannot be reached (a restart, an
+# outage) before it gives up on them (runs/engine/group_commit.py; docs/reliability.md).
+SRBENCH_DB_OUTAGE_SECONDS = float(os.environ.get("SRBENCH_DB_OUTAGE_SECONDS", "120"))
+# Everything one sandboxed program or agent command may write, in MiB, in total (/app, /tmp and
+# every other writable place): a tmpfs, so RAM while it runs (runs/engine/sandbox.py; docs/
+# decisions.md "Sandbox disk budget"). Past it the test, step or task fails: disk quota exceeded.
+SRBENCH_SANDBOX_DISK_MB = float(os.environ.get("SRBENCH_SANDBOX_DISK_MB", "256"))
 
 LOGGING = {
     "version": 1,

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.utils import timezone
 
 from datasets.models import FrozenDataset, Question, QuestionSecret
-from runs.models import Call, Cell, Run, Target
+from runs.models import OPEN_CALL_STATUSES, Call, Cell, CellStatus, Run, Target
 from srbench.canonical import sha256_hex
 
 _seq = itertools.count(1)
@@ -95,6 +97,52 @@ def cell_create(**fields: Any) -> Cell:
     )
 
 
+@contextlib.contextmanager
+def _opened_under_claim(cell_ids: list[int]) -> Iterator[dict[int, int]]:
+    """Open calls are written as a worker writes them: while their cell runs under its claim
+    (the database's fencing refuses anything else, migration runs/0015). A fixture that wants
+    an open call on a cell in another state (a crashed worker's ledger) gets the cell back in
+    that state afterwards. Yields each cell's claim token."""
+    with transaction.atomic():
+        before = dict(Cell.objects.filter(pk__in=cell_ids).values_list("pk", "status"))
+        idle = [pk for pk, status in before.items() if status != CellStatus.RUNNING]
+        Cell.objects.filter(pk__in=idle).update(status=CellStatus.RUNNING)
+        yield dict(Cell.objects.filter(pk__in=cell_ids).values_list("pk", "claim_token"))
+        for pk in idle:
+            Cell.objects.filter(pk=pk).update(status=before[pk])
+
+
+@contextlib.contextmanager
+def written_before_fencing() -> Iterator[None]:
+    """Rows only a ledger written before the fencing triggers (migration runs/0015) can hold,
+    e.g. an open call in a run that has ended: the triggers are off while the block writes.
+    For tests whose writes commit (django_db(transaction=True)); DDL waits for the tables."""
+    from django.db import connection
+
+    from srbench.dbguards import FENCING_TRIGGERS
+
+    def switch(state: str) -> None:
+        with connection.cursor() as cursor:
+            for table, suffix in FENCING_TRIGGERS:
+                cursor.execute(f"ALTER TABLE {table} {state} TRIGGER {table}_{suffix}")
+
+    switch("DISABLE")
+    try:
+        yield
+    finally:
+        switch("ENABLE")
+
+
+def calls_insert(calls: list[Call]) -> list[Call]:
+    """bulk_create these Call objects; the open ones are written as a worker writes them,
+    under their cell's claim (`_opened_under_claim`)."""
+    opened = [c for c in calls if c.status in OPEN_CALL_STATUSES and c.claim_token is None]
+    with _opened_under_claim(sorted({c.cell_id for c in opened})) as tokens:
+        for c in opened:
+            c.claim_token = tokens[c.cell_id]
+        return Call.objects.bulk_create(calls, batch_size=5000)
+
+
 def call_create(**fields: Any) -> Call:
     cell = fields.pop("cell", None) or cell_create()
     defaults: dict[str, Any] = {
@@ -105,7 +153,11 @@ def call_create(**fields: Any) -> Call:
         "sent_at": timezone.now(),
     }
     defaults.update(fields)
-    return Call.objects.create(cell=cell, **defaults)
+    if defaults.get("status", Call.status.field.default) not in OPEN_CALL_STATUSES:
+        return Call.objects.create(cell=cell, **defaults)
+    with _opened_under_claim([cell.pk]) as tokens:
+        defaults.setdefault("claim_token", tokens[cell.pk])
+        return Call.objects.create(cell=cell, **defaults)
 
 
 def calls_bulk_create(
@@ -114,19 +166,22 @@ def calls_bulk_create(
     """One subject call per cell, in bulk, in the cells' order (large ledgers for plan tests);
     `status(i)` gives the i-th call's status (else the model's default)."""
     now = timezone.now()
+    cells = list(cells)
     extra = (lambda i: {}) if status is None else (lambda i: {"status": status(i)})
-    return Call.objects.bulk_create(
-        (
-            Call(
-                cell=c,
-                role="subject",
-                sequence=0,
-                target=target,
-                request={},
-                sent_at=now,
-                **extra(i),
-            )
-            for i, c in enumerate(cells)
-        ),
-        batch_size=5000,
-    )
+    with _opened_under_claim([c.pk for c in cells]) as tokens:
+        return Call.objects.bulk_create(
+            (
+                Call(
+                    cell=c,
+                    role="subject",
+                    sequence=0,
+                    target=target,
+                    request={},
+                    sent_at=now,
+                    claim_token=tokens[c.pk],
+                    **extra(i),
+                )
+                for i, c in enumerate(cells)
+            ),
+            batch_size=5000,
+        )

@@ -10,6 +10,7 @@ before the request leaves, evidence and outcome commit together afterwards.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -17,18 +18,18 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, TypeVar
 
 import httpx
-from django.db import connection
+from django.conf import settings
 from django.utils import timezone
 
 from runs.accounting import call_accounting, worst_case_call_cost
 from runs.engine import store
+from runs.engine.group_commit import UNREACHABLE, DbThread, LedgerBatcher
 from runs.engine.guards import output_cap_violation, repeated_tail_block, stream_byte_cap
 from runs.engine.sse import ChatStreamAccumulator, SSEDecoder, SSEError
 from runs.live_report import snapshot_keep
@@ -70,99 +71,9 @@ def http_error_text(status: int, phrase: str, body: bytes) -> str:
     return f"HTTP {status} {phrase}: {detail}".strip()
 
 
-class DbThread:
-    """All ORM work of one driver on one thread, so it keeps one connection and never blocks
-    the event loop."""
-
-    def __init__(self) -> None:
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="srbench-db")
-
-    async def __call__(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.pool, lambda: fn(**kwargs))
-
-    def close(self) -> None:
-        # `connection` is looked up in the pool's thread: `connection.close` written here would
-        # bind the caller's connection and fail Django's thread check, leaving this one open.
-        self.pool.submit(lambda: connection.close()).result()
-        self.pool.shutdown(wait=True)
-
-
-class LedgerBatcher:
-    """Group commit: ledger writes submitted while a transaction is in flight are applied
-    together in the next one. Nobody is told "your call is open" before its row committed.
-
-    A write may name writes queued before it (`after`) that must have succeeded for it to
-    stand: a cell's finish names its calls' closes, so the driver need not wait for a close
-    to commit before it grades and finishes the cell (both usually share one transaction).
-    If one of them failed, the finish is written as a failure instead (`FinishCell.failed`).
-    """
-
-    def __init__(self, db: DbThread, run_id: int, max_cost: Decimal | None) -> None:
-        self.db = db
-        self.run_id = run_id
-        self.max_cost = max_cost
-        self.pending: list[tuple[store.LedgerOp, asyncio.Future[Any], tuple[Any, ...]]] = []
-        self.wakeup = asyncio.Event()
-        self.busy = False
-        self.task = asyncio.create_task(self._loop())
-
-    def enqueue(self, op: store.LedgerOp, after: tuple[asyncio.Future[Any], ...] = ()) -> Any:
-        """Queue a write; its future holds the result once its transaction committed."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.pending.append((op, future, after))
-        self.wakeup.set()
-        return future
-
-    async def submit(self, op: store.LedgerOp, after: tuple[asyncio.Future[Any], ...] = ()) -> Any:
-        # Shielded: a cancelled caller (case timeout) must not lose a write already queued.
-        return await asyncio.shield(self.enqueue(op, after))
-
-    async def _apply(self, ops: list[store.LedgerOp]) -> list[Any]:
-        return await self.db(
-            store.ledger_apply, run_id=self.run_id, max_cost=self.max_cost, ops=ops
-        )
-
-    @staticmethod
-    def _standing(op: store.LedgerOp, after: tuple[asyncio.Future[Any], ...]) -> store.LedgerOp:
-        """The op as it may be written, given the writes it names. Those are queued before
-        it, so each one has failed, succeeded, or shares its batch (then written first)."""
-        for future in after:
-            if future.done() and (future.cancelled() or future.exception() is not None):
-                assert isinstance(op, store.FinishCell)
-                reason = "cancelled" if future.cancelled() else repr(future.exception())
-                return op.failed(f"ledger: a call of this cell was not recorded: {reason}"[:500])
-        return op
-
-    async def _loop(self) -> None:
-        while True:
-            await self.wakeup.wait()
-            self.wakeup.clear()
-            batch, self.pending = self.pending, []
-            if not batch:
-                continue
-            self.busy = True
-            try:
-                results = await self._apply([self._standing(op, after) for op, _, after in batch])
-            except Exception:
-                # One bad write must not fail its neighbours: apply them one by one, in order,
-                # so a write that names an earlier one of the batch sees how it went.
-                log.exception("ledger batch failed; retrying its writes one by one")
-                for op, future, after in batch:
-                    try:
-                        future.set_result((await self._apply([self._standing(op, after)]))[0])
-                    except Exception as exc:
-                        future.set_exception(exc)
-                self.busy = False
-                continue
-            for (_, future, _), result in zip(batch, results, strict=True):
-                future.set_result(result)
-            self.busy = False
-
-    async def close(self) -> None:
-        while self.pending or self.wakeup.is_set() or self.busy:
-            await asyncio.sleep(0.01)
-        self.task.cancel()
+class ClaimLost(Exception):  # noqa: N818 - a state, not a failure of this code
+    """This worker's claim on a cell is gone: it stalled past its lease and the cell was
+    settled or taken over elsewhere. Its work on the cell stops and writes nothing more."""
 
 
 @dataclass
@@ -381,6 +292,15 @@ class Caller:
         default_factory=lambda: asyncio.Semaphore(max(1, os.cpu_count() or 1))
     )
     stopping: str = ""
+    # The cells this driver holds, by id: (fencing token, the task working on it). The
+    # heartbeat renews their leases by token; a cell it cannot renew is abandoned.
+    held: dict[int, tuple[int, asyncio.Task[Any] | None]] = field(default_factory=dict)
+    lost: set[int] = field(default_factory=set)
+    lease_seconds: float = 60.0
+    # time.monotonic() until which every held lease is known to be unexpired: the start of the
+    # last successful renewal plus a lease. Past it (the worker stalled), a request leaves only
+    # after a renewal found its cell still held.
+    lease_valid_until: float = float("inf")
     # A second database thread for reads kept for pages (live_report.snapshot_keep): never
     # the ledger's, whose writes must not wait behind them. None: nothing kept.
     side_db: DbThread | None = None
@@ -402,9 +322,23 @@ class Caller:
             await asyncio.gather(*closes, return_exceptions=True)
             os.kill(os.getpid(), signal.SIGKILL)
         op = store.FinishCell(cell.cell_id, cell.token, status, correct, grade, answer, error)
+        self.held.pop(cell.cell_id, None)  # no lease to renew once its finish is queued
         finished = self.ledger.enqueue(op, after=closes)
         self.cell_ending()
-        await asyncio.shield(finished)
+        if not await asyncio.shield(finished):
+            self.claim_lost(cell.cell_id, "finishing it")
+
+    def claim_lost(self, cell_id: int, doing: str) -> None:
+        """One log line per cell whose claim this worker found gone."""
+        if cell_id not in self.lost:
+            self.lost.add(cell_id)
+            log.warning(
+                "run %s cell %s: claim lost while %s (this worker stalled past its lease and "
+                "the cell was settled elsewhere); its work is abandoned, nothing more is sent",
+                self.ctx.run_id,
+                cell_id,
+                doing,
+            )
 
     def cell_ending(self) -> None:
         """The current cell's finish is queued: its slot may be claimed again (the claim
@@ -473,7 +407,13 @@ class Caller:
         )
         if outcome.call_id is None:
             if calls_made == 0:
-                await self.db(store.cell_release, cell_id=cell.cell_id, token=cell.token)
+                self.held.pop(cell.cell_id, None)
+                await self.db(
+                    store.cell_release,
+                    run_id=self.ctx.run_id,
+                    cell_id=cell.cell_id,
+                    token=cell.token,
+                )
             else:
                 await self.fail(cell, BUDGET_STOP, answer)
             await self.stop(BUDGET_STOP)
@@ -539,12 +479,24 @@ class Caller:
         await self.closes_written(cell.cell_id)
         call_id = await self.ledger.submit(
             store.OpenCall(
-                cell.cell_id, role, sequence, target.target_id, body, reservation, self.worker
+                cell.cell_id,
+                cell.token,
+                role,
+                sequence,
+                target.target_id,
+                body,
+                reservation,
+                self.worker,
             )
         )
+        if call_id == store.FENCED:
+            # The claim is gone: nothing was written and the request never leaves.
+            self.claim_lost(cell.cell_id, f"opening its {role} call {sequence + 1}")
+            raise ClaimLost(cell.cell_id)
         if call_id is None:
             return CallOutcome(call_id=None)
         self.reserved[call_id] = reservation
+        await self.lease_check(cell)
         # The row is committed: from here on the request may leave, and never a second time.
         self.activity[call_id] = Activity(stage="waiting", last=time.time())
         try:
@@ -677,16 +629,56 @@ class Caller:
                 for pk, a in list(self.activity.items())
                 if (snap := a.snapshot()) is not None
             ]
-            if dirty:
-                await self.db(store.calls_checkpoint, activity=dirty)
             if time.monotonic() >= next_renew:
+                # First after a stall: a cell settled elsewhere meanwhile is abandoned before
+                # its activity is written or its next call is opened.
                 next_renew = time.monotonic() + renew_every
-                await self.db(
-                    store.leases_renew,
-                    run_id=self.ctx.run_id,
-                    worker=self.worker,
-                    lease_seconds=lease_seconds,
-                )
+                await self.leases_renew(lease_seconds)
+                next_renew = max(next_renew, time.monotonic())
+            if dirty:
+                with contextlib.suppress(*UNREACHABLE):  # live activity only; the next one tells
+                    await self.db(store.calls_checkpoint, run_id=self.ctx.run_id, activity=dirty)
+
+    async def lease_check(self, cell: store.ClaimedCell) -> None:
+        """Before a request leaves: past the known life of the leases (this worker stalled, or
+        the database was away), renew first; a lost claim abandons the cell before anything
+        is sent (its committed call is then the recovery pass's sent_unknown, never sent)."""
+        waited_since = time.monotonic()
+        while time.monotonic() >= self.lease_valid_until:
+            await self.leases_renew(self.lease_seconds)
+            if cell.cell_id in self.lost:
+                raise ClaimLost(cell.cell_id)
+            if time.monotonic() - waited_since > float(settings.SRBENCH_DB_OUTAGE_SECONDS):
+                self.claim_lost(cell.cell_id, "renewing its lease (the database stayed away)")
+                raise ClaimLost(cell.cell_id)
+            if time.monotonic() >= self.lease_valid_until:
+                await asyncio.sleep(0.5)  # the renewal did not get through: try again
+
+    async def leases_renew(self, lease_seconds: float) -> None:
+        """Renew the held cells' leases by token; abandon every cell whose claim is gone: its
+        task is cancelled (an in-flight request is dropped, its close is refused). While the
+        database cannot be reached nothing is renewed or abandoned."""
+        started = time.monotonic()
+        held = dict(self.held)
+        try:
+            renewed = await self.db(
+                store.leases_renew,
+                run_id=self.ctx.run_id,
+                held=[(cell_id, token) for cell_id, (token, _) in held.items()],
+                lease_seconds=lease_seconds,
+            )
+        except UNREACHABLE:
+            log.warning(
+                "run %s: lease renewal failed: the database is unreachable", self.ctx.run_id
+            )
+            return
+        self.lease_valid_until = started + lease_seconds
+        for cell_id, (_, task) in held.items():
+            if cell_id not in renewed and self.held.get(cell_id, (None, None))[1] is task:
+                self.claim_lost(cell_id, "renewing its lease")
+                self.held.pop(cell_id, None)
+                if task is not None and task is not asyncio.current_task():
+                    task.cancel()
 
     async def _snapshot_keep(self, side_db: DbThread) -> None:
         try:

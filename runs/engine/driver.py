@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -26,9 +27,10 @@ from django.utils import timezone
 
 from datasets.benchmarks import get_adapter
 from runs.engine import store
-from runs.engine.calls import Caller, DbThread, LedgerBatcher
+from runs.engine.calls import Caller, ClaimLost
 from runs.engine.episodes import episode_for
 from runs.engine.finish import run_finish_if_done
+from runs.engine.group_commit import DbThread, LedgerBatcher
 from runs.engine.transport import engine_client
 from runs.hooks import run_start
 from runs.router_client import PreviewError, PreviewNotPossible, route_preview
@@ -51,14 +53,16 @@ class Driver(Caller):
     timeout, and a crash fails the cell instead of leaving it running."""
 
     concurrency: int = 1
-    lease_seconds: float = 60.0
     slots: Slots = field(default_factory=lambda: Slots())
     claiming: asyncio.Future[Any] | None = None  # the claim queued in the ledger, if any
 
     async def run_cell(self, cell: store.ClaimedCell) -> None:
+        self.held[cell.cell_id] = (cell.token, asyncio.current_task())
         try:
             async with asyncio.timeout(self.limits["case_timeout_s"]):
                 await self._run_cell(cell)
+        except ClaimLost:
+            return  # logged once; the cell belongs to whoever settled it
         except TimeoutError:
             await self.fail(cell, f"case timeout after {self.limits['case_timeout_s']}s")
         except Exception as exc:  # a bug must fail the cell, not leave it running forever
@@ -66,6 +70,7 @@ class Driver(Caller):
             await self.fail(cell, f"internal error: {type(exc).__name__}: {exc}")
         finally:
             self.closing.pop(cell.cell_id, None)
+            self.held.pop(cell.cell_id, None)
 
     def cell_ending(self) -> None:
         self.slots.ending(asyncio.current_task())
@@ -196,7 +201,7 @@ class Slots:
 
 async def drive(run_id: int) -> str | None:
     """Drive one run on this worker until nothing more can be dispatched here."""
-    db, side_db = DbThread(), DbThread()
+    db, side_db = DbThread(writer=True), DbThread()
     try:
         ctx = await db(store.run_begin, run_id=run_id)
         if ctx is None:
@@ -227,6 +232,7 @@ async def drive(run_id: int) -> str | None:
                 lease_seconds=lease_seconds,
                 side_db=side_db,
             )
+            driver.lease_valid_until = time.monotonic() + lease_seconds
             ticker = asyncio.create_task(driver.checkpoints(lease_seconds))
             deadline = ctx.started_at + timedelta(seconds=float(limits["max_run_seconds"]))
             inflight = driver.slots
@@ -252,7 +258,9 @@ async def drive(run_id: int) -> str | None:
                 # never started here, nothing was sent for them; they go back to pending.
                 leftover = await driver.claimed()
                 for cell in leftover[0] if leftover else []:
-                    await db(store.cell_release, cell_id=cell.cell_id, token=cell.token)
+                    await db(
+                        store.cell_release, run_id=run_id, cell_id=cell.cell_id, token=cell.token
+                    )
                 if inflight:
                     await asyncio.wait(set(inflight.tasks))
             finally:

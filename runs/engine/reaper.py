@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Exists, F, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
@@ -145,16 +145,22 @@ def ledger_reap(*, now=None, sandbox: bool = True) -> dict[str, int]:  # type: i
     and leaves such cells to the workers."""
     reap = _Pass(now=now or timezone.now(), sandbox=sandbox)
     with transaction.atomic(durable=True):
-        expired = list(
-            Cell.objects.select_for_update(skip_locked=True)
-            .lease_expired(reap.now)
-            .values_list("id", "run_id")
-        )
-        by_run: dict[int, list[int]] = {}
-        for cell_id, run_id in expired:
-            by_run.setdefault(run_id, []).append(cell_id)
-        for run_id, ids in by_run.items():
-            _run_reap(reap, run_id, ids)
+        # The one lock order of the ledger (runs/engine/store.py): each run row first, in id
+        # order, then its expired cells (skipping those another pass holds), then their
+        # calls. A driver's batch takes its run row before its cells too, so the two wait
+        # for each other instead of deadlocking (issue 34).
+        runs = sorted(set(Cell.objects.lease_expired(reap.now).values_list("run_id", flat=True)))
+        for run_id in runs:
+            store.run_lock(run_id)
+            ids = list(
+                Cell.objects.select_for_update(skip_locked=True)
+                .filter(run_id=run_id)
+                .lease_expired(reap.now)
+                .order_by("pk")
+                .values_list("id", flat=True)
+            )
+            if ids:
+                _run_reap(reap, run_id, ids)
         for run_id in reap.redispatch:
             transaction.on_commit(lambda r=run_id: services.run_dispatch(run_id=r))
     # Cells finished from the ledger may have been the run's last: nobody else would end it
@@ -343,11 +349,27 @@ def start_reaper_thread(interval: float) -> threading.Thread:
 
     def loop() -> None:
         stop = threading.Event()
+        unreachable = False
         while not stop.is_set():
             try:
+                store.writer_session()
+                if unreachable:
+                    # The database is back: nobody could renew a lease while it was away, so
+                    # every held cell gets one more before this pass may settle it (the drivers
+                    # that held their writes through the outage renew first).
+                    extended = store.leases_extend(
+                        lease_seconds=settings.SRBENCH_CELL_LEASE_SECONDS
+                    )
+                    log.warning(
+                        "recovery pass: the database answers again; %s leases extended", extended
+                    )
+                    unreachable = False
                 stats = ledger_reap()
                 if any(stats.values()):
                     log.warning("recovery pass: %s", stats)
+            except (OperationalError, InterfaceError):
+                unreachable = True
+                log.warning("recovery pass: the database is unreachable", exc_info=True)
             except Exception:  # keep reaping; a transient DB error must not end the thread
                 log.exception("recovery pass failed")
             finally:

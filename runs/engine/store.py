@@ -4,25 +4,46 @@ database thread. The order matters and is the point of this module:
 - a Call row with status `sent` is committed before its request leaves (write-ahead);
 - cells are claimed with a fencing token and a lease, and finished only by their holder;
 - the budget is reserved under a lock on the run row before every call.
+
+Fencing (issue 34, docs/reliability.md "Fencing"): every write a driver makes carries its
+claim — opening a call, marking it streaming, closing it with its evidence, renewing a lease,
+finishing or releasing a cell — and is checked against the cell's status and claim token and
+the run's status in the same transaction; a write whose claim is gone changes nothing and says
+so (`FENCED`, False, or the cell missing from a renewal). The database refuses the same writes
+whatever code path makes them (srbench.dbguards.fencing_sql).
+
+One lock order for every ledger writer (the driver's batches and heartbeat, the recovery pass,
+the end of a run, recovery): the run row first, then its cells, then their calls.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
-from django.db.models import F
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from datasets.models import Question
+from runs.engine.bulk_sql import bulk_update_sql, first_per_key
 from runs.events import events_append
-from runs.models import Call, CallEvidence, CallStatus, Cell, CellStatus, Run, RunStatus, Target
+from runs.models import (
+    TERMINAL_RUN_STATUSES,
+    Call,
+    CallEvidence,
+    CallStatus,
+    Cell,
+    CellStatus,
+    Run,
+    RunStatus,
+    Target,
+)
 from runs.selectors import target_api_key
 from srbench.canonical import sha256_bytes
 from srbench.money import money_text
@@ -193,12 +214,54 @@ def _claimed_cells(claimed: ClaimRows) -> tuple[list[ClaimedCell], int | None] |
     ], pending_left
 
 
+# The result of an open whose claim is gone: the cell is no longer running under the op's
+# token, or the run is no longer running. Nothing was written; the request must not leave.
+FENCED = "fenced"
+
+
+def writer_session() -> None:
+    """Make this thread's connection a ledger writer's: PostgreSQL ends its session when it
+    sits idle inside a transaction for half a lease (at least 5 s). A worker frozen mid-
+    transaction (a VM pause, SIGSTOP) then releases the run and cell rows it locked instead of
+    holding every other writer of the run — the recovery pass included — until it wakes; its
+    own transaction is rolled back, and whatever it retries meets the fencing. Our writers'
+    transactions are a few statements with no waiting in between. Once per connection."""
+    raw = connection.connection
+    if raw is not None and getattr(raw, "_srbench_writer", False):
+        return
+    connection.ensure_connection()
+    timeout_ms = int(max(5.0, float(settings.SRBENCH_CELL_LEASE_SECONDS) / 2) * 1000)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+            [str(timeout_ms)],
+        )
+    connection.connection._srbench_writer = True
+
+
+def run_lock(run_id: int) -> str:
+    """Lock the run row, the first lock of every ledger write transaction (run -> cell ->
+    call); returns the run's status."""
+    return Run.objects.select_for_update().values_list("status", flat=True).get(pk=run_id)
+
+
+def _held_by_call() -> Exists:
+    """The call's cell is still running under the claim the call was opened with."""
+    return Exists(
+        Cell.objects.filter(
+            pk=OuterRef("cell_id"), status=CellStatus.RUNNING, claim_token=OuterRef("claim_token")
+        )
+    )
+
+
 @dataclass(frozen=True)
 class OpenCall:
-    """Commit a Call row (status `sent`) before its request leaves; with a budget, reserve its
-    worst-case cost first. Result: the call id, or None when the budget refuses it."""
+    """Commit a Call row (status `sent`) before its request leaves, only while the cell is
+    running under `token` in a running run; with a budget, reserve its worst-case cost first.
+    Result: the call id, None when the budget refuses it, or FENCED when the claim is gone."""
 
     cell_id: int
+    token: int
     role: str
     sequence: int
     target_id: int
@@ -209,7 +272,9 @@ class OpenCall:
 
 @dataclass(frozen=True)
 class CloseCall:
-    """Record a call's outcome and its evidence together and settle its reservation."""
+    """Record a call's outcome and its evidence together and settle its reservation, only
+    while the call is open and its cell still held under its claim. Result: whether it was
+    recorded (False: the call was settled elsewhere; nothing was written)."""
 
     call_id: int
     fields: dict[str, Any]
@@ -242,77 +307,6 @@ class FinishCell:
 LedgerOp = OpenCall | CloseCall | FinishCell | ClaimCells
 
 
-def _bulk_update_sql(
-    model: type[models.Model],
-    *,
-    keys: tuple[str, ...],
-    fields: tuple[str, ...],
-    rows: list[tuple[Any, ...]],
-    where: str = "",
-    extra_set: str = "",
-    returning: bool = False,
-) -> list[int]:
-    """Many rows' updates in ONE PostgreSQL statement: UPDATE … FROM unnest(one array per
-    column) matched on `keys`, each row carrying its own values of `fields`. `where` adds
-    conditions on the target row (alias t), so a guarded update stays guarded row by row.
-    Returns the updated ids when `returning`. Values go through the fields' own database
-    preparation (JSON, Decimal, datetimes) and are passed as parameters, one array per column
-    cast to the column's type.
-
-    The statement's text depends on the columns only, never on the number of rows: psycopg
-    parses it once and caches it (statements under 4 KiB; a close of 27 columns is 1.9),
-    where a VALUES list of one placeholder per value was parsed again on every call (a fifth
-    of the ledger thread at concurrency 256). Nor is there a count of parameters to bound:
-    the rows go in one statement."""
-    if not rows:
-        return []
-    qn = connection.ops.quote_name
-    cols = [model._meta.get_field(name) for name in (*keys, *fields)]
-    arrays = ", ".join(f"%s::{_value_type(c)}[]" for c in cols)
-    names = ", ".join(qn(c.column) for c in cols)
-    sets = [f"{qn(c.column)} = v.{qn(c.column)}" for c in cols[len(keys) :]]
-    if extra_set:
-        sets.append(extra_set)
-    match = " AND ".join(f"t.{qn(c.column)} = v.{qn(c.column)}" for c in cols[: len(keys)])
-    sql = (
-        f"UPDATE {qn(model._meta.db_table)} AS t SET {', '.join(sets)} "
-        f"FROM unnest({arrays}) AS v ({names}) WHERE {match}"
-        + (f" AND {where}" if where else "")
-        + (" RETURNING t.id" if returning else "")
-    )
-    # This thread's connection itself: through the `connection` proxy, each of the many
-    # values' preparations would look it up again.
-    db = connections[DEFAULT_DB_ALIAS]
-    values = zip(*rows, strict=True)  # by column
-    params = [
-        [c.get_db_prep_save(v, db) for v in column] for c, column in zip(cols, values, strict=True)
-    ]
-    with db.cursor() as cursor:
-        cursor.execute(sql, params)
-        return [r[0] for r in cursor.fetchall()] if returning else []
-
-
-def _value_type(field: models.Field) -> str:
-    """The column's type without its length or precision: an explicit cast to varchar(n) would
-    silently truncate, whereas the assignment to the column refuses a value too long, as an
-    ORM update does."""
-    base = field.db_type(connection).split("(")[0].strip()
-    return "text" if base == "varchar" else base
-
-
-def _first_per_key(items: list[tuple[int, Any]], key: Callable[[Any], Any]) -> tuple[list, list]:
-    """Split (index, op) pairs into the first op per key and the later repeats: one UPDATE …
-    FROM updates a row once whichever of its matches it takes, and repeats must see the first
-    one's effect."""
-    seen: set[Any] = set()
-    first, repeats = [], []
-    for item in items:
-        k = key(item[1])
-        (repeats if k in seen else first).append(item)
-        seen.add(k)
-    return first, repeats
-
-
 def ledger_apply(*, run_id: int, max_cost: Decimal | None, ops: list[LedgerOp]) -> list[Any]:
     """Apply a batch of ledger writes in ONE transaction (group commit) and return one result
     per op. Opens are applied first, then closes, then finishes, then claims, so a batch that
@@ -324,13 +318,16 @@ def ledger_apply(*, run_id: int, max_cost: Decimal | None, ops: list[LedgerOp]) 
     events: list[tuple[str, dict[str, Any]]] = []
     now = timezone.now()
     with transaction.atomic(durable=True):
-        opens = [(i, op) for i, op in enumerate(ops) if isinstance(op, OpenCall)]
+        run_status = run_lock(run_id)
+        opens = _opens_fenced(
+            [(i, op) for i, op in enumerate(ops) if isinstance(op, OpenCall)], run_status, results
+        )
         allowed = (
             _budget_reserve(run_id, max_cost, opens, events) if max_cost is not None else opens
         )
         _calls_open(allowed, now, results, events)
         closes = [(i, op) for i, op in enumerate(ops) if isinstance(op, CloseCall)]
-        _closes_apply(run_id, max_cost, closes, events)
+        _closes_apply(run_id, max_cost, closes, events, results)
         finishes = [(i, op) for i, op in enumerate(ops) if isinstance(op, FinishCell)]
         finished = _cells_finish(finishes, now)
         for i, op in finishes:
@@ -351,6 +348,31 @@ def ledger_apply(*, run_id: int, max_cost: Decimal | None, ops: list[LedgerOp]) 
     for i, claimed in claims.items():
         results[i] = _claimed_cells(claimed)
     return results
+
+
+def _opens_fenced(
+    opens: list[tuple[int, OpenCall]], run_status: str, results: list[Any]
+) -> list[tuple[int, OpenCall]]:
+    """The opens whose cell is running under their token in a running run, with those cells
+    locked (after the run); the others' result is FENCED."""
+    if not opens:
+        return []
+    held: dict[int, int] = {}
+    if run_status == RunStatus.RUNNING:
+        held = dict(
+            Cell.objects.select_for_update()
+            .running()
+            .filter(pk__in={op.cell_id for _, op in opens})
+            .order_by("pk")
+            .values_list("pk", "claim_token")
+        )
+    allowed = []
+    for i, op in opens:
+        if held.get(op.cell_id) == op.token:
+            allowed.append((i, op))
+        else:
+            results[i] = FENCED
+    return allowed
 
 
 def _budget_reserve(
@@ -412,6 +434,7 @@ def _calls_open(
             target_id=op.target_id,
             request=op.request,
             worker=op.worker,
+            claim_token=op.token,
             status=CallStatus.SENT,
             stage=Call.Stage.WAITING,
             sent_at=now,
@@ -429,10 +452,15 @@ def _closes_apply(
     max_cost: Decimal | None,
     closes: list[tuple[int, CloseCall]],
     events: list[tuple[str, dict[str, Any]]],
+    results: list[Any],
 ) -> None:
     """Record closed calls' outcomes and evidence, and move the budget from each call's
-    reservation to its known cost."""
-    _calls_close(closes)
+    reservation to its known cost; a close whose call was settled elsewhere (its claim is
+    gone) writes nothing, neither outcome nor evidence, and its result is False."""
+    recorded = _calls_close(closes)
+    for i, op in closes:
+        results[i] = op.call_id in recorded
+    closes = [(i, op) for i, op in closes if op.call_id in recorded]
     budget_delta = Decimal(0)
     for _, op in closes:
         cost = op.fields.get("cost_usd")
@@ -456,22 +484,34 @@ def _closes_apply(
         )
 
 
-# The statuses are the enum's values (constants, never input) written into the SQL text.
-CLOSE_GUARD = f"t.status IN ('{CallStatus.SENT.value}', '{CallStatus.STREAMING.value}')"
+# The statuses are the enum's values (constants, never input) written into the SQL text: a
+# call still open whose cell is still running under the claim the call was opened with.
+CLOSE_GUARD = (
+    f"t.status IN ('{CallStatus.SENT.value}', '{CallStatus.STREAMING.value}') "
+    f"AND EXISTS (SELECT 1 FROM runs_cell c WHERE c.id = t.cell_id "
+    f"AND c.status = '{CellStatus.RUNNING.value}' AND c.claim_token = t.claim_token)"
+)
 
 
-def _calls_close(closes: list[tuple[int, CloseCall]]) -> None:
-    """Write the outcome of closed calls that are still open (sent/streaming): one statement
-    per shape of outcome."""
-    first, repeats = _first_per_key(closes, lambda op: op.call_id)
+def _calls_close(closes: list[tuple[int, CloseCall]]) -> set[int]:
+    """Write the outcome of closed calls that are still open (sent/streaming) under their
+    claim: one statement per shape of outcome. Returns the ids of the calls it closed."""
+    first, repeats = first_per_key(closes, lambda op: op.call_id)
     shapes: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
     for _, op in first:
         names = tuple(op.fields)
         shapes.setdefault(names, []).append((op.call_id, *op.fields.values()))
+    closed: set[int] = set()
     for names, rows in shapes.items():
-        _bulk_update_sql(Call, keys=("id",), fields=names, rows=rows, where=CLOSE_GUARD)
+        closed.update(
+            bulk_update_sql(
+                Call, keys=("id",), fields=names, rows=rows, where=CLOSE_GUARD, returning=True
+            )
+        )
     for _, op in repeats:
-        Call.objects.open().filter(pk=op.call_id).update(**op.fields)
+        if Call.objects.open().filter(_held_by_call(), pk=op.call_id).update(**op.fields):
+            closed.add(op.call_id)
+    return closed
 
 
 def _cells_finish(finishes: list[tuple[int, FinishCell]], now: Any) -> dict[int, bool]:
@@ -494,10 +534,10 @@ def _cells_finish(finishes: list[tuple[int, FinishCell]], now: Any) -> dict[int,
             == 1
         )
 
-    first, repeats = _first_per_key(finishes, lambda op: op.cell_id)
+    first, repeats = first_per_key(finishes, lambda op: op.cell_id)
     if first:
         updated = set(
-            _bulk_update_sql(
+            bulk_update_sql(
                 Cell,
                 keys=("id", "claim_token"),
                 fields=(
@@ -535,13 +575,19 @@ def _cells_finish(finishes: list[tuple[int, FinishCell]], now: Any) -> dict[int,
     return done
 
 
-def calls_checkpoint(*, activity: list[tuple[int, str, Any, int]]) -> None:
+def calls_checkpoint(*, run_id: int, activity: list[tuple[int, str, Any, int]]) -> None:
     """Live activity (R10.3) of in-flight calls in one statement: (call, stage, last, bytes)."""
     if not activity:
         return
-    # Only calls still open: a checkpoint that lands after a call's close must not
-    # overwrite its final stage.
-    _bulk_update_sql(
+    # Only calls still open under their claim: a checkpoint that lands after a call's close
+    # (or its settlement by the recovery pass) must not overwrite its final stage.
+    with transaction.atomic(durable=True):
+        run_lock(run_id)
+        _activity_write(activity)
+
+
+def _activity_write(activity: list[tuple[int, str, Any, int]]) -> None:
+    bulk_update_sql(
         Call,
         keys=("id",),
         fields=("stage", "last_activity_at", "bytes_received"),
@@ -555,23 +601,72 @@ def calls_checkpoint(*, activity: list[tuple[int, str, Any, int]]) -> None:
     )
 
 
-def cell_release(*, cell_id: int, token: int) -> None:
+def cell_release(*, run_id: int, cell_id: int, token: int) -> None:
     """Give back a cell that sent nothing (e.g. the budget refused its first call)."""
-    Cell.objects.held(cell_id=cell_id, token=token).update(
-        status=CellStatus.PENDING, claimed_by="", lease_expires_at=None, started_at=None
-    )
+    with transaction.atomic(durable=True):
+        run_lock(run_id)
+        Cell.objects.held(cell_id=cell_id, token=token).update(
+            status=CellStatus.PENDING, claimed_by="", lease_expires_at=None, started_at=None
+        )
 
 
-def leases_renew(*, run_id: int, worker: str, lease_seconds: float) -> None:
-    Cell.objects.running().filter(run_id=run_id, claimed_by=worker).update(
-        lease_expires_at=timezone.now() + timedelta(seconds=lease_seconds)
-    )
+def leases_renew(*, run_id: int, held: list[tuple[int, int]], lease_seconds: float) -> set[int]:
+    """Renew the leases of the cells this driver holds, (cell, token) each, while each is still
+    running under that token. Returns the cells renewed: a cell missing from it was settled or
+    taken over elsewhere (this worker stalled past its lease), and its work must stop."""
+    if not held:
+        return set()
+    until = timezone.now() + timedelta(seconds=lease_seconds)
+    with transaction.atomic(durable=True):
+        run_lock(run_id)
+        return set(
+            bulk_update_sql(
+                Cell,
+                keys=("id", "claim_token"),
+                fields=("lease_expires_at",),
+                rows=[(cell_id, token, until) for cell_id, token in held],
+                where=f"t.status = '{CellStatus.RUNNING.value}'",
+                returning=True,
+            )
+        )
+
+
+def run_note(*, run_id: int, event: tuple[str, dict[str, Any]]) -> None:
+    """Append one event to the run (under its row lock, the ledger's lock order)."""
+    with transaction.atomic(durable=True):
+        run_lock(run_id)
+        events_append(run_id=run_id, events=[event])
+
+
+def leases_extend(*, lease_seconds: float) -> int:
+    """Give every running cell at least one more lease from now, run by run under each run's
+    row lock: after the database was unreachable no worker could renew, and the drivers that
+    held their writes through it must get the first word on their cells, not the recovery
+    pass. Returns how many cells it extended."""
+    until = timezone.now() + timedelta(seconds=lease_seconds)
+    extended = 0
+    for run_id in sorted(set(Cell.objects.running().values_list("run_id", flat=True))):
+        with transaction.atomic(durable=True):
+            run_lock(run_id)
+            extended += (
+                Cell.objects.running()
+                .filter(run_id=run_id, lease_expires_at__lt=until)
+                .update(lease_expires_at=until)
+            )
+    return extended
 
 
 def run_stop(*, run_id: int, reason: str) -> bool:
-    """Stop new dispatch for the whole run (all workers); the first reason is kept."""
+    """Stop new dispatch for the whole run (all workers); the first reason is kept. A run
+    that ended meanwhile is left as it is."""
     with transaction.atomic(durable=True):
-        stopped = Run.objects.filter(pk=run_id, stop_reason="").update(stop_reason=reason) == 1
+        run_lock(run_id)
+        stopped = (
+            Run.objects.filter(pk=run_id, stop_reason="")
+            .exclude(status__in=TERMINAL_RUN_STATUSES)
+            .update(stop_reason=reason)
+            == 1
+        )
         if stopped:
             events_append(run_id=run_id, events=[("run.dispatch_stopped", {"reason": reason})])
     return stopped

@@ -8,7 +8,7 @@ Endpoints:
   PUT  /api/v1/config[?activate=false]                      test hook: replace (or stage) config
   POST /api/v1/config/activate                              activate a staged config
   POST /api/v1/routing/preview                              routing decision, no model call
-  GET  /_sim/stats, /_sim/streams, POST /_sim/reset         counters for tests and benchmarks
+  GET  /_sim/stats, /_sim/streams, /_sim/arrivals, POST /_sim/reset         counters for tests and benchmarks
   GET  /health
 
 Faults (header ``x-sim-fault: a,b`` or ``faults = [...]`` on a model/router; stall length from
@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,10 @@ class Counters:
     # seconds (``time.time()``), so that a benchmark on the same machine can set them beside
     # the engine's own stamps of the same call (GET /_sim/streams).
     stream_marks: list[tuple[str, float, float]] = field(default_factory=list)
+    # Every request that named its call, in arrival order: (call id, wall-clock seconds as it
+    # entered the app). The stall trials compare them with the ledger's settlement times
+    # (GET /_sim/arrivals, issue 34).
+    call_arrivals: list[tuple[str, float]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         ttft = sorted(self.stream_ttft_ms)
@@ -172,6 +177,7 @@ class CountingMiddleware:
                 if name == CALL_ID_HEADER.encode():
                     call_id = value.decode("latin-1")
                     counters.by_call_id[call_id] = counters.by_call_id.get(call_id, 0) + 1
+                    counters.call_arrivals.append((call_id, time.time()))
         await self.app(scope, receive, send)
 
 
@@ -477,6 +483,13 @@ async def sim_streams(request: Request) -> Response:
     )
 
 
+async def sim_arrivals(request: Request) -> Response:
+    arrivals = request.app.state.sim.counters.call_arrivals
+    return JSONResponse(
+        {"arrivals": [{"call_id": call_id, "arrived_at": at} for call_id, at in arrivals]}
+    )
+
+
 async def sim_reset(request: Request) -> Response:
     state: SimState = request.app.state.sim
     state.counters = Counters()
@@ -531,6 +544,7 @@ def create_app(
             HttpRoute("/api/v1/routing/preview", routing_preview, methods=["POST"]),
             HttpRoute("/_sim/stats", sim_stats, methods=["GET"]),
             HttpRoute("/_sim/streams", sim_streams, methods=["GET"]),
+            HttpRoute("/_sim/arrivals", sim_arrivals, methods=["GET"]),
             HttpRoute("/_sim/reset", sim_reset, methods=["POST"]),
             HttpRoute("/health", health, methods=["GET"]),
         ]

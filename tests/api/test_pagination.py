@@ -122,7 +122,8 @@ def test_calls_after_cursor_including_active(api, finished_run) -> None:  # type
 
     def insert() -> None:
         cell = cells[len(Call.objects.filter(cell__run=finished_run)) % len(cells)]
-        Call.objects.create(
+        # Opened as a worker opens it, under its cell's claim (fencing, issue 34).
+        f.call_create(
             cell=cell,
             target=cell.target,
             role="subject",

@@ -10,6 +10,7 @@ trial can be summarised before it is asserted.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -413,3 +414,61 @@ class CliProcess:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=20)
+
+
+def report_line(path: Path, prefix: str, line: str) -> None:
+    """Write this suite's summary line into the shared report, replacing its previous one and
+    keeping the other suites' lines (the kill and stall trials both write there)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    kept = [
+        old
+        for old in (path.read_text().splitlines() if path.exists() else [])
+        if old and not old.startswith(prefix)
+    ]
+    path.write_text("\n".join([*kept, line]) + "\n")
+
+
+def sim(url: str) -> dict:
+    return httpx.get(f"{url}/_sim/stats", timeout=10).json()
+
+
+def wait_for_point(run: Run, point: str, rng: random.Random, url: str) -> tuple[str, bool]:
+    """Poll the ledger (or the simulator) until the trial's kill point; returns a description
+    and whether the point was reached before the run ended."""
+    calls = Call.objects.filter(cell__run=run)
+    if point == "run_started":
+        delay = rng.choice([0.0, 0.0, rng.uniform(0.0, 0.3)])
+        label = f"run running +{delay:.2f}s"
+        cond = lambda: Run.objects.filter(pk=run.pk, status="running").exists()  # noqa: E731
+    elif point == "call_row":
+        k = rng.randint(1, 8)
+        label, cond = f"call row {k}", lambda: calls.count() >= k
+    elif point == "mid_stream":
+        delay = rng.uniform(0.0, 0.25)
+        label, cond = f"mid-stream +{delay:.2f}s", lambda: sim(url)["open_streams"] > 0
+    elif point == "after_last_byte":
+        label = "subject answered, cell running"
+        cond = lambda: calls.filter(  # noqa: E731
+            role="subject", status="completed", cell__status="running"
+        ).exists()
+    elif point == "grading":
+        label = "judge in flight"
+        cond = lambda: calls.filter(role="judge", status__in=OPEN).exists()  # noqa: E731
+    elif point == "cells_done":
+        m = rng.randint(1, 4)
+        label = f"{m} cells completed"
+        cond = lambda: Cell.objects.filter(run=run, status="completed").count() >= m  # noqa: E731
+    else:
+        delay = rng.uniform(0.0, 3.0)
+        start = time.monotonic()
+        label, cond = f"random +{delay:.2f}s", lambda: time.monotonic() - start >= delay
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if cond():
+            if point in ("mid_stream", "run_started"):
+                time.sleep(delay)
+            return label, True
+        if Run.objects.filter(pk=run.pk, status__in=TERMINAL_RUN_STATUSES).exists():
+            return label, False
+        time.sleep(0.005)
+    return label, False

@@ -25,7 +25,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import httpx
 import pytest
 from django.db import transaction
 
@@ -62,52 +61,6 @@ def sim_url():
         yield url
 
 
-def sim(url: str) -> dict:
-    return httpx.get(f"{url}/_sim/stats", timeout=10).json()
-
-
-def wait_for_point(run: Run, point: str, rng: random.Random, url: str) -> tuple[str, bool]:
-    """Poll the ledger (or the simulator) until the trial's kill point; returns a description
-    and whether the point was reached before the run ended."""
-    calls = Call.objects.filter(cell__run=run)
-    if point == "run_started":
-        delay = rng.choice([0.0, 0.0, rng.uniform(0.0, 0.3)])
-        label = f"run running +{delay:.2f}s"
-        cond = lambda: Run.objects.filter(pk=run.pk, status="running").exists()  # noqa: E731
-    elif point == "call_row":
-        k = rng.randint(1, 8)
-        label, cond = f"call row {k}", lambda: calls.count() >= k
-    elif point == "mid_stream":
-        delay = rng.uniform(0.0, 0.25)
-        label, cond = f"mid-stream +{delay:.2f}s", lambda: sim(url)["open_streams"] > 0
-    elif point == "after_last_byte":
-        label = "subject answered, cell running"
-        cond = lambda: calls.filter(  # noqa: E731
-            role="subject", status="completed", cell__status="running"
-        ).exists()
-    elif point == "grading":
-        label = "judge in flight"
-        cond = lambda: calls.filter(role="judge", status__in=cs.OPEN).exists()  # noqa: E731
-    elif point == "cells_done":
-        m = rng.randint(1, 4)
-        label = f"{m} cells completed"
-        cond = lambda: Cell.objects.filter(run=run, status="completed").count() >= m  # noqa: E731
-    else:
-        delay = rng.uniform(0.0, 3.0)
-        start = time.monotonic()
-        label, cond = f"random +{delay:.2f}s", lambda: time.monotonic() - start >= delay
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if cond():
-            if point in ("mid_stream", "run_started"):
-                time.sleep(delay)
-            return label, True
-        if Run.objects.filter(pk=run.pk, status__in=cs.TERMINAL_RUN_STATUSES).exists():
-            return label, False
-        time.sleep(0.005)
-    return label, False
-
-
 @pytest.mark.timeout(180 + TRIAL_BUDGET_SECONDS * TRIALS)
 def test_seeded_kill_trials(transactional_db, sim_url, tmp_path: Path, monkeypatch) -> None:
     purge_broker()
@@ -142,7 +95,7 @@ def test_seeded_kill_trials(transactional_db, sim_url, tmp_path: Path, monkeypat
             victim = workers[victim_name]
             queue["name"] = f"chaos-{victim_name}"
             run = cs.start_run(owner, dataset, f"chaos {i} {point}")
-            label, reached = wait_for_point(run, point, rng, sim_url)
+            label, reached = cs.wait_for_point(run, point, rng, sim_url)
             run.refresh_from_db()
             live_before_kill = not run.is_terminal
             held = set(
@@ -158,7 +111,7 @@ def test_seeded_kill_trials(transactional_db, sim_url, tmp_path: Path, monkeypat
                 cs.cancel_stuck(run)
             else:
                 stuck_status, timeline = "", ""
-            outcome = cs.check_invariants(run, before, sim(sim_url)["by_call_id"])
+            outcome = cs.check_invariants(run, before, cs.sim(sim_url)["by_call_id"])
             rows.append(
                 {
                     "trial": i,
@@ -195,7 +148,7 @@ def test_seeded_kill_trials(transactional_db, sim_url, tmp_path: Path, monkeypat
     elapsed = time.monotonic() - started
     # Every call id any trial sent reached the simulator exactly once.
     all_ids = {str(pk) for pk in Call.objects.values_list("pk", flat=True)}
-    by_call = sim(sim_url)["by_call_id"]
+    by_call = cs.sim(sim_url)["by_call_id"]
     kills = sum(r["killed_live"] for r in rows)
     outcomes = [r["outcome"] for r in rows]
     summary = (
@@ -217,8 +170,7 @@ def test_seeded_kill_trials(transactional_db, sim_url, tmp_path: Path, monkeypat
         f"wall {elapsed:.0f}s"
     )
     print(summary)
-    REPORT.parent.mkdir(parents=True, exist_ok=True)
-    REPORT.write_text(summary + "\n")
+    cs.report_line(REPORT, "chaos kill trials:", summary)
 
     # Every run ended by itself: none stuck until an operator cancelled it, none timed out.
     unsettled = [(r["trial"], r["point"], r["state"], r["timeline"]) for r in rows if r["timeline"]]

@@ -146,5 +146,5 @@ def run(
             "ttft_ms": 10.0,
         }
         calls.append(Call(cell=cell, target=cell.target, **{**fields, **extra}))
-    Call.objects.bulk_create(calls)
+    f.calls_insert(calls)
     return r

@@ -132,28 +132,30 @@ def slotted_run(
     def cost(cell: Cell) -> Decimal:
         return (costs or {}).get(cell.target, [Decimal("0.001")] * slots)[cell.slot]
 
-    Call.objects.bulk_create(
-        Call(
-            cell=cell,
-            target=cell.target,
-            role="subject",
-            sequence=0,
-            request={"model": cell.target.model},
-            status="completed",
-            sent_at=now,
-            served_model=cell.target.model,
-            finish_reason="stop",
-            input_tokens=100,
-            cached_input_tokens=0,
-            cache_write_tokens=0,
-            output_tokens=10,
-            cost_usd=cost(cell),
-            cache_neutral_cost_usd=cost(cell),
-            duration_ms=100.0,
-            ttft_ms=10.0,
+    f.calls_insert(
+        list(
+            Call(
+                cell=cell,
+                target=cell.target,
+                role="subject",
+                sequence=0,
+                request={"model": cell.target.model},
+                status="completed",
+                sent_at=now,
+                served_model=cell.target.model,
+                finish_reason="stop",
+                input_tokens=100,
+                cached_input_tokens=0,
+                cache_write_tokens=0,
+                output_tokens=10,
+                cost_usd=cost(cell),
+                cache_neutral_cost_usd=cost(cell),
+                duration_ms=100.0,
+                ttft_ms=10.0,
+            )
+            for cell in cells
+            if cell.status != "pending"
         )
-        for cell in cells
-        if cell.status != "pending"
     )
     return run
 

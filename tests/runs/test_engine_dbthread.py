@@ -10,7 +10,7 @@ import threading
 import pytest
 from django.db import connection, connections
 
-from runs.engine.calls import DbThread
+from runs.engine.group_commit import DbThread
 
 pytestmark = pytest.mark.django_db
 

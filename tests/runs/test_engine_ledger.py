@@ -97,7 +97,8 @@ def test_closes_and_finishes_of_one_batch_keep_their_row_guards():
         store.FinishCell(cells[2].pk, 1, "failed", None, None, "", "boom"),
     ]
     results = store.ledger_apply(run_id=run.pk, max_cost=None, ops=ops)
-    assert results[4:] == [True, False, False, True]
+    # A close of a call that is no longer open records nothing, not even evidence (issue 34).
+    assert results == [True, True, False, True, True, False, False, True]
 
     first, second = (Call.objects.get(pk=c.pk) for c in open_calls)
     assert first.status == "completed" and first.content == "answer"
@@ -108,7 +109,8 @@ def test_closes_and_finishes_of_one_batch_keep_their_row_guards():
     unknown = Call.objects.get(pk=unknown_usage.pk)
     assert unknown.status == "failed" and unknown.error_code == "idle_timeout"
     assert all(getattr(unknown, k) is None for k in failed_fields)
-    assert CallEvidence.objects.filter(call__cell__run=run).count() == 4
+    assert CallEvidence.objects.filter(call__cell__run=run).count() == 3
+    assert not CallEvidence.objects.filter(call=done_call).exists()
 
     finished = {c.pk: c for c in Cell.objects.filter(run=run)}
     assert finished[cells[0].pk].status == "completed" and finished[cells[0].pk].grade == {"g": 1}
@@ -127,7 +129,8 @@ def test_a_checkpoint_after_the_close_leaves_the_closed_call_alone():
     closed = f.call_create(cell=cell, sequence=1, status="completed", stage="done")
     now = timezone.now()
     store.calls_checkpoint(
-        activity=[(streaming.pk, "streaming", now, 77), (closed.pk, "streaming", now, 99)]
+        run_id=run.pk,
+        activity=[(streaming.pk, "streaming", now, 77), (closed.pk, "streaming", now, 99)],
     )
     streaming.refresh_from_db()
     closed.refresh_from_db()

@@ -244,7 +244,7 @@ def build_world() -> World:
                     cache_neutral_cost_usd=None,
                 )
             )
-        Call.objects.bulk_create(calls)
+        f.calls_insert(calls)
         for c in Call.objects.filter(cell__run=run):
             i = case_of_cell[c.cell_id]
             if c.role == "judge":

@@ -1,4 +1,4 @@
-"""The ledger's many-row updates (runs/engine/store.py `_bulk_update_sql`, issue 25) send one
+"""The ledger's many-row updates (runs/engine/bulk_sql.py `bulk_update_sql`, issue 25) send one
 array per column through `unnest`: whatever a model or a provider puts in a value (quotes,
 backslashes, braces, the word NULL, line separators, nested JSON, many-digit money) reads back
 exactly as written, a value too long for its column is refused rather than cut, and the
@@ -42,9 +42,11 @@ HOSTILE_JSON = [
 def _sent_calls(n: int) -> list[Call]:
     cell = f.cell_create(run=f.run_create(status="running"), status="running")
     now = timezone.now()
-    return Call.objects.bulk_create(
-        Call(cell=cell, role="subject", sequence=i, target=cell.target, request={}, sent_at=now)
-        for i in range(n)
+    return f.calls_insert(
+        list(
+            Call(cell=cell, role="subject", sequence=i, target=cell.target, request={}, sent_at=now)
+            for i in range(n)
+        )
     )
 
 
@@ -189,7 +191,9 @@ def _write_rows(what: str, n: int) -> list[str]:
         return seen
     now = timezone.now()
     with _bulk_updates() as seen:
-        store.calls_checkpoint(activity=[(c.pk, "streaming", now, i) for i, c in enumerate(calls)])
+        store.calls_checkpoint(
+            run_id=run_id, activity=[(c.pk, "streaming", now, i) for i, c in enumerate(calls)]
+        )
     assert Call.objects.filter(cell__run=run_id, status="streaming").count() == n
     assert Call.objects.get(pk=calls[-1].pk).bytes_received == n - 1
     return seen

@@ -88,7 +88,7 @@ def run_with_calls(
         "served_model": target.model,
         **call_fields,
     }
-    Call.objects.bulk_create(Call(cell=cell, **fields) for cell in cells)
+    f.calls_insert(list(Call(cell=cell, **fields) for cell in cells))
     RunEvent.objects.bulk_create(
         RunEvent(run=run, seq=i + 1, type="cell.returned", payload={"cell": c.pk})
         for i, c in enumerate(cells)

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from runs.models import Call, Run, RunEvent, UsageCorrection
 from runs.report import run_report, run_report_settled
+from tests import factories as f
 from tests.runs.test_pages import member, run_with_calls  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.django_db
@@ -97,10 +98,11 @@ def test_a_new_event_names_a_new_settled_report():
 
 def test_a_terminal_run_with_a_call_in_flight_is_never_reused():
     run = settled_run(10)
-    Run.objects.filter(pk=run.pk).update(status="interrupted")
     done = Call.objects.filter(cell__run=run).order_by("pk").first()
     assert done is not None
-    straggler = Call.objects.create(
+    # (Opened while its run and cell ran, as the fencing triggers require; then it ends.)
+    Run.objects.filter(pk=run.pk).update(status="running", finished_at=None)
+    straggler = f.call_create(
         cell=done.cell,
         role="subject",
         sequence=1,
@@ -109,6 +111,7 @@ def test_a_terminal_run_with_a_call_in_flight_is_never_reused():
         request=done.request,
         sent_at=timezone.now(),
     )
+    Run.objects.filter(pk=run.pk).update(status="interrupted", finished_at=run.finished_at)
     assert run_report_settled(run=run)["targets"][0]["known_cost_usd"] == "0.001"
     # The straggler finishes after the run was marked interrupted: no event, same run row.
     Call.objects.filter(pk=straggler.pk).update(
