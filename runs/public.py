@@ -288,15 +288,17 @@ def grade_reasons(public: Mapping[str, Any] | None) -> list[str]:
         return words
     if grader == "scicode":
         words = [f"{public.get('steps_passed')} of {public.get('steps_total')} sub-steps passed"]
-        for outcome in ("failed", "timeout", "unparsed", "memory"):
+        for outcome in ("failed", "timeout", "unparsed", "memory", "disk_quota_exceeded"):
             n = sum(1 for s in public.get("steps") or [] if s.get("status") == outcome)
             if n:
-                words.append(f"{_n(n, 'sub-step')} {outcome}")
+                words.append(f"{_n(n, 'sub-step')} {outcome.replace('_', ' ')}")
         return words
     if grader == "terminal-bench":
         passed = public.get("reward") == 1
         words = ["the task's tests passed" if passed else "the task's tests did not pass"]
-        if public.get("verifier_reason") not in (None, "ok"):
+        if public.get("verifier_reason") == "disk_quota_exceeded":
+            words.append("the session went past its disk budget: disk quota exceeded")
+        elif public.get("verifier_reason") not in (None, "ok"):
             words.append(f"the verifier stopped: {public['verifier_reason']}")
         if public.get("reward_source") == "missing":
             words.append("the verifier wrote no reward")

@@ -196,7 +196,8 @@ def _grade(case: _Case, manifest: dict[str, Any]) -> tuple[bool | None, dict[str
     from runs.engine import scoring
     from runs.engine.episodes import AGENT_MAX_STEPS, TERMINAL_COMMAND_S
     from runs.engine.finish import cell_settlement, terminal_settlement
-    from runs.engine.sandbox import SandboxError, SandboxUnavailable
+    from runs.engine.sandbox import SandboxError
+    from runs.engine.sandbox_command import SandboxUnavailable
 
     if not case.calls:
         if case.truncated:

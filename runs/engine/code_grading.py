@@ -21,7 +21,8 @@ from typing import Any
 from datasets.benchmarks import get_adapter
 from datasets.benchmarks.scicode import ADAPTER as SCICODE
 from datasets.grading import strip_reasoning
-from runs.engine.sandbox import SandboxLimits, SandboxResult, sandbox_python, sandbox_run
+from runs.engine.sandbox import DISK_QUOTA_EXCEEDED, SandboxResult, sandbox_run
+from runs.engine.sandbox_command import SandboxLimits, sandbox_python
 
 # The adapters carry the versions (they go into plan manifests); one place for each.
 LCB_GRADER_VERSION = get_adapter("livecodebench").grader_version
@@ -147,9 +148,12 @@ def lcb_stdout_matches(actual: str, expected: str) -> bool:
 
 
 def _failure_status(result: SandboxResult) -> str | None:
+    """A test's (a step's) failure from its run, or None when the program exited 0. A run that
+    went past the sandbox's disk budget is `disk_quota_exceeded` (runs/public.py shows it as
+    "disk quota exceeded"), whatever its exit."""
     if result.reason == "timeout":
         return "timeout"
-    if result.reason in ("memory", "output_cap", "file_size"):
+    if result.reason in ("memory", "output_cap", "file_size", DISK_QUOTA_EXCEEDED):
         return result.reason
     if result.exit_code == COMPILE_ERROR_EXIT:
         return "compile_error"

@@ -1,6 +1,9 @@
 """Host-side file handling beneath a directory that sandboxed code can reach (docs/decisions.md,
-"Sandbox host paths"; DESIGN §4). Split out of :mod:`runs.engine.sandbox`, which re-exports
-these names: the sandbox runs programs, this module writes and reads their files safely.
+"Sandbox host paths"; DESIGN §4). Split out of :mod:`runs.engine.sandbox`: the sandbox runs
+programs, this module writes and reads host files safely. Since the disk budget (docs/
+decisions.md "Sandbox disk budget") no host directory is mounted writable: files reach `/app`
+as an archive and leave through `collect`; these helpers remain for the fresh directories that
+are mounted read-only (Terminal-Bench's hidden tests) and as a second wall.
 
 Every component is opened relative to its parent's descriptor with O_NOFOLLOW, so a symlink
 anywhere on the path (not only the last component) is refused instead of followed, and nothing
@@ -20,6 +23,7 @@ __all__ = [
     "SandboxPathError",
     "fresh_directory",
     "read_file_beneath",
+    "safe_relpath",
     "write_sandbox_files",
 ]
 
@@ -29,7 +33,8 @@ class SandboxPathError(ValueError):
     parent, an existing entry or a path that leaves the directory: refused, nothing written."""
 
 
-def _safe_relpath(name: str) -> PurePosixPath:
+def safe_relpath(name: str) -> PurePosixPath:
+    """`name` as a relative path that stays inside its directory; SandboxPathError if not."""
     rel = PurePosixPath(name)
     if rel.is_absolute() or ".." in rel.parts or not rel.parts or "\0" in name:
         raise SandboxPathError(
@@ -81,7 +86,7 @@ def write_sandbox_files(workdir: Path, files: Mapping[str, bytes], uid: int | No
     root_fd = os.open(workdir, _DIR_FLAGS)
     try:
         for name, data in files.items():
-            rel = _safe_relpath(name)
+            rel = safe_relpath(name)
             parent = _open_beneath(root_fd, rel.parts[:-1], create=True, uid=uid)
             try:
                 mode = 0o755 if data.startswith(b"#!") else 0o644
@@ -104,7 +109,7 @@ def write_sandbox_files(workdir: Path, files: Mapping[str, bytes], uid: int | No
 def read_file_beneath(directory: Path, name: str, *, max_bytes: int) -> bytes | None:
     """The first `max_bytes` of the regular file `directory/name`, or None when it is missing,
     a symlink (at any component), a FIFO, a device or a directory. Never blocks on a FIFO."""
-    rel = _safe_relpath(name)
+    rel = safe_relpath(name)
     root_fd = os.open(directory, _DIR_FLAGS)
     try:
         try:

@@ -3,7 +3,11 @@ materialised in a sandbox directory, one command at a time through the sandbox, 
 own test script as the verifier. The agent loop (tool calls, step budget) lives in the driver.
 
 Each command is a fresh `bash -c` in the same directory (files persist; shell variables and
-`cd` do not), under the same isolation as every sandbox run: no network, no host files.
+`cd` do not), under the same isolation as every sandbox run: no network, no host files. The
+session's `/app` lives in the sandbox's disk budget (runs/engine/sandbox.py) and between commands
+as a snapshot archive in the session's host directory, never larger than that budget. A command
+that exceeds the budget fails the task: later commands do not run, the verifier does not run,
+and the grade says "disk quota exceeded".
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from datasets.benchmarks import get_adapter
-from runs.engine.sandbox import SandboxLimits, SandboxResult, sandbox_run
-from runs.engine.sandbox_files import fresh_directory, read_file_beneath, write_sandbox_files
+from runs.engine.sandbox import DISK_QUOTA_EXCEEDED, SNAPSHOT_NAME, SandboxResult, sandbox_run
+from runs.engine.sandbox_command import SandboxLimits, disk_budget_bytes
+from runs.engine.sandbox_files import fresh_directory, write_sandbox_files
 
 TERMINAL_GRADER_VERSION = get_adapter("terminal-bench").grader_version
 COMMAND_TIMEOUT_S = 30.0
@@ -31,11 +36,13 @@ TERMINAL_LIMITS = SandboxLimits(
     file_size_bytes=64 * 1024 * 1024,
     output_bytes=1024 * 1024,
 )
-# The verifier's view (Harbor's convention): hidden tests at /tests, its logs at /logs, both
-# fresh host directories mounted for the verification only; the agent's /app is the workdir.
+# The verifier's view (Harbor's convention): hidden tests at /tests (a fresh host directory
+# mounted read-only for the verification only), its logs at /logs (on the sandbox's disk budget;
+# the reward file comes out through `collect`); the agent's /app is the session's.
 TESTS_INSIDE = "/tests"
 LOGS_INSIDE = "/logs"
 REWARD_FILE = "verifier/reward.txt"  # beneath LOGS_INSIDE
+REWARD_PATH = f"{LOGS_INSIDE}/{REWARD_FILE}"
 REWARD_MAX_BYTES = 4096
 # Image build files are not part of the task's working directory (upstream COPYs the data).
 BUILD_FILES = {"Dockerfile", "docker-compose.yaml", "docker-compose.yml"}
@@ -71,6 +78,14 @@ def _tail(data: bytes) -> str:
     return data.decode("utf-8", "replace")[-TAIL_CHARS:]
 
 
+def _quota_note(limits: SandboxLimits) -> str:
+    megabytes = disk_budget_bytes(limits) / (1024 * 1024)
+    return (
+        f"\n[disk quota exceeded: this session may write {megabytes:g} MiB in all (/app, /tmp and"
+        " every other writable place); the task has failed and no further command runs]"
+    )
+
+
 def _limit_note(result: SandboxResult, timeout: float) -> str:
     if result.reason == "timeout":
         return f"\n[killed: command exceeded {timeout:g} s]"
@@ -91,6 +106,8 @@ class TerminalSession:
     verifier_timeout_s: float
     limits: SandboxLimits = TERMINAL_LIMITS
     commands_run: int = field(default=0)
+    # Set by the first command (or the set-up) that went past the disk budget: sticky.
+    disk_quota_exceeded: bool = field(default=False)
 
     def __enter__(self) -> TerminalSession:
         return self
@@ -103,8 +120,11 @@ class TerminalSession:
 
     def run_command(self, cmd: str, timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str, str]:
         """(exit code, stdout tail, stderr tail). A command killed by a limit reports 124 for a
-        timeout (as coreutils `timeout` does) or 137, with a bracketed note in the stderr tail."""
+        timeout (as coreutils `timeout` does) or 137, with a bracketed note in the stderr tail.
+        Once the disk quota was exceeded nothing runs any more: exit 1 and the note."""
         self.commands_run += 1
+        if self.disk_quota_exceeded:
+            return 1, "", _quota_note(self.limits).lstrip("\n")
         result = sandbox_run(
             argv=["bash", "-c", cmd],
             files={},
@@ -114,7 +134,13 @@ class TerminalSession:
         exit_code = result.exit_code
         if exit_code is None:
             exit_code = 124 if result.reason == "timeout" else 137
-        return exit_code, _tail(result.stdout), _tail(result.stderr) + _limit_note(result, timeout)
+        note = _limit_note(result, timeout)
+        if result.reason == DISK_QUOTA_EXCEEDED:
+            self.disk_quota_exceeded = True
+            note = _quota_note(self.limits)
+            # Nothing runs in this session any more: its files need not stay on the host.
+            (self.workdir / SNAPSHOT_NAME).unlink(missing_ok=True)
+        return exit_code, _tail(result.stdout), _tail(result.stderr) + note
 
     def verify(self) -> tuple[int, dict[str, Any]]:
         """Run the task's test command with its hidden tests at `/tests` and read the reward:
@@ -122,15 +148,18 @@ class TerminalSession:
         pass when the command exits 0. Reward 1 only for a full pass.
 
         The host never writes into, deletes from or reads through the agent's directory: the
-        tests go into a fresh directory mounted read-only at `/tests`, the verifier's logs into
-        a fresh one mounted at `/logs`, and the reward is read from there without following
-        symlinks. A reward or a `tests/` the agent planted in `/app` is never looked at."""
-        uid = self._uid()
+        tests go into a fresh directory mounted read-only at `/tests`, the verifier's logs are
+        on the sandbox's budget at `/logs`, and the reward comes out in an archive the sandbox
+        makes, regular files only, so a planted symlink is never followed. A reward or a
+        `tests/` the agent planted in `/app` is never looked at.
+
+        A session that exceeded its disk quota is not verified: reward 0, `verifier_reason`
+        and `reward_source` "disk_quota_exceeded". A verifier that exceeds it scores 0 too."""
+        if self.disk_quota_exceeded:
+            return 0, self._quota_detail()
         tests_dir = fresh_directory("srbench-terminal-tests-")
-        logs_dir = fresh_directory("srbench-terminal-logs-", uid=uid)
         try:
             write_sandbox_files(tests_dir, hidden_test_files(self.secret), uid=None)
-            write_sandbox_files(logs_dir, {"verifier/.keep": b""}, uid=uid)
             result = sandbox_run(
                 argv=["bash", "-c", self.secret["test_command"]],
                 files={},
@@ -138,14 +167,22 @@ class TerminalSession:
                     self.limits, wall_s=self.verifier_timeout_s, cpu_s=self.verifier_timeout_s
                 ),
                 workdir=self.workdir,
+                save=False,
                 ro_binds={TESTS_INSIDE: tests_dir},
-                rw_binds={LOGS_INSIDE: logs_dir},
+                writable_dirs=[f"{LOGS_INSIDE}/verifier"],
+                collect=[REWARD_PATH],
                 env={"TEST_DIR": TESTS_INSIDE},
             )
-            raw_reward = read_file_beneath(logs_dir, REWARD_FILE, max_bytes=REWARD_MAX_BYTES)
         finally:
             shutil.rmtree(tests_dir, ignore_errors=True)
-            shutil.rmtree(logs_dir, ignore_errors=True)
+        if result.reason == DISK_QUOTA_EXCEEDED:
+            self.disk_quota_exceeded = True
+            return 0, self._quota_detail() | {
+                "verifier_output_tail": _tail(result.stdout + result.stderr)[-1500:]
+            }
+        raw_reward = result.collected.get(REWARD_PATH)
+        if raw_reward is not None:
+            raw_reward = raw_reward[:REWARD_MAX_BYTES]
         detail: dict[str, Any] = {
             "grader": "terminal-bench",
             "version": TERMINAL_GRADER_VERSION,
@@ -166,9 +203,20 @@ class TerminalSession:
             return int(passed), detail | {"reward_source": "exit_code"}
         return 0, detail | {"reward_source": "missing"}
 
-    def _uid(self) -> int | None:
-        owner = self.workdir.stat().st_uid
-        return owner if owner != 0 else None
+    def _quota_detail(self) -> dict[str, Any]:
+        """The grade detail of a session that went past its disk budget: the reason is public
+        (runs/public.py shows `verifier_reason`)."""
+        return {
+            "grader": "terminal-bench",
+            "version": TERMINAL_GRADER_VERSION,
+            "verifier_reason": DISK_QUOTA_EXCEEDED,
+            "verifier_exit_code": None,
+            "verifier_output_tail": "",
+            "commands_run": self.commands_run,
+            "reward_source": DISK_QUOTA_EXCEEDED,
+            "disk_quota_exceeded": True,
+            "disk_budget_mb": disk_budget_bytes(self.limits) / (1024 * 1024),
+        }
 
 
 def tool_command(arguments: Any) -> str | None:
@@ -199,17 +247,23 @@ def terminal_session_start(
     *,
     limits: SandboxLimits = TERMINAL_LIMITS,
 ) -> TerminalSession:
-    """Materialise the task's environment files in a fresh directory (the sandbox's `/app`)."""
+    """Materialise the task's environment files as the session's first `/app` snapshot (in a
+    fresh host directory). Raises TerminalTaskError when they do not fit the disk budget."""
     workdir = fresh_directory("srbench-terminal-")
     try:
-        # An empty first run makes the directory the session's: sandbox_run assigns it a
-        # sandbox uid and writes the files owned by it.
-        sandbox_run(
+        # An empty first run unpacks the files in the sandbox and saves /app.
+        result = sandbox_run(
             argv=["true"],
             files=environment_files(task_payload),
             limits=replace(limits, wall_s=10.0, cpu_s=5.0),
             workdir=workdir,
         )
+        if result.reason == DISK_QUOTA_EXCEEDED:
+            megabytes = disk_budget_bytes(limits) / (1024 * 1024)
+            raise TerminalTaskError(
+                f"the task's files do not fit the sandbox's {megabytes:g} MiB disk budget: "
+                "disk quota exceeded"
+            )
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise

@@ -141,7 +141,7 @@ def stop_children(children: dict[str, subprocess.Popen[bytes]]) -> None:
 
 def run_demo_evaluation(setup: Any, data: Any, simulator_url: str, username: str) -> int:
     """Register the demo targets and run the smoke evaluation of what this machine can run."""
-    from runs.engine.sandbox import sandbox_available
+    from runs.engine.sandbox_command import sandbox_available
 
     setup.demo_targets(simulator_url)
     benchmarks, not_run = setup.demo_benchmarks(data.dataset, sandbox=sandbox_available())

@@ -18,7 +18,7 @@ from runs.engine.code_grading import (
     lcb_stdout_matches,
     scicode_step_prompts,
 )
-from runs.engine.sandbox import SandboxLimits, sandbox_available
+from runs.engine.sandbox_command import SandboxLimits, sandbox_available
 
 # make test installs bubblewrap (scripts/ensure_sandbox.sh); without it these tests must fail,
 # not skip: a skipped escape test proves nothing.

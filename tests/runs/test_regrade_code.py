@@ -23,7 +23,7 @@ from rest_framework.test import APIClient
 from datasets.benchmarks import get_adapter
 from datasets.grading import judge_messages
 from datasets.scicode_fixture_data import write_fixture_test_data
-from runs.engine.sandbox import TOOLS_DIR_ENV
+from runs.engine.sandbox_command import TOOLS_DIR_ENV
 from runs.models import Call, Cell, Regrade, Run
 from runs.regrade import run_regrade
 from runs.services import run_create

@@ -10,12 +10,8 @@ import threading
 import time
 from pathlib import Path
 
-from runs.engine.sandbox import (
-    SandboxLimits,
-    sandbox_available,
-    sandbox_python,
-    sandbox_run,
-)
+from runs.engine.sandbox import sandbox_run
+from runs.engine.sandbox_command import SandboxLimits, sandbox_available, sandbox_python
 
 # make test installs bubblewrap (scripts/ensure_sandbox.sh); without it these tests must fail,
 # not skip: a skipped escape test proves nothing.

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from datasets.benchmarks.terminal_bench import ADAPTER
-from runs.engine.sandbox import sandbox_available
+from runs.engine.sandbox_command import sandbox_available
 from runs.engine.terminal import terminal_session_start
 
 # make test installs bubblewrap (scripts/ensure_sandbox.sh); without it these tests must fail,

@@ -21,7 +21,8 @@ import pytest
 from datasets.benchmarks import get_adapter
 from datasets.scicode_fixture_data import write_fixture_test_data
 from runs.engine.code_grading import grade_livecodebench, grade_scicode
-from runs.engine.sandbox import SandboxError, SandboxLimits, sandbox_available, sandbox_run
+from runs.engine.sandbox import SandboxError, sandbox_run
+from runs.engine.sandbox_command import SandboxLimits, sandbox_available
 from runs.engine.sandbox_files import SandboxPathError, read_file_beneath, write_sandbox_files
 from runs.engine.terminal import terminal_session_start
 

@@ -21,7 +21,7 @@ import pytest
 from datasets.answer_key import answer_key_from_sources
 from datasets.benchmarks.tau3 import ADAPTER as TAU3
 from datasets.benchmarks.terminal_bench import ADAPTER as TB
-from runs.engine.sandbox import sandbox_available
+from runs.engine.sandbox_command import sandbox_available
 from runs.engine.sse import ChatStreamAccumulator, decode_sse
 from runs.engine.tau import (
     MAX_CALLS,

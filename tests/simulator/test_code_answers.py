@@ -17,7 +17,7 @@ from datasets.answer_key import answer_key_from_sources
 from datasets.benchmarks import get_adapter
 from datasets.scicode_fixture_data import write_fixture_test_data
 from runs.engine.code_grading import grade_livecodebench, grade_scicode, scicode_step_prompts
-from runs.engine.sandbox import SandboxLimits, sandbox_available
+from runs.engine.sandbox_command import SandboxLimits, sandbox_available
 from srbench.simulator.oracle import AnswerKey, subject_answer
 from srbench.simulator.testing import running_simulator
 

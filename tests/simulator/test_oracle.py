@@ -231,7 +231,7 @@ def test_livecodebench_answers_pass_the_sandboxed_grader_exactly_when_correct(co
 
     from datasets.benchmarks.livecodebench import ADAPTER as LCB
     from runs.engine.code_grading import grade_livecodebench
-    from runs.engine.sandbox import SandboxLimits, sandbox_available
+    from runs.engine.sandbox_command import SandboxLimits, sandbox_available
 
     assert sandbox_available(), "bubblewrap missing: run scripts/ensure_sandbox.sh"
     fixture = Path(__file__).resolve().parents[2] / "datasets/fixtures/livecodebench/test.jsonl"
