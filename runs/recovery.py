@@ -8,6 +8,12 @@ calls and evidence are never modified. Each parent cell can be claimed by one re
 (``RecoveryRequest`` is unique per (parent, key)), so a lost response can always be answered
 by resubmitting the same plan, cells and key.
 
+A third mode, ``judge_only`` (issue 34), completes judged cells whose answer is stored and
+whose judge call was never sent (`recovery_rules.awaits_judge`): its child is a re-judge child
+of those cells (runs/rejudge.py `judge_only_child_create`) that sends one judge call per cell
+and no subject call, at a worst case quoted per cell in the plan and confirmed on submission
+(``confirm_judge_cost``), like a re-judge.
+
 Plans are hashed over their canonical content (``plan_sha256``); a submission recomputes the
 plan from the ledger as it is now and refuses when the hash differs, so nothing is created
 from a review of a ledger that has changed since.
@@ -17,23 +23,29 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from decimal import Decimal
 from typing import Any, Literal
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
-from runs import services
+from runs import rejudge, services
 from runs.engine.finish import calls_settle_unheld
 from runs.engine.reaper import ledger_reap
 from runs.idempotency import idempotency_key_too_long
 from runs.lineage import MAX_LINEAGE_PAGE, run_known_spend
 from runs.models import Cell, CellStatus, RecoveryClaim, RecoveryRequest, Run
 from runs.recovery_rules import (
+    JUDGE_ONLY,
+    JUDGE_ONLY_HINT,
+    JUDGE_ONLY_TEXT,
     REASONS,
     REJUDGE_NEW_ATTEMPT,
     REJUDGE_NEW_ATTEMPT_TEXT,
+    awaits_judge,
     cell_rows,
+    errors_not_billed_words,
     exclusion,
 )
 from srbench.canonical import sha256_hex
@@ -52,8 +64,8 @@ __all__ = [
 PLAN_VERSION = 1
 # R13.3 with R13.1: candidates and exclusions are read ≤ 100 at a time.
 MAX_RECOVERY_PAGE = MAX_LINEAGE_PAGE
-Mode = Literal["undispatched", "failed"]
-MODES = ("undispatched", "failed")
+Mode = Literal["undispatched", "failed", "judge_only"]
+MODES = ("undispatched", "failed", JUDGE_ONLY)
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -128,16 +140,19 @@ def _entry(row: dict[str, Any], mode: str) -> dict[str, Any]:
         "calls": row["n_calls"],
     }
     if mode == "failed" and row["n_calls"] and not row["cost_unknown"]:
-        # What the previous attempt cost: the best guide to what a new attempt will cost.
+        # What the previous attempt cost: the best guide to what a new attempt will cost. An
+        # HTTP error answer has no usage; it counts as $0 only because its target's frozen
+        # registry entry says error responses are not billed — said next to the figure.
         entry["previous_attempt_cost_usd"] = money_text(row["known_cost"])
+        entry["previous_attempt_cost_assumes"] = errors_not_billed_words(row["errors_not_billed"])
     return entry
 
 
-def _plan_content(run: Run, mode: str) -> dict[str, Any]:
+def _plan_content(run: Run, mode: str, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The hashed part of a plan: everything a reviewer decides on, nothing time-dependent."""
     eligible: list[dict[str, Any]] = []
     excluded: list[dict[str, Any]] = []
-    for row in cell_rows(run):
+    for row in cell_rows(run) if rows is None else rows:
         reason = exclusion(row, mode)
         entry = _entry(row, mode)
         if reason is None:
@@ -151,6 +166,14 @@ def _plan_content(run: Run, mode: str) -> dict[str, Any]:
                     + (f" (child run {row['claimed_by']})" if row["claimed_by"] else ""),
                 }
             )
+            if not row["claimed"] and awaits_judge(row):
+                excluded[-1]["judge_only"] = JUDGE_ONLY_HINT
+    if mode == JUDGE_ONLY:
+        # One judge call per cell over its stored answer: its worst case, quoted up front.
+        quotes = rejudge.judge_only_quotes(run, [e["cell"] for e in eligible])
+        for e in eligible:
+            e["why"] = JUDGE_ONLY_TEXT
+            e["judge_call_worst_case_usd"] = money_text(quotes[e["cell"]])
     spend = run_known_spend(run_ids=[run.pk])[run.pk]
     return {
         "version": PLAN_VERSION,
@@ -171,7 +194,9 @@ def _plan_content(run: Run, mode: str) -> dict[str, Any]:
 def _check_mode(mode: object) -> str:
     if mode not in MODES:
         raise RecoveryError(
-            "invalid_mode", "mode must be 'undispatched' or 'failed'", detail={"mode": mode}
+            "invalid_mode",
+            "mode must be 'undispatched', 'failed' or 'judge_only'",
+            detail={"mode": mode},
         )
     return str(mode)
 
@@ -208,12 +233,46 @@ def _selection(content: dict[str, Any], selected: list[int] | None) -> list[int]
 
 
 def _finish_plan(content: dict[str, Any], selected: list[int] | None) -> dict[str, Any]:
-    return {
+    chosen = _selection(content, selected)
+    plan = {
         **content,
         "plan_sha256": sha256_hex(content),
-        "selected_cells": _selection(content, selected),
+        "selected_cells": chosen,
         "requires_acknowledgement": content["mode"] == "failed",
+        "requires_judge_cost_confirmation": content["mode"] == JUDGE_ONLY,
         "model_requests": 0,
+    }
+    if content["mode"] == "failed":
+        # Every billing assumption behind a figure of this plan, once (the entries name theirs).
+        plan["previous_attempt_cost_assumptions"] = sorted(
+            {w for e in content["eligible_cells"] if (w := e.get("previous_attempt_cost_assumes"))}
+        )
+    if content["mode"] == JUDGE_ONLY:
+        plan["judge_cost_quote"] = _judge_quote(content, chosen)
+        plan["subject_requests"] = 0
+    return plan
+
+
+def _judge_quote(content: dict[str, Any], chosen: list[int]) -> dict[str, Any]:
+    """The quote of a judge-only selection: one judge call per cell, its worst case the sum
+    of the cells' (unknown when any is)."""
+    by_id = {e["cell"]: e["judge_call_worst_case_usd"] for e in content["eligible_cells"]}
+    return rejudge.quote_of([None if by_id[c] is None else Decimal(by_id[c]) for c in chosen])
+
+
+def _judge_only_summary(run: Run, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the other modes say of the judge-only class: how many cells, the quote and the
+    hash of the judge-only plan (the recovery page submits it from there). None when the run
+    has no such cell."""
+    if not any(not r["claimed"] and awaits_judge(r) for r in rows):
+        return None
+    plan = _finish_plan(_plan_content(run, JUDGE_ONLY, rows), None)
+    return {
+        "mode": JUDGE_ONLY,
+        "reason": JUDGE_ONLY_TEXT,
+        "cells": len(plan["eligible_cells"]),
+        "plan_sha256": plan["plan_sha256"],
+        "judge_cost_quote": plan["judge_cost_quote"],
     }
 
 
@@ -228,7 +287,10 @@ def recovery_plan(
         raise RecoveryError("not_live", "only live runs can be recovered", http_status=422)
     _check_rejudge_mode(run, mode)
     recovery_reconcile(run=run)
-    return _finish_plan(_plan_content(run, mode), selected_cells)
+    rows = cell_rows(run)
+    plan = _finish_plan(_plan_content(run, mode, rows), selected_cells)
+    plan["judge_only"] = None if mode == JUDGE_ONLY else _judge_only_summary(run, rows)
+    return plan
 
 
 def _check_rejudge_mode(run: Run, mode: str) -> None:
@@ -282,6 +344,23 @@ def recovery_plan_page(
 # --- submission (R15.3, R15.4) -------------------------------------------------------------------
 
 
+def _recovery_marker(
+    parent: Run, content: dict[str, Any], selected_ids: list[int], plan_sha256: str
+) -> dict[str, Any]:
+    """Where a recovery child came from (its manifest's ``recovery``)."""
+    return {
+        "parent_run": parent.pk,
+        "parent_plan_sha256": parent.plan_sha256,
+        "mode": content["mode"],
+        "recovery_plan_sha256": plan_sha256,
+        "selected_cells": selected_ids,
+        "selected_cells_sha256": sha256_hex(selected_ids),
+        "eligible_cells": [e["cell"] for e in content["eligible_cells"]],
+        "parent_snapshot": content["parent"],
+        "recovery_subset": True,
+    }
+
+
 def _child_manifest(
     parent: Run, content: dict[str, Any], chosen: list[dict[str, Any]], plan_sha256: str
 ) -> dict[str, Any]:
@@ -293,7 +372,6 @@ def _child_manifest(
     benchmarks = {c["benchmark"] for c in chosen}
     slugs = {c["target"] for c in chosen}
     cases = [c for c in m["cases"] if c[0] in questions]
-    selected_ids = [c["cell"] for c in chosen]
     return {
         **m,
         "name": f"{m['name']} · recovery ({content['mode']})",
@@ -305,17 +383,7 @@ def _child_manifest(
         "cases": cases,
         "targets": [t for t in m["targets"] if t["slug"] in slugs],
         "judges": {b: j for b, j in m["judges"].items() if b in benchmarks},
-        "recovery": {
-            "parent_run": parent.pk,
-            "parent_plan_sha256": parent.plan_sha256,
-            "mode": content["mode"],
-            "recovery_plan_sha256": plan_sha256,
-            "selected_cells": selected_ids,
-            "selected_cells_sha256": sha256_hex(selected_ids),
-            "eligible_cells": [e["cell"] for e in content["eligible_cells"]],
-            "parent_snapshot": content["parent"],
-            "recovery_subset": True,
-        },
+        "recovery": _recovery_marker(parent, content, [c["cell"] for c in chosen], plan_sha256),
     }
 
 
@@ -349,6 +417,7 @@ def _replay(
 
 
 def _submitted(plan: object) -> tuple[str, str, list[int] | None]:
+    """(mode, reviewed plan hash, selected cells or None for all eligible) of a submission."""
     if not isinstance(plan, dict):
         raise RecoveryError("invalid_plan", "the plan must be a JSON object")
     mode = _check_mode(plan.get("mode"))
@@ -374,9 +443,13 @@ def recovery_submit(
     plan: dict[str, Any],
     idempotency_key: str,
     acknowledge_new_attempt: bool = False,
+    confirm_judge_cost: Decimal | None = None,
     user: Any,
 ) -> tuple[Run, bool]:
     """Create the child run of a reviewed recovery plan; returns (child, created).
+
+    Mode ``judge_only`` needs ``confirm_judge_cost``: exactly the worst case the plan quotes
+    for the selected cells (`_judge_quote`), recomputed under the parent's lock.
 
     Idempotent by (parent, idempotency_key): the same plan hash and cells return the same
     child (created=False, nothing dispatched again); anything else with that key is refused.
@@ -390,7 +463,12 @@ def recovery_submit(
     existing = RecoveryRequest.objects.filter(parent=run, idempotency_key=idempotency_key).first()
     if existing is not None:
         return _replay(existing, user=user, plan_sha256=plan_sha256, selected=selected), False
-    _check_may_recover(run, mode, acknowledge_new_attempt=acknowledge_new_attempt)
+    _check_may_recover(
+        run,
+        mode,
+        acknowledge_new_attempt=acknowledge_new_attempt,
+        confirm_judge_cost=confirm_judge_cost,
+    )
     recovery_reconcile(run=run)
     try:
         with transaction.atomic(durable=True):
@@ -401,6 +479,7 @@ def recovery_submit(
                 selected=selected,
                 idempotency_key=idempotency_key,
                 acknowledge_new_attempt=acknowledge_new_attempt,
+                confirm_judge_cost=confirm_judge_cost,
                 user=user,
             )
     except IntegrityError:
@@ -425,10 +504,19 @@ def _check_idempotency_key(idempotency_key: object) -> None:
         raise RecoveryError("invalid_idempotency_key", too_long)
 
 
-def _check_may_recover(run: Run, mode: str, *, acknowledge_new_attempt: bool) -> None:
+def _check_may_recover(
+    run: Run, mode: str, *, acknowledge_new_attempt: bool, confirm_judge_cost: Decimal | None
+) -> None:
     """Refusals that need no ledger read: a new attempt of a re-judge child, an
-    unacknowledged new attempt, a preview run."""
+    unacknowledged new attempt, an unconfirmed judge-only cost, a preview run."""
     _check_rejudge_mode(run, mode)
+    if mode == JUDGE_ONLY and confirm_judge_cost is None:
+        raise RecoveryError(
+            "judge_cost_unconfirmed",
+            "judge_only mode sends one judge call per selected cell over its stored answer (no "
+            "subject call): confirm the worst case the plan quotes (confirm_judge_cost)",
+            http_status=422,
+        )
     if mode == "failed" and not acknowledge_new_attempt:
         raise RecoveryError(
             "acknowledgement_required",
@@ -448,6 +536,7 @@ def _submission_write(
     selected: list[int] | None,
     idempotency_key: str,
     acknowledge_new_attempt: bool,
+    confirm_judge_cost: Decimal | None,
     user: Any,
 ) -> tuple[Run, bool]:
     """The submission's writes, inside its durable transaction: recompute the plan under the
@@ -480,12 +569,20 @@ def _submission_write(
         )
     by_id = {e["cell"]: e for e in content["eligible_cells"]}
     chosen = [by_id[c] for c in chosen_ids]
-    child = _child_create(parent, content, chosen, plan_sha256, mode, user)
+    if mode == JUDGE_ONLY:
+        child = _judge_only_child(
+            parent, content, chosen_ids, plan_sha256, confirm_judge_cost, user
+        )
+    else:
+        child = _child_create(parent, content, chosen, plan_sha256, mode, user)
     request = RecoveryRequest.objects.create(
         parent=parent,
         owner=user,
         idempotency_key=idempotency_key,
-        mode=mode,
+        # The request row's modes are the two of R15 (a database check, runs/models.py): a
+        # judge-only completion is recorded as "undispatched" — it sends only a call that was
+        # never dispatched and no new attempt — and its child's manifest says "judge_only".
+        mode=RecoveryRequest.Mode.UNDISPATCHED if mode == JUDGE_ONLY else mode,
         plan_sha256=plan_sha256,
         selected_cells_sha256=sha256_hex(chosen_ids),
         acknowledged_new_attempt=bool(acknowledge_new_attempt),
@@ -545,3 +642,29 @@ def _child_create(
         },
     )
     return child
+
+
+def _judge_only_child(
+    parent: Run,
+    content: dict[str, Any],
+    chosen_ids: list[int],
+    plan_sha256: str,
+    confirmed: Decimal | None,
+    user: Any,
+) -> Run:
+    """The child of a judge-only recovery (runs/rejudge.py `judge_only_child_create`), once the
+    confirmed amount is the quote of the selection, exactly; else refused, nothing created."""
+    quote = _judge_quote(content, chosen_ids)
+    try:
+        worst = rejudge.confirmation_check(quote, confirmed, what="judging")
+    except rejudge.RejudgeError as exc:
+        raise RecoveryError(exc.code, exc.message, http_status=422, detail=exc.detail) from None
+    return rejudge.judge_only_child_create(
+        parent,
+        cell_ids=chosen_ids,
+        quote=quote,
+        worst=worst,
+        user=user,
+        recovery=_recovery_marker(parent, content, chosen_ids, plan_sha256)
+        | {"judge_cost_quote": quote},
+    )

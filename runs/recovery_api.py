@@ -6,6 +6,7 @@ service chose (400 invalid, 409 ledger conflicts, 422 key reuse or unmet conditi
 
 from __future__ import annotations
 
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.shortcuts import get_object_or_404
@@ -36,7 +37,7 @@ from srbench.api import (
 )
 from srbench.parsers import json_value_problem
 
-RECOVERY_MODES = ["undispatched", "failed"]
+RECOVERY_MODES = ["undispatched", "failed", "judge_only"]
 # The recovery lists read their cursors and limit by the API's one keyset rule (srbench.api).
 ELIGIBLE_PAGE = Keyset(
     "after",
@@ -67,6 +68,29 @@ RecoveryPlanPageSerializer = inline_serializer(
         "excluded": serializers.ListField(child=serializers.DictField()),
         "next_excluded_after": serializers.IntegerField(allow_null=True),
         "requires_acknowledgement": serializers.BooleanField(),
+        # judge_only mode (issue 34): submit with confirm_judge_cost = judge_cost_quote's worst.
+        "requires_judge_cost_confirmation": serializers.BooleanField(),
+        "judge_cost_quote": serializers.DictField(
+            required=False,
+            help_text="judge_only mode: judged_cells, judge_calls and worst_case_usd (null: a "
+            "judge price is missing, nothing can be confirmed) of the selected cells",
+        ),
+        "subject_requests": serializers.IntegerField(
+            required=False, help_text="judge_only mode: always 0"
+        ),
+        "judge_only": serializers.DictField(
+            allow_null=True,
+            required=False,
+            help_text="other modes: the cells whose answer is stored and whose judge call was "
+            "never sent (mode judge_only), with that plan's hash and quote; null when none",
+        ),
+        "previous_attempt_cost_assumptions": serializers.ListField(
+            child=serializers.CharField(),
+            required=False,
+            help_text="failed mode: the billing assumptions behind the previous attempts' "
+            "costs, e.g. an HTTP error answer counted $0 because its target's frozen "
+            "errors_billed is false",
+        ),
         "model_requests": serializers.IntegerField(),
     },
 )
@@ -79,6 +103,10 @@ RecoverRequestSerializer = inline_serializer(
         "plan": serializers.DictField(required=False, help_text="the reviewed plan, whole"),
         "idempotency_key": serializers.CharField(required=False),
         "acknowledge_new_attempt": serializers.BooleanField(required=False),
+        "confirm_judge_cost": serializers.CharField(
+            required=False,
+            help_text="judge_only mode: the plan's judge_cost_quote.worst_case_usd, exactly",
+        ),
     },
 )
 
@@ -113,15 +141,37 @@ def _refusal(exc: RecoveryError) -> Response:
     )
 
 
+def _judge_cost(value: object) -> Decimal | None | Response:
+    """The confirmed judge cost of a judge_only submission as an exact amount (a decimal
+    string; a JSON number is read by its text), None when absent, or the 400 refusal."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise InvalidOperation
+        amount = Decimal(str(value))
+        if not amount.is_finite() or amount < 0:
+            raise InvalidOperation
+    except InvalidOperation:
+        return error_response(
+            http_status=400,
+            code="invalid",
+            error="confirm_judge_cost must be an amount in USD, as the plan's quote states it.",
+        )
+    return amount
+
+
 class RecoveryPlanView(APIView):
     """Reconcile the run, then show what a recovery in `mode` would run and what it would
-    not, with a reason per excluded cell. Never calls a model (model_requests: 0)."""
+    not, with a reason per excluded cell. Never calls a model (model_requests: 0). Mode
+    `judge_only` offers judged cells whose answer is stored and whose judge call was never
+    sent, each with its judge call's worst case and the selection's `judge_cost_quote`."""
 
     schema = ApiSchema()
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("mode", str, enum=["undispatched", "failed"], required=True),
+            OpenApiParameter("mode", str, enum=RECOVERY_MODES, required=True),
             *ELIGIBLE_PAGE.parameters("cursor: cell id"),
             EXCLUDED_PAGE.parameters("cursor: cell id")[0],
         ],
@@ -152,8 +202,10 @@ class RecoveryPlanView(APIView):
 class RecoverView(APIView):
     """Create the child run of a reviewed plan: 201 new child, 200 replay of the same key,
     plan and cells (header Idempotent-Replayed), 409 when the ledger or the claims changed,
-    422 when the key was used for something else or a condition is not met. Only the run's
-    owner or an operator may submit (403 otherwise): a recovery spends money."""
+    422 when the key was used for something else or a condition is not met (failed mode
+    without acknowledge_new_attempt; judge_only mode without confirm_judge_cost equal to the
+    plan's quoted worst case). Only the run's owner or an operator may submit (403
+    otherwise): a recovery spends money."""
 
     schema = ApiSchema()
     permission_classes = RUN_WRITE_PERMISSIONS
@@ -201,12 +253,16 @@ class RecoverView(APIView):
                 code="invalid",
                 error="acknowledge_new_attempt must be true or false.",
             )
+        confirm = _judge_cost(data.get("confirm_judge_cost"))
+        if isinstance(confirm, Response):
+            return confirm
         try:
             child, created = recovery_submit(
                 run=run,
                 plan=plan,
                 idempotency_key=key,
                 acknowledge_new_attempt=ack,
+                confirm_judge_cost=confirm,
                 user=request.user,
             )
         except RecoveryError as exc:

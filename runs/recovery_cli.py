@@ -3,6 +3,9 @@
     benchmark recover-plan RUN_ID --mode undispatched --output recovery.json
     # review; `selected_cells` in the file may be cut down to a reviewed subset
     benchmark recover RUN_ID --plan recovery.json --idempotency-key recovery-1
+    # judged cells whose answer is stored and whose judge call was never sent:
+    benchmark recover-plan RUN_ID --mode judge_only --output judge.json
+    benchmark recover RUN_ID --plan judge.json --idempotency-key judge-1 --confirm-judge-cost USD
 
 When the outcome of `recover` is uncertain (a lost response), run the same command again: the
 same plan, cells and key return the same child run and dispatch nothing twice.
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+from decimal import Decimal
 from typing import Any
 
 from runs.cli import emit, usd
@@ -26,6 +30,7 @@ from srbench.api_client import (
 )
 
 PAGE = 100
+MODES = ["undispatched", "failed", "judge_only"]
 
 
 def _plan_all_pages(client: Any, run_id: int, mode: str) -> dict[str, Any]:
@@ -75,14 +80,41 @@ def _plan_text(plan: dict[str, Any], output: str | None) -> str:
     for reason, n in sorted(plan["counts"]["excluded_by_reason"].items()):
         lines.append(f"  excluded {n:>5}  {reason}")
     if plan["mode"] == "failed":
+        lines += _previous_cost_lines(plan)
         lines.append(
             "failed mode sends NEW model calls (extra cost); `recover` needs "
             "--acknowledge-new-attempt"
+        )
+    if plan["mode"] == "judge_only":
+        quote = plan["judge_cost_quote"]
+        lines += [
+            "each cell: answer stored, judge call never sent: judge only",
+            f"judge calls: {quote['judge_calls']} (one per selected cell), subject calls: 0, "
+            f"worst case {usd(quote['worst_case_usd'])}",
+            "`recover` needs --confirm-judge-cost "
+            + (quote["worst_case_usd"] or "(none possible: a judge price is missing)"),
+        ]
+    elif summary := plan.get("judge_only"):
+        lines.append(
+            f"judge only: {summary['cells']} cell(s) ({summary['reason']}); review them with "
+            f"--mode judge_only (worst case {usd(summary['judge_cost_quote']['worst_case_usd'])})"
         )
     if output:
         lines.append(f"written to {output}; edit selected_cells there to recover a subset")
     lines.append("no model was called (model_requests: 0)")
     return "\n".join(lines)
+
+
+def _previous_cost_lines(plan: dict[str, Any]) -> list[str]:
+    """What the previous attempts of the eligible cells cost, unknown if any is (never $0 for
+    unknown), with the billing assumptions behind the figure (failed mode)."""
+    costs = [e.get("previous_attempt_cost_usd") for e in plan["eligible_cells"]]
+    if not costs:
+        return []
+    total = None if None in costs else sum((Decimal(c) for c in costs), Decimal(0))
+    lines = [f"previous attempts of the cells to run cost {usd(total)} in total"]
+    lines += [f"  {words}" for words in plan.get("previous_attempt_cost_assumptions") or []]
+    return lines
 
 
 def _recover_plan(options: dict[str, Any]) -> int:
@@ -106,6 +138,8 @@ def _recover(options: dict[str, Any]) -> int:
         "selected_cells": plan.get("selected_cells"),
         "acknowledge_new_attempt": bool(options.get("acknowledge_new_attempt")),
     }
+    if options.get("confirm_judge_cost") is not None:
+        body["confirm_judge_cost"] = options["confirm_judge_cost"]
     client = client_from(options)
     key = options["idempotency_key"]
     response = client.request(
@@ -185,7 +219,7 @@ def register(verbs: Any) -> None:
         "recover-plan", help="review which cells of a finished run can be recovered"
     )
     p.add_argument("run_id", type=int)
-    p.add_argument("--mode", choices=["undispatched", "failed"], required=True)
+    p.add_argument("--mode", choices=MODES, required=True)
     p.add_argument("--output", help="write the plan here (then edit selected_cells)")
     add_connection_arguments(p)
     p.set_defaults(handler=cli_guard(_recover_plan))
@@ -202,6 +236,11 @@ def register(verbs: Any) -> None:
         "--acknowledge-new-attempt",
         action="store_true",
         help="failed mode: confirm new model calls and their extra cost",
+    )
+    p.add_argument(
+        "--confirm-judge-cost",
+        metavar="USD",
+        help="judge_only mode: the worst case the plan quotes (judge_cost_quote), exactly",
     )
     add_connection_arguments(p)
     p.set_defaults(handler=cli_guard(_recover))

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db.models import Count, Q
 
+from datasets.benchmarks import get_adapter
 from runs.engine.calls import HTTP_ERROR_BODY_CAP
 from runs.engine.finish import EPISODE_INTERRUPTED, LEGACY_SETTLED_ERROR, single_answer
 from runs.models import OPEN_CALL_STATUSES, Call, CallStatus, Cell, CellStatus, RecoveryClaim, Run
@@ -39,11 +40,25 @@ REASONS = {
     "complete_answer_stored": "complete answer stored: every call of this cell completed and "
     "its answer is saved (a worker stopped before it recorded the grade); a finished answer is "
     "never run again",
+    "not_awaiting_judge": "judge only needs a judged cell (SimpleQA, HLE) that failed with its "
+    "answer stored and its judge call never sent; this cell is not one (no stored answer, a "
+    "judge call already sent, or a benchmark without a judge)",
     EPISODE_INTERRUPTED: "episode interrupted: a worker stopped after every call it sent for "
     "this cell had completed and before the episode's next call (a later step, turn or the "
     "judge); that call is never sent automatically and a new attempt would send the completed "
     "ones again, so the cell is not run again (evidence kept)",
 }
+
+# The judge-only class (issue 34): what an eligible cell of mode "judge_only" is, and the note
+# the other modes add to such a cell's exclusion (their reason stays: neither may send its
+# completed subject call again).
+JUDGE_ONLY = "judge_only"
+JUDGE_ONLY_TEXT = "answer stored, judge call never sent: judge only"
+JUDGE_ONLY_HINT = (
+    f"{JUDGE_ONLY_TEXT} — review mode 'judge_only': one judge call over the stored answer, "
+    "no subject call, its worst case quoted and confirmed up front"
+)
+ERRORS_NOT_BILLED_TEXT = "assumes {target} does not bill error responses (errors_billed = false)"
 
 # A whole-plan refusal, not a cell's exclusion: failed mode of a re-judge child
 # (runs/recovery.py `_check_rejudge_mode`).
@@ -84,14 +99,17 @@ def _errors_billed(manifest: Mapping[str, Any]) -> dict[str, bool | None]:
     return {s["slug"]: s.get("errors_billed") for s in snapshots}
 
 
-def _known_failures(run: Run) -> tuple[Counter[int], Counter[int]]:
+def _known_failures(run: Run) -> tuple[Counter[int], Counter[int], dict[int, set[str]]]:
     """Per cell: the known failures known to have cost nothing (their target does not bill
-    error responses) and those whose cost stays unclear (it does, or the plan does not say).
-    Such a call never has usage, so its effective cost is always unknown; the first count is
-    what turns that unknown into a known zero for recovery."""
+    error responses) and those whose cost stays unclear (it does, or the plan does not say),
+    and the targets whose frozen ``errors_billed = false`` made the first ones free. Such a
+    call never has usage, so its effective cost is always unknown; the first count is what
+    turns that unknown into a known zero for recovery — an assumption the plan states
+    (`ERRORS_NOT_BILLED_TEXT`) wherever it shows that zero."""
     billed = _errors_billed(run.manifest)
     free: Counter[int] = Counter()
     unclear: Counter[int] = Counter()
+    assumed: dict[int, set[str]] = {}
     calls = Call.objects.filter(
         cell__run=run, status=CallStatus.FAILED, http_status__gte=400, cost_usd__isnull=True
     ).values(
@@ -107,9 +125,18 @@ def _known_failures(run: Run) -> tuple[Counter[int], Counter[int]]:
         if http_error_before_stream(call):
             if billed.get(call["target__slug"]) is False:
                 free[call["cell_id"]] += 1
+                assumed.setdefault(call["cell_id"], set()).add(call["target__slug"])
             else:
                 unclear[call["cell_id"]] += 1
-    return free, unclear
+    return free, unclear, assumed
+
+
+def errors_not_billed_words(targets: set[str]) -> str | None:
+    """The billing assumption behind a zero counted for these targets' error responses, in
+    words (None: no zero was assumed)."""
+    if not targets:
+        return None
+    return "; ".join(ERRORS_NOT_BILLED_TEXT.format(target=t) for t in sorted(targets))
 
 
 def cell_rows(run: Run) -> list[dict[str, Any]]:
@@ -125,6 +152,16 @@ def cell_rows(run: Run) -> list[dict[str, Any]]:
                 "calls",
                 filter=Q(calls__status=CallStatus.COMPLETED, calls__role=Call.Role.SUBJECT),
             ),
+            # The first subject call completed with a whole answer (not cut off by "length").
+            subject_answered=Count(
+                "calls",
+                filter=Q(
+                    calls__status=CallStatus.COMPLETED,
+                    calls__role=Call.Role.SUBJECT,
+                    calls__sequence=0,
+                )
+                & ~Q(calls__finish_reason="length"),
+            ),
         )
     )
     cost_unknown: Counter[int] = Counter()
@@ -136,10 +173,11 @@ def cell_rows(run: Run) -> list[dict[str, Any]]:
     claimed = dict(
         RecoveryClaim.objects.filter(cell__run=run).values_list("cell_id", "request__child_id")
     )
-    free_failures, billed_failures = _known_failures(run)
+    free_failures, billed_failures, assumed = _known_failures(run)
     for row in rows:
         row["cost_unknown"] = max(cost_unknown[row["pk"]] - free_failures[row["pk"]], 0)
         row["billed_failures"] = billed_failures[row["pk"]]
+        row["errors_not_billed"] = assumed.get(row["pk"], set())
         row["known_cost"] = known_cost.get(row["pk"], Decimal(0))
         row["claimed_by"] = claimed.get(row["pk"], 0) or None
         row["claimed"] = row["pk"] in claimed
@@ -157,6 +195,9 @@ def exclusion(row: dict[str, Any], mode: str) -> str | None:
     if row["ambiguous_calls"] or row["status"] in (CellStatus.SENT_UNKNOWN, CellStatus.RUNNING):
         return "ambiguous_dispatch_requires_reconciliation"
     stored = _stored_answer(row)
+    if mode == JUDGE_ONLY:
+        # Only the class; every other cell keeps the reason its own mode would give it.
+        return None if awaits_judge(row) else stored or "not_awaiting_judge"
     if stored:
         return stored
     if mode == "undispatched":
@@ -186,3 +227,20 @@ def _stored_answer(row: dict[str, Any]) -> str | None:
     if single_answer(row["benchmark"]):
         return "complete_answer_stored" if row["subject_completed"] else None
     return EPISODE_INTERRUPTED if row["completed_calls"] == row["n_calls"] else None
+
+
+def awaits_judge(row: dict[str, Any]) -> bool:
+    """A judged cell (adapter kind "judge") whose answer is stored and whose judge call was
+    never sent (issue 34): settled `failed` by the recovery pass as an interrupted episode
+    (or by the rule before it), its one call a completed, untruncated subject call. A cell
+    whose judge call was sent — failed, cancelled, open or `sent_unknown` — is not one, nor a
+    cell already claimed or completed (`exclusion` checks those first)."""
+    error = row["error"] or ""
+    interrupted = error.startswith(f"{EPISODE_INTERRUPTED}:") or error == LEGACY_SETTLED_ERROR
+    return (
+        interrupted
+        and row["status"] == CellStatus.FAILED
+        and row["n_calls"] == 1
+        and row["subject_answered"] == 1
+        and get_adapter(row["benchmark"]).kind == "judge"
+    )

@@ -16,6 +16,12 @@ reserved under the run lock, never re-sent — so a re-judge is a *child run* of
 - ``manifest["rejudge"]`` records the parent, the re-judged cells and a hash of what was
   judged (``rejudge_sha256``: parent cells, their answers, the judges, the quote).
 
+The same machinery completes a *judge-only recovery* (issue 34, runs/recovery.py mode
+``judge_only``): a judged cell whose worker died between its answer and its judge call keeps the
+answer in its completed subject call, and a child made here (``judge_only_child_create``, the
+marker's ``judge_only: true``) sends that cell's one judge call over it, at a worst case quoted
+per cell (`judge_call_worst_case`) and confirmed up front, never the subject call again.
+
 Idempotent twice over: under the parent's row lock, a child with the same ``rejudge_sha256``
 is returned instead of a second one (same answers, same judge, same quote: same child); and an
 ``Idempotency-Key`` is stored on the child (unique per owner in the database), so a key reused
@@ -31,6 +37,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from runs import services
+from runs.engine.judge_only import stored_answers
 from runs.idempotency import idempotency_key_too_long
 from runs.models import Cell, Run
 from runs.regrade import RegradeRefused, judge_cost_quote, regrade_checked_run, rejudge_cells
@@ -39,6 +46,11 @@ from srbench.canonical import sha256_hex
 __all__ = [
     "REJUDGE_VERSION",
     "RejudgeError",
+    "confirmation_check",
+    "judge_call_worst_case",
+    "judge_only_child_create",
+    "judge_only_quotes",
+    "quote_of",
     "rejudge_doc",
     "rejudge_submit",
 ]
@@ -60,7 +72,9 @@ class RejudgeError(Exception):
         super().__init__(message)
 
 
-def _confirmation_check(quote: dict[str, Any], confirmed: Decimal | None) -> Decimal:
+def confirmation_check(
+    quote: dict[str, Any], confirmed: Decimal | None, *, what: str = "re-judging"
+) -> Decimal:
     """The confirmed worst case, which must be the quote's, stated exactly. A quote without a
     worst case (a judge price is missing) cannot be confirmed: the run would be unbounded."""
     worst = quote["worst_case_usd"]
@@ -74,7 +88,7 @@ def _confirmation_check(quote: dict[str, Any], confirmed: Decimal | None) -> Dec
     if confirmed is None or Decimal(confirmed) != Decimal(worst):
         raise RejudgeError(
             "judge_cost_unconfirmed",
-            f"re-judging {quote['judged_cells']} answer(s) costs at most {worst} USD; "
+            f"{what} {quote['judged_cells']} answer(s) costs at most {worst} USD; "
             f"send confirm_judge_cost={worst} to proceed",
             detail=quote,
         )
@@ -94,6 +108,14 @@ def _content(parent: Run, quote: dict[str, Any]) -> dict[str, Any]:
     rows = rejudge_cells(parent).values_list(
         "pk", "question_id", "target__slug", "slot", "benchmark", "final_answer"
     )
+    return _judged_content(parent, list(rows), quote)
+
+
+def _judged_content(
+    parent: Run, rows: list[tuple[int, int, str, int, str, str]], quote: dict[str, Any]
+) -> dict[str, Any]:
+    """The identity of a child of judge calls: (cell, question, target slug, slot, benchmark,
+    answer) per parent cell, each answer by its hash, with the judges and the quote."""
     cells = [
         [pk, qid, slug, slot, benchmark, hashlib.sha256(answer.encode()).hexdigest()]
         for pk, qid, slug, slot, benchmark, answer in rows
@@ -152,6 +174,25 @@ def _child_create(
     parent: Run, content: dict[str, Any], worst: Decimal, user: Any, key: str | None
 ) -> Run:
     manifest = _child_manifest(parent, content, worst)
+    created = {
+        "rejudge": {
+            "parent": parent.pk,
+            "max_cost_usd": manifest["limits"]["max_cost_usd"],
+            "rejudge_sha256": manifest["rejudge"]["rejudge_sha256"],
+        }
+    }
+    return _insert(parent, manifest, content, user, key, created)
+
+
+def _insert(
+    parent: Run,
+    manifest: dict[str, Any],
+    content: dict[str, Any],
+    user: Any,
+    key: str | None,
+    created: dict[str, Any],
+) -> Run:
+    """The child run and its cells, in the caller's transaction; dispatch is the caller's."""
     targets = dict(
         Cell.objects.filter(pk__in=manifest["rejudge"]["parent_cells"]).values_list(
             "pk", "target_id"
@@ -174,14 +215,114 @@ def _child_create(
             services.NewCell(question_id=qid, target_id=targets[pk], slot=slot, benchmark=benchmark)
             for pk, qid, _slug, slot, benchmark, _sha in content["cells"]
         ],
-        created={
-            "rejudge": {
-                "parent": parent.pk,
-                "max_cost_usd": manifest["limits"]["max_cost_usd"],
-                "rejudge_sha256": manifest["rejudge"]["rejudge_sha256"],
-            }
-        },
+        created=created,
     )
+
+
+# --- judge-only completion (issue 34) ------------------------------------------------------------
+
+
+def judge_call_worst_case(
+    manifest: dict[str, Any],
+    benchmark: str,
+    *,
+    payload: dict[str, Any],
+    secret: dict[str, Any],
+    answer: str,
+) -> Decimal | None:
+    """The worst case of one judge call over `answer` at the judge the manifest froze, by the
+    rule `judge_cost_quote` applies per answer and the engine reserves per call
+    (`runs.accounting.worst_case_call_cost`); None when the judge or its price is missing."""
+    from runs.accounting import worst_case_call_cost
+    from runs.engine.scoring import judge_request_messages
+
+    judge = manifest["judges"].get(benchmark)
+    if judge is None:
+        return None
+    return worst_case_call_cost(
+        manifest["prices"].get(judge["slug"], {}),
+        kind=judge["kind"],
+        model=judge["model"],
+        messages=judge_request_messages(payload=payload, secret=secret, answer=answer),
+        max_tokens=int(
+            judge["fixed_params"].get("max_tokens") or manifest["limits"]["max_output_tokens"]
+        ),
+        max_inference_calls=judge.get("max_inference_calls"),
+    )
+
+
+def judge_only_quotes(run: Run, cell_ids: list[int]) -> dict[int, Decimal | None]:
+    """{cell: the worst case of judging its stored answer once} for cells of `run` awaiting
+    their judge call (runs/recovery_rules.py `awaits_judge`); None: no answer or no price."""
+    answers = stored_answers(cell_ids)
+    rows = Cell.objects.filter(pk__in=cell_ids).values_list(
+        "pk", "benchmark", "question__payload", "question__secret__data"
+    )
+    return {
+        pk: None
+        if pk not in answers
+        else judge_call_worst_case(
+            run.manifest, benchmark, payload=payload, secret=secret or {}, answer=answers[pk]
+        )
+        for pk, benchmark, payload, secret in rows
+    }
+
+
+def quote_of(costs: list[Decimal | None]) -> dict[str, Any]:
+    """A quote in `judge_cost_quote`'s shape: one judge call per answer, the worst case their
+    sum, unknown (None) when any is."""
+    from srbench.money import money_text
+
+    total: Decimal | None = Decimal(0)
+    for cost in costs:
+        total = None if cost is None or total is None else total + cost
+    return {
+        "judged_cells": len(costs),
+        "judge_calls": len(costs),
+        "worst_case_usd": money_text(total),
+    }
+
+
+def judge_only_child_create(
+    parent: Run,
+    *,
+    cell_ids: list[int],
+    quote: dict[str, Any],
+    worst: Decimal,
+    user: Any,
+    recovery: dict[str, Any],
+) -> Run:
+    """The child of a judge-only recovery, in the caller's transaction (runs/recovery.py, which
+    claims the parent cells and dispatches after commit): a re-judge child of these parent
+    cells — one judge call each over the answer their subject call stored, the budget the
+    confirmed worst case, no official second judge call — whose ``rejudge`` marker says
+    ``judge_only`` (the episode reads the stored answer, `runs.engine.judge_only`) and which
+    carries the recovery's own ``recovery`` marker."""
+    answers = stored_answers(cell_ids)
+    rows = Cell.objects.filter(pk__in=cell_ids).order_by("pk")
+    content = _judged_content(
+        parent,
+        [
+            (pk, qid, slug, slot, benchmark, answers[pk])
+            for pk, qid, slug, slot, benchmark in rows.values_list(
+                "pk", "question_id", "target__slug", "slot", "benchmark"
+            )
+        ],
+        quote,
+    )
+    manifest = _child_manifest(parent, content, worst)
+    manifest["name"] = f"{parent.manifest['name']} · recovery (judge only)"
+    manifest["rejudge"]["judge_only"] = True
+    manifest["recovery"] = recovery
+    created = {
+        "recovery": {
+            "parent": parent.pk,
+            "mode": recovery["mode"],
+            "recovery_plan_sha256": recovery["recovery_plan_sha256"],
+            "max_cost_usd": manifest["limits"]["max_cost_usd"],
+        }
+    }
+    return _insert(parent, manifest, content, user, None, created)
 
 
 def _key_check(key: str | None) -> str | None:
@@ -235,7 +376,7 @@ def rejudge_submit(
             # the creation below are one step.
             parent = Run.objects.select_for_update().get(pk=run.pk)
             quote = judge_cost_quote(parent)
-            worst = _confirmation_check(quote, confirm_judge_cost)
+            worst = confirmation_check(quote, confirm_judge_cost)
             content = _content(parent, quote)
             sha = sha256_hex(content)
             same = Run.objects.filter(parent=parent, manifest__rejudge__rejudge_sha256=sha)

@@ -186,6 +186,7 @@ SCHEMA_SETTINGS: dict[str, Any] = {
         "PlanModeEnum": ["live", "preview"],
         "BenchmarkEnum": "datasets.benchmarks.ADAPTERS",
         "RecoveryModeEnum": ["undispatched", "failed"],
+        "RecoveryPlanModeEnum": ["undispatched", "failed", "judge_only"],
         "ProfileEnum": "datasets.models.Profile",
     },
 }

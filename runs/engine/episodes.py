@@ -20,6 +20,7 @@ from datasets.grading import MalformedVerdict
 from runs.engine import scoring, store
 from runs.engine.calls import BUDGET_STOP, Caller
 from runs.engine.finish import parent_answers
+from runs.engine.judge_only import judge_only_answer
 
 # Agent episodes (benchmarks.md §8–9): step cap per case and per terminal command time.
 AGENT_MAX_STEPS = 30
@@ -96,8 +97,12 @@ async def rejudged(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo)
     """A re-judge child's cell (issue 22 point 4, runs/rejudge.py): the parent cell's stored
     answer judged again. The subject target is never called; `target` is only whose answer
     it was."""
-    parent = int(d.ctx.manifest["rejudge"]["parent_run"])
-    answer = await d.db(parent_answer, cell_id=cell.cell_id, parent_run_id=parent)
+    marker = d.ctx.manifest["rejudge"]
+    parent = int(marker["parent_run"])
+    # A judge-only recovery child (runs/recovery.py) judges the answer its parent's subject
+    # call stored, which was never judged: the parent cell failed before its judge call.
+    read = judge_only_answer if marker.get("judge_only") else parent_answer
+    answer = await d.db(read, cell_id=cell.cell_id, parent_run_id=parent)
     if answer is None:
         await d.fail(cell, f"re-judge: run {parent} holds no completed answer for this cell")
         return

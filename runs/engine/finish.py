@@ -11,6 +11,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from runs.engine.judge_only import judge_only_answers
 from runs.events import events_append
 from runs.hooks import run_end
 from runs.models import (
@@ -338,13 +339,21 @@ def rejudge_answers(cell_ids: list[int]) -> dict[int, str | None]:
     (`parent_answers`). Other cells are left out. Reads only; the marker is read once per run,
     not per cell (a manifest may be large)."""
     rows = list(Cell.objects.filter(pk__in=cell_ids).values_list("pk", "run_id"))
-    parent_of_run = {
-        run_id: int(parent)
-        for run_id, parent in Run.objects.filter(
+    markers = {
+        run_id: (int(parent), judge_only is True)
+        for run_id, parent, judge_only in Run.objects.filter(
             pk__in={run_id for _, run_id in rows}, manifest__has_key="rejudge"
-        ).values_list("pk", "manifest__rejudge__parent_run")
+        ).values_list("pk", "manifest__rejudge__parent_run", "manifest__rejudge__judge_only")
     }
-    return parent_answers({pk: parent_of_run[r] for pk, r in rows if r in parent_of_run})
+    # A judge-only child (issue 34) judges its parent's stored subject answer, not a completed
+    # parent cell's final answer: one rule for its episode and for this pass.
+    answers = parent_answers(
+        {pk: markers[r][0] for pk, r in rows if r in markers and not markers[r][1]}
+    )
+    answers.update(
+        judge_only_answers({pk: markers[r][0] for pk, r in rows if r in markers and markers[r][1]})
+    )
+    return answers
 
 
 def parent_answers(parent_of_cell: dict[int, int]) -> dict[int, str | None]:
