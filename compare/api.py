@@ -41,6 +41,7 @@ from compare.services import (
     comparison_build,
     comparison_margin_check,
 )
+from compare.verdict import RULE, VERDICT_HELP, VERDICTS
 from runs.models import Run
 from runs.plans import MarginField
 from srbench.api import (
@@ -49,6 +50,57 @@ from srbench.api import (
     error_response,
     error_responses,
     int_param,
+)
+
+# One compared candidate. Documented field by field where a client decides on it (the verdict
+# and the numbers behind it); the rest of the candidate's document is described in
+# docs/statistics.md and passes through unchanged.
+ComparedCandidateSerializer = inline_serializer(
+    "ComparedCandidate",
+    {
+        "run": serializers.IntegerField(),
+        "run_name": serializers.CharField(),
+        "target": serializers.CharField(),
+        "kind": serializers.CharField(),
+        "delta": serializers.FloatField(),
+        "delta_exact": serializers.CharField(),
+        "verdict": serializers.ChoiceField(
+            choices=[(v, VERDICT_HELP[v]) for v in VERDICTS], help_text=RULE
+        ),
+        "verdict_label": serializers.CharField(
+            help_text="the verdict for people; non-inferior carries its margin, e.g. "
+            '"Non-inferior (margin 0.05)"'
+        ),
+        "verdict_reason": serializers.CharField(
+            help_text="why, in words: the interval read, and the margin or why none applies"
+        ),
+        "verdict_margin": serializers.CharField(
+            allow_null=True,
+            help_text="the non-inferiority margin the rule applied (exact decimal), frozen in "
+            "the candidate run's plan; null when none could be applied",
+        ),
+        "verdict_interval": inline_serializer(
+            "ComparisonVerdictInterval",
+            {
+                "lower": serializers.FloatField(),
+                "upper": serializers.FloatField(),
+                "level": serializers.FloatField(),
+                "method": serializers.CharField(),
+            },
+        ),
+        "interval": serializers.DictField(),
+        "family_interval": serializers.DictField(),
+        "improvement": serializers.BooleanField(),
+        "family_improvement": serializers.BooleanField(),
+        "worse": serializers.BooleanField(
+            help_text="the single-comparison interval lies below 0 (the verdict reads the "
+            "family-wise one)"
+        ),
+        "non_inferiority": serializers.DictField(),
+        "savings": serializers.DictField(),
+        "usage": serializers.DictField(),
+    },
+    many=True,
 )
 
 ComparisonSerializer = inline_serializer(
@@ -60,7 +112,7 @@ ComparisonSerializer = inline_serializer(
         "weights": serializers.DictField(child=serializers.CharField()),
         "split": serializers.CharField(allow_null=True),
         "non_inferiority_margin": serializers.JSONField(allow_null=True),
-        "comparisons": serializers.ListField(child=serializers.DictField()),
+        "comparisons": ComparedCandidateSerializer,
         "refused": serializers.ListField(child=serializers.DictField()),
         "statements": serializers.DictField(child=serializers.CharField()),
         "model_requests": serializers.IntegerField(),
@@ -334,6 +386,10 @@ CSV_COLUMNS = (
     "family_improvement",
     "not_an_improvement",
     "worse",
+    "verdict",
+    "verdict_label",
+    "verdict_reason",
+    "verdict_margin",
     "non_inferiority",
     "non_inferiority_reason",
     "wins",
@@ -459,6 +515,10 @@ def _candidate_row(b: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
         "family_improvement": c["family_improvement"],
         "not_an_improvement": c["not_an_improvement"],
         "worse": c["worse"],
+        "verdict": c["verdict"],
+        "verdict_label": c["verdict_label"],
+        "verdict_reason": c["verdict_reason"],
+        "verdict_margin": c["verdict_margin"],
         "non_inferiority": c["non_inferiority"]["verdict"],
         "non_inferiority_reason": c["non_inferiority"]["reason"],
         "wins": c["wins"],

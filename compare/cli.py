@@ -116,21 +116,13 @@ def compare(options: dict[str, Any]) -> int:
         f"({b['quality_exact']})  subject cost {_fmt(b['subject_cost_usd'])} USD  tied: {tied}"
     )
     level = f"{1 - doc['alpha']:.0%}"
+    family_level = f"{1 - doc['alpha'] / max(doc['family_size'], 1):.2%}".replace(".00%", "%")
     print(
-        f"{'candidate':<32} {'Δ':>8} {level + ' Hoeffding':>22} {'family':>22} "
+        f"{'candidate':<32} {'Δ':>8} {level + ' Hoeffding':>22} {family_level + ' family':>22} "
         f"{'W/L/T':>12} {'savings':>9} {'cache-neutral':>13}  verdict"
     )
     for c in doc["comparisons"]:
         i, fam = c["interval"], c["family_interval"]
-        if c["improvement"]:
-            verdict = "improvement"
-        elif c["not_an_improvement"]:
-            verdict = "not an improvement"
-        elif c["worse"]:
-            verdict = "worse: the whole interval is below zero"
-        else:
-            verdict = "no improvement shown"
-        ni = c["non_inferiority"]
         name = f"run {c['run']} / {c['target']}"
         interval = f"[{i['lower']:+.4f}, {i['upper']:+.4f}]"
         family = f"[{fam['lower']:+.4f}, {fam['upper']:+.4f}]"
@@ -139,11 +131,12 @@ def compare(options: dict[str, Any]) -> int:
             f"{name:<32} {c['delta']:>+8.4f} {interval:>22} {family:>22} {wlt:>12} "
             f"{percent_text(c['savings']['subject_cost_pct']):>9} "
             f"{percent_text(c['savings']['cache_neutral_pct']):>13}  "
-            f"{verdict}; non-inferiority: {ni['verdict']}"
+            f"{c['verdict_label']}"
         )
-        for why in (c["savings"]["subject_cost_unknown_reason"], c["not_an_improvement"]):
-            if why:
-                print(f"    {why}")
+        # THE verdict's reason (compare.verdict): the interval it read, the margin or why none.
+        print(f"    {c['verdict']}: {c['verdict_reason']}")
+        if c["savings"]["subject_cost_unknown_reason"]:
+            print(f"    {c['savings']['subject_cost_unknown_reason']}")
     for r in doc["refused"]:
         print(f"refused: {refused_text(r)}")
     print()

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from compare.compatibility import Difference
+from compare.verdict import RULE, Verdict, frozen_margin, margin_terms, run_split
 from runs.models import Run
 from runs.report_types import Report, TargetReport
 from srbench.money import money_text
@@ -43,6 +44,7 @@ STATEMENTS = {
     ),
     "token_prices": "A self-hosted token-equivalent price is not a GPU bill saving.",
     "improvement": ("A positive point estimate whose interval crosses zero is not an improvement."),
+    "verdict": RULE,
 }
 
 BASELINE_RULE = (
@@ -124,6 +126,7 @@ class CandidateResult:
     total: Savings
     cache_neutral: Savings
     savings_interval: SavingsInterval | None
+    verdict: Verdict
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,8 @@ class Comparison:
             "micro_delta": float(paired.micro_delta),
             "micro_delta_exact": str(paired.micro_delta),
             **_intervals(paired, self.alpha),
+            # THE verdict (compare.verdict): one word from the family-wise interval.
+            **c.verdict.as_dict(),
             "improvement": paired.improvement,
             "family_improvement": paired.family_improvement,
             "not_an_improvement": paired.not_an_improvement_reason,
@@ -335,31 +340,22 @@ def _usage_block(e: Entry) -> dict[str, Any]:
     }
 
 
-def frozen_margin(run: Run) -> Decimal | None:
-    """The non-inferiority margin frozen in a run's manifest before the run, or None."""
-    raw = run.manifest.get("non_inferiority_margin")
-    return None if raw is None else Decimal(str(raw))
-
-
-def run_split(run: Run) -> str | None:
-    split: str | None = run.manifest.get("dataset", {}).get("split") or run.dataset.split
-    return split
-
-
 def non_inferiority(paired: PairedResult, candidate: Run, baseline: Run) -> dict[str, Any]:
-    """A parity verdict only on the terms fixed before the run (R5.5, docs/decisions.md
-    "Pre-registered margins"): the margin frozen in the candidate run's manifest — the
-    baseline run's must agree or hold none — and holdout cases in both runs. With several
-    candidates the family-wise bound decides, because the claim is made about whichever
-    candidate is picked. The answer names the margin, its run and the interval used."""
+    """The non-inferiority test alone, on the terms fixed before the run (R5.5,
+    docs/decisions.md "Pre-registered margins"): the margin frozen in the candidate run's
+    manifest — the baseline run's must agree or hold none — and holdout cases in both runs
+    (:func:`compare.verdict.margin_terms`). With several candidates the family-wise bound
+    decides, because the claim is made about whichever candidate is picked. The answer names
+    the margin, its run and the interval used. The comparison's one word is its ``verdict``
+    (:func:`compare.verdict.comparison_verdict`), which folds this test in."""
     if paired.family_size > 1:
         lower, upper, level = paired.family_lower, paired.family_upper, 1 - paired.family_alpha
         method = f"weighted Hoeffding, Bonferroni over {paired.family_size}"
     else:
         lower, upper, level = paired.lower, paired.upper, 1 - paired.alpha
         method = "weighted Hoeffding"
-    margin, baseline_margin = frozen_margin(candidate), frozen_margin(baseline)
-    split, baseline_split = run_split(candidate), run_split(baseline)
+    margin = frozen_margin(candidate)
+    applicable, why_not = margin_terms(candidate, baseline)
     used = f"the {level:.2%} {method} interval [{lower:+.4f}, {upper:+.4f}]"
     out: dict[str, Any] = {
         "margin": None if margin is None else float(margin),
@@ -368,19 +364,12 @@ def non_inferiority(paired: PairedResult, candidate: Run, baseline: Run) -> dict
         "margin_plan_sha256": candidate.plan_sha256,
         "lower_bound": lower,
         "interval": {"lower": lower, "upper": upper, "level": level, "method": method},
-        "split": split,
+        "split": run_split(candidate),
     }
     source = f"margin {margin} frozen in run {candidate.pk}'s plan"
-    if margin is None:
-        reason = f"no non-inferiority margin was fixed in run {candidate.pk}'s plan before the run"
-    elif baseline_margin is not None and baseline_margin != margin:
-        reason = (
-            f"the margins fixed before the runs disagree: {margin} in candidate run "
-            f"{candidate.pk}, {baseline_margin} in baseline run {baseline.pk}"
-        )
-    elif split != "holdout" or baseline_split != "holdout":
-        reason = f"the cases are the {split or 'unknown'} split; parity needs holdout cases"
-    elif lower > -margin:
+    if applicable is None:
+        reason = str(why_not)
+    elif lower > -applicable:
         reason = f"lower bound {lower:+.4f} of {used} is above −{margin} ({source})"
         return {**out, "verdict": "non-inferior", "reason": reason}
     else:

@@ -37,9 +37,8 @@ from compare.results import (
     PoolMember,
     RunDifferences,
     Savings,
-    frozen_margin,
-    run_split,
 )
+from compare.verdict import comparison_verdict, frozen_margin, run_split
 from runs.models import Run
 from srbench.stats import (
     DEFAULT_ALPHA,
@@ -390,8 +389,8 @@ def _statistics(
     candidates: list[Entry],
     alpha: float,
 ) -> list[CandidateResult]:
-    """Per candidate: the paired difference per question against the baseline, and its
-    savings (point and interval)."""
+    """Per candidate: the paired difference per question against the baseline, its verdict
+    (compare.verdict) and its savings (point and interval)."""
     cases = loaded.cases
     weights = _weights(loaded)
     masks = cases.masks()
@@ -422,6 +421,7 @@ def _statistics(
                 total=_savings(choice, e.total_spend, base.total_spend),
                 cache_neutral=_cache_neutral_savings(choice, e, base),
                 savings_interval=interval,
+                verdict=comparison_verdict(paired, e.run, loaded.baseline_run),
             )
         )
     return out

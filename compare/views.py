@@ -94,24 +94,13 @@ def fmt_quality(value: float | None) -> str | SafeString:
     return UNKNOWN if value is None else f"{value:.4f}"
 
 
+VERDICT_CLASS = {"better": "ok", "non_inferior": "ok", "inconclusive": "warning", "worse": "bad"}
+
+
 def verdict(c: dict[str, Any]) -> tuple[str, str]:
-    """(css class, words) for the quality verdict of one comparison (R11.5)."""
-    if c["improvement"]:
-        level = f"{c['interval']['level']:.0%}"
-        text = f"Improvement: the whole {level} Hoeffding interval is above zero."
-        if c["family_interval"]["family_size"] > 1 and not c["family_improvement"]:
-            text += (
-                " Across all compared candidates the family-wise interval still crosses zero, "
-                "so picking the best of them is not shown to improve."
-            )
-        return "ok", text
-    if c["not_an_improvement"]:
-        # The service words the reason (which interval, which bounds); keep it verbatim.
-        reason = c["not_an_improvement"].removesuffix(": not an improvement")
-        return "warning", f"Not an improvement: {reason}."
-    if c["worse"]:
-        return "bad", "Worse: the whole interval is below zero."
-    return "", "No improvement shown: the point estimate is not positive."
+    """(css class, words) of a comparison's one verdict (compare.verdict, R11.5): its label
+    (better, non-inferior with its margin, inconclusive, worse) and its reason in words."""
+    return VERDICT_CLASS[c["verdict"]], f"{c['verdict_label']}: {c['verdict_reason']}."
 
 
 # --- URL state -------------------------------------------------------------------------------
@@ -595,7 +584,8 @@ def _results(
                 "interval": fmt_interval(c["interval"]),
                 "savings": fmt_pct(c["savings"]["subject_cost_pct"]),
                 "neutral": fmt_pct(c["savings"]["cache_neutral_pct"]),
-                "verdict": verdict(c)[1].split(":")[0],
+                "verdict": c["verdict_label"],
+                "verdict_class": VERDICT_CLASS[c["verdict"]],
             }
             for i, c in enumerate(comps)
         ],

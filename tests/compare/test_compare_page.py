@@ -300,7 +300,11 @@ def test_a_positive_estimate_crossing_zero_says_not_an_improvement(member, qs):
     router = b.target("r", kind="mom")
     gain = b.run(qs, {router: [True, True, True, False]})  # +1 of 4: interval crosses zero
     html = member.get(url(baseline=a.pk, candidates=[gain.pk], compare=True)).content.decode()
-    assert "Not an improvement: the point estimate is positive but the 95% interval" in html
+    assert (
+        '<strong class="verdict-word">Inconclusive</strong>: the point estimate +0.2500 is positive but the 95% family-wise interval'
+        in html
+    )
+    assert "includes 0: not an improvement" in html
 
 
 def test_cards_are_paginated_but_charts_and_exports_keep_every_comparison(member, qs):
@@ -373,7 +377,10 @@ def test_a_router_whose_whole_interval_is_below_zero_is_called_worse(member):
     a = named(b.run(many, {b.target("base"): [True] * 30}), "baseline")
     loss = b.run(many, {b.target("r", kind="mom"): [False] * 30})  # Δ = −1, half-width ≈ 0.5
     html = member.get(url(baseline=a.pk, candidates=[loss.pk], compare=True)).content.decode()
-    assert '<p class="verdict bad">Worse: the whole interval is below zero.</p>' in html
+    assert (
+        '<p class="verdict bad" data-verdict="worse"><strong class="verdict-word">Worse</strong>: the whole 95% family-wise interval'
+        in html
+    )
     assert "No improvement shown" not in html
 
 
