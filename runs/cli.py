@@ -176,11 +176,7 @@ def report_text(report: dict[str, Any]) -> str:
         )
         + f"  wall {fmt(r['wall_seconds'], 's')}",
     ]
-    for entry in report.get("not_run", []):
-        lines.append(
-            f"not run here: {entry['questions']} {entry['benchmark']} question(s) — "
-            f"{entry['reason']} (left out of the plan; not counted as failed or wrong)"
-        )
+    lines += not_run_lines(report.get("not_run", []))
     spend = report.get("spend")
     if spend is not None:
         unknown = spend["waste_calls_cost_unknown"]
@@ -243,9 +239,20 @@ def _plan(options: dict[str, Any]) -> int:
         f"cells {summary['cells']}: "
         + ", ".join(f"{b} {n}" for b, n in summary["cases_per_benchmark"].items())
         + f"\ntargets: {', '.join(t['slug'] for t in summary['targets'])}\n"
-        "no model was called (model_requests: 0)",
+        + "".join(f"{line}\n" for line in not_run_lines(summary["manifest"].get("not_run", [])))
+        + "no model was called (model_requests: 0)",
     )
     return 0
+
+
+def not_run_lines(not_run: list[dict[str, Any]]) -> list[str]:
+    """What the plan leaves out of the suite, one line per benchmark and reason (the plan
+    review and the report say the same)."""
+    return [
+        f"not run here: {e['questions']} {e['benchmark']} question(s) — {e['reason']} "
+        "(left out of the plan; not counted as failed or wrong)"
+        for e in not_run
+    ]
 
 
 def _run(options: dict[str, Any]) -> int:

@@ -5,14 +5,18 @@ reason, and never becomes a failed cell or a 0."""
 from __future__ import annotations
 
 import copy
+import re
+from html import escape
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import call_command
+from django.utils import timezone
 
 from datasets.models import DatasetQuestion, Question
 from runs.cli import report_text
-from runs.models import Cell
+from runs.models import Cell, Run
 from runs.plans import PlanError, plan_freeze
 from runs.report import run_report
 from runs.runnable import not_runnable_reason
@@ -144,3 +148,54 @@ def test_the_rule_is_one_function_for_every_checked_benchmark():
         not_runnable_reason("terminal-bench", {"environment": {"local_compatible": True}}, {})
         is None
     )
+
+
+def test_the_run_page_says_complete_over_the_plan_and_names_what_the_suite_left_out(client):
+    """Issue 35 item 3: the page says what the API says — `complete` over the plan, `not_run`
+    over the suite, each left-out benchmark with its reason."""
+    dataset = fixture_dataset(["terminal-bench"], per_benchmark=1)
+    add_copy(
+        dataset, "terminal-bench", lambda p, s: p["environment"].update(local_compatible=False)
+    )
+    run, _ = run_create(owner=f.user_create(), plan=plan(dataset))
+    (cell,) = Cell.objects.filter(run=run)
+    Cell.objects.filter(pk=cell.pk).update(status="completed", correct=True, scored=True)
+    Run.objects.filter(pk=run.pk).update(
+        status="completed", started_at=timezone.now(), finished_at=timezone.now()
+    )
+    report = run_report(run=run)
+    assert report["complete"] is True and report["not_run"]
+    client.force_login(f.user_create())
+    html = client.get(f"/runs/{run.pk}/").content.decode()
+    assert "Complete over the plan: every planned case has a result." in html
+    assert "every planned case" in html and "The plan left part of the suite out" in html
+    block = re.search(r'<div class="notice" id="not-run">(.*?)</div>', html, re.S).group(1)
+    (entry,) = report["not_run"]
+    assert f"terminal-bench: 1 question — {escape(entry['reason'])}" in block
+    assert "not counted as failed or wrong" in block
+
+
+def test_a_plan_without_exclusions_shows_no_not_run_block(client):
+    dataset = fixture_dataset(["mmlu-pro"], per_benchmark=1)
+    run, _ = run_create(owner=f.user_create(), plan=plan(dataset))
+    client.force_login(f.user_create())
+    assert 'id="not-run"' not in client.get(f"/runs/{run.pk}/").content.decode()
+
+
+def test_the_cli_plan_text_names_what_the_plan_leaves_out(capsys):
+    dataset = fixture_dataset(["terminal-bench"], per_benchmark=1)
+    add_copy(
+        dataset, "terminal-bench", lambda p, s: p["environment"].update(local_compatible=False)
+    )
+    f.user_create(username="ops", staff=True)
+    f.target_create(slug="t-plan")
+    (entry,) = plan_freeze(data=plan(dataset)).manifest["not_run"]
+    call_command(
+        "benchmark", "plan", "--dataset", str(dataset.pk), "--target", "t-plan", "--user", "ops"
+    )
+    out = capsys.readouterr().out
+    assert (
+        f"not run here: 1 terminal-bench question(s) — {entry['reason']} "
+        "(left out of the plan; not counted as failed or wrong)"
+    ) in out
+    assert out.rstrip().endswith("no model was called (model_requests: 0)")
