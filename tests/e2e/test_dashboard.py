@@ -101,7 +101,7 @@ def test_a_person_creates_a_smoke_evaluation_watches_it_and_reads_its_evidence(
     assert run.status == "completed", run.stop_reason
     expect(page.locator(".per-benchmark").first).to_contain_text("mmlu-pro")
     expect(page.locator(".per-benchmark").first).to_contain_text("[")  # Wilson interval
-    expect(page.locator("#tab-body")).to_contain_text("Complete evaluation")
+    expect(page.locator("#tab-body")).to_contain_text("Complete over the plan")
     assert_no_reference(page)
     screenshot(page, "05-run-results")
 
