@@ -24,14 +24,15 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 import httpx
-from django.conf import settings
 from django.utils import timezone
 
 from runs.accounting import call_accounting, worst_case_call_cost
 from runs.engine import store
 from runs.engine.group_commit import UNREACHABLE, DbThread, LedgerBatcher
 from runs.engine.guards import output_cap_violation, repeated_tail_block, stream_byte_cap
+from runs.engine.leases import ClaimLost, LeaseHolder
 from runs.engine.sse import ChatStreamAccumulator, SSEDecoder, SSEError
+from runs.engine.transport import RequestHeld
 from runs.live_report import snapshot_keep
 from srbench.money import money_stored
 
@@ -69,11 +70,6 @@ def http_error_text(status: int, phrase: str, body: bytes) -> str:
     except ValueError:
         pass
     return f"HTTP {status} {phrase}: {detail}".strip()
-
-
-class ClaimLost(Exception):  # noqa: N818 - a state, not a failure of this code
-    """This worker's claim on a cell is gone: it stalled past its lease and the cell was
-    settled or taken over elsewhere. Its work on the cell stops and writes nothing more."""
 
 
 @dataclass
@@ -273,7 +269,7 @@ def chunk_sink(stream: Stream, max_chars: int) -> Callable[[bytes, float], bool]
 
 
 @dataclass
-class Caller:
+class Caller(LeaseHolder):
     """One run's calls on this worker: open, stream, close, and the stop rules of a case."""
 
     ctx: store.RunContext
@@ -327,18 +323,6 @@ class Caller:
         self.cell_ending()
         if not await asyncio.shield(finished):
             self.claim_lost(cell.cell_id, "finishing it")
-
-    def claim_lost(self, cell_id: int, doing: str) -> None:
-        """One log line per cell whose claim this worker found gone."""
-        if cell_id not in self.lost:
-            self.lost.add(cell_id)
-            log.warning(
-                "run %s cell %s: claim lost while %s (this worker stalled past its lease and "
-                "the cell was settled elsewhere); its work is abandoned, nothing more is sent",
-                self.ctx.run_id,
-                cell_id,
-                doing,
-            )
 
     def cell_ending(self) -> None:
         """The current cell's finish is queued: its slot may be claimed again (the claim
@@ -496,11 +480,17 @@ class Caller:
         if call_id is None:
             return CallOutcome(call_id=None)
         self.reserved[call_id] = reservation
-        await self.lease_check(cell)
         # The row is committed: from here on the request may leave, and never a second time.
         self.activity[call_id] = Activity(stage="waiting", last=time.time())
         try:
-            return await self._stream(call_id, cell.cell_id, target, body)
+            while True:
+                await self.lease_check(cell)
+                try:
+                    return await self._stream(call_id, cell.cell_id, target, body)
+                except RequestHeld:
+                    # Not a byte left: the leases ran out of their known life between the
+                    # check above and the socket (a freeze); renew (or abandon) and send then.
+                    continue
         finally:
             self.activity.pop(call_id, None)
 
@@ -514,7 +504,9 @@ class Caller:
         activity = self.activity[call_id]
         try:
             async with asyncio.timeout(self.limits["total_timeout_s"]):
-                async with self.client.stream("POST", url, json=body, headers=headers) as resp:
+                async with self.client.stream(
+                    "POST", url, json=body, headers=headers, extensions=self.send_gate
+                ) as resp:
                     stream.http_status = resp.status_code
                     stream.kept = {
                         k: v
@@ -638,47 +630,6 @@ class Caller:
             if dirty:
                 with contextlib.suppress(*UNREACHABLE):  # live activity only; the next one tells
                     await self.db(store.calls_checkpoint, run_id=self.ctx.run_id, activity=dirty)
-
-    async def lease_check(self, cell: store.ClaimedCell) -> None:
-        """Before a request leaves: past the known life of the leases (this worker stalled, or
-        the database was away), renew first; a lost claim abandons the cell before anything
-        is sent (its committed call is then the recovery pass's sent_unknown, never sent)."""
-        waited_since = time.monotonic()
-        while time.monotonic() >= self.lease_valid_until:
-            await self.leases_renew(self.lease_seconds)
-            if cell.cell_id in self.lost:
-                raise ClaimLost(cell.cell_id)
-            if time.monotonic() - waited_since > float(settings.SRBENCH_DB_OUTAGE_SECONDS):
-                self.claim_lost(cell.cell_id, "renewing its lease (the database stayed away)")
-                raise ClaimLost(cell.cell_id)
-            if time.monotonic() >= self.lease_valid_until:
-                await asyncio.sleep(0.5)  # the renewal did not get through: try again
-
-    async def leases_renew(self, lease_seconds: float) -> None:
-        """Renew the held cells' leases by token; abandon every cell whose claim is gone: its
-        task is cancelled (an in-flight request is dropped, its close is refused). While the
-        database cannot be reached nothing is renewed or abandoned."""
-        started = time.monotonic()
-        held = dict(self.held)
-        try:
-            renewed = await self.db(
-                store.leases_renew,
-                run_id=self.ctx.run_id,
-                held=[(cell_id, token) for cell_id, (token, _) in held.items()],
-                lease_seconds=lease_seconds,
-            )
-        except UNREACHABLE:
-            log.warning(
-                "run %s: lease renewal failed: the database is unreachable", self.ctx.run_id
-            )
-            return
-        self.lease_valid_until = started + lease_seconds
-        for cell_id, (_, task) in held.items():
-            if cell_id not in renewed and self.held.get(cell_id, (None, None))[1] is task:
-                self.claim_lost(cell_id, "renewing its lease")
-                self.held.pop(cell_id, None)
-                if task is not None and task is not asyncio.current_task():
-                    task.cancel()
 
     async def _snapshot_keep(self, side_db: DbThread) -> None:
         try:

@@ -27,10 +27,11 @@ from django.utils import timezone
 
 from datasets.benchmarks import get_adapter
 from runs.engine import store
-from runs.engine.calls import Caller, ClaimLost
+from runs.engine.calls import Caller
 from runs.engine.episodes import episode_for
 from runs.engine.finish import run_finish_if_done
 from runs.engine.group_commit import DbThread, LedgerBatcher
+from runs.engine.leases import ClaimLost
 from runs.engine.transport import engine_client
 from runs.hooks import run_start
 from runs.router_client import PreviewError, PreviewNotPossible, route_preview

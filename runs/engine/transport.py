@@ -32,6 +32,14 @@ HIGH_WATER = 1024 * 1024
 LOW_WATER = 256 * 1024
 MAX_HEAD_BYTES = 64 * 1024  # status line and headers of a response
 MAX_CHUNK_LINE = 4096  # a chunk-size line with its extensions
+# A request's extension: a callable asked just before its bytes are written; False holds the
+# request (RequestHeld), which has then not left (the driver's lease check, runs/engine/calls.py).
+SEND_GATE = "srbench_send_gate"
+
+
+class RequestHeld(Exception):  # noqa: N818 - a state: nothing was sent
+    """The send gate said no: not a byte of the request was written."""
+
 
 _STATUS = re.compile(rb"HTTP/1\.([01]) ([0-9]{3})(?: ([^\r\n]*))?")
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -612,6 +620,11 @@ class EnginePool:
         conn = None
         try:
             conn = self.take_idle(key) or await self.connect(key, timeouts.get("connect"))
+            gate = request.extensions.get(SEND_GATE)
+            if gate is not None and not gate():
+                # Checked as late as it can be: from here to the socket's write nothing else
+                # runs (no await), so a worker frozen before it sends nothing (issue 34).
+                raise RequestHeld("the request did not leave: its claim must be renewed first")
             await conn.send(wire, timeouts.get("write"))
             status, reason, headers, http11 = await conn.read_head(timeouts.get("read"))
             framing = _framing(request.method.encode("ascii"), status, headers)

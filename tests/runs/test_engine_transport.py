@@ -144,3 +144,30 @@ def test_the_client_is_built_from_public_interfaces_only() -> None:
         and not (isinstance(node.value, ast.Name) and node.value.id == "self")
     ]
     assert foreign_private == []
+
+
+def test_a_closed_send_gate_holds_the_request_before_any_byte_leaves() -> None:
+    """Fencing (issue 34): the driver's gate is asked just before the request is written; a
+    closed gate raises RequestHeld and the server sees nothing, an open one sends as usual."""
+    from runs.engine.transport import SEND_GATE, RequestHeld
+
+    heads: list[bytes] = []
+
+    async def counting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                heads.append(await reader.readuntil(b"\r\n\r\n"))
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            return
+
+    async def test(client: httpx.AsyncClient, base: str) -> None:
+        with pytest.raises(RequestHeld):
+            await client.get(f"{base}/held", extensions={SEND_GATE: lambda: False})
+        await asyncio.sleep(0.2)  # anything written would have arrived by now
+        assert heads == []
+        response = await client.get(f"{base}/sent", extensions={SEND_GATE: lambda: True})
+        assert response.content == b"ok" and len(heads) == 1 and b"/sent" in heads[0]
+
+    serve(counting, test, timeout=httpx.Timeout(5.0, read=1.0))
