@@ -42,6 +42,7 @@ from compare.services import (
     comparison_margin_check,
 )
 from compare.verdict import RULE, VERDICT_HELP, VERDICTS
+from datasets.provenance import provenance_text
 from runs.models import Run
 from runs.plans import MarginField
 from srbench.api import (
@@ -369,6 +370,7 @@ CSV_COLUMNS = (
     "cases_without_result",
     "quality",
     "quality_exact",
+    "provenance",
     "delta",
     "delta_exact",
     "micro_delta",
@@ -459,6 +461,7 @@ def comparison_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
             "kind": "single",
             "quality": b["quality"],
             "quality_exact": b["quality_exact"],
+            "provenance": provenance_text(b["provenance"]),
             **_usage_cells(b["usage"]),
         }
     ]
@@ -498,6 +501,7 @@ def _candidate_row(b: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
         "cases_without_result": c["cases_without_result"],
         "quality": c["quality"],
         "quality_exact": c["quality_exact"],
+        "provenance": provenance_text(c["provenance"]),
         "delta": c["delta"],
         "delta_exact": c["delta_exact"],
         "micro_delta": c["micro_delta"],

@@ -7,6 +7,8 @@ for machines; an error is one line on stderr and exit code 2.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import sys
 import time
@@ -240,7 +242,8 @@ def export(options: dict[str, Any]) -> int:
         rows = len(matrix["rows"])
     else:
         text = response.text
-        rows = max(len(text.splitlines()) - 1, 0)  # minus the header
+        # Records, not lines: an answer with a line break spans several lines of its record.
+        rows = max(sum(1 for _ in csv.reader(io.StringIO(text))) - 1, 0)  # minus the header
     if options["output"]:
         text_file_write(options["output"], text, "export")
         print(f"wrote {rows} rows to {options['output']}", file=sys.stderr)

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from compare.compatibility import Difference
 from compare.verdict import RULE, Verdict, frozen_margin, margin_terms, run_split
+from datasets.provenance import UNKNOWN
 from runs.models import Run
 from runs.report_types import Report, TargetReport
 from srbench.money import money_text
@@ -81,6 +82,11 @@ class Entry:
     @property
     def quality(self) -> Fraction | None:
         return self.target.score.exact
+
+    @property
+    def provenance(self) -> dict[str, str]:
+        """Per benchmark: where its questions came from (`datasets.provenance`)."""
+        return {b: row.provenance for b, row in self.target.benchmarks.items()}
 
     @property
     def subject_cost(self) -> Decimal | None:
@@ -189,6 +195,7 @@ class Comparison:
             "target": choice.slug,
             "quality": float(choice.quality),
             "quality_exact": str(choice.quality),
+            "provenance": self.base.provenance,
             "subject_cost_usd": money_text(choice.subject_cost),
             "tied": list(choice.tied_slugs),
             "savings_known": choice.savings_known,
@@ -218,6 +225,7 @@ class Comparison:
             "kind": e.target.kind,
             "quality": None if quality is None else float(quality),
             "quality_exact": None if quality is None else str(quality),
+            "provenance": e.provenance,
             "cases": c.cases,
             "questions": c.questions,
             "attempts_per_question": c.attempts,
@@ -249,6 +257,7 @@ class Comparison:
                     "wins": b.wins,
                     "losses": b.losses,
                     "ties": b.ties,
+                    "provenance": e.provenance.get(b.benchmark, UNKNOWN),
                 }
                 for b in paired.benchmarks
             ],

@@ -32,6 +32,7 @@ from compare.forms import CompareForm, ids_format
 from compare.results import STATEMENTS
 from compare.selectors import RunOption, baseline_options, candidate_options, comparable_pool
 from compare.services import CandidatesRefused, ComparisonError, comparison_build
+from datasets.provenance import provenance_summary
 from runs.models import Run
 from srbench.money import percent_text, usd_text
 
@@ -421,6 +422,8 @@ def card(index: int, c: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
         "verdict_class": css,
         "verdict": words,
         "quality": fmt_quality(c["quality"]),
+        # Beside the quality: where the benchmarks' questions came from (issue 35).
+        "data": provenance_summary(c["provenance"]),
         "delta": fmt_signed(c["delta"]),
         "micro_delta": fmt_signed(c["micro_delta"]),
         "interval": fmt_interval(c["interval"]),
@@ -591,6 +594,7 @@ def _results(
         ],
         "baseline_quality": fmt_quality(base["quality"]),
         "baseline_cost": fmt_usd(base["subject_cost_usd"]),
+        "baseline_data": provenance_summary(base["provenance"]),
         "tied_links": [
             (slug, compare_url(**{**state, "bt": slug}, compare=True)) for slug in base["tied"]
         ]

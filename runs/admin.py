@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 
 from runs import models
 from runs.admin_forms import PriceTableField
+from runs.fixed_params import fixed_params_errors
 from runs.health import target_health_check
 from runs.services import target_set_api_key
 
@@ -46,6 +47,15 @@ class TargetAdminForm(forms.ModelForm):
             "errors_billed",
             "active",
         ]
+
+    def clean_fixed_params(self) -> Any:
+        """Known chat parameters of the right type and range only (`runs.fixed_params`): a
+        bad value is refused here rather than sent with every call of a run."""
+        value = self.cleaned_data.get("fixed_params")
+        errors = fixed_params_errors(value if value is not None else {})
+        if errors:
+            raise forms.ValidationError(errors)
+        return value
 
 
 @admin.register(models.Target)

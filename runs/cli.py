@@ -156,6 +156,14 @@ def spent_text(total: str | None, known: str | None) -> str:
     return f"unknown (known {usd(known)})"
 
 
+def subject_cost_text(total: str | None, known: str | None) -> str:
+    """A target's subject cost and its known part; when no subject call's cost is known it
+    says so, never "unknown (known unknown)" (issue 35 item 7)."""
+    if known is None:
+        return "unknown: no subject call has a known cost"
+    return f"{usd(total)} (known {usd(known)})"
+
+
 def report_text(report: dict[str, Any]) -> str:
     r = report["run"]
     counts = report["counts"]
@@ -200,7 +208,7 @@ def report_text(report: dict[str, Any]) -> str:
         label = "sr-bench score" if score["kind"] == "sr-bench" else "subset macro average"
         lines.append(
             f"  {t['slug']} ({t['kind']}): {label} {fmt(score.get('value'))}  "
-            f"subject cost {usd(t['subject_cost_usd'])} (known {usd(t['known_cost_usd'])})  "
+            f"subject cost {subject_cost_text(t['subject_cost_usd'], t['known_cost_usd'])}  "
             f"judge {usd(t['evaluation_cost_usd'])}  cache-neutral {usd(t['cache_neutral_cost_usd'])}  "
             f"TTFT p50 {fmt(t['ttft_p50_ms'] and round(t['ttft_p50_ms']), 'ms')}"
         )
@@ -218,6 +226,8 @@ def report_text(report: dict[str, Any]) -> str:
                     )
                     if v.get(key)
                 )
+                # Where the questions came from (datasets.provenance), one tag per line.
+                + f"  data: {v.get('provenance') or 'unknown'}"
             )
         tokens = t["tokens"]
         lines.append("    tokens: " + "  ".join(f"{k} {fmt(v)}" for k, v in tokens.items()))

@@ -18,6 +18,7 @@ from datasets.models import DatasetQuestion, FrozenDataset, Question
 from datasets.official import OFFICIAL_JUDGED
 from datasets.official import manifest_entry as official_manifest_entry
 from runs import runnable
+from runs.fixed_params import fixed_params_errors
 from runs.models import Target
 from srbench.api import StrictFieldsSerializer
 from srbench.canonical import sha256_hex
@@ -245,6 +246,9 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
     _check_mode(plan, targets, chosen, preview, errors)
     judges, simulators, judge_targets = _graders_resolve(plan, [] if preview else chosen, errors)
     _check_options(plan, chosen, preview, errors)
+    for target in [*targets.values(), *judge_targets.values()]:  # stored before the rule
+        if problems := fixed_params_errors(target.fixed_params):
+            errors.setdefault("fixed_params", {})[target.slug] = problems
     if errors:
         raise PlanError(errors)
 

@@ -24,6 +24,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from datasets.benchmarks import ADAPTERS
+from datasets.provenance import UNKNOWN
 from runs.accounting import sum_known
 from runs.models import Call, Cell, Run, RunReport, RunStatus, Target
 from runs.official_report import official_sections
@@ -42,15 +43,16 @@ from runs.report_types import (
     TargetReport,
     report_doc,
 )
-from runs.selectors import manifest_head, run_settled_fingerprint
+from runs.selectors import manifest_head, run_settled_fingerprint, runs_data_provenance
 from srbench.canonical import sha256_hex
 from srbench.stats import accuracy, weighted_quality, wilson_interval
 
 BUCKETS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
 # Part of a stored report's fingerprint: bump it whenever what a report computes changes, so a
 # report stored by the previous code is never served. v2: intervals count questions (issue 21);
-# v3: the questions not run here (issue 22); v4: official scorers beside sr-bench's (issue 22).
-REPORT_CACHE_VERSION = "v4"
+# v3: the questions not run here (issue 22); v4: official scorers beside sr-bench's (issue 22);
+# v5: each benchmark row's data provenance (issue 35).
+REPORT_CACHE_VERSION = "v5"
 CELL_STATES = ("pending", "running", "completed", "failed", "cancelled", "sent_unknown")
 
 
@@ -193,9 +195,10 @@ def _benchmark_rows(
     manifest: dict[str, Any],
     counts: dict[str, dict[str, int]],
     question_scores: dict[str, tuple[int, Fraction]] | None,
+    provenance: dict[str, str],
 ) -> tuple[dict[str, BenchmarkRow], dict[str, int], dict[str, Fraction]]:
-    """Per benchmark: its counts, accuracy and interval; and the target's totals and the
-    accuracies known (the score's inputs)."""
+    """Per benchmark: its counts, accuracy, interval and data provenance; and the target's
+    totals and the accuracies known (the score's inputs)."""
     benchmarks: dict[str, BenchmarkRow] = {}
     total: dict[str, int] = defaultdict(int)
     accs: dict[str, Fraction] = {}
@@ -228,6 +231,7 @@ def _benchmark_rows(
             accuracy=acc,
             wilson_95=interval,
             complete=planned > 0 and c["completed"] == planned,
+            provenance=provenance.get(b, UNKNOWN),
         )
     return benchmarks, total, accs
 
@@ -327,6 +331,9 @@ class ReportBatch:
     corrections: dict[int, Any]
     spend: dict[int, dict[str, Any]]
     official: dict[tuple[int, str], OfficialSection]
+    # Per run, per benchmark: where its questions came from (`datasets.provenance`); None
+    # (a batch built elsewhere) reads each run's on its own.
+    provenance: dict[int, dict[str, str]] | None = None
 
     @classmethod
     def read(cls, runs: list[Run]) -> ReportBatch:
@@ -348,17 +355,20 @@ class ReportBatch:
             spend=effective_run_spend(run_ids=run_ids),
             # The official scorers beside the sr-bench score (issue 22 point 5).
             official=official_sections(runs, target_ids),
+            provenance=runs_data_provenance(runs),
         )
 
 
-def _target_report(run: Run, snapshot: dict[str, Any], batch: ReportBatch) -> TargetReport:
+def _target_report(
+    run: Run, snapshot: dict[str, Any], batch: ReportBatch, provenance: dict[str, str]
+) -> TargetReport:
     """One target of the run, from the batch's figures of (run, target)."""
     tid = batch.target_ids.get((run.pk, snapshot["slug"]))
     mine = {b: c for (r, t, b), c in batch.counts.items() if r == run.pk and t == tid}
     question_scores = {b: v for (r, t, b), v in batch.scores.items() if r == run.pk and t == tid}
     by_role = {role: s for (r, t, role), s in batch.sums.items() if r == run.pk and t == tid}
     timings = batch.timings.get((run.pk, tid), {})
-    benchmarks, total, accs = _benchmark_rows(run.manifest, mine, question_scores)
+    benchmarks, total, accs = _benchmark_rows(run.manifest, mine, question_scores, provenance)
     report = TargetReport(
         slug=snapshot["slug"],
         kind=snapshot["kind"],
@@ -560,13 +570,16 @@ def run_reports(*, runs: list[Run]) -> dict[int, dict[str, Any]]:
     return {pk: report_doc(r) for pk, r in run_reports_compute(runs=runs).items()}
 
 
-def _run_spend(targets: list[TargetReport], sums: dict[str, Any] | None) -> Spend:
+def _run_spend(targets: list[TargetReport], sums: dict[str, Any] | None, ended: bool) -> Spend:
     """The run's total spend over every call of every role, and beside it the waste: what its
-    failed and unknown-outcome calls cost. A total is given only when every target's is; a
-    known part is None when no cost of it is known (never 0 for "no price")."""
+    failed and unknown-outcome calls cost. A known part is None when no cost of it is known
+    (never 0 for "no price"). The total is given when every call made has a known cost and no
+    more can be made: the run has ended (a cell never dispatched cost nothing, issue 35 item
+    7), or every target's own total is complete."""
     if sums is None:  # no call at all (a preview, or nothing dispatched yet)
         return Spend(None, None, None, None, waste_calls=0, waste_calls_cost_unknown=0)
-    complete = sums["unknown"] == 0 and all(t.total_spend_usd is not None for t in targets)
+    settled = ended or all(t.total_spend_usd is not None for t in targets)
+    complete = sums["unknown"] == 0 and settled
     # No failed or unknown call: nothing was wasted, a known 0.
     waste_known = sums["waste_known"] if sums["waste_calls"] else Decimal(0)
     return Spend(
@@ -628,7 +641,11 @@ def _run_head(run: Run) -> RunHead:
 
 def report_from_batch(run: Run, batch: ReportBatch) -> Report:
     # One target report per target of the run's manifest, in the manifest's order.
-    targets = [_target_report(run, snapshot, batch) for snapshot in run.manifest["targets"]]
+    known = batch.provenance if batch.provenance is not None else runs_data_provenance([run])
+    provenance = known.get(run.pk, {})
+    targets = [
+        _target_report(run, snapshot, batch, provenance) for snapshot in run.manifest["targets"]
+    ]
     totals = _run_totals(targets)
     return Report(
         run=_run_head(run),
@@ -637,5 +654,5 @@ def report_from_batch(run: Run, batch: ReportBatch) -> Report:
         counts=totals,
         targets=tuple(targets),
         usage_correction=Correction.of(batch.corrections.get(run.pk)),
-        spend=_run_spend(targets, batch.spend.get(run.pk)),
+        spend=_run_spend(targets, batch.spend.get(run.pk), run.is_terminal),
     )

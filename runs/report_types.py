@@ -21,6 +21,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from datasets.provenance import UNKNOWN
 from runs.models import UsageCorrection
 from srbench.money import money_text
 
@@ -68,7 +69,8 @@ def _iso(value: datetime | None) -> str | None:
 class BenchmarkRow:
     """One benchmark of a target: its counts, accuracy over the planned cases (exact) and the
     Wilson interval over its questions. ``routing`` is a preview run's routing distribution
-    (``has_routing`` says whether the row carries one, even an empty one)."""
+    (``has_routing`` says whether the row carries one, even an empty one). ``provenance`` is
+    where the benchmark's questions came from, in words (`datasets.provenance`)."""
 
     planned: int
     questions: int
@@ -84,12 +86,14 @@ class BenchmarkRow:
     complete: bool
     routing: Mapping[str, Any] | None = None
     has_routing: bool = False
+    provenance: str = UNKNOWN
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {k: getattr(self, k) for k in BENCHMARK_COUNTS}
         doc["accuracy"] = None if self.accuracy is None else float(self.accuracy)
         doc["wilson_95"] = None if self.wilson_95 is None else list(self.wilson_95)
         doc["complete"] = self.complete
+        doc["provenance"] = self.provenance
         if self.has_routing:
             doc["routing"] = self.routing
         return doc
@@ -106,6 +110,8 @@ class BenchmarkRow:
             complete=doc["complete"],
             routing=doc.get("routing"),
             has_routing="routing" in doc,
+            # A document stored before provenance was reported: unknown, never guessed.
+            provenance=doc.get("provenance", UNKNOWN),
         )
 
 

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from datasets.benchmarks import get_adapter
 from datasets.models import Question
+from datasets.provenance import benchmarks_provenance, datasets_provenance
 from runs.accounting import worst_case_call_cost
 from runs.models import (
     OPEN_CALL_STATUSES,
@@ -280,6 +281,37 @@ def manifest_target_kinds(runs: list[Run]) -> dict[int, list[str]]:
             out[pk] = sorted({t["kind"] for t in targets or []})
     cache.set_many({_frozen_key("target-kinds", r): out[r.pk] for r in missing}, FROZEN_TIMEOUT)
     return out
+
+
+def manifest_benchmark_keys(runs: list[Run]) -> dict[int, list[str]]:
+    """The benchmarks of each run's frozen manifest, read once per run and then cached like
+    `manifest_target_kinds`."""
+    keys = {_frozen_key("benchmark-keys", r): r for r in runs}
+    found = cache.get_many(list(keys))
+    out = {keys[k].pk: v for k, v in found.items()}
+    missing = [r for k, r in keys.items() if k not in found]
+    for run in missing:
+        if "manifest" in run.__dict__:
+            out[run.pk] = list((run.manifest or {}).get("benchmarks") or {})
+    wanted = [r.pk for r in missing if r.pk not in out]
+    if wanted:
+        for pk, benchmarks in Run.objects.filter(pk__in=wanted).values_list(
+            "pk", F("manifest__benchmarks")
+        ):
+            out[pk] = list(benchmarks or {})
+    cache.set_many({_frozen_key("benchmark-keys", r): out[r.pk] for r in missing}, FROZEN_TIMEOUT)
+    return out
+
+
+def runs_data_provenance(runs: list[Run]) -> dict[int, dict[str, str]]:
+    """Per run, per planned benchmark: where its questions came from (`datasets.provenance`),
+    for a page of runs in a fixed number of queries."""
+    benchmarks = manifest_benchmark_keys(runs)
+    by_dataset = datasets_provenance(r.dataset_id for r in runs)
+    return {
+        r.pk: benchmarks_provenance(by_dataset.get(r.dataset_id, {}), benchmarks[r.pk])
+        for r in runs
+    }
 
 
 def manifest_head(run: Run) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRefresh, push_url
 
 from datasets.benchmarks import ADAPTERS
+from datasets.provenance import provenance_summary
 from runs import selectors
 from runs.forms import RunFilterForm
 from runs.hooks import run_tab_context
@@ -103,13 +104,18 @@ def run_list(request: HttpRequest) -> HttpResponse:
     page_runs = selectors.runs_sorted(
         selectors.runs_list_rows(Run.objects.filter(pk__in=page.object_list)), sort
     )
+    decorated = selectors.runs_decorate(list(page_runs))
+    data = selectors.runs_data_provenance(decorated)
     rows = [
         {
             "run": run,
             "last_update": selectors.run_last_update(run),
             "target_types": selectors.runs_target_types(run),
+            # Beside the score: where each benchmark's questions came from (issue 35).
+            "data": canonical_items(data[run.pk]),
+            "data_summary": provenance_summary(data[run.pk]),
         }
-        for run in selectors.runs_decorate(list(page_runs))
+        for run in decorated
     ]
     return render(
         request,
@@ -263,6 +269,10 @@ def _results_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         "snapshot_at": results.snapshot_at,
         "snapshot_seconds": SNAPSHOT_SECONDS,
         "chart": _accuracy_chart(report),
+        # Beside the score: how many of its benchmarks are synthetic or fixture data.
+        "data_summary": provenance_summary(
+            {b: row.provenance for t in report.targets for b, row in t.benchmarks.items()}
+        ),
         "token_labels": TOKEN_LABELS,
         "cache_neutral_caveat": CACHE_NEUTRAL_CAVEAT,
         "children_page": children.get_page(request.GET.get("children_page")),
@@ -281,6 +291,7 @@ def _accuracy_chart(report: Report) -> dict[str, Any]:
             rows.append(
                 {
                     "label": f"{benchmark} · {target.slug}",
+                    "provenance": b.provenance,
                     "accuracy": acc,
                     "width": None if acc is None else round(acc * 100, 2),
                     "low": None if low is None else round(low * 100, 2),

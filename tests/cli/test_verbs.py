@@ -178,3 +178,19 @@ def test_evidence_verbs(bench, tmp_path: Path) -> None:  # type: ignore[no-untyp
     holdout = b.run(qs, {b.target("h"): [True, True, True]}, split="holdout")
     r = bench("export", str(holdout.pk))
     assert r.code == 2 and "holdout" in r.err and r.err.count("\n") == 1
+
+
+def test_export_counts_records_not_lines(bench, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 35 item 7: an answer with line breaks spans several CSV lines of one record; the
+    count `export` reports is the records written (here 3), however many lines they take."""
+    from runs.models import Cell
+
+    qs = b.questions({"mmlu-pro": 3})
+    run = b.run(qs, {b.target("base"): [True, False, True]})
+    Cell.objects.filter(run=run).update(final_answer="first line\nsecond line\nthird line")
+    out = tmp_path / "m.csv"
+    r = bench("export", str(run.pk), "--output", str(out))
+    assert r.code == 0, r.err
+    text = out.read_text()
+    assert len(text.splitlines()) > 4  # the line breaks are really in the file
+    assert "wrote 3 rows" in r.err
