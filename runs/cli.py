@@ -164,6 +164,21 @@ def subject_cost_text(total: str | None, known: str | None) -> str:
     return f"{usd(total)} (known {usd(known)})"
 
 
+def benchmark_score_text(v: dict[str, Any]) -> str:
+    """A benchmark row's `correct/planned = accuracy [interval]`; with several attempts per
+    question the counts are attempts and the interval's n is said in questions (issue 35
+    item 4): `24/36 attempts = 0.6667 [0.391, 0.862], n = 12 questions`."""
+    interval = v["wilson_95"]
+    ci = "" if interval is None else f" [{interval[0]:.3f}, {interval[1]:.3f}]"
+    questions = v.get("questions")
+    attempts = bool(questions) and questions != v["planned"]
+    acc = fmt(v["accuracy"] and round(v["accuracy"], 4))
+    text = f"{v['correct']}/{v['planned']}{' attempts' if attempts else ''} = {acc}{ci}"
+    if attempts and interval is not None:
+        text += f", n = {questions} question{'' if questions == 1 else 's'}"
+    return text
+
+
 def report_text(report: dict[str, Any]) -> str:
     r = report["run"]
     counts = report["counts"]
@@ -213,10 +228,8 @@ def report_text(report: dict[str, Any]) -> str:
             f"TTFT p50 {fmt(t['ttft_p50_ms'] and round(t['ttft_p50_ms']), 'ms')}"
         )
         for b, v in t["benchmarks"].items():
-            interval = v["wilson_95"]
-            ci = "" if interval is None else f" [{interval[0]:.3f}, {interval[1]:.3f}]"
             lines.append(
-                f"    {b:<15} {v['correct']}/{v['planned']} = {fmt(v['accuracy'] and round(v['accuracy'], 4))}{ci}"
+                f"    {b:<15} {benchmark_score_text(v)}"
                 f"  failed {v['failed']}  pending {v['pending']}"
                 + "".join(
                     f"  {label} {v[key]}"

@@ -28,6 +28,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
@@ -48,13 +49,15 @@ from runs.report import (
     CELL_STATES,
     ReportBatch,
     call_timings,
+    completed_question_scores,
     mom_routing,
+    question_interval,
     refreshed_head,
     report_from_batch,
     run_report_settled_compute,
     timing_shown,
 )
-from runs.report_types import Report
+from runs.report_types import Counts, Report
 
 # A running run's percentiles and routing are recomputed at most this often (a request that
 # finds the snapshot older recomputes it; concurrent requests show the older one meanwhile).
@@ -247,3 +250,56 @@ def _snapshot(
             # the figures are still those computed now; the next view computes them again.
             pass
     return dict(figures), now
+
+
+@dataclass(frozen=True)
+class LiveSection:
+    """What the live section of a run page shows, from one read of the run's `LiveCellSums`:
+    the counters (the header's progress and the Results section's counts read these same
+    numbers, issue 35 item 4) and the partial rows per (target slug, benchmark)."""
+
+    counters: Counts
+    cells: dict[tuple[int, str], dict[str, int]]
+    slots: int
+    intervals: dict[tuple[int, str], tuple[int, tuple[float, float] | None]]
+
+
+def live_section(run: Run, manifest: dict[str, Any]) -> LiveSection:
+    """The run's counters and, per (target id, benchmark), its cell counts and the interval
+    the final report would give for the cells completed so far with its n in questions.
+
+    The interval is the final report's statistic (`runs.report.question_interval`: Wilson on
+    the mean question score, n = questions) over the completed cells. With one attempt per
+    question the sums give it exactly (a completed cell is a question, its score is whether it
+    is correct). With several attempts the sums cannot say how the completed cells fall into
+    questions, so that case is computed from the cells (`completed_question_scores`): one
+    grouped query over this run's completed cells (the (run, status) index), made only for a
+    running run with attempts > 1."""
+    cells = {
+        (r["target_id"], r["benchmark"]): r
+        for r in LiveCellSums.objects.filter(run_id=run.pk).values(
+            "target_id", "benchmark", *CELL_SUM_FIELDS
+        )
+    }
+    slots = int(manifest.get("slots") or 1)
+    if slots > 1 and run.status == RunStatus.RUNNING:
+        scores = completed_question_scores(run.pk)
+    else:
+        # A correct cell that is not completed is not in "the cells completed so far".
+        scores = {
+            k: (r["completed"], Fraction(min(r["correct"], r["completed"])))
+            for k, r in cells.items()
+        }
+    intervals = {k: (n, question_interval(n, s)) for k, (n, s) in scores.items()}
+    total = {s: sum(r[s] for r in cells.values()) for s in (*CELL_STATES, "correct", "scored")}
+    counters = Counts(
+        planned=sum(total[s] for s in CELL_STATES),
+        completed=total["completed"],
+        correct=total["correct"],
+        scored=total["scored"],
+        failed=total["failed"],
+        pending=total["pending"] + total["running"],
+        sent_unknown=total["sent_unknown"],
+        cancelled=total["cancelled"],
+    )
+    return LiveSection(counters=counters, cells=cells, slots=slots, intervals=intervals)

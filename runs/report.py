@@ -70,7 +70,25 @@ def _cell_counts(run_ids: list[int]) -> dict[tuple[int, int, str], dict[str, int
     return {(r.pop("run_id"), r.pop("target_id"), r.pop("benchmark")): r for r in rows}
 
 
-def _question_scores(run_ids: list[int]) -> dict[tuple[int, int, str], tuple[int, Fraction]]:
+def question_interval(questions: int, score_sum: Fraction) -> tuple[float, float] | None:
+    """The report's 95% interval of a benchmark row: Wilson on the mean question score with
+    n = questions (the question is the unit). The final report and the live section's partial
+    rows (`runs.views`) both call this, so a live interval is the final one of its cells."""
+    return wilson_interval(score_sum, questions) if questions else None
+
+
+def completed_question_scores(run_id: int) -> dict[tuple[int, str], tuple[int, Fraction]]:
+    """Per (target, benchmark) of a run: `_question_scores` over its completed cells only —
+    the questions with a completed attempt and the exact sum of their scores, each question
+    scoring the mean over its completed attempts. What the final report would give for the
+    cells completed so far (the live section's partial rows with several attempts)."""
+    got = _question_scores([run_id], completed_only=True)
+    return {(t, b): v for (_, t, b), v in got.items()}
+
+
+def _question_scores(
+    run_ids: list[int], *, completed_only: bool = False
+) -> dict[tuple[int, int, str], tuple[int, Fraction]]:
     """Per (run, target, benchmark): how many questions, and the exact sum of their scores.
 
     The question is the statistical unit (DESIGN §6, docs/statistics.md): a question's score is
@@ -89,7 +107,7 @@ def _question_scores(run_ids: list[int]) -> dict[tuple[int, int, str], tuple[int
             SELECT run_id, target_id, benchmark, question_id,
                 COUNT(*) AS k, COUNT(*) FILTER (WHERE correct) AS c
             FROM {cell_t}
-            WHERE run_id IN ({marks})
+            WHERE run_id IN ({marks}){" AND status = 'completed'" if completed_only else ""}
             GROUP BY run_id, target_id, benchmark, question_id
         ) AS per_question
         GROUP BY run_id, target_id, benchmark, k
@@ -217,7 +235,7 @@ def _benchmark_rows(
         # mean question score with n = questions. With one attempt per question it is
         # Wilson(correct, planned), as before; repeated attempts never narrow it.
         questions, score_sum = (question_scores or {}).get(b, (0, Fraction(0)))
-        interval = wilson_interval(score_sum, questions) if planned and questions else None
+        interval = question_interval(questions, score_sum) if planned else None
         benchmarks[b] = BenchmarkRow(
             planned=planned,
             questions=questions,
@@ -603,7 +621,7 @@ def _run_totals(targets: list[TargetReport]) -> Counts:
     return Counts(**{k: total(k) for k in COUNT_FIELDS})
 
 
-def _incomplete_reasons(run: Run, totals: Counts) -> tuple[str, ...]:
+def incomplete_reasons(run: Run, totals: Counts) -> tuple[str, ...]:
     """Why the run's report is not complete (empty when it is)."""
     reasons = []
     if run.status != RunStatus.COMPLETED:
@@ -649,7 +667,7 @@ def report_from_batch(run: Run, batch: ReportBatch) -> Report:
     totals = _run_totals(targets)
     return Report(
         run=_run_head(run),
-        incomplete_reasons=_incomplete_reasons(run, totals),
+        incomplete_reasons=incomplete_reasons(run, totals),
         not_run=tuple(run.manifest.get("not_run", [])),
         counts=totals,
         targets=tuple(targets),

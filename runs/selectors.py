@@ -322,14 +322,24 @@ def manifest_head(run: Run) -> dict[str, Any]:
             "targets": run.manifest["targets"],
             "benchmarks": run.manifest["benchmarks"],
             "not_run": run.manifest.get("not_run", []),
+            "slots": int(run.manifest.get("slots") or 1),
         }
-    key = _frozen_key("manifest-head-2", run)  # -2: with not_run (issue 22)
+    # -2: with not_run (issue 22); -3: with slots (the attempts per question, issue 35)
+    key = _frozen_key("manifest-head-3", run)
     head = cache.get(key)
     if head is None:
-        targets, benchmarks, not_run = Run.objects.filter(pk=run.pk).values_list(
-            F("manifest__targets"), F("manifest__benchmarks"), F("manifest__not_run")
+        targets, benchmarks, not_run, slots = Run.objects.filter(pk=run.pk).values_list(
+            F("manifest__targets"),
+            F("manifest__benchmarks"),
+            F("manifest__not_run"),
+            F("manifest__slots"),
         )[0]
-        head = {"targets": targets, "benchmarks": benchmarks, "not_run": not_run or []}
+        head = {
+            "targets": targets,
+            "benchmarks": benchmarks,
+            "not_run": not_run or [],
+            "slots": int(slots or 1),
+        }
         cache.set(key, head, FROZEN_TIMEOUT)
     return head
 

@@ -31,18 +31,18 @@ from runs import selectors
 from runs.forms import RunFilterForm
 from runs.hooks import run_tab_context
 from runs.lineage import run_lineage
-from runs.live_report import SNAPSHOT_SECONDS, run_results_compute
+from runs.live_report import SNAPSHOT_SECONDS, LiveSection, live_section, run_results_compute
 from runs.models import CellStatus, Run, RunStatus, Target
-from runs.models_live import LiveCellSums
+from runs.models_live import CELL_SUM_FIELDS
 from runs.permissions import may_act_on_run, run_action_require
 from runs.public import public_call_content, public_cell, public_cell_error, public_event_payload
 from runs.reconcile import correction_summary, latest_corrections
 from runs.recovery import RecoveryError, recovery_plan, recovery_submit
 from runs.recovery_rules import REASONS
+from runs.report import incomplete_reasons
 from runs.report_types import Report
 from runs.services import run_cancel
 from srbench.money import money_text
-from srbench.stats import wilson_interval
 
 PAGE_SIZE = 25  # rows shown per page everywhere (R13.1, R14.1)
 # The report's four exclusive token classes (R1.1), in words.
@@ -148,66 +148,69 @@ def _run_header(run_id: int) -> Run:
     return selectors.runs_decorate([run])[0]
 
 
-def _partial_results(run: Run) -> list[dict[str, Any]]:
+def _partial_results(run: Run, manifest: dict[str, Any], live: LiveSection) -> list[dict[str, Any]]:
     """Per target and benchmark while the run runs (issue 23, R10.2): completed of planned,
     correct, and accuracy with its 95% Wilson interval over the cases completed so far — a
-    partial figure, labelled so, never the final score (that is over planned cases, at the end)."""
-    # The cached head, never the megabyte case list (a page's run row defers the manifest).
-    manifest = (run.manifest or {}) if "manifest" in run.__dict__ else selectors.manifest_head(run)
+    partial figure, labelled so, never the final score (that is over planned cases, at the end).
+    The interval is the one the final report would give for those cells, n = questions
+    (`runs.live_report.live_section`, issue 35 item 4)."""
     if not manifest.get("benchmarks") or not manifest.get("targets"):
         return []  # not a frozen plan's manifest (a hand-made row): nothing to count
-    # The trigger-kept per (target, benchmark) sums (runs/models_live.py, exact in the same
-    # transactions as the cells): this runs on every tab and every live poll of a running run,
-    # so it reads a row per target and benchmark, never the run's cells.
     slugs = dict(
         Target.objects.filter(slug__in=[t["slug"] for t in manifest["targets"]]).values_list(
             "slug", "pk"
         )
     )
-    counts = {
-        (r.target_id, r.benchmark): {
-            "planned": sum(getattr(r, status) for status in CellStatus.values),
-            "completed": r.completed,
-            "correct": r.correct,
-            "failed": r.failed,
-        }
-        for r in LiveCellSums.objects.filter(run=run)
-    }
-    zero = {"planned": 0, "completed": 0, "correct": 0, "failed": 0}
+    zero = dict.fromkeys(CELL_SUM_FIELDS, 0)
     rows = []
     for target in manifest["targets"]:
         tid = slugs.get(target["slug"])
-        by_benchmark = {b: counts.get((tid, b), zero) for b in manifest["benchmarks"]}
+        by_benchmark = {b: live.cells.get((tid, b), zero) for b in manifest["benchmarks"]}
         for benchmark, b in canonical_items(by_benchmark):
             completed = b["completed"]
-            interval = wilson_interval(b["correct"], completed) if completed else None
+            questions, interval = live.intervals.get((tid, benchmark), (0, None))
             rows.append(
                 {
                     "target": target["slug"],
                     "benchmark": benchmark,
-                    "planned": b["planned"],
+                    "planned": sum(b[s] for s in CellStatus.values),
                     "completed": completed,
                     "correct": b["correct"],
                     "failed": b["failed"],
                     "accuracy": b["correct"] / completed if completed else None,
                     "interval": interval,
+                    "questions": questions,
+                    "attempts": live.slots,
                 }
             )
     return rows
 
 
 def _live(run: Run) -> dict[str, Any]:
-    """In-flight calls with stage, elapsed, last activity and bytes (R10.3), and the partial
-    results so far while the run runs."""
+    """In-flight calls with stage, elapsed, last activity and bytes (R10.3), and while the run
+    has not ended the counters (one read: the header's progress and the Results section's
+    counts show these same numbers) and the partial results so far."""
     active = selectors.active_calls_page(run) if not run.is_terminal else []
-    return {
-        # A queued run has nothing completed yet: the partial rows start with the run.
-        "partial_results": _partial_results(run) if run.status == RunStatus.RUNNING else [],
+    context: dict[str, Any] = {
         "active_calls": [{"call": c, **selectors.call_live_view(c)} for c in active],
         "elapsed_seconds": selectors.run_elapsed_seconds(run),
         "stream_warning": STREAM_ACTIVITY_WARNING,
         "rendered_at": timezone.now(),
+        "partial_results": [],
+        "counters": None,
     }
+    if not run.is_terminal:
+        # The cached head, never the megabyte case list (a page's run row defers the manifest).
+        manifest = (
+            (run.manifest or {}) if "manifest" in run.__dict__ else selectors.manifest_head(run)
+        )
+        live = live_section(run, manifest)
+        context["counters"] = live.counters
+        context["counters_incomplete"] = incomplete_reasons(run, live.counters)
+        # A queued run has nothing completed yet: the partial rows start with the run.
+        if run.status == RunStatus.RUNNING:
+            context["partial_results"] = _partial_results(run, manifest, live)
+    return context
 
 
 @require_GET
