@@ -100,7 +100,16 @@ def small_dataset(name: str = "chaos") -> FrozenDataset:
     return fixture_dataset(BENCHMARKS, name=name, per_benchmark=PER_BENCHMARK)
 
 
-def start_run(owner: Any, dataset: FrozenDataset, name: str, concurrency: int = 3) -> Run:
+def start_run(
+    owner: Any,
+    dataset: FrozenDataset,
+    name: str,
+    concurrency: int = 3,
+    max_cost_usd: str | None = None,
+) -> Run:
+    limits: dict[str, Any] = {"concurrency": concurrency}
+    if max_cost_usd is not None:
+        limits["max_cost_usd"] = max_cost_usd
     run, created = run_create(
         owner=owner,
         plan={
@@ -108,7 +117,7 @@ def start_run(owner: Any, dataset: FrozenDataset, name: str, concurrency: int = 
             "dataset": dataset.pk,
             "targets": ["sim-strong"],
             "judges": {"simpleqa": "sim-judge"},
-            "limits": {"concurrency": concurrency},
+            "limits": limits,
         },
     )
     assert created

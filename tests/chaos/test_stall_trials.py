@@ -33,7 +33,6 @@ from django.db import connection
 from django.db.models import Sum
 
 from runs.models import Call, CallEvidence, Cell, Run
-from runs.services import run_create
 from runs.tasks import run_drive
 from tests import factories as f
 from tests.chaos import support as cs
@@ -54,24 +53,6 @@ CLAIM_LOST = b"claim lost while"
 def sim_url():
     with es.simulator(cs.BENCHMARKS, models=cs.SLOW_MODELS) as url:
         yield url
-
-
-def start(owner, dataset, name: str, *, cost_limit: bool) -> Run:
-    limits: dict = {"concurrency": 3}
-    if cost_limit:
-        limits["max_cost_usd"] = "100"  # never reached; every call reserves under the run lock
-    run, created = run_create(
-        owner=owner,
-        plan={
-            "name": name,
-            "dataset": dataset.pk,
-            "targets": ["sim-strong"],
-            "judges": {"simpleqa": "sim-judge"},
-            "limits": limits,
-        },
-    )
-    assert created
-    return run
 
 
 def deadlocks() -> int:
@@ -143,7 +124,10 @@ def test_seeded_stall_trials(transactional_db, sim_url, tmp_path: Path, monkeypa
             rng = random.Random(SEED * 1000 + i)
             point = STALL_POINTS[i % len(STALL_POINTS)]
             cost_limit = i % 2 == 1
-            run = start(owner, dataset, f"stall {i} {point}", cost_limit=cost_limit)
+            # A cost limit that is never reached: every call reserves under the run row lock.
+            run = cs.start_run(
+                owner, dataset, f"stall {i} {point}", max_cost_usd="100" if cost_limit else None
+            )
             label, reached = cs.wait_for_point(run, point, rng, sim_url)
             os.killpg(victim_pid, signal.SIGSTOP)
             held = Cell.objects.filter(
