@@ -241,8 +241,13 @@ def writer_session() -> None:
 
 def run_lock(run_id: int) -> str:
     """Lock the run row, the first lock of every ledger write transaction (run -> cell ->
-    call); returns the run's status."""
-    return Run.objects.select_for_update().values_list("status", flat=True).get(pk=run_id)
+    call); returns the run's status. Plain SQL: it runs in every batch of the hot path."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT status FROM runs_run WHERE id = %s FOR UPDATE", [run_id])
+        row = cursor.fetchone()
+    if row is None:
+        raise Run.DoesNotExist(f"run {run_id}")
+    return row[0]
 
 
 def _held_by_call() -> Exists:
@@ -359,13 +364,13 @@ def _opens_fenced(
         return []
     held: dict[int, int] = {}
     if run_status == RunStatus.RUNNING:
-        held = dict(
-            Cell.objects.select_for_update()
-            .running()
-            .filter(pk__in={op.cell_id for _, op in opens})
-            .order_by("pk")
-            .values_list("pk", "claim_token")
-        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id, claim_token FROM runs_cell WHERE id = ANY(%s) AND status = %s "
+                "ORDER BY id FOR UPDATE",
+                [sorted({op.cell_id for _, op in opens}), CellStatus.RUNNING.value],
+            )
+            held = dict(cursor.fetchall())
     allowed = []
     for i, op in opens:
         if held.get(op.cell_id) == op.token:
