@@ -142,9 +142,13 @@ class SSEDecoder:
             and self._bom_checked
             and not self._skip_leading_lf
             and not self._data_lines
+            and self._event_type is None
+            and self._retry is None
             and b"\r" not in chunk
         ):
-            # The common case: the chunk starts at an event boundary and its lines end in LF.
+            # The common case: the chunk starts at an event boundary (no field of an event set
+            # yet: an earlier chunk's `event:` or `retry:` line belongs to the next event) and
+            # its lines end in LF.
             # Whole events are cut out of it with one find each; what is left (part of an
             # event) takes the general path below.
             try:

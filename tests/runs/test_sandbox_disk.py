@@ -11,7 +11,7 @@ import dataclasses
 import os
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -90,6 +90,20 @@ def host_disk_watch() -> Iterator[list[int]]:
         shrank.append(before - min(lowest[0], host_free()))
 
 
+def shrinks_until_within_budget(scenario: Callable[[], int], tries: int = 3) -> list[int]:
+    """Run `scenario` (one whole write past the budget, returning how much the host's free
+    space shrank meanwhile) until one run stays within the budget, at most `tries` times.
+    The host's free space is shared with everything else on the machine (another test suite,
+    a database's WAL): a neighbour's writes once do not repeat on cue, while a sandbox that
+    leaked to the host disk shrinks it past the budget on every try."""
+    shrinks = []
+    for _ in range(tries):
+        shrinks.append(scenario())
+        if shrinks[-1] <= QUOTA:
+            break
+    return shrinks
+
+
 def written_mib(stdout: bytes) -> int:
     return int(stdout.split(b"written MiB")[1].split()[0])
 
@@ -98,13 +112,17 @@ def written_mib(stdout: bytes) -> int:
 
 
 def test_writing_past_the_budget_in_cwd_and_tmp_is_disk_quota_exceeded():
-    with host_disk_watch() as shrank:
-        result = sandbox_run(argv=[sandbox_python(), "-c", WRITER], files={}, limits=LIMITS)
-    assert result.reason == DISK_QUOTA_EXCEEDED, result
-    assert b"No space left on device" in result.stderr
-    # /app and /tmp share one budget: both together got no more than it.
-    assert written_mib(result.stdout) <= QUOTA // MIB
-    assert shrank[0] <= QUOTA, shrank
+    def scenario() -> int:
+        with host_disk_watch() as shrank:
+            result = sandbox_run(argv=[sandbox_python(), "-c", WRITER], files={}, limits=LIMITS)
+        assert result.reason == DISK_QUOTA_EXCEEDED, result
+        assert b"No space left on device" in result.stderr
+        # /app and /tmp share one budget: both together got no more than it.
+        assert written_mib(result.stdout) <= QUOTA // MIB
+        return shrank[0]
+
+    shrinks = shrinks_until_within_budget(scenario)
+    assert shrinks[-1] <= QUOTA, shrinks
 
 
 def test_dev_shm_and_extra_writable_dirs_count_against_the_same_budget():
@@ -224,13 +242,22 @@ def test_livecodebench_program_past_the_budget_fails_with_the_quota_reason():
     adapter = get_adapter("livecodebench")
     q = next(q for q in adapter.load(adapter.fixture_path()) if q.payload.get("func_name") is None)
     answer = f"```python\n{WRITER}```"
-    with host_disk_watch() as shrank:
-        grade = grade_livecodebench(
-            answer=answer, payload=q.payload, secret=q.secret, limits=LIMITS
-        )
+    grades = []
+
+    def scenario() -> int:
+        with host_disk_watch() as shrank:
+            grades.append(
+                grade_livecodebench(
+                    answer=answer, payload=q.payload, secret=q.secret, limits=LIMITS
+                )
+            )
+        return shrank[0]
+
+    shrinks = shrinks_until_within_budget(scenario)
+    assert shrinks[-1] <= QUOTA, shrinks
+    grade = grades[-1]
     assert grade["correct"] is False and grade["status"] == "failed", grade
     assert grade["tests"][0]["status"] == DISK_QUOTA_EXCEEDED, grade
-    assert shrank[0] <= QUOTA, shrank
     # The member's view: the reason in words, from the public grade.
     assert "first failure: disk quota exceeded" in grade_reasons(public_grade(grade))
 
@@ -243,18 +270,27 @@ def test_scicode_step_past_the_budget_fails_with_the_quota_reason(tmp_path: Path
     adapter = get_adapter("scicode")
     q = next(iter(adapter.load(adapter.fixture_path())))
     step = f"```python\n{WRITER}```"
-    with host_disk_watch() as shrank:
-        grade = grade_scicode(
-            step_replies=[step] * len(q.secret["steps"]),
-            payload=q.payload,
-            secret=q.secret,
-            h5_path=h5,
-            limits=LIMITS,
-        )
+    grades = []
+
+    def scenario() -> int:
+        with host_disk_watch() as shrank:
+            grades.append(
+                grade_scicode(
+                    step_replies=[step] * len(q.secret["steps"]),
+                    payload=q.payload,
+                    secret=q.secret,
+                    h5_path=h5,
+                    limits=LIMITS,
+                )
+            )
+        return shrank[0]
+
+    shrinks = shrinks_until_within_budget(scenario)
+    assert shrinks[-1] <= QUOTA, shrinks
+    grade = grades[-1]
     assert grade["correct"] is False, grade
     scored = [s for s in grade["steps"] if s["status"] != "gold"]
     assert scored and all(s["status"] == DISK_QUOTA_EXCEEDED for s in scored), grade
-    assert shrank[0] <= QUOTA, shrank
     # Public: each step's outcome is shown by index (the member's grade table).
     public = public_grade(grade)
     assert public is not None

@@ -507,3 +507,15 @@ def test_output_caps() -> None:
         max_stream_bytes=500,
     )
     assert reason is not None and "500 bytes" in reason
+
+
+def test_an_event_field_in_an_earlier_chunk_belongs_to_the_next_event() -> None:
+    """Found by the chunking property above: a chunk that ends after an `event:` (or `retry:`)
+    line left the decoder with that field set and no data line, and the next chunk took the
+    fast path of a fresh event boundary, dropping the event type."""
+    raw = b"event:\xc2\x88\nevent:\xc2\x88\ndata:\n\ndata:\n\n"
+    whole = decode_sse([raw])
+    assert whole[0].event == "\x88" and whole[1].event is None
+    assert decode_sse([raw[:15], raw[15:]]) == whole
+    retry = b"retry:250\ndata:x\n\n"
+    assert decode_sse([retry[:10], retry[10:]]) == decode_sse([retry])
