@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -341,11 +341,21 @@ def _savings(
     return Savings(value, None if value is not None else "the baseline cost is zero")
 
 
-def _cache_neutral_savings(choice: BaselineChoice, candidate: Entry, baseline: Entry) -> Savings:
+def _cache_neutral_savings(
+    choice: BaselineChoice, candidate: Entry, baseline: Entry, tied: list[Entry]
+) -> Savings:
     """The cache-neutral savings, its reason naming the cache-neutral cost (not the bill)
     and adding the report's account of why it is unknown: cells without a result, or calls
-    whose receipt entry is missing, unusable or served by an unpriced model."""
-    s = _savings(choice, candidate.cache_neutral_cost, baseline.cache_neutral_cost)
+    whose receipt entry is missing, unusable or served by an unpriced model.
+
+    It depends on cache-neutral costs only (issue 35 item 5): a baseline whose bill is unknown
+    (cached tokens without a cached-input price) but whose cache-neutral cost is complete still
+    has cache-neutral savings; the tie rule asks the same of every tied strongest model's
+    cache-neutral cost, never of its bill."""
+    if any(e.cache_neutral_cost is None for e in tied if e is not baseline):
+        return Savings(None, "a tied strongest single model has incomplete cache-neutral cost")
+    neutral_choice = replace(choice, savings_known=True)
+    s = _savings(neutral_choice, candidate.cache_neutral_cost, baseline.cache_neutral_cost)
     for side, e in (("candidate", candidate), ("baseline", baseline)):
         if s.unknown_reason == f"the {side}'s cost is incomplete":
             detail = e.target.cache_neutral_unknown_reason
@@ -395,6 +405,8 @@ def _statistics(
     weights = _weights(loaded)
     masks = cases.masks()
     subject = [_savings(choice, e.subject_cost, base.subject_cost) for e in candidates]
+    base_run = loaded.entries[loaded.baseline_run.pk]
+    tied = [e for e in base_run if e.slug in choice.tied_slugs]
     intervals = _savings_intervals(loaded, base, candidates, subject, alpha)
     assert base.outcome is not None
     out = []
@@ -419,7 +431,7 @@ def _statistics(
                 - sum(e.states.get(s, 0) for s in _OUTCOME_STATES),
                 subject=subject_savings,
                 total=_savings(choice, e.total_spend, base.total_spend),
-                cache_neutral=_cache_neutral_savings(choice, e, base),
+                cache_neutral=_cache_neutral_savings(choice, e, base, tied),
                 savings_interval=interval,
                 verdict=comparison_verdict(paired, e.run, loaded.baseline_run),
             )

@@ -22,6 +22,7 @@ from runs.usage import (
     usage_buckets,
     usage_buckets_explained,
 )
+from srbench.money import price_places_error
 
 __all__ = [
     "CostOutcome",
@@ -78,6 +79,9 @@ def _price_value(entry: Mapping[str, Any], key: str, *, required: bool) -> Decim
         raise PriceError(f"price {key!r} is not a number: {value!r}") from exc
     if not price.is_finite() or price < 0:
         raise PriceError(f"price {key!r} must be a finite number >= 0: {value!r}")
+    # Beyond the ledger's scale a cost could only be stored rounded (issue 35 item 5).
+    if (too_precise := price_places_error(price)) is not None:
+        raise PriceError(f"price {key!r}: {too_precise}")
     return price
 
 

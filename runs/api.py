@@ -229,8 +229,9 @@ class RegradeRequestSerializer(StrictFieldsSerializer):
     """Judged answers are re-judged only when asked, and only at a confirmed worst case."""
 
     rejudge = serializers.BooleanField(required=False, default=False)
+    # The ledger's scale (srbench.money): a worst case at 12-decimal prices has up to 18.
     confirm_judge_cost = serializers.DecimalField(
-        required=False, max_digits=30, decimal_places=12, allow_null=True, default=None
+        required=False, max_digits=40, decimal_places=18, allow_null=True, default=None
     )
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -20,6 +19,7 @@ from django.db.models import F, Q
 from runs.models_live import LiveCallSums, LiveCellSums, LiveSnapshot  # noqa: F401
 from runs.models_regrade import Regrade  # noqa: F401
 from srbench.ledger import HEX64_REGEX, AppendOnlyModel
+from srbench.money import price_error
 
 SLUG_REGEX = r"^[a-z0-9][a-z0-9._-]*$"
 PRICE_BUCKETS = ("input", "cached_input", "cache_write", "output")
@@ -27,7 +27,9 @@ PRICE_BUCKETS = ("input", "cached_input", "cache_write", "output")
 
 def validate_price_table(prices: object) -> list[str]:
     """Prices are USD per 1M tokens per bucket, keyed by the served model; input and output
-    are required, the cache buckets may be absent (then cached tokens make a cost unknown)."""
+    are required, the cache buckets may be absent (then cached tokens make a cost unknown).
+    Each price is exact: a decimal string within the ledger's scale (`srbench.money.price_error`,
+    issue 35 item 5)."""
     if not isinstance(prices, dict):
         return ["prices must be a JSON object keyed by served model."]
     errors = []
@@ -42,18 +44,8 @@ def validate_price_table(prices: object) -> list[str]:
             if bucket not in row:
                 errors.append(f"{model_name}: '{bucket}' price is required.")
         for bucket, value in row.items():
-            if bucket not in PRICE_BUCKETS:
-                continue
-            if isinstance(value, (bool, float)) or not isinstance(value, (str, int)):
-                errors.append(f"{model_name}.{bucket}: give the price as a decimal string.")
-                continue
-            try:
-                price = Decimal(str(value))
-            except InvalidOperation:
-                errors.append(f"{model_name}.{bucket}: {value!r} is not a decimal number.")
-                continue
-            if not price.is_finite() or price < 0:
-                errors.append(f"{model_name}.{bucket}: must be a finite price ≥ 0.")
+            if bucket in PRICE_BUCKETS and (problem := price_error(value)):
+                errors.append(f"{model_name}.{bucket}: {problem}")
     return errors
 
 
@@ -240,7 +232,7 @@ class Run(models.Model):
     stop_reason = models.TextField(blank=True)
     # Budget (DESIGN §4): Σ over calls of (known cost, else the worst-case reservation).
     # Changed only under a row lock, so several workers share one budget.
-    budget_committed_usd = models.DecimalField(max_digits=20, decimal_places=10, default=0)
+    budget_committed_usd = models.DecimalField(max_digits=40, decimal_places=18, default=0)
     last_event_seq = models.PositiveBigIntegerField(default=0)
     # The largest call id when the run was created: every call of the run has a larger one
     # (its calls are written after the run exists, ids come from one sequence), so a page of
@@ -448,12 +440,12 @@ class Call(models.Model):
     output_tokens = models.BigIntegerField(null=True, blank=True)
     cached_reported = models.BooleanField(null=True, blank=True)
     cache_write_reported = models.BooleanField(null=True, blank=True)
-    cost_usd = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
+    cost_usd = models.DecimalField(max_digits=40, decimal_places=18, null=True, blank=True)
     cache_neutral_cost_usd = models.DecimalField(
-        max_digits=20, decimal_places=10, null=True, blank=True
+        max_digits=40, decimal_places=18, null=True, blank=True
     )
     cost_note = models.CharField(max_length=200, blank=True)
-    reserved_cost_usd = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
+    reserved_cost_usd = models.DecimalField(max_digits=40, decimal_places=18, null=True, blank=True)
     # Timings and live activity (R10.2, R10.3).
     stage = models.CharField(max_length=10, choices=Stage, default=Stage.PREPARING)
     sent_at = models.DateTimeField()
@@ -532,8 +524,8 @@ class UsageCorrection(AppendOnlyModel):
     verified_count = models.PositiveIntegerField()
     changed_count = models.PositiveIntegerField()
     unverifiable_count = models.PositiveIntegerField()
-    old_known_cost_usd = models.DecimalField(max_digits=20, decimal_places=10, null=True)
-    new_known_cost_usd = models.DecimalField(max_digits=20, decimal_places=10, null=True)
+    old_known_cost_usd = models.DecimalField(max_digits=40, decimal_places=18, null=True)
+    new_known_cost_usd = models.DecimalField(max_digits=40, decimal_places=18, null=True)
     corrections = models.JSONField()
 
     class Meta:
@@ -689,7 +681,7 @@ class RunReport(models.Model):
     score = models.FloatField(null=True, blank=True)
     score_kind = models.CharField(max_length=16, default="none")
     score_target = models.CharField(max_length=64, blank=True)
-    known_spend_usd = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
+    known_spend_usd = models.DecimalField(max_digits=40, decimal_places=18, null=True, blank=True)
     spend_complete = models.BooleanField(default=False)
     complete = models.BooleanField(default=False)
 

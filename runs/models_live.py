@@ -103,9 +103,9 @@ class LiveCallSums(models.Model):
     output_tokens = models.BigIntegerField(default=0)
     output_tokens_known = models.BigIntegerField(default=0)
     # Unbounded numerics: a sum of the ledger's exact costs, never rounded.
-    cost_usd = models.DecimalField(max_digits=40, decimal_places=10, default=0)
+    cost_usd = models.DecimalField(max_digits=40, decimal_places=18, default=0)
     cost_usd_known = models.BigIntegerField(default=0)
-    cache_neutral_cost_usd = models.DecimalField(max_digits=40, decimal_places=10, default=0)
+    cache_neutral_cost_usd = models.DecimalField(max_digits=40, decimal_places=18, default=0)
     cache_neutral_cost_usd_known = models.BigIntegerField(default=0)
     duration_ms = models.DecimalField(max_digits=50, decimal_places=20, default=0)
     duration_ms_known = models.BigIntegerField(default=0)

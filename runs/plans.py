@@ -19,7 +19,7 @@ from datasets.official import OFFICIAL_JUDGED
 from datasets.official import manifest_entry as official_manifest_entry
 from runs import runnable
 from runs.fixed_params import fixed_params_errors
-from runs.models import Target
+from runs.models import Target, validate_price_table
 from srbench.api import StrictFieldsSerializer
 from srbench.canonical import sha256_hex
 
@@ -249,6 +249,8 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
     for target in [*targets.values(), *judge_targets.values()]:  # stored before the rule
         if problems := fixed_params_errors(target.fixed_params):
             errors.setdefault("fixed_params", {})[target.slug] = problems
+        if problems := validate_price_table(target.prices):  # exact money: issue 35 item 5
+            errors.setdefault("prices", {})[target.slug] = problems
     if errors:
         raise PlanError(errors)
 

@@ -62,8 +62,8 @@ class ReconcileResult:
 
 
 def _money_text(value: Decimal | None) -> str | None:
-    """The amount as the ledger column stores it (10 decimal places, srbench.money), so a
-    recomputed cost is compared with the recorded one at the precision the recorded one has."""
+    """The amount as the ledger column stores it (every digit, srbench.money.money_stored), so
+    a recomputed cost is compared with the recorded one exactly (issue 35 item 5)."""
     return money_text(money_stored(value))
 
 

@@ -9,33 +9,99 @@ zero padding of the column's scale (``0.0011000000``). Unknown stays ``None``; i
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 
 __all__ = [
+    "LEDGER_MONEY_DIGITS",
     "LEDGER_MONEY_PLACES",
+    "PRICE_MAX_PLACES",
     "UNKNOWN_TEXT",
+    "MoneyPrecisionError",
+    "decimal_places",
     "money_stored",
     "money_text",
     "percent_text",
+    "price_error",
+    "price_places_error",
     "usd_text",
 ]
 
 # What every text surface (CLI, page) shows for an unknown figure: never 0, never "$unknown".
 UNKNOWN_TEXT = "unknown"
 
-# The scale of every money column of the ledger (DecimalField(max_digits=20, decimal_places=10)).
-LEDGER_MONEY_PLACES = 10
+# The scale of every money column of the ledger (DecimalField(max_digits=40, decimal_places=18),
+# runs/0016, docs/decisions.md "Exact money"): a call's cost is tokens × price / 10^6, so a
+# price with p decimals per 1M tokens makes a cost of at most p + 6 decimals. Prices are
+# accepted with at most PRICE_MAX_PLACES decimals, so every cost, reservation and sum of them
+# fits the columns exactly and nothing is ever rounded on its way into the ledger.
+LEDGER_MONEY_PLACES = 18
+LEDGER_MONEY_DIGITS = 40
+PRICE_MAX_PLACES = LEDGER_MONEY_PLACES - 6
 _LEDGER_QUANTUM = Decimal(1).scaleb(-LEDGER_MONEY_PLACES)
+# Enough digits to quantise any amount a column can hold without an InvalidOperation.
+_CHECK_PRECISION = 2 * LEDGER_MONEY_DIGITS
+
+
+class MoneyPrecisionError(ValueError):
+    """An amount has more decimal places than the ledger stores: storing it would round it."""
 
 
 def money_stored(value: Decimal | None) -> Decimal | None:
-    """``value`` exactly as a ledger money column stores it: 10 places, ties away from zero as
-    PostgreSQL's numeric rounds (Django's ``format_number`` rounds ties to even, which differs by
-    1E-10 on a tie). Every cost written to the ledger or to a correction goes through here, so
-    what is summed is what is stored (issue 21: a 1.5e-8 USD gap between two screens)."""
+    """``value`` as a ledger money column stores it — unchanged, since the column holds
+    LEDGER_MONEY_PLACES decimals and every price is refused beyond PRICE_MAX_PLACES (issue 35
+    item 5). An amount with more places is refused (:class:`MoneyPrecisionError`) rather than
+    rounded: PostgreSQL would round it silently on the way in, and every sum would then differ
+    from the exact one. Every cost written to the ledger or to a correction goes through here,
+    so what is summed is what was computed."""
     if value is None:
         return None
-    return value.quantize(_LEDGER_QUANTUM, rounding=ROUND_HALF_UP)
+    with localcontext() as ctx:
+        ctx.prec = _CHECK_PRECISION
+        fits = value.quantize(_LEDGER_QUANTUM, rounding=ROUND_HALF_UP) == value
+    if not fits:
+        raise MoneyPrecisionError(
+            f"{money_text(value)} USD has more than {LEDGER_MONEY_PLACES} decimal places; the ledger "
+            "stores money exactly and does not round it"
+        )
+    return value
+
+
+def decimal_places(value: Decimal) -> int:
+    """How many decimal places ``value`` needs (trailing zeros do not count): 0.01875 → 5,
+    1.50 → 1, 100 → 0. Read from its digits, so no context precision can round it first."""
+    _sign, digits, exponent = value.as_tuple()
+    significant = "".join(map(str, digits)).rstrip("0")
+    if not isinstance(exponent, int) or exponent >= 0 or not significant:
+        return 0
+    return max(0, -exponent - (len(digits) - len(significant)))
+
+
+def price_places_error(price: Decimal) -> str | None:
+    """Why a price (USD per 1M tokens) cannot be accepted exactly, or None: beyond
+    PRICE_MAX_PLACES decimals its costs would not fit the ledger's scale without rounding."""
+    if decimal_places(price) > PRICE_MAX_PLACES:
+        return (
+            f"{money_text(price)} has more than {PRICE_MAX_PLACES} decimal places per 1M tokens; costs are "
+            f"kept exactly to {LEDGER_MONEY_PLACES} places, so at most {PRICE_MAX_PLACES} are "
+            "supported"
+        )
+    return None
+
+
+def price_error(value: object) -> str | None:
+    """Why ``value`` is not an acceptable price (USD per 1M tokens, given as a decimal string
+    or an integer, finite, ≥ 0, at most PRICE_MAX_PLACES decimals), or None. A float is refused:
+    its binary value is not the price the operator wrote."""
+    if isinstance(value, (bool, float)) or not isinstance(value, (str, int)):
+        return "give the price as a decimal string."
+    try:
+        price = Decimal(str(value))
+    except InvalidOperation:
+        return f"{value!r} is not a decimal number."
+    if not price.is_finite() or price < 0:
+        return "must be a finite price ≥ 0."
+    too_precise = price_places_error(price)
+    return None if too_precise is None else f"{too_precise}."
 
 
 def money_text(value: Decimal | int | None) -> str | None:

@@ -529,7 +529,9 @@ def savings_pct(candidate_cost: Decimal | None, baseline_cost: Decimal | None) -
         return 100 * (1 - candidate_cost / baseline_cost)
 
 
-# The ledger stores money with 10 decimal places (Call.cost_usd).
+# The savings bootstrap's unit of cost: 1e-10 USD. The ledger keeps every digit (18 places,
+# issue 35 item 5); this diagnostic interval resamples float64 per-cell costs, and whole units
+# this small keep its integer sums exact (below 2**53 units, about 900,000 USD, in float64).
 COST_UNITS_PER_USD = 10**10
 
 SAVINGS_INTERVAL_LABEL = "diagnostic: stratified paired bootstrap of the cost ratio"
@@ -604,7 +606,7 @@ def savings_bootstrap_intervals(
     benchmarks in sorted order) and the sums are exact, so the batch changes no interval. The
     resamples are drawn once and turned into per-case counts, so the resampled sums of all
     candidates are one matrix product rather than a gather per candidate. Costs are taken in
-    whole 1e-10 USD, the ledger's precision.
+    whole 1e-10 USD (:data:`COST_UNITS_PER_USD`).
     """
     if draws < 1:
         raise ValueError("draws must be at least 1")
@@ -635,7 +637,7 @@ def savings_bootstrap_intervals(
     if not known:
         return out
 
-    # Whole units of the ledger's precision (Decimal, 10 places), so that every resample's sum
+    # Whole units of COST_UNITS_PER_USD, so that every resample's sum
     # is an exact integer: float64 products and sums of integers below 2**53 are exact in any
     # order, so an interval never depends on the other candidates in the batch nor on how the
     # matrix product is blocked. Past 2**53 units the product is done in int64, still exact.

@@ -225,7 +225,7 @@ def accounting_fields(
             cached_reported=buckets.cached_reported,
             cache_write_reported=buckets.cache_write_reported,
         )
-    # Rounded here as the column rounds, by the rule reconcile-usage uses (srbench.money).
+    # Stored exactly, never rounded: by the rule reconcile-usage uses (srbench.money).
     fields.update(
         cost_usd=money_stored(cost),
         cache_neutral_cost_usd=money_stored(cache_neutral),

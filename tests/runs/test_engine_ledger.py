@@ -102,7 +102,7 @@ def test_closes_and_finishes_of_one_batch_keep_their_row_guards():
 
     first, second = (Call.objects.get(pk=c.pk) for c in open_calls)
     assert first.status == "completed" and first.content == "answer"
-    assert first.cost_usd == Decimal("0.0000123457")  # the column's own rounding, as before
+    assert first.cost_usd == Decimal("0.0000123456789")  # every digit (issue 35 item 5)
     assert first.response_headers == {"x-request-id": "r1"}
     assert second.content == "two" and second.tool_calls == [{"name": "t", "arguments": "{}"}]
     assert Call.objects.get(pk=done_call.pk).content == "first"

@@ -299,7 +299,8 @@ def test_a_real_run_reconciles_from_its_own_evidence_with_no_model_call(celery_w
     assert D(strong["cache_neutral_cost_usd"]) == expected
 
 
-# 1 input token at 0.00025 USD per 1M is 2.5E-10: a tie at the ledger's 10 places.
+# 1 input token at 0.00025 USD per 1M is 2.5E-10: a tie at the 10 places the ledger once kept
+# (issue 35 item 5: now stored with every digit).
 TIE_PRICES = {"m-strong": {"input": "0.00025", "cached_input": "0.00025", "output": "15"}}
 TIE_USAGE = {"prompt_tokens": 1, "completion_tokens": 0}
 
@@ -312,7 +313,7 @@ def test_reconciled_costs_are_the_stored_costs_so_every_screen_sums_the_same_amo
     r = b.run(
         qs,
         {t: [True] * 6},
-        # Inserted unrounded, as the engine computes it; the numeric(20, 10) column rounds.
+        # Inserted unrounded, as the engine computes it; the numeric(40, 18) column keeps it.
         costs={t: tie},
         call_fields={
             t: {
@@ -328,13 +329,13 @@ def test_reconciled_costs_are_the_stored_costs_so_every_screen_sums_the_same_amo
     for call in Call.objects.filter(cell__run=r):
         attach(call, stream(usage=TIE_USAGE))
     stored = Call.objects.filter(cell__run=r).values_list("cost_usd", flat=True)
-    assert set(stored) == {D("0.0000000003")}  # PostgreSQL rounds the tie away from zero
+    assert set(stored) == {D("0.00000000025")}  # every digit: nothing rounds the tie
 
     c = usage_reconcile(run_id=r.pk).correction
 
     assert (c.verified_count, c.changed_count) == (6, 0)
-    assert {D(e["cost_usd"]) for e in c.corrections["calls"]} == {D("0.0000000003")}
-    assert c.old_known_cost_usd == c.new_known_cost_usd == D("0.0000000018")
+    assert {D(e["cost_usd"]) for e in c.corrections["calls"]} == {D("0.00000000025")}
+    assert c.old_known_cost_usd == c.new_known_cost_usd == D("0.0000000015")
     t_report = run_report(run=r)["targets"][0]
     assert D(t_report["known_cost_usd"]) == c.new_known_cost_usd
-    assert D(t_report["subject_cost_usd"]) == D("0.0000000018")
+    assert D(t_report["subject_cost_usd"]) == D("0.0000000015")
