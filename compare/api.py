@@ -44,6 +44,9 @@ from compare.services import (
 from compare.verdict import RULE, VERDICT_HELP, VERDICTS
 from datasets.provenance import provenance_text
 from runs.models import Run
+from runs.official_metrics import NOTE as OFFICIAL_NOTE
+from runs.official_metrics import csv_cells as official_csv_cells
+from runs.official_metrics import csv_columns as official_csv_columns
 from runs.plans import MarginField
 from srbench.api import (
     ApiSchema,
@@ -100,6 +103,14 @@ ComparedCandidateSerializer = inline_serializer(
         "non_inferiority": serializers.DictField(),
         "savings": serializers.DictField(),
         "usage": serializers.DictField(),
+        "official": serializers.ListField(
+            child=serializers.DictField(),
+            help_text=OFFICIAL_NOTE
+            + " Per metric: `benchmark`, `metric` (pass_at_2, f_score, accuracy, "
+            "calibration_error), `name`, `label`, `scorer`, `value` (null = unknown, with "
+            "`unknown_reason`), `n` and `n_unit`, `interval` (`lower`, `upper`, `method`: the "
+            "official summary's own, or null). The baseline's are in `baseline.official`.",
+        ),
     },
     many=True,
 )
@@ -371,6 +382,8 @@ CSV_COLUMNS = (
     "quality",
     "quality_exact",
     "provenance",
+    # Each benchmark's official metric (runs.official_metrics), apart from the quality.
+    *official_csv_columns(),
     "delta",
     "delta_exact",
     "micro_delta",
@@ -462,6 +475,7 @@ def comparison_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
             "quality": b["quality"],
             "quality_exact": b["quality_exact"],
             "provenance": provenance_text(b["provenance"]),
+            **official_csv_cells(b.get("official") or []),
             **_usage_cells(b["usage"]),
         }
     ]
@@ -502,6 +516,7 @@ def _candidate_row(b: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
         "quality": c["quality"],
         "quality_exact": c["quality_exact"],
         "provenance": provenance_text(c["provenance"]),
+        **official_csv_cells(c.get("official") or []),
         "delta": c["delta"],
         "delta_exact": c["delta_exact"],
         "micro_delta": c["micro_delta"],

@@ -15,6 +15,8 @@ import time
 import uuid
 from typing import Any
 
+from runs.official_metrics import METRICS as OFFICIAL_METRICS
+from runs.official_metrics import metric_value_text
 from runs.rejudge_cli import rejudge_follow
 from srbench.api_client import (
     ApiClient,
@@ -139,12 +141,33 @@ def compare(options: dict[str, Any]) -> int:
         print(f"    {c['verdict']}: {c['verdict_reason']}")
         if c["savings"]["subject_cost_unknown_reason"]:
             print(f"    {c['savings']['subject_cost_unknown_reason']}")
+        for line in official_lines(b.get("official"), c.get("official")):
+            print(line)
     for r in doc["refused"]:
         print(f"refused: {refused_text(r)}")
     print()
     for text in doc["statements"].values():
         print(f"* {text}")
     return 0
+
+
+def official_lines(
+    base: list[dict[str, Any]] | None, cand: list[dict[str, Any]] | None
+) -> list[str]:
+    """Each benchmark's official metric, baseline beside candidate (issue 35 item 4), named
+    apart from Δ and the verdict: the official summaries' values, intervals and n as given."""
+    by = [{(m["benchmark"], m["metric"]): m for m in side or []} for side in (base, cand)]
+    lines = []
+    for spec in OFFICIAL_METRICS:
+        key = (spec.benchmark, spec.key)
+        if key not in by[0] and key not in by[1]:
+            continue
+        lines.append(
+            f"    official {spec.benchmark} {spec.name} (not part of Δ or the verdict): "
+            f"baseline {metric_value_text(by[0].get(key))} | "
+            f"candidate {metric_value_text(by[1].get(key))}"
+        )
+    return lines
 
 
 def reconcile_usage(options: dict[str, Any]) -> int:

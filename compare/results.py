@@ -20,6 +20,8 @@ from compare.compatibility import Difference
 from compare.verdict import RULE, Verdict, frozen_margin, margin_terms, run_split
 from datasets.provenance import UNKNOWN
 from runs.models import Run
+from runs.official_metrics import NOTE as OFFICIAL_NOTE
+from runs.official_metrics import official_metrics
 from runs.report_types import Report, TargetReport
 from srbench.money import money_text
 from srbench.stats import BaselineChoice, PairedResult, SavingsInterval
@@ -46,6 +48,7 @@ STATEMENTS = {
     "token_prices": "A self-hosted token-equivalent price is not a GPU bill saving.",
     "improvement": ("A positive point estimate whose interval crosses zero is not an improvement."),
     "verdict": RULE,
+    "official": OFFICIAL_NOTE,
 }
 
 BASELINE_RULE = (
@@ -87,6 +90,13 @@ class Entry:
     def provenance(self) -> dict[str, str]:
         """Per benchmark: where its questions came from (`datasets.provenance`)."""
         return {b: row.provenance for b, row in self.target.benchmarks.items()}
+
+    @property
+    def official(self) -> list[dict[str, Any]]:
+        """The benchmarks' official scorers (`runs.official_metrics`), named apart from the
+        quality: never part of it, of Δ or of the verdict (issue 35 item 4)."""
+        section = self.target.official
+        return official_metrics(None if section is None else section.to_doc())
 
     @property
     def subject_cost(self) -> Decimal | None:
@@ -196,6 +206,7 @@ class Comparison:
             "quality": float(choice.quality),
             "quality_exact": str(choice.quality),
             "provenance": self.base.provenance,
+            "official": self.base.official,
             "subject_cost_usd": money_text(choice.subject_cost),
             "tied": list(choice.tied_slugs),
             "savings_known": choice.savings_known,
@@ -226,6 +237,8 @@ class Comparison:
             "quality": None if quality is None else float(quality),
             "quality_exact": None if quality is None else str(quality),
             "provenance": e.provenance,
+            # Each benchmark's own metric beside the baseline's, apart from the quality.
+            "official": e.official,
             "cases": c.cases,
             "questions": c.questions,
             "attempts_per_question": c.attempts,

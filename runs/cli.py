@@ -9,6 +9,7 @@ import time
 import uuid
 from typing import Any
 
+from runs.official_metrics import metric_text, official_metrics
 from srbench.api_client import (
     ApiUnreachable,
     CliError,
@@ -244,7 +245,20 @@ def report_text(report: dict[str, Any]) -> str:
             )
         tokens = t["tokens"]
         lines.append("    tokens: " + "  ".join(f"{k} {fmt(v)}" for k, v in tokens.items()))
+        lines += official_lines(t.get("official"))
     return "\n".join(lines)
+
+
+def official_lines(section: dict[str, Any] | None) -> list[str]:
+    """A target's official scorers (issue 35 item 4), under their own heading: each
+    benchmark's own metric with its n and interval, or unknown with why — never folded into
+    the sr-bench score above them."""
+    metrics = official_metrics(section)
+    if not metrics:
+        return []
+    return [
+        "    official scorers (each benchmark's own metric, not part of the sr-bench score):"
+    ] + [f"      {metric_text(m)}" for m in metrics]
 
 
 def _plan(options: dict[str, Any]) -> int:

@@ -6,6 +6,11 @@ target's saved answer, whether it was right, and its effective subject cost (R2.
 only; no model call. Reference answers and other secrets are never part of it (R9.3): per cell
 it carries only what runs.public shows a member as stored (correct, the subject's own answer),
 never a grade, an error or a call's content.
+
+Beside the sr-bench outcome, the benchmarks' official scorers (issue 35 item 4), named apart:
+per case the official outcome (`official`: SimpleQA's and HLE's official verdict as
+runs.public shows it, ARC's per-test-output matches that pass@2 reads), and per target the
+official metrics of the run (`runs.official_metrics`), never mixed into `correct`.
 """
 
 from __future__ import annotations
@@ -15,7 +20,11 @@ import io
 import json
 from typing import Any
 
+from datasets.official import ARC_SCORER_VERSION
 from runs.models import Cell, Run, RunStatus
+from runs.official_metrics import NOTE as OFFICIAL_NOTE
+from runs.official_metrics import official_metrics
+from runs.official_report import official_sections
 from runs.reconcile import effective_call_sums
 from srbench.money import money_text
 
@@ -32,20 +41,7 @@ def export_matrix(*, run_id: int) -> dict[str, Any]:
     Refused for holdout runs, preview runs and runs that did not complete: a partial matrix
     would teach a router that an unfinished case is a wrong answer.
     """
-    run = Run.objects.select_related("dataset").filter(pk=run_id).first()
-    if run is None:
-        raise ExportRefused(f"run {run_id} does not exist")
-    split = run.manifest.get("dataset", {}).get("split") or run.dataset.split
-    if split != "dev":
-        raise ExportRefused(
-            f"run {run_id} uses the {split} split: standard (holdout) questions must not be "
-            "used for tuning; export only dev-split runs"
-        )
-    if run.mode != Run.Mode.LIVE:
-        raise ExportRefused(f"run {run_id} is a {run.mode} run: it has no answers")
-    if run.status != RunStatus.COMPLETED:
-        raise ExportRefused(f"run {run_id} is {run.status}: export only completed runs")
-
+    run, split = _exportable(run_id)
     slugs = [t["slug"] for t in run.manifest["targets"]]
     costs = {
         r["cell_id"]: r
@@ -68,6 +64,13 @@ def export_matrix(*, run_id: int) -> dict[str, Any]:
             "correct",
             "final_answer",
         )
+    )
+    official = official_benchmarks(run)
+    # Only the cells of a benchmark with an official scorer have their grade read.
+    grades = dict(
+        Cell.objects.filter(run=run, benchmark__in=official).values_list("pk", "grade")
+        if official
+        else ()
     )
     for pk, qid, slot, benchmark, native_id, subject, sha, slug, correct, answer in cells:
         row = rows.setdefault(
@@ -92,6 +95,8 @@ def export_matrix(*, run_id: int) -> dict[str, Any]:
             if usage is not None and usage["usage_unknown"] == 0
             else None,
         }
+        if benchmark in official:
+            row["targets"][slug]["official"] = case_official(benchmark, grades.get(pk))
     return {
         "run": run.pk,
         "run_name": run.name,
@@ -100,8 +105,74 @@ def export_matrix(*, run_id: int) -> dict[str, Any]:
         "targets": slugs,
         "usage": "effective (latest usage correction applied)",
         "rows": list(rows.values()),
+        "official_benchmarks": sorted(official),
+        # Per target, the official metrics of the run: apart from the sr-bench `correct`.
+        "official": run_official_metrics(run) if official else {s: [] for s in slugs},
+        "official_note": OFFICIAL_NOTE,
         "model_requests": 0,
     }
+
+
+def _exportable(run_id: int) -> tuple[Run, str]:
+    """The run and its split, or ExportRefused saying why it cannot be exported."""
+    run = Run.objects.select_related("dataset").filter(pk=run_id).first()
+    if run is None:
+        raise ExportRefused(f"run {run_id} does not exist")
+    split = run.manifest.get("dataset", {}).get("split") or run.dataset.split
+    if split != "dev":
+        raise ExportRefused(
+            f"run {run_id} uses the {split} split: standard (holdout) questions must not be "
+            "used for tuning; export only dev-split runs"
+        )
+    if run.mode != Run.Mode.LIVE:
+        raise ExportRefused(f"run {run_id} is a {run.mode} run: it has no answers")
+    if run.status != RunStatus.COMPLETED:
+        raise ExportRefused(f"run {run_id} is {run.status}: export only completed runs")
+    return run, split
+
+
+def run_official_metrics(run: Run) -> dict[str, list[dict[str, Any]]]:
+    """Per target slug, the run's official metrics (`runs.official_report`, named by
+    `runs.official_metrics`)."""
+    target_ids = {
+        (run.pk, slug): tid
+        for slug, tid in Cell.objects.filter(run=run)
+        .values_list("target__slug", "target_id")
+        .distinct()
+    }
+    sections = official_sections([run], target_ids)
+    out = {}
+    for snapshot in run.manifest["targets"]:
+        section = sections.get((run.pk, snapshot["slug"]))
+        out[snapshot["slug"]] = official_metrics(None if section is None else section.to_doc())
+    return out
+
+
+def official_benchmarks(run: Run) -> set[str]:
+    """The run's benchmarks with an official scorer: ARC always, SimpleQA and HLE when the
+    plan asked for official scoring (as `runs.official_report` reads them)."""
+    return {
+        b
+        for b, v in run.manifest["benchmarks"].items()
+        if b == "arc" or (v or {}).get("official_scoring")
+    }
+
+
+def case_official(benchmark: str, grade: dict[str, Any] | None) -> dict[str, Any] | None:
+    """One case's official outcome, or None when none was recorded (unknown, never wrong).
+    ARC: whether the attempt matched each test output (pass@2 ORs a question's first two
+    attempts). SimpleQA, HLE: the official judge's verdict, as runs.public shows it."""
+    g = grade or {}
+    if benchmark == "arc":
+        matches = g.get("outputs_correct")
+        if matches is None:
+            return None
+        return {"scorer": ARC_SCORER_VERSION, "outputs_correct": [bool(x) for x in matches]}
+    detail = g.get("official")
+    if not isinstance(detail, dict):
+        return None
+    keys = ("scorer", "status", "verdict", "correct", "confidence")
+    return {k: detail[k] for k in keys if k in detail}
 
 
 def export_json(matrix: dict[str, Any]) -> str:
@@ -112,8 +183,10 @@ def export_csv(matrix: dict[str, Any]) -> str:
     """One row per case; per target ``<slug>.correct``, ``.answer``, ``.subject_cost_usd`` and
     ``.output_tokens``. Unknown is an empty field, never 0."""
     per_target = ("correct", "answer", "subject_cost_usd", "output_tokens")
+    # With a benchmark whose official scorer differs, its per-case outcome, named apart.
+    extra = OFFICIAL_FIELDS if matrix.get("official_benchmarks") else ()
     header = ["question_id", "native_id", "content_sha256", "benchmark", "subject", "slot"]
-    header += [f"{slug}.{field}" for slug in matrix["targets"] for field in per_target]
+    header += [f"{slug}.{field}" for slug in matrix["targets"] for field in per_target + extra]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
@@ -124,5 +197,28 @@ def export_csv(matrix: dict[str, Any]) -> str:
             for field in per_target:
                 value = cell.get(field)
                 values.append("" if value is None else value)
+            if extra:
+                official = official_csv_cells(cell.get("official"))
+                values += ["" if official[k] is None else official[k] for k in extra]
         writer.writerow(values)
     return out.getvalue()
+
+
+OFFICIAL_FIELDS = ("official_verdict", "official_confidence", "official_outputs_correct")
+
+
+def official_csv_cells(case: dict[str, Any] | None) -> dict[str, Any]:
+    """A case's official outcome in CSV fields: SimpleQA's verdict (correct, incorrect,
+    not_attempted) or HLE's (correct, incorrect) with its stated confidence; ARC's per-output
+    matches as a JSON list. Unknown or not this benchmark's: empty, never 0."""
+    c = case or {}
+    graded = c.get("status") == "graded"
+    verdict = c.get("verdict")
+    if graded and verdict is None and "correct" in c:
+        verdict = "correct" if c["correct"] else "incorrect"
+    outputs = c.get("outputs_correct")
+    return {
+        "official_verdict": verdict if graded else None,
+        "official_confidence": c.get("confidence") if graded else None,
+        "official_outputs_correct": None if outputs is None else json.dumps(outputs),
+    }
