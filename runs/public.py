@@ -26,6 +26,8 @@ correct, scored and the subject's own final answer (all the answer-matrix export
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -39,6 +41,7 @@ __all__ = [
     "public_event_payload",
     "public_grade",
     "public_headers",
+    "public_transcript",
 ]
 
 JUDGE_WITHHELD = (
@@ -373,3 +376,99 @@ def public_call_content(call: Any) -> dict[str, Any]:
         "tool_calls": None if withheld else call.tool_calls,
         "response_headers": public_headers(call.response_headers),
     }
+
+
+# --- agent episodes ----------------------------------------------------------------------------
+
+
+def _tool_calls_of(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """An assistant message's tool calls as (id, name, arguments), in the OpenAI shape the
+    engine sends back (``runs.engine.tau.assistant_message``) or as a call stores them."""
+    out = []
+    for call in message.get("tool_calls") or []:
+        if not isinstance(call, Mapping):
+            continue
+        named = call.get("function")
+        function: Mapping[str, Any] = named if isinstance(named, Mapping) else call
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            with contextlib.suppress(ValueError):  # else shown as the agent wrote it
+                arguments = json.loads(arguments)
+        command = arguments.get("command") if isinstance(arguments, Mapping) else None
+        out.append(
+            {
+                "id": call.get("id"),
+                "name": function.get("name"),
+                "arguments": arguments,
+                # A terminal tool's command (Terminal-Bench), shown as a shell line.
+                "command": command if isinstance(command, str) else None,
+            }
+        )
+    return out
+
+
+def _transcript_turn(message: Mapping[str, Any], tool_names: dict[Any, Any]) -> dict[str, Any]:
+    """One message of an episode as a transcript turn: who spoke, what was said or called."""
+    role = message.get("role")
+    text = message.get("content")
+    if role == "tool":
+        name = tool_names.get(message.get("tool_call_id"))
+        return {"kind": "tool_result", "name": name, "text": text}
+    if role == "assistant":
+        calls = _tool_calls_of(message)
+        for call in calls:
+            tool_names[call["id"]] = call["name"]
+        return {"kind": "agent", "text": text, "tool_calls": calls}
+    return {"kind": role if role in ("system", "user") else "other", "text": text}
+
+
+def public_transcript(calls: list[Any], last_subject: Any | None) -> list[dict[str, Any]]:
+    """The public part of every turn of an agent episode (τ³, Terminal-Bench), in order.
+
+    `calls` are the cell's calls in id order (content and tool calls read, requests not);
+    `last_subject` is its last subject call with its request. Each subject request carries the
+    whole conversation so far (system prompt, task, agent turns with their tool calls, tool
+    results, the simulated user's turns), so the last one read through `public_call_content`
+    plus its own reply is the episode; the simulated user's turns after it come from the
+    simulator calls' replies. A simulator's request (the user's scenario) is never shown, and
+    a judge call is named with its verdict withheld, as on the call page (R9.3).
+    """
+    turns: list[dict[str, Any]] = []
+    tool_names: dict[Any, Any] = {}
+    if last_subject is not None:
+        shown = public_call_content(last_subject)
+        for message in shown["request_messages"] or []:
+            if isinstance(message, Mapping):
+                turns.append(_transcript_turn(message, tool_names))
+        reply = {"role": "assistant", "content": shown["content"], "tool_calls": []}
+        reply["tool_calls"] = shown["tool_calls"] or []
+        turns.append({**_transcript_turn(reply, tool_names), "call": last_subject.pk})
+        turns[-1]["status"] = last_subject.status
+    _calls_attribute(turns, calls)
+    after = last_subject.pk if last_subject is not None else 0
+    for call in calls:
+        if call.role == "simulator" and call.pk > after:
+            turn = {"kind": "user", "text": call.content, "simulated": True}
+            turns.append({**turn, "call": call.pk, "status": call.status})
+        elif call.role == "judge":
+            turns.append({"kind": "judge", "text": JUDGE_WITHHELD, "call": call.pk})
+    return turns
+
+
+def _calls_attribute(turns: list[dict[str, Any]], calls: list[Any]) -> None:
+    """Name the call behind each agent turn and each simulated user's turn, in order: the
+    k-th agent turn is the k-th subject call's reply; the user's turns after the task's
+    opening message are the simulator calls' replies."""
+    subject = iter(c for c in calls if c.role == "subject")
+    simulator = iter(c for c in calls if c.role == "simulator")
+    users = 0
+    for turn in turns:
+        if turn["kind"] == "agent" and "call" not in turn:
+            call = next(subject, None)
+            if call is not None:
+                turn.update(call=call.pk, status=call.status)
+        elif turn["kind"] == "user":
+            users += 1
+            call = next(simulator, None) if users > 1 else None
+            if call is not None:
+                turn.update(call=call.pk, status=call.status, simulated=True)

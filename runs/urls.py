@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runs import views, views_evaluation
+from runs import views, views_evaluation, views_questions
 
 app_name = "runs"
 urlpatterns = [
@@ -11,5 +11,11 @@ urlpatterns = [
     path("runs/<int:run_id>/cancel/", views.run_cancel_view, name="cancel"),
     path("runs/<int:run_id>/calls/<int:call_id>/", views.run_call, name="call"),
     path("runs/<int:run_id>/questions/<int:cell_id>/", views.run_question, name="question"),
+    path("runs/<int:run_id>/side-by-side/", views_questions.run_side_by_side, name="side_by_side"),
+    path(
+        "runs/<int:run_id>/questions/<int:cell_id>/transcript/",
+        views_questions.run_transcript,
+        name="transcript",
+    ),
     path("targets/", views.target_list, name="targets"),
 ]
