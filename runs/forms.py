@@ -40,13 +40,32 @@ class RunFilterForm(forms.Form):
     )
 
     def filters(self) -> dict[str, str]:
-        # A stale or hand-edited URL filters nothing rather than failing the page.
-        if not self.is_valid():
-            return {name: "" for name in self.fields if name != "sort"}
-        return {k: (v or "").strip() for k, v in self.cleaned_data.items() if k != "sort"}
+        """The filters that are valid. A refused value (a stale or hand-edited URL) drops only
+        itself, never the other filters, and `refused` names it (issue 35 item 7)."""
+        self.is_valid()
+        data = self.cleaned_data
+        return {n: (data.get(n) or "").strip() for n in self.fields if n != "sort"}
 
     def ordering(self) -> str:
-        return (self.cleaned_data.get("sort") or "") if self.is_valid() else ""
+        self.is_valid()
+        return self.cleaned_data.get("sort") or ""
+
+    def refused(self) -> list[dict[str, str]]:
+        """Each refused value in words: which field, what value, and what it accepts."""
+        self.is_valid()
+        out = []
+        for name in self.errors:
+            field = self.fields[name]
+            if isinstance(field, forms.ChoiceField):
+                # django-stubs types choices as a union with a callable; a form field's are a list.
+                accepted = ", ".join(str(v) for v, _ in list(field.choices) if v)  # type: ignore[arg-type]
+                reason = f"not one of: {accepted}"
+            else:
+                reason = " ".join(str(m) for m in self.errors[name]).rstrip(".")
+            value = self.data.get(name, "")
+            shown = value if len(value) <= 60 else value[:60] + "…"
+            out.append({"label": str(self[name].label), "value": shown, "reason": reason})
+        return out
 
 
 def _role_default(targets: list[Target], words: tuple[str, ...]) -> str | None:
@@ -256,19 +275,41 @@ class EvaluationForm(forms.Form):
     # --- rows for the template -----------------------------------------------------------
 
     def benchmark_rows(self) -> list[dict[str, Any]]:
+        """One row per offered benchmark; a source without questions is shown, unselectable,
+        with its reason (issue 35 item 7)."""
         rows = []
         for benchmark in self.offered:
             source = self.sources.get(benchmark)
+            empty = benchmark in self.empty_sources()
             rows.append(
                 {
                     "benchmark": benchmark,
                     "kind": ADAPTERS[benchmark].kind,
                     "source": source,
                     "runnable": benchmark in self.runnable,
+                    "empty": empty,
+                    "selectable": benchmark in self.runnable and not empty,
                     "checked": benchmark in (self._selected_values("benchmarks")),
                 }
             )
         return rows
+
+    def empty_sources(self) -> list[str]:
+        """The offered benchmarks whose prepared source holds no question (e.g. a standard
+        split prepared from a file that has only dev questions): nothing to evaluate there.
+        A chosen dataset offers only benchmarks it has questions of."""
+        if self.chosen_dataset is not None:
+            return []
+        return [b for b, source in self.sources.items() if source.count == 0]
+
+    def empty_reason(self, benchmark: str) -> str:
+        source = self.sources[benchmark]
+        return (
+            f"{benchmark} has no question in its {self.profile_name} source (0 of "
+            f"{source.requested_count} prepared, seed {source.seed}, {source.split} split), so "
+            "there is nothing to evaluate. Untick it, or prepare it again from a file that "
+            "holds its questions."
+        )
 
     def target_rows(self) -> list[dict[str, Any]]:
         chosen = self._selected_values("targets")
@@ -298,9 +339,68 @@ class EvaluationForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        if not data.get("benchmarks"):
+        chosen = data.get("benchmarks")
+        if not chosen and "benchmarks" not in self.errors:
             self.add_error("benchmarks", "Tick at least one benchmark.")
+        # Refused here too, not only disabled on the page: a hand-made POST can tick it.
+        for benchmark in [b for b in chosen or [] if b in self.empty_sources()]:
+            self.add_error("benchmarks", self.empty_reason(benchmark))
         return data
+
+    # --- the error summary (issue 35 item 7) ------------------------------------------------
+
+    def _page_order(self) -> list[str]:
+        """The fields in the order the page shows them, so the summary reads top to bottom."""
+        shown = [
+            "profile",
+            "seed",
+            "dataset",
+            "benchmarks",
+            "targets",
+            *(f"judge_{b}" for b in self.judged),
+            *(f"simulator_{b}" for b in self.simulated),
+            *(name for name, _ in self.SAMPLING),
+            "stop",
+            "max_cost_usd",
+            *self.LIMITS,
+            "slots",
+            "failure_policy",
+            "non_inferiority_margin",
+            "official_scoring",
+            "preview_prompt",
+            "preview_history",
+            "preview_session",
+            "preview_conversation",
+            "name",
+        ]
+        return shown + [name for name in self.fields if name not in shown]
+
+    def _anchor(self, name: str) -> str:
+        """The id a summary link jumps to: the first tickable box of a box group, the
+        profile step for the profile, else the field's own input."""
+        if name == "benchmarks":
+            boxes = [r["benchmark"] for r in self.benchmark_rows() if r["selectable"]]
+            return f"bench-{boxes[0]}" if boxes else "benchmarks"
+        if name == "targets":
+            first = next(iter(self.target_rows()), None)
+            return f"target-{first['target'].slug}" if first else "targets"
+        if name in ("profile", "seed", "dataset"):
+            return "profile-step"
+        return self[name].id_for_label or name
+
+    def error_summary(self) -> list[dict[str, str]]:
+        """Every error of the form, in page order, each with the label of its field and the
+        id to link to; errors that belong to no field come first, without a link."""
+        errors = self.errors
+        out = [{"label": "", "message": str(m), "anchor": ""} for m in self.non_field_errors()]
+        for name in self._page_order():
+            for message in errors.get(name, []):
+                label = "Prepared benchmarks" if name == "benchmarks" else str(self[name].label)
+                out.append({"label": label, "message": str(message), "anchor": self._anchor(name)})
+        return out
+
+    def preview_has_errors(self) -> bool:
+        return any(name.startswith("preview_") for name in self.errors)
 
     def selected_benchmarks(self) -> list[str]:
         return sorted(self.cleaned_data.get("benchmarks") or [], key=list(ADAPTERS).index)

@@ -20,7 +20,7 @@ from django.db.models import (
 from django.db.models.functions import Cast, NullIf
 from django.utils import timezone
 
-from datasets.benchmarks import get_adapter
+from datasets.benchmarks import ADAPTERS, get_adapter
 from datasets.models import Question
 from datasets.provenance import benchmarks_provenance, datasets_provenance
 from runs.accounting import worst_case_call_cost
@@ -105,6 +105,44 @@ def runs_sorted(qs: QuerySet[Run], sort: str) -> QuerySet[Run]:
             )
         )
     return qs.order_by(*RUN_SORTS.get(sort, RUN_SORTS[""]))
+
+
+def runs_ranked_by_set(qs: QuerySet[Run]) -> list[tuple[int, tuple[str, ...]]]:
+    """The score sort (issue 35 item 7): a score is ranked only against the scores of runs
+    over the same benchmark set — the benchmarks of the frozen manifest, which the score
+    covers; a score over other benchmarks is not comparable. Within a set, best score first
+    (runs without a score last, newest first among equals); the sets in order of their best
+    score, sets without any score last. Returns (run id, benchmark set) for every run of
+    `qs` in that order: one query over run ids and stored scores plus the cached manifest
+    keys (`manifest_benchmark_keys`), never a manifest per request."""
+    runs: list[Run] = list(
+        qs.only("id", "created_at", "plan_sha256")
+        .annotate(best=F("stored_report__score"))
+        .order_by()
+    )
+    keys = manifest_benchmark_keys(runs)
+    rank = {b: i for i, b in enumerate(ADAPTERS)}
+    sets = {
+        r.pk: tuple(sorted(keys[r.pk], key=lambda b: (rank.get(b, len(rank)), b))) for r in runs
+    }
+    best: dict[tuple[str, ...], float] = {}
+    for r in runs:
+        if r.best is not None:  # type: ignore[attr-defined]
+            best[sets[r.pk]] = max(best.get(sets[r.pk], r.best), r.best)  # type: ignore[attr-defined]
+
+    def order(r: Run) -> tuple[Any, ...]:
+        group = sets[r.pk]
+        score = r.best  # type: ignore[attr-defined]
+        return (
+            group not in best,
+            -best.get(group, 0.0),
+            group,
+            score is None,
+            -(score or 0.0),
+            -r.pk,
+        )
+
+    return [(r.pk, sets[r.pk]) for r in sorted(runs, key=order)]
 
 
 def runs_with_progress(queryset: QuerySet[Run] | None = None) -> QuerySet[Run]:
@@ -203,9 +241,14 @@ def active_calls_page(run: Run) -> list[Call]:
     return calls_page(run=run, active=True, among=ids) if ids else []
 
 
-def results_page(*, run: Run, after: int = 0, limit: int = MAX_DETAIL_PAGE) -> list[Cell]:
+def results_page(
+    *, run: Run, after: int = 0, limit: int = MAX_DETAIL_PAGE, where: Q | None = None
+) -> list[Cell]:
+    """A page of the run's question results in id order; ``where``: only those matching
+    (the Questions tab's filters, `runs.questions`), so the 100 read are 100 that match."""
     return list(
         Cell.objects.filter(run=run, pk__gt=after)
+        .filter(where or Q())
         .select_related("target", "question")
         .defer("question__payload")
         .order_by("pk")[: min(limit, MAX_DETAIL_PAGE)]
@@ -503,6 +546,24 @@ def cell_with_calls(*, run: Run, cell_id: int) -> tuple[Cell, list[Call]] | None
         .order_by("pk")
     )
     return cell, calls
+
+
+def cell_episode(*, run: Run, cell_id: int) -> tuple[Cell, list[Call], Call | None] | None:
+    """An agent episode's cell, its calls in id order (replies, no requests) and its last
+    subject call with its request: that request carries the whole conversation before it, so
+    one request is read however many turns the episode had."""
+    found = cell_with_calls(run=run, cell_id=cell_id)
+    if found is None:
+        return None
+    cell, _ = found
+    calls = list(
+        cell.calls.select_related("target")
+        .defer("request", "reasoning", "usage_raw", "response_headers")
+        .order_by("pk")
+    )
+    subject = [c.pk for c in calls if c.role == Call.Role.SUBJECT]
+    last = Call.objects.filter(pk=subject[-1]).first() if subject else None
+    return cell, calls, last
 
 
 def call_full(*, run: Run, call_id: int) -> Call | None:

@@ -34,8 +34,10 @@ from runs.lineage import run_lineage
 from runs.live_report import SNAPSHOT_SECONDS, LiveSection, live_section, run_results_compute
 from runs.models import CellStatus, Run, RunStatus, Target
 from runs.models_live import CELL_SUM_FIELDS
+from runs.page_actions import run_actions
 from runs.permissions import may_act_on_run, run_action_require
 from runs.public import public_call_content, public_cell, public_cell_error, public_event_payload
+from runs.questions import episode_context, is_agent, question_filters
 from runs.reconcile import correction_summary, latest_corrections
 from runs.recovery import RecoveryError, recovery_plan, recovery_submit
 from runs.recovery_rules import REASONS
@@ -92,19 +94,34 @@ def canonical_items(by_benchmark: dict[str, Any]) -> list[tuple[str, Any]]:
 # --- Runs (R7) -------------------------------------------------------------------------------
 
 
+def _runs_page(
+    request: HttpRequest, form: RunFilterForm, sort: str
+) -> tuple[Any, list[Run], dict[int, tuple[str, ...]]]:
+    """The page of runs the list shows, in its order, and (score sort only) each run's
+    benchmark set: scores are ranked only within one set (issue 35 item 7). The page is
+    chosen on bare run ids and only its 25 rows are read with what a row shows: an OFFSET
+    over the annotated rows evaluated the annotations of every skipped run."""
+    runs = selectors.runs_filter(Run.objects.all(), **form.filters())
+    number = request.GET.get("page")
+    if sort != "score":
+        ids = selectors.runs_sorted(runs, sort).values_list("pk", flat=True)
+        page = Paginator(ids, PAGE_SIZE).get_page(number)
+        rows = selectors.runs_list_rows(Run.objects.filter(pk__in=page.object_list))
+        return page, list(selectors.runs_sorted(rows, sort)), {}
+    ranked = Paginator(selectors.runs_ranked_by_set(runs), PAGE_SIZE).get_page(number)
+    sets: dict[int, tuple[str, ...]] = dict(ranked.object_list)
+    position = {pk: i for i, pk in enumerate(sets)}
+    rows = selectors.runs_list_rows(Run.objects.filter(pk__in=list(sets)))
+    return ranked, sorted(rows, key=lambda r: position[r.pk]), sets
+
+
 @require_GET
 @vary_on_headers("HX-Request")
 def run_list(request: HttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET)
     sort = form.ordering()
-    runs = selectors.runs_sorted(selectors.runs_filter(Run.objects.all(), **form.filters()), sort)
-    # The page is chosen on bare run ids and only its 25 rows are read with what a row shows:
-    # an OFFSET over the annotated rows evaluated the annotations of every skipped run.
-    page = Paginator(runs.values_list("pk", flat=True), PAGE_SIZE).get_page(request.GET.get("page"))
-    page_runs = selectors.runs_sorted(
-        selectors.runs_list_rows(Run.objects.filter(pk__in=page.object_list)), sort
-    )
-    decorated = selectors.runs_decorate(list(page_runs))
+    page, page_runs, sets = _runs_page(request, form, sort)
+    decorated = selectors.runs_decorate(page_runs)
     data = selectors.runs_data_provenance(decorated)
     rows = [
         {
@@ -114,6 +131,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
             # Beside the score: where each benchmark's questions came from (issue 35).
             "data": canonical_items(data[run.pk]),
             "data_summary": provenance_summary(data[run.pk]),
+            "benchmark_set": sets.get(run.pk),
         }
         for run in decorated
     ]
@@ -123,6 +141,8 @@ def run_list(request: HttpRequest) -> HttpResponse:
         {
             "nav": "runs",
             "form": form,
+            "refused": form.refused(),
+            "sort": sort,
             "page": page,
             "rows": rows,
             "any_active": any(not r["run"].is_terminal for r in rows),
@@ -240,6 +260,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "last_update": selectors.run_last_update(run),
         "target_types": selectors.runs_target_types(run),
         "may_act": may_act_on_run(request.user, run),
+        # Export, Compare and the CLI commands of this run (issue 35 item 7).
+        "actions": run_actions(request, run),
         **_live(run),
     }
     context.update(TAB_CONTEXT[tab](request, run))
@@ -326,7 +348,12 @@ def _loaded_window(request: HttpRequest, records: list[Any], search_fields: Any)
 
 
 def _questions_context(request: HttpRequest, run: Run) -> dict[str, Any]:
-    cells = selectors.results_page(run=run, after=query_int(request.GET.get("after")))
+    # Target, benchmark and outcome narrow what is read (issue 35 item 7): the 100 loaded are
+    # 100 that match; a refused value is named and the valid filters still apply.
+    filters = question_filters(request.GET, run=run)
+    cells = selectors.results_page(
+        run=run, after=query_int(request.GET.get("after")), where=filters.where()
+    )
     # Searched and shown as a member sees it (runs.public): a search over the stored error
     # would answer whether hidden text is in it.
     context = _loaded_window(
@@ -343,8 +370,10 @@ def _questions_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         ),
     )
     context["rows"] = [
-        {"cell": c, "error": public_cell_error(c.error)} for c in context["page"].object_list
+        {"cell": c, "error": public_cell_error(c.error), "agent": is_agent(c.benchmark)}
+        for c in context["page"].object_list
     ]
+    context["filters"] = filters
     return context
 
 
@@ -493,6 +522,10 @@ def run_question(request: HttpRequest, run_id: int, cell_id: int) -> HttpRespons
             # What the subject was asked: the public payload rendered as the adapter sends it.
             "prompt_messages": adapter.messages(cell.question.payload),
             "kind": adapter.kind,
+            # An agent episode's answer is its transcript (issue 35 item 7), shown here.
+            "episode": episode_context(run=run, cell_id=cell.pk)
+            if adapter.kind == "agent"
+            else None,
         },
     )
 

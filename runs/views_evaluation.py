@@ -21,7 +21,7 @@ from django.views.decorators.http import require_http_methods
 
 from datasets.benchmarks import ADAPTERS
 from datasets.models import FrozenDataset, Source
-from datasets.profiles import DEFAULT_SEED, PROFILE_SPLIT
+from datasets.profiles import DEFAULT_SEED, PROFILE_NAMES, PROFILE_SPLIT
 from datasets.selectors import dataset_coverage, dataset_sources, source_list
 from datasets.services import CompositionConflict, CompositionInvalid, dataset_compose
 from runs import selectors
@@ -56,15 +56,27 @@ SAMPLING_WORDS = {
 }
 
 
+def default_profile() -> str:
+    """The profile Create evaluation opens with when none is asked for (issue 35 item 7): the
+    cheapest profile (smoke, quick, standard in that order) that has a prepared source with
+    questions, so the form opens ready to fill in; smoke when nothing is prepared yet (the
+    page then says how to prepare). Choosing another profile reloads the form."""
+    prepared = set(Source.objects.filter(count__gt=0).values_list("profile", flat=True).distinct())
+    return next((p for p in PROFILE_NAMES if p in prepared), PROFILE_NAMES[0])
+
+
 def _evaluation_form(request: HttpRequest, data: Any | None) -> EvaluationForm | None:
-    """The form for the profile (and seed, or chosen dataset) in `source`; None until a
-    profile is chosen, because what can be offered depends on it (R8.1)."""
+    """The form for the profile (and seed, or chosen dataset) in `source`; what can be offered
+    depends on the profile (R8.1). A GET without one opens on `default_profile`; a POST must
+    name a valid one (None: the page asks for it)."""
     source = data if data is not None else request.GET
     dataset = None
     dataset_id = query_int(source.get("dataset"), 0)
     if dataset_id:
         dataset = FrozenDataset.objects.filter(pk=dataset_id).first()
     profile = dataset.profile if dataset else source.get("profile", "")
+    if not profile and data is None:
+        profile = default_profile()
     if profile not in PROFILE_SPLIT:
         return None
     split = PROFILE_SPLIT[profile]  # type: ignore[index]
@@ -220,6 +232,12 @@ def evaluation_new(request: HttpRequest) -> HttpResponse:
     data = request.POST if request.method == "POST" else None
     form = _evaluation_form(request, data)
     context: dict[str, Any] = {"nav": "new", "form": form, "profiles": PROFILE_SPLIT}
+    if form is None and (data is not None or request.GET.get("profile")):
+        context["profile_error"] = "Choose one of the profiles below: smoke, quick or standard."
+    # Said on the page, so a preselected profile is never mistaken for the user's choice.
+    context["preselected"] = data is None and not (
+        request.GET.get("profile") or request.GET.get("dataset")
+    )
     if form is None or data is None:
         return render(request, "runs/evaluation_new.html", context)
 

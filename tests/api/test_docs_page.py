@@ -114,7 +114,7 @@ def test_docs_pages_accept_the_same_credentials_as_the_schema(client: Client, pa
 
 def test_dashboard_navigation_links_to_the_api_docs(member_client: Client) -> None:
     page = member_client.get("/").content.decode()
-    nav = page[page.index("<nav>") : page.index("</nav>")]
+    nav = page[page.index("<nav") : page.index("</nav>")]
     assert '<a href="/api/docs/">API docs</a>' in nav
 
 
