@@ -24,6 +24,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET
 
@@ -34,6 +35,8 @@ from compare.selectors import RunOption, baseline_options, candidate_options, co
 from compare.services import CandidatesRefused, ComparisonError, comparison_build
 from datasets.provenance import provenance_summary
 from runs.models import Run
+from runs.official_metrics import METRICS as OFFICIAL_METRICS
+from runs.official_metrics import metric_value_text
 from srbench.money import percent_text, usd_text
 
 PAGE_SIZE = 25  # baseline and candidate tables
@@ -182,6 +185,13 @@ class Axis:
         return out
 
 
+def diamond_points(x: float, y: float, r: float = 7) -> str:
+    """The baseline's diamond around (x, y) as SVG points, each rounded again after the ±r:
+    64.04 - 7 is 57.040000000000006 in binary floating point."""
+    corners = ((0, -r), (r, 0), (0, r), (-r, 0))
+    return " ".join(f"{round(x + dx, 2)},{round(y + dy, 2)}" for dx, dy in corners)
+
+
 def _nice_step(raw: float) -> float:
     if raw <= 0:
         return 1.0
@@ -281,7 +291,7 @@ def charts(doc: dict[str, Any]) -> dict[str, Any]:
         "bottom": height - bottom,
         "zero_y": zy,
         "zero_x": zx,
-        "diamond": f"{zx},{zy - 7} {zx + 7},{zy} {zx},{zy + 7} {zx - 7},{zy}",
+        "diamond": diamond_points(zx, zy),
         "y_ticks": y.ticks(),
         "x_ticks": x.ticks(suffix="%"),
         "unknown_lane": {"x": plot_right, "cx": lane_x, "width": unknown_lane}
@@ -410,6 +420,41 @@ def _usage_rows(base: dict[str, Any], cand: dict[str, Any]) -> list[tuple[str, A
     return rows
 
 
+def fmt_official(m: dict[str, Any] | None) -> str | SafeString:
+    """An official metric's value [interval], n; unknown (with why) is never 0; a side
+    without that benchmark's official scorer says so."""
+    if m is None:
+        return mark_safe('<span class="unknown">not scored</span>')  # a constant
+    if m["value"] is None:
+        return format_html('{} <span class="meta">{}</span>', UNKNOWN, m["unknown_reason"])
+    return metric_value_text(m)
+
+
+def official_rows(
+    base: list[dict[str, Any]] | None, cand: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """Each benchmark's official metric, baseline beside candidate (issue 35 item 4): the
+    official summaries' own values, n and intervals — no new statistic, no difference."""
+    by = [{(m["benchmark"], m["metric"]): m for m in side or []} for side in (base, cand)]
+    rows = []
+    for spec in OFFICIAL_METRICS:
+        key = (spec.benchmark, spec.key)
+        b, c = by[0].get(key), by[1].get(key)
+        if b is None and c is None:
+            continue
+        rows.append(
+            {
+                "benchmark": spec.benchmark,
+                "metric": spec.key,
+                "name": spec.name,
+                "scorer": (b or c or {}).get("scorer"),
+                "baseline": fmt_official(b),
+                "candidate": fmt_official(c),
+            }
+        )
+    return rows
+
+
 def card(index: int, c: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
     base_usage = doc["baseline"]["usage"]
     usage = c["usage"]
@@ -461,6 +506,7 @@ def card(index: int, c: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
             ),
         ],
         "usage": _usage_rows(base_usage, usage),
+        "official": official_rows(doc["baseline"].get("official"), c.get("official")),
     }
 
 

@@ -139,8 +139,9 @@ def stop_children(children: dict[str, subprocess.Popen[bytes]]) -> None:
             os.killpg(process.pid, signal.SIGKILL)
 
 
-def run_demo_evaluation(setup: Any, data: Any, simulator_url: str, username: str) -> int:
-    """Register the demo targets and run the smoke evaluation of what this machine can run."""
+def run_demo_evaluation(setup: Any, data: Any, simulator_url: str, username: str, url: str) -> int:
+    """Register the demo targets and run the smoke evaluation of what this machine can run,
+    and beside it the headline run on held-out questions (issue 35)."""
     from runs.engine.sandbox_command import sandbox_available
 
     setup.demo_targets(simulator_url)
@@ -156,6 +157,8 @@ def run_demo_evaluation(setup: Any, data: Any, simulator_url: str, username: str
         username,
         not_planned=dict.fromkeys(not_run, no_sandbox),
         hints=data.hints(),
+        headline=setup.headline_plan(setup.headline_dataset(data)),
+        url=url,
     )
 
 
@@ -208,7 +211,7 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
         print(f"simulator: {simulator_url}/v1   logs: {logs}", flush=True)
         if exit_after_ready:
             return 0
-        code = run_demo_evaluation(setup, data, simulator_url, username)
+        code = run_demo_evaluation(setup, data, simulator_url, username, url)
         print(f"demo wall time {time.monotonic() - started:.0f}s", flush=True)
         if code:
             return code
@@ -224,41 +227,98 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
         stop_children(children)
 
 
+def _run_start(client: Any, plan: dict[str, Any]) -> dict[str, Any]:
+    import uuid
+
+    run: dict[str, Any] = client.json(
+        "POST", "runs/", json=plan, headers={"Idempotency-Key": f"demo-{uuid.uuid4()}"}
+    )
+    return run
+
+
+def _run_wait(client: Any, run: dict[str, Any], deadline: float) -> dict[str, Any] | None:
+    """The run once it has ended, or None (said on stderr) when the deadline passes first."""
+    while run["status"] not in ("completed", "failed", "cancelled", "interrupted"):
+        if time.monotonic() > deadline:
+            print(f"run {run['id']} still {run['status']} after 10 minutes", file=sys.stderr)
+            return None
+        time.sleep(1)
+        run = client.json("GET", f"runs/{run['id']}/")
+    return run
+
+
 def demo_evaluation(
     plan: dict[str, Any],
     username: str,
     not_planned: dict[str, str] | None = None,
     hints: dict[str, str] | None = None,
+    headline: dict[str, Any] | None = None,
+    url: str = "",
 ) -> int:
-    """Start the smoke evaluation through the API (as the CLI does), wait for its report and
-    end with the sr-bench score over the nine, or the subset and what is missing and why."""
-    import uuid
-
+    """Start the smoke evaluation (and the ``headline`` run beside it) through the API, as the
+    CLI does; wait for the smoke report and print the sr-bench score over the nine, or the
+    subset and what is missing and why; then answer the headline question in one sentence."""
     from runs.cli import report_text
     from srbench.api_client import ApiClient
     from srbench.demo import score_lines
 
     client = ApiClient(user=username)
-    run = client.json(
-        "POST", "runs/", json=plan, headers={"Idempotency-Key": f"demo-{uuid.uuid4()}"}
-    )
+    run = _run_start(client, plan)
     print(
         f"evaluation started: run {run['id']} ({run['progress']['denominator']} cells)", flush=True
     )
+    held = _run_start(client, headline) if headline is not None else None
+    if held is not None and headline is not None:
+        print(
+            f"headline run started: run {held['id']} ({held['progress']['denominator']} cells "
+            f"on held-out questions, non-inferiority margin {headline['non_inferiority_margin']} "
+            "fixed in its plan)",
+            flush=True,
+        )
     deadline = time.monotonic() + 600
-    while run["status"] not in ("completed", "failed", "cancelled", "interrupted"):
-        if time.monotonic() > deadline:
-            print(f"run {run['id']} still {run['status']} after 10 minutes", file=sys.stderr)
-            return 1
-        time.sleep(1)
-        run = client.json("GET", f"runs/{run['id']}/")
-    report = client.json("GET", f"runs/{run['id']}/report/")
+    ended = _run_wait(client, run, deadline)
+    if ended is None:
+        return 1
+    report = client.json("GET", f"runs/{ended['id']}/report/")
     print(report_text(report), flush=True)
     for line in score_lines(report, not_planned or {}, hints):
         print(line, flush=True)
-    print(f"evaluation finished: run {run['id']} {run['status']}", flush=True)
-    print(f"  python manage.py benchmark report {run['id']} --user {username}", flush=True)
-    return 0 if run["status"] == "completed" else 1
+    print(f"evaluation finished: run {ended['id']} {ended['status']}", flush=True)
+    print(f"  python manage.py benchmark report {ended['id']} --user {username}", flush=True)
+    code = 0 if ended["status"] == "completed" else 1
+    if held is not None:
+        code = max(code, headline_answer(client, held, deadline, username, url))
+    return code
+
+
+def headline_answer(
+    client: Any, run: dict[str, Any], deadline: float, username: str, url: str
+) -> int:
+    """Wait for the headline run, compare its router with its strongest single model and print
+    the answer in one sentence (compare.headline), with where to see it."""
+    from compare.headline import headline_sentence
+    from srbench.demo import HEADLINE_CANDIDATE
+
+    ended = _run_wait(client, run, deadline)
+    if ended is None:
+        return 1
+    print(f"headline run finished: run {ended['id']} {ended['status']}", flush=True)
+    if ended["status"] != "completed":
+        return 1
+    doc = client.json(
+        "POST", "compare/", json={"baseline": ended["id"], "candidates": [ended["id"]]}
+    )
+    print(headline_sentence(doc, HEADLINE_CANDIDATE, ended["id"]), flush=True)
+    base = url.rstrip("/")
+    print(
+        f"  compare: {base}/compare/?baseline={ended['id']}&candidates={ended['id']}&compare=1",
+        flush=True,
+    )
+    print(
+        f"  python manage.py benchmark compare {ended['id']} {ended['id']} --user {username}",
+        flush=True,
+    )
+    return 0
 
 
 def simulator_targets(*, simulator_url: str, wait: float = 60.0) -> int:

@@ -60,6 +60,10 @@ class ModelSpec:
     role: ModelRole = "subject"
     accuracy: float = 0.5
     benchmark_accuracy: dict[str, float] = field(default_factory=dict)
+    # By benchmark, then the question's domain (its ``category``), before benchmark_accuracy:
+    # a cheap model as good as a strong one on some domains and far worse on others is what
+    # makes routing by domain pay (the demo's headline, issue 35).
+    domain_accuracy: dict[str, dict[str, float]] = field(default_factory=dict)
     ttft_s: float = 0.0
     # 0 means "no pacing": every chunk is sent as soon as the previous one.
     tokens_per_second: float = 0.0
@@ -74,7 +78,10 @@ class ModelSpec:
     faults: tuple[str, ...] = ()
     stop_after_turns: int = 3
 
-    def accuracy_for(self, benchmark: str | None) -> float:
+    def accuracy_for(self, benchmark: str | None, domain: str | None = None) -> float:
+        by_domain = self.domain_accuracy.get(benchmark or "", {})
+        if domain is not None and domain in by_domain:
+            return by_domain[domain]
         if benchmark is not None and benchmark in self.benchmark_accuracy:
             return self.benchmark_accuracy[benchmark]
         return self.accuracy
@@ -88,6 +95,8 @@ class Decision:
     keywords: tuple[str, ...] = ()
     # Session-dependent rule: matches sessions whose stable hash bucket (0-99) is below this.
     session_percent: float | None = None
+    # Domain rule: matches prompts the router's classifier puts in one of these domains.
+    domains: tuple[str, ...] = ()
 
     @property
     def served_model(self) -> str:
@@ -102,6 +111,10 @@ class RouterSpec:
     aliases: tuple[str, ...] = ()
     decisions: tuple[Decision, ...] = ()
     faults: tuple[str, ...] = ()
+    # The domain classifier (srbench.simulator.router.classify): the domains it tells apart and
+    # how often it is right; a miss names another of them, fixed per prompt.
+    classifier_domains: tuple[str, ...] = ()
+    classifier_accuracy: float = 1.0
 
     @property
     def members(self) -> tuple[str, ...]:
@@ -175,6 +188,10 @@ def _model(name: str, raw: dict[str, Any]) -> ModelSpec:
     values["benchmark_accuracy"] = {
         str(k): float(v) for k, v in (raw.get("benchmark_accuracy") or {}).items()
     }
+    values["domain_accuracy"] = {
+        str(b): {str(d).lower(): float(v) for d, v in (table or {}).items()}
+        for b, table in (raw.get("domain_accuracy") or {}).items()
+    }
     spec = ModelSpec(name=name, **values)
     if spec.role not in ("subject", "judge", "user"):
         raise ConfigError(f"models.{name}: role must be subject, judge or user")
@@ -200,6 +217,7 @@ def _router(name: str, raw: dict[str, Any], models: dict[str, ModelSpec]) -> Rou
                 models=members,
                 keywords=tuple(str(k).lower() for k in entry.get("keywords") or ()),
                 session_percent=entry.get("session_percent"),
+                domains=tuple(str(d).lower() for d in entry.get("domains") or ()),
             )
         )
     router = RouterSpec(
@@ -209,7 +227,17 @@ def _router(name: str, raw: dict[str, Any], models: dict[str, ModelSpec]) -> Rou
         aliases=tuple(raw.get("aliases") or ()),
         decisions=tuple(decisions),
         faults=_faults(raw.get("faults"), f"routers.{name}"),
+        classifier_domains=tuple(str(d).lower() for d in raw.get("classifier_domains") or ()),
+        classifier_accuracy=float(raw.get("classifier_accuracy", 1.0)),
     )
+    if not 0 <= router.classifier_accuracy <= 1:
+        raise ConfigError(f"routers.{name}: classifier_accuracy must be in [0, 1]")
+    unclassified = {d for x in router.decisions for d in x.domains} - set(router.classifier_domains)
+    if unclassified:
+        raise ConfigError(
+            f"routers.{name}: decisions name domains the classifier does not know: "
+            f"{sorted(unclassified)} (add them to classifier_domains)"
+        )
     missing = [m for m in router.members if m not in models]
     if missing:
         raise ConfigError(f"routers.{name}: unknown member models {missing}")

@@ -15,6 +15,7 @@ from srbench.simulator.agents import AgentTurn, agent_turn
 from srbench.simulator.config import ModelSpec
 from srbench.simulator.oracle import (
     AnswerKey,
+    entry_domain,
     judge_reply,
     prompt_text_of,
     subject_answer,
@@ -180,12 +181,14 @@ def build_completion(
         call_id = _call_id(seed, spec.name, messages)
         tool_calls = (ToolCall(call_id, str(function.get("name")), arguments),)
     else:
+        # The model's accuracy may depend on the question's domain (ModelSpec.domain_accuracy).
+        domain = entry_domain(key.lookup(prompt_text))
         answer = subject_answer(
             key,
             model=spec.name,
             seed=seed,
             prompt_text=prompt_text,
-            accuracy_for=spec.accuracy_for,
+            accuracy_for=lambda benchmark: spec.accuracy_for(benchmark, domain),
         )
         content, benchmark, correct = answer.content, answer.benchmark, answer.correct
     if spec.reasoning and spec.role == "subject":

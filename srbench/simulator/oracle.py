@@ -190,6 +190,12 @@ WRONG_FACTS = (
 )
 
 
+def entry_domain(entry: KeyEntry | None) -> str | None:
+    """A question's domain: its ``category`` (MMLU-Pro, HLE), lower-cased; else None."""
+    category = None if entry is None else entry.payload.get("category")
+    return str(category).lower() if category else None
+
+
 def is_correct(seed: int, model: str, prompt_sha: str, accuracy: float) -> bool:
     return stable_unit("correct", seed, model, prompt_sha) < accuracy
 
@@ -337,7 +343,8 @@ class Answer:
 def subject_answer(
     key: AnswerKey, *, model: str, seed: int, prompt_text: str | None, accuracy_for: Any
 ) -> Answer:
-    """``accuracy_for(benchmark) -> float`` is the model's accuracy on that benchmark."""
+    """``accuracy_for(benchmark) -> float`` is the model's accuracy on this question of that
+    benchmark (the caller knows its domain: :func:`entry_domain`)."""
     entry = key.lookup(prompt_text)
     if entry is None or prompt_text is None:
         return Answer(generic_reply(model, prompt_text), None, None)

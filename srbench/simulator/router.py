@@ -1,8 +1,9 @@
 """Deterministic MoM routing: the first decision whose rules all hold wins, else the default.
 
-Rules: ``keywords`` (any keyword occurs in the lower-cased last user message) and
+Rules: ``keywords`` (any keyword occurs in the lower-cased last user message),
 ``session_percent`` (the session's stable bucket 0-99, from sha256 of router, decision and
-session id, is below it; never matches without a session). A decision with no rule always
+session id, is below it; never matches without a session) and ``domains`` (the router's domain
+classifier puts the prompt in one of them; see :func:`classify`). A decision with no rule always
 matches. The chat endpoint and the routing preview call the same function, so a preview
 predicts the served model exactly.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from srbench.simulator.config import RouterSpec
-from srbench.simulator.oracle import stable_index
+from srbench.simulator.oracle import prompt_sha256, stable_index, stable_unit
 
 
 @dataclass(frozen=True)
@@ -32,10 +33,35 @@ def session_bucket(router: str, decision: str, session_id: str) -> int:
     return stable_index(100, "session", router, decision, session_id)
 
 
-def route(router: RouterSpec, prompt_text: str | None, session_id: str | None) -> Route:
+def classify(router: RouterSpec, prompt_text: str | None, domain: str | None) -> str | None:
+    """The domain the router's classifier gives a prompt whose true domain is ``domain`` (the
+    simulator knows it from the answer key, the way a real router's classifier was trained on
+    labelled questions): right with ``classifier_accuracy``, else another of its domains, both
+    fixed per prompt. A domain the classifier does not know, or no prompt, gives None."""
+    if prompt_text is None or domain is None or domain not in router.classifier_domains:
+        return None
+    sha = prompt_sha256(prompt_text)
+    if stable_unit("classify", router.name, sha) < router.classifier_accuracy:
+        return domain
+    others = [d for d in router.classifier_domains if d != domain]
+    return others[stable_index(len(others), "misclassify", router.name, sha)] if others else domain
+
+
+def route(
+    router: RouterSpec,
+    prompt_text: str | None,
+    session_id: str | None,
+    domain: str | None = None,
+) -> Route:
+    """``domain`` is the prompt's true domain, None when it has none the simulator knows."""
     text = (prompt_text or "").lower()
+    classified = classify(router, prompt_text, domain) if router.classifier_domains else None
     for decision in router.decisions:
         signals: list[str] = []
+        if decision.domains:
+            if classified not in decision.domains:
+                continue
+            signals.append(f"domain:{classified}")
         if decision.keywords:
             hits = [k for k in decision.keywords if k in text]
             if not hits:

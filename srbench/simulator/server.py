@@ -57,7 +57,7 @@ from srbench.simulator.generation import (
     sse_body,
     total_generation_seconds,
 )
-from srbench.simulator.oracle import AnswerKey, prompt_text_of
+from srbench.simulator.oracle import AnswerKey, entry_domain, prompt_text_of
 from srbench.simulator.router import Route, route
 from srbench.simulator.streaming import SSEResponse
 from srbench.simulator.tokens import PrefixCache
@@ -331,7 +331,12 @@ async def chat_completions(request: Request) -> Response:
     prompt_text = prompt_text_of(body["messages"])
     chosen: Route | None = None
     if isinstance(target, RouterSpec):
-        chosen = route(target, prompt_text, request.headers.get(SESSION_HEADER))
+        chosen = route(
+            target,
+            prompt_text,
+            request.headers.get(SESSION_HEADER),
+            entry_domain(state.answer_key.lookup(prompt_text)),
+        )
         members = [config.models[m] for m in chosen.models]
         faults = request_faults(request, target, *members)
     else:
@@ -433,7 +438,12 @@ async def routing_preview(request: Request) -> Response:
         return JSONResponse({"error": "text or messages is required"}, status_code=400)
     context = body.get("preview_context") or {}
     options = body.get("options") or {}
-    chosen = route(target, prompt_text, context.get("session_id"))
+    chosen = route(
+        target,
+        prompt_text,
+        context.get("session_id"),
+        entry_domain(state.answer_key.lookup(prompt_text)),
+    )
     active_hash = config.generated_hash
     result: dict[str, Any] = {
         "requested_model": requested,

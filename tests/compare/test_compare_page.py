@@ -411,3 +411,12 @@ def test_scatter_labels_never_overlap_when_candidates_sit_together():
     for i, (x0, y0, x1) in enumerate(boxes):
         for a0, b0, a1 in boxes[i + 1 :]:
             assert x1 <= a0 or a1 <= x0 or abs(y0 - b0) >= LABEL_HEIGHT_PX, (i, boxes)
+
+
+def test_the_baseline_diamond_has_no_binary_float_residue() -> None:
+    """Found by the README path's artefact detector on the demo's headline comparison: the
+    origin at y = 64.04 drew a corner at 57.040000000000006."""
+    from compare.views import diamond_points
+
+    assert 64.04 - 7 != 57.04  # the residue this guards against
+    assert diamond_points(110.62, 64.04) == "110.62,57.04 117.62,64.04 110.62,71.04 103.62,64.04"

@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -410,12 +411,12 @@ class Api:
         assert response.status_code == 200, f"POST {path}: {response.text[:500]}"
         return response
 
-    def every(self, path: str) -> list[dict[str, Any]]:
+    def every(self, path: str, limit: int = 100) -> list[dict[str, Any]]:
         """All rows of a cursor-paged list (results, calls)."""
         rows: list[dict[str, Any]] = []
         after = 0
         while True:
-            page = self.get(path, after=after, limit=100).json()
+            page = self.get(path, after=after, limit=limit).json()
             rows += page["results"]
             if not page["results"]:
                 return rows
@@ -441,6 +442,70 @@ def read_the_api(api: Api, demo_run: int, candidates: list[int]) -> None:
     compared = api.post("/api/v1/compare/", {"baseline": demo_run, "candidates": candidates})
     assert [c["run"] for c in compared.json()["comparisons"]] == candidates
     api.get("/api/schema/")
+
+
+HEADLINE = re.compile(
+    r"^Does sim-router keep sim-strong's quality at lower cost\? (?P<answer>Yes, and better|Yes|"
+    r"Not shown|No) — (?P<word>better|non-inferior|inconclusive|worse)\b.*: "
+    r"Δ (?P<delta>[-+]\d\.\d{4}) .*?, (?P<level>[\d.]+)% family-wise interval "
+    r"\[(?P<lower>[-+]\d\.\d{4}), (?P<upper>[-+]\d\.\d{4})\] on (?P<n>[\d,]+) holdout "
+    r"questions \(mmlu-pro\); subject cost (?P<pct>[\d.]+)% (?P<way>lower|higher) "
+    r"\(\$(?P<own>[\d.]+) vs \$(?P<base>[\d.]+)\)\.$"
+)
+
+
+def headline_recomputed(api: Api, run_id: int, printed: re.Match[str]) -> str:
+    """The demo's headline sentence against the headline run's cells and calls, recomputed
+    here (issue 35 acceptance): Δ over the paired questions, the family-wise Hoeffding interval
+    at α = 0.05 / 2 (two candidates against the strong model), the verdict rule with the
+    margin 0.10 frozen in the plan, and the exact subject costs summed from the calls. Returns
+    the verdict word as the API names it."""
+    run = api.get(f"/api/v1/runs/{run_id}/").json()
+    assert run["status"] == "completed", run
+    correct: dict[str, dict[int, int]] = {}
+    for cell in api.every(f"/api/v1/runs/{run_id}/results/"):
+        assert cell["benchmark"] == "mmlu-pro", cell
+        correct.setdefault(cell["target"], {})[cell["question"]] = int(cell["correct"] is True)
+    strong, router = correct["sim-strong"], correct["sim-router"]
+    assert set(strong) == set(router) and len(strong) == 2000, (len(strong), len(router))
+    n = len(strong)
+    delta = Fraction(sum(router.values()) - sum(strong.values()), n)
+    half = math.sqrt(2 * math.log(2 / (0.05 / 2)) / n)
+    lower, upper = float(delta) - half, float(delta) + half
+    if lower > 0:
+        word = "better"
+    elif lower > -0.10:
+        word = "non_inferior"
+    elif upper < 0:
+        word = "worse"
+    else:
+        word = "inconclusive"
+    assert printed["word"] == word.replace("_", "-"), (printed.group(0), word, lower, upper)
+    answer = {"better": "Yes, and better", "non_inferior": "Yes", "worse": "No"}
+    assert printed["answer"] == answer.get(word, "Not shown"), printed.group(0)
+    assert printed["n"] == f"{n:,}" and printed["level"] == "97.5", printed.group(0)
+    assert printed["delta"] == f"{float(delta):+.4f}", (printed.group(0), delta)
+    assert (printed["lower"], printed["upper"]) == (f"{lower:+.4f}", f"{upper:+.4f}")
+    cost: dict[str, Decimal] = {}
+    for call in api.every(f"/api/v1/runs/{run_id}/calls/"):
+        assert call["role"] == "subject" and call["cost_usd"] is not None, call
+        cost[call["target"]] = cost.get(call["target"], Decimal(0)) + Decimal(call["cost_usd"])
+    assert Decimal(printed["own"]) == cost["sim-router"], (printed.group(0), cost)
+    assert Decimal(printed["base"]) == cost["sim-strong"], (printed.group(0), cost)
+    saved = (1 - cost["sim-router"] / cost["sim-strong"]) * 100
+    assert printed["way"] == ("lower" if saved > 0 else "higher"), printed.group(0)
+    assert abs(Decimal(printed["pct"]) - abs(saved)) < Decimal("0.05"), (printed.group(0), saved)
+    return word
+
+
+def headline_on_the_compare_page(web: Browser, link: str, run_id: int, word: str) -> None:
+    """The compare link the demo printed shows the router's card with the same verdict."""
+    web.open(urlsplit(link)._replace(scheme="", netloc="").geturl())
+    card = web.page.locator(f"#card-{run_id}-sim-router")
+    expect(card).to_be_visible()
+    expect(card.locator(f'p.verdict[data-verdict="{word}"]')).to_have_count(1)
+    label = "Non-inferior (margin 0.1)" if word == "non_inferior" else word.capitalize()
+    expect(card.locator(".verdict-word")).to_have_text(label)
 
 
 # --- the portal -----------------------------------------------------------------------------
@@ -599,6 +664,16 @@ def test_readme_embedded_path_works_end_to_end_and_leaves_nothing_running(
         assert finished.group(2) == "completed", str(demo)
         next_step = demo.wait_for(r"^\s+(python manage\.py benchmark report .*)$", 10).group(1)
         demo_run = int(finished.group(1))
+        # The headline run beside it: held-out MMLU-Pro questions, a margin frozen in its
+        # plan, and the answer in one sentence, then the link to its comparison (issue 35).
+        held = demo.wait_for(r"^headline run finished: run (\d+) (\w+)$", DEMO_EVALUATION_S)
+        assert held.group(2) == "completed", str(demo)
+        held_run = int(held.group(1))
+        sentence = demo.wait_for(r"^Does sim-router keep .*$", 60).group(0).strip()
+        answered = HEADLINE.match(sentence)
+        assert answered, sentence
+        compare_link = demo.wait_for(r"^\s+compare: (http://\S+)$", 10).group(1)
+        demo.wait_for(rf"^\s+python manage\.py benchmark compare {held_run} {held_run} ", 10)
         timings["demo ready and evaluated"] = time.monotonic() - started
         demo.drain()
         printed = "".join(demo.lines)
@@ -638,6 +713,7 @@ def test_readme_embedded_path_works_end_to_end_and_leaves_nothing_running(
         assert token, created.stdout
         with Api(url, token.group(1), seen) as api:
             read_the_api(api, demo_run, candidates)
+            verdict = headline_recomputed(api, held_run, answered)
             cells = api.every(f"/api/v1/runs/{demo_run}/results/")
             calls = api.every(f"/api/v1/runs/{demo_run}/calls/")
         timings["api"] = time.monotonic() - started
@@ -655,6 +731,7 @@ def test_readme_embedded_path_works_end_to_end_and_leaves_nothing_running(
         for call in {(c["benchmark"], c["role"]): c for c in calls}.values():
             web.open(f"/runs/{demo_run}/calls/{call['id']}/")
         compare_iterations(web, demo_run, candidates)
+        headline_on_the_compare_page(web, compare_link, held_run, verdict)
         timings["browser"] = time.monotonic() - started
 
         # --- the CLI next steps, pasted ---------------------------------------------------

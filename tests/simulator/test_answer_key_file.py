@@ -21,7 +21,13 @@ from runs.engine.code_grading import scicode_step_prompts
 from runs.engine.tau import TauEnvironment
 from srbench.simulator import agents
 from srbench.simulator.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
-from srbench.simulator.oracle import AnswerKey, first_user_text, prompt_text_of, subject_answer
+from srbench.simulator.oracle import (
+    AnswerKey,
+    entry_domain,
+    first_user_text,
+    prompt_text_of,
+    subject_answer,
+)
 from srbench.simulator.server import create_app
 from srbench.simulator.testing import running_simulator
 
@@ -145,12 +151,16 @@ def test_the_simulator_started_from_a_file_config_plays_the_key(built, tmp_path)
             messages = mcq.messages(question.payload)
             body = {"model": "sim-weak", "messages": messages, "seed": 5}
             reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30).json()
+            # The model's accuracy on this question's domain (ModelSpec.domain_accuracy).
+            text = prompt_text_of(messages)
+            domain = entry_domain(built.lookup(text))
+            spec = load_config(config).models["sim-weak"]
             expected = subject_answer(
                 built,
                 model="sim-weak",
                 seed=5,
-                prompt_text=prompt_text_of(messages),
-                accuracy_for=load_config(config).models["sim-weak"].accuracy_for,
+                prompt_text=text,
+                accuracy_for=lambda benchmark, d=domain, m=spec: m.accuracy_for(benchmark, d),
             )
             assert expected.correct is not None
             assert reply["choices"][0]["message"]["content"] == expected.content

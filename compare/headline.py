@@ -1,0 +1,88 @@
+"""The headline question in one sentence (issue 35): does a candidate keep the baseline's
+quality at lower cost?
+
+Read from a comparison document (`compare.services.comparison_build`, the JSON the API answers),
+so the demo, the CLI and the page say the same thing. The answer's first word follows THE
+verdict (`compare.verdict`) and nothing else; the sentence then names the margin, the
+family-wise interval with its level and n, and the subject-cost savings — or why a figure is
+unknown. Nothing here computes a statistic.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from compare.verdict import level_text
+from srbench.money import percent_text, usd_text
+
+# The answer to "does it keep the quality?", by verdict word.
+ANSWERS = {
+    "better": "Yes, and better",
+    "non_inferior": "Yes",
+    "inconclusive": "Not shown",
+    "worse": "No",
+}
+
+
+class NoSuchCandidate(LookupError):
+    pass
+
+
+def candidate_entry(doc: dict[str, Any], target: str, run: int | None = None) -> dict[str, Any]:
+    """The comparison of ``target`` (in ``run``, when given) with the baseline."""
+    for c in doc["comparisons"]:
+        if c["target"] == target and (run is None or c["run"] == run):
+            return c
+    compared = ", ".join(f"run {c['run']} / {c['target']}" for c in doc["comparisons"])
+    raise NoSuchCandidate(f"{target} is not among the compared candidates ({compared or 'none'})")
+
+
+def _verdict_words(c: dict[str, Any]) -> str:
+    word = c["verdict"]
+    if word == "non_inferior":
+        return f"non-inferior with the margin {c['verdict_margin']} fixed before the run"
+    if word == "better":
+        return "better: its whole family-wise interval lies above 0"
+    if word == "worse":
+        return "worse: its whole family-wise interval lies below 0"
+    if c["verdict_margin"] is not None:
+        return (
+            f"inconclusive: non-inferiority with the margin {c['verdict_margin']} fixed before "
+            "the run is not shown"
+        )
+    # The rule's reason ends with why no margin could apply (compare.verdict.verdict_decide).
+    why = c["verdict_reason"].rpartition("non-inferiority not shown — ")[2]
+    return f"inconclusive, and non-inferiority cannot be shown: {why}"
+
+
+def _cost_words(doc: dict[str, Any], c: dict[str, Any]) -> str:
+    savings = c["savings"]
+    pct = savings["subject_cost_pct"]
+    own, base = c["usage"]["subject_cost_usd"], doc["baseline"]["subject_cost_usd"]
+    if pct is None:
+        why = savings["subject_cost_unknown_reason"] or "a subject cost is unknown"
+        return f"savings unknown: {why}"
+    costs = f"{usd_text(own)} vs {usd_text(base)}"
+    if Decimal(pct) == 0:
+        return f"the same subject cost ({usd_text(own)} each)"
+    if pct.startswith("-"):
+        return f"subject cost {percent_text(pct.removeprefix('-'))} higher ({costs})"
+    return f"subject cost {percent_text(pct)} lower ({costs})"
+
+
+def headline_sentence(doc: dict[str, Any], target: str, run: int | None = None) -> str:
+    """One sentence: the question, the answer by verdict, the interval and n, the savings."""
+    c = candidate_entry(doc, target, run)
+    base = doc["baseline"]
+    fam = c["family_interval"]
+    split = doc.get("split") or "unknown"
+    benchmarks = ", ".join(b["benchmark"] for b in c["benchmarks"])
+    return (
+        f"Does {c['target']} keep {base['target']}'s quality at lower cost? "
+        f"{ANSWERS[c['verdict']]} — {_verdict_words(c)}: "
+        f"Δ {c['delta']:+.4f} (quality {c['quality']:.4f} vs {base['quality']:.4f}), "
+        f"{level_text(fam['level'])} family-wise interval "
+        f"[{fam['lower']:+.4f}, {fam['upper']:+.4f}] on {c['questions']:,} {split} "
+        f"questions ({benchmarks}); {_cost_words(doc, c)}."
+    )
