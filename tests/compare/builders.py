@@ -87,6 +87,7 @@ def run(
     status: str = "completed",
     split: str = "dev",
     mode: str = "live",
+    dataset: Any = None,
     **overrides: Any,
 ) -> Run:
     """A terminal run. ``outcomes[t][i]``: True/False is a completed cell, None a failed one.
@@ -100,7 +101,7 @@ def run(
         manifest=doc,
         status=status,
         mode=mode,
-        dataset=f.dataset_create(split=split),
+        dataset=dataset if dataset is not None else f.dataset_create(split=split),
         started_at=timezone.now(),
         finished_at=timezone.now() if status != "running" else None,
     )
