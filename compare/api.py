@@ -21,7 +21,7 @@ from drf_spectacular.utils import (
     inline_serializer,
 )
 from rest_framework import serializers
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -34,13 +34,7 @@ from compare.selectors import (
     candidate_options,
     comparable_pool,
 )
-from compare.services import (
-    CandidatesRefused,
-    ComparisonError,
-    MarginFrozen,
-    comparison_build,
-    comparison_margin_check,
-)
+from compare.services import comparison_build, comparison_margin_check
 from compare.verdict import RULE, VERDICT_HELP, VERDICTS
 from datasets.provenance import provenance_text
 from runs.models import Run
@@ -51,7 +45,6 @@ from runs.plans import MarginField
 from srbench.api import (
     ApiSchema,
     StrictFieldsSerializer,
-    error_response,
     error_responses,
     int_param,
 )
@@ -150,10 +143,6 @@ def margin_param(request: Request) -> Decimal | None:
     return value
 
 
-def margin_refused(exc: MarginFrozen) -> Response:
-    return error_response(http_status=409, code="margin_frozen", error=str(exc))
-
-
 # --- Compare iterations (issue 9): the page's two steps, THE comparison and its exports ---------
 #
 # One comparison endpoint (issue 24): POST /compare/. It and both exports answer through
@@ -161,7 +150,8 @@ def margin_refused(exc: MarginFrozen) -> Response:
 # candidate run is listed under "refused" with its differences (200) and only when *every*
 # candidate run is refused is the answer 409 with the same list. The deprecated
 # GET /comparisons/ (compare/api_deprecated.py) reads the same `comparison_document` and only
-# translates a refusal to its old all-or-nothing 422.
+# translates a refusal to its old all-or-nothing 422. Every refusal is raised (compare.services'
+# MarginFrozen, CandidatesRefused, ComparisonError) and rendered by the one exception handler.
 
 OPTIONS_PAGE_SIZE = 25
 OPTIONS_PAGE_MAX = 100
@@ -252,9 +242,7 @@ class CompareCandidatesView(APIView):
         q = request.query_params.get("q", "")[:200]
         pool = comparable_pool()
         if baseline not in pool and not Run.objects.filter(pk=baseline).exists():
-            return error_response(
-                http_status=404, code="not_found", error=f"unknown run: {baseline}"
-            )
+            raise NotFound(f"unknown run: {baseline}")
         options = candidate_options(baseline, q, pool=pool)
         return Response(
             {
@@ -279,15 +267,12 @@ class CompareRequestSerializer(StrictFieldsSerializer):
     non_inferiority_margin = MarginField(required=False, allow_null=True, help_text=MARGIN_HELP)
 
 
-def unknown_runs_answer(baseline: int, candidates: list[int]) -> Response | None:
-    """404 naming every run id of the selection that does not exist, else None."""
+def unknown_runs_refuse(baseline: int, candidates: list[int]) -> None:
+    """404 naming every run id of the selection that does not exist."""
     known = set(Run.objects.filter(pk__in=[baseline, *candidates]).values_list("pk", flat=True))
     missing = sorted({baseline, *candidates} - known)
-    if not missing:
-        return None
-    return error_response(
-        http_status=404, code="not_found", error=f"unknown run(s): {', '.join(map(str, missing))}"
-    )
+    if missing:
+        raise NotFound(f"unknown run(s): {', '.join(map(str, missing))}")
 
 
 def comparison_document(
@@ -308,30 +293,16 @@ def comparison_answer(
     candidates: list[int],
     baseline_target: str | None,
     margin: Decimal | None = None,
-) -> dict[str, Any] | Response:
-    """The comparison document, or the error answer (404 unknown run, 409 every candidate
-    refused or a margin other than the frozen one, 422 no baseline)."""
-    unknown = unknown_runs_answer(baseline, candidates)
-    if unknown is not None:
-        return unknown
-    try:
-        doc = comparison_document(
-            baseline=baseline, candidates=candidates, baseline_target=baseline_target
-        )
-        if margin is not None:
-            comparison_margin_check(doc, supplied=margin)
-        return doc
-    except MarginFrozen as exc:
-        return margin_refused(exc)
-    except CandidatesRefused as exc:
-        return error_response(
-            http_status=409,
-            code="incomparable",
-            error=f"every candidate run was refused against run {baseline}",
-            detail={"baseline_run": baseline, "refused": exc.refused},
-        )
-    except ComparisonError as exc:
-        return error_response(http_status=422, code="no_comparison", error=str(exc))
+) -> dict[str, Any]:
+    """The comparison document; refused (raised) with 404 for an unknown run, 409 when every
+    candidate is refused or a margin other than the frozen one is given, 422 no baseline."""
+    unknown_runs_refuse(baseline, candidates)
+    doc = comparison_document(
+        baseline=baseline, candidates=candidates, baseline_target=baseline_target
+    )
+    if margin is not None:
+        comparison_margin_check(doc, supplied=margin)
+    return doc
 
 
 class CompareView(APIView):
@@ -361,7 +332,7 @@ class CompareView(APIView):
             v.get("baseline_target"),
             v.get("non_inferiority_margin"),
         )
-        return out if isinstance(out, Response) else Response(out)
+        return Response(out)
 
 
 # --- exports ----------------------------------------------------------------------------------
@@ -619,8 +590,6 @@ class CompareExportView(APIView):
             request.query_params.get("baseline_target"),
             margin_param(request),
         )
-        if isinstance(out, Response):
-            return out
         name = f"srbench-compare-{baseline}-vs-{len(candidates)}-runs.{self.export_format}"
         if self.export_format == "csv":
             response = HttpResponse(comparison_csv(out), content_type="text/csv; charset=utf-8")

@@ -30,12 +30,11 @@ from compare.api import (
     ComparisonSerializer,
     comparison_document,
     margin_param,
-    margin_refused,
-    unknown_runs_answer,
+    unknown_runs_refuse,
 )
 from compare.compatibility import Difference, IncomparableRuns
-from compare.services import ComparisonError, MarginFrozen, comparison_margin_check
-from srbench.api import ApiSchema, error_response, error_responses, int_param
+from compare.services import CandidatesRefused, comparison_margin_check
+from srbench.api import ApiSchema, error_responses, int_param
 
 MAX_CANDIDATES = 100
 
@@ -140,31 +139,17 @@ class ComparisonView(APIView):
         baseline = int_param(request, "baseline", 0, low=1)
         candidates = _run_ids(request)
         margin = margin_param(request)
-        unknown = unknown_runs_answer(baseline, candidates)
-        if unknown is not None:
-            return unknown
+        unknown_runs_refuse(baseline, candidates)
         try:
             doc = comparison_document(
                 baseline=baseline,
                 candidates=candidates,
                 baseline_target=request.query_params.get("baseline_target"),
             )
-            _refuse_all_or_nothing(baseline, doc)
-            if margin is not None:
-                comparison_margin_check(doc, supplied=margin)
-        except MarginFrozen as exc:
-            return margin_refused(exc)
-        except IncomparableRuns as exc:  # CandidatesRefused (every one) or the first refused
-            return error_response(
-                http_status=422,
-                code="incomparable",
-                error=str(exc),
-                detail={
-                    "baseline_run": exc.baseline_run,
-                    "candidate_run": exc.candidate_run,
-                    "differences": [d.as_dict() for d in exc.differences],
-                },
-            )
-        except ComparisonError as exc:
-            return error_response(http_status=422, code="no_comparison", error=str(exc))
+        except CandidatesRefused as exc:
+            # The old contract: every candidate refused is the first one's 422, not a 409.
+            raise IncomparableRuns(exc.baseline_run, exc.candidate_run, exc.differences) from None
+        _refuse_all_or_nothing(baseline, doc)
+        if margin is not None:
+            comparison_margin_check(doc, supplied=margin)  # MarginFrozen: 409 margin_frozen
         return Response(doc)

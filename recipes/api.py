@@ -11,7 +11,7 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
-from rest_framework import generics, serializers, status
+from rest_framework import generics, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -24,8 +24,8 @@ from recipes.serializers import (
 )
 from recipes.views import recipe_download_response
 from runs.models import Run, Target
-from runs.router_client import PreviewError, PreviewNotPossible, route_preview
-from srbench.api import ApiSchema, KeysetPagePagination, error_response, error_responses
+from runs.router_client import route_preview
+from srbench.api import ApiSchema, KeysetPagePagination, error_responses
 
 RunRecipeSerializer = inline_serializer(
     "RunRecipe",
@@ -130,14 +130,5 @@ class RoutePreviewView(APIView):
         target = get_object_or_404(Target, slug=slug)
         serializer = RoutePreviewRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        try:
-            result = route_preview(target=target, **serializer.validated_data)
-        except PreviewNotPossible as exc:
-            return error_response(
-                http_status=status.HTTP_400_BAD_REQUEST, code="preview_not_possible", error=str(exc)
-            )
-        except PreviewError as exc:
-            return error_response(
-                http_status=status.HTTP_502_BAD_GATEWAY, code="preview_failed", error=str(exc)
-            )
-        return Response(result)
+        # PreviewNotPossible (400) and PreviewError (502) are refusals the handler renders.
+        return Response(route_preview(target=target, **serializer.validated_data))

@@ -10,10 +10,13 @@ from django.db.models import Count, Q
 
 from runs.models import Cell, CellStatus, RecoveryRequest, Run, RunStatus
 from runs.reconcile import effective_call_sums
+from srbench.api import Keyset
 from srbench.money import money_text
 
 # R13.3 with R13.1: lists are read ≤ 100 at a time (runs.recovery.MAX_RECOVERY_PAGE).
 MAX_LINEAGE_PAGE = 100
+# A run's children, ascending by id, null when none follows (srbench.api.Keyset's one rule).
+CHILDREN_PAGE = Keyset("after", tail=False)
 
 
 def run_known_spend(*, run_ids: list[int]) -> dict[int, dict[str, Any]]:
@@ -141,6 +144,6 @@ def run_lineage(*, run: Run, children_after: int = 0, limit: int = 25) -> dict[s
         },
         "rejudged_from": _rejudged_from(run),
         "children": [_run_line(c, spend[c.pk], progress[c.pk]) for c in children],
-        "next_children_after": children[-1].pk if more and children else None,
+        "next_children_after": CHILDREN_PAGE.next_cursor(children, more=more),
         "model_requests": 0,
     }

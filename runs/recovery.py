@@ -33,7 +33,7 @@ from django.utils import timezone
 from runs import rejudge, services
 from runs.engine.finish import calls_settle_unheld
 from runs.engine.reaper import ledger_reap
-from runs.idempotency import idempotency_key_too_long
+from runs.idempotency import IdempotencyKey, IdempotencyKeyReused
 from runs.lineage import MAX_LINEAGE_PAGE, run_known_spend
 from runs.models import Cell, CellStatus, RecoveryClaim, RecoveryRequest, Run
 from runs.recovery_rules import (
@@ -48,12 +48,13 @@ from runs.recovery_rules import (
     errors_not_billed_words,
     exclusion,
 )
+from runs.rejudge import ChildRunRefused
+from srbench.api import Keyset
 from srbench.canonical import sha256_hex
 from srbench.money import money_text
 
 __all__ = [
     "MAX_RECOVERY_PAGE",
-    "RecoveryError",
     "recovery_plan",
     "recovery_plan_page",
     "recovery_reconcile",
@@ -67,19 +68,8 @@ MAX_RECOVERY_PAGE = MAX_LINEAGE_PAGE
 Mode = Literal["undispatched", "failed", "judge_only"]
 MODES = ("undispatched", "failed", JUDGE_ONLY)
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-
-class RecoveryError(Exception):
-    """A refusal with an HTTP status and a stable code for the API and CLI."""
-
-    def __init__(
-        self, code: str, message: str, *, http_status: int = 400, detail: Any = None
-    ) -> None:
-        self.code = code
-        self.message = message
-        self.http_status = http_status
-        self.detail = detail
-        super().__init__(message)
+# A plan's cells, ascending by id, as the plan stands (srbench.api.Keyset, the one cursor rule).
+PLAN_PAGE = Keyset("after", key="cell", tail=False)
 
 
 # --- reconciliation (R15.1) --------------------------------------------------------------------
@@ -89,7 +79,7 @@ def recovery_reconcile(*, run: Run) -> dict[str, int]:
     """Settle the ledger before a plan is offered: expired leases of dead workers (the
     recovery pass), then calls of a terminal run still recorded as `sent`/`streaming` whose
     cell no live worker holds → `sent_unknown` (they may have reached the model; they are never
-    sent again). Idempotent. Raises RecoveryError when the run is not terminal."""
+    sent again). Idempotent. Raises ChildRunRefused when the run is not terminal."""
     # Code graded from a stored answer is left to the workers' pass: not in a web request.
     stats = ledger_reap(sandbox=False)
     now = timezone.now()
@@ -102,7 +92,7 @@ def recovery_reconcile(*, run: Run) -> dict[str, int]:
             settled = calls_settle_unheld(run_id=locked.pk, now=now)
     run.refresh_from_db()
     if not run.is_terminal:
-        raise RecoveryError(
+        raise ChildRunRefused(
             "run_not_terminal",
             f"run {run.pk} is {run.status}: only a finished, failed, cancelled or interrupted "
             "run can be recovered (cancel it, or wait for it to end)",
@@ -111,7 +101,7 @@ def recovery_reconcile(*, run: Run) -> dict[str, int]:
         )
     if Cell.objects.filter(run=run).running().exists():
         # A live lease on a terminal run: a worker is still settling its last calls.
-        raise RecoveryError(
+        raise ChildRunRefused(
             "calls_in_flight",
             f"run {run.pk} still has cells held by a worker; ask again when their leases end",
             http_status=409,
@@ -193,7 +183,7 @@ def _plan_content(run: Run, mode: str, rows: list[dict[str, Any]] | None = None)
 
 def _check_mode(mode: object) -> str:
     if mode not in MODES:
-        raise RecoveryError(
+        raise ChildRunRefused(
             "invalid_mode",
             "mode must be 'undispatched', 'failed' or 'judge_only'",
             detail={"mode": mode},
@@ -205,11 +195,11 @@ def _check_cell_ids(cells: object) -> list[int]:
     if not isinstance(cells, list) or not all(
         isinstance(c, int) and not isinstance(c, bool) for c in cells
     ):
-        raise RecoveryError("invalid_selection", "selected_cells must be a list of cell ids")
+        raise ChildRunRefused("invalid_selection", "selected_cells must be a list of cell ids")
     if len(set(cells)) != len(cells):
-        raise RecoveryError("invalid_selection", "selected_cells names a cell twice")
+        raise ChildRunRefused("invalid_selection", "selected_cells names a cell twice")
     if not cells:
-        raise RecoveryError("invalid_selection", "selected_cells is empty: nothing to recover")
+        raise ChildRunRefused("invalid_selection", "selected_cells is empty: nothing to recover")
     return sorted(cells)
 
 
@@ -223,7 +213,7 @@ def _selection(content: dict[str, Any], selected: list[int] | None) -> list[int]
     reasons = {e["cell"]: e["reason"] for e in content["excluded"]}
     outside = {str(c): reasons.get(c, "not a cell of this run") for c in chosen if c not in allowed}
     if outside:
-        raise RecoveryError(
+        raise ChildRunRefused(
             "cells_not_eligible",
             f"{len(outside)} selected cell(s) are not eligible for {content['mode']} recovery",
             http_status=422,
@@ -284,7 +274,7 @@ def recovery_plan(
     cells; by default all eligible cells are selected."""
     _check_mode(mode)
     if run.mode != Run.Mode.LIVE:
-        raise RecoveryError("not_live", "only live runs can be recovered", http_status=422)
+        raise ChildRunRefused("not_live", "only live runs can be recovered", http_status=422)
     _check_rejudge_mode(run, mode)
     recovery_reconcile(run=run)
     rows = cell_rows(run)
@@ -300,7 +290,7 @@ def _check_rejudge_mode(run: Run, mode: str) -> None:
     the confirmed cost. Only its never-sent cells can be recovered (undispatched mode)."""
     marker = run.manifest.get("rejudge") if isinstance(run.manifest, dict) else None
     if mode == "failed" and marker:
-        raise RecoveryError(
+        raise ChildRunRefused(
             REJUDGE_NEW_ATTEMPT,
             REJUDGE_NEW_ATTEMPT_TEXT.format(run=run.pk, parent=marker["parent_run"]),
             http_status=422,
@@ -316,12 +306,13 @@ def recovery_plan_page(
     limit: int = MAX_RECOVERY_PAGE,
 ) -> dict[str, Any]:
     """A plan with its candidate and exclusion lists cut to one page each (R13.3); the cursor
-    is the cell id. Totals and reasons are counted over the whole plan."""
+    is the cell id, by the API's one keyset rule (a plan is read as it stands: null when no
+    cell follows). Totals and reasons are counted over the whole plan."""
     limit = max(1, min(limit, MAX_RECOVERY_PAGE))
 
     def page(items: list[dict[str, Any]], after: int) -> tuple[list[dict[str, Any]], int | None]:
         rest = [i for i in items if i["cell"] > after]
-        return rest[:limit], (rest[limit - 1]["cell"] if len(rest) > limit else None)
+        return rest[:limit], PLAN_PAGE.next_cursor(rest[:limit], more=len(rest) > limit)
 
     eligible, next_eligible = page(plan["eligible_cells"], eligible_after)
     excluded, next_excluded = page(plan["excluded"], excluded_after)
@@ -388,49 +379,57 @@ def _child_manifest(
 
 
 def _replay(
-    existing: RecoveryRequest, *, user: Any, plan_sha256: str, selected: list[int] | None
-) -> Run:
-    """The child of an earlier submission with this key, if the submission is the same."""
-    child = existing.child
-    same_owner = existing.owner_id == getattr(user, "pk", None)
-    if selected is None:
-        # "All eligible" of the same plan hash: the child recorded what that meant.
-        assert child is not None
-        recorded = child.manifest.get("recovery", {})
-        same_cells = recorded.get("selected_cells") == recorded.get("eligible_cells")
-    else:
-        same_cells = existing.selected_cells_sha256 == sha256_hex(selected)
-    if not (same_owner and existing.plan_sha256 == plan_sha256 and same_cells):
-        raise RecoveryError(
-            "idempotency_key_reused",
+    run: Run, key: IdempotencyKey, *, user: Any, plan_sha256: str, selected: list[int] | None
+) -> Run | None:
+    """The child of an earlier submission with this key to this parent (the one replay
+    helper, runs/idempotency.py), if the submission is the same; refused if it is not."""
+
+    def same(existing: RecoveryRequest) -> bool:
+        child = existing.child
+        same_owner = existing.owner_id == getattr(user, "pk", None)
+        if selected is None:
+            # "All eligible" of the same plan hash: the child recorded what that meant.
+            assert child is not None
+            recorded = child.manifest.get("recovery", {})
+            same_cells = recorded.get("selected_cells") == recorded.get("eligible_cells")
+        else:
+            same_cells = existing.selected_cells_sha256 == sha256_hex(selected)
+        return same_owner and existing.plan_sha256 == plan_sha256 and same_cells
+
+    def reused(existing: RecoveryRequest) -> IdempotencyKeyReused:
+        return IdempotencyKeyReused(
             f"idempotency key {existing.idempotency_key!r} was already used for another "
             f"recovery of run {existing.parent_id} (child run {existing.child_id})",
-            http_status=422,
+            run=existing.child,
             detail={
                 "child": existing.child_id,
                 "plan_sha256": existing.plan_sha256,
                 "selected_cells_sha256": existing.selected_cells_sha256,
             },
         )
-    assert child is not None
-    return child
+
+    existing = key.replay(RecoveryRequest.objects.filter(parent=run), same=same, reused=reused)
+    if existing is None:
+        return None
+    assert existing.child is not None
+    return existing.child
 
 
 def _submitted(plan: object) -> tuple[str, str, list[int] | None]:
     """(mode, reviewed plan hash, selected cells or None for all eligible) of a submission."""
     if not isinstance(plan, dict):
-        raise RecoveryError("invalid_plan", "the plan must be a JSON object")
+        raise ChildRunRefused("invalid_plan", "the plan must be a JSON object")
     mode = _check_mode(plan.get("mode"))
     sha = plan.get("plan_sha256")
     if not isinstance(sha, str) or not HEX64.match(sha):
-        raise RecoveryError(
+        raise ChildRunRefused(
             "recovery_plan_required",
             "the reviewed plan_sha256 is required (review the recovery plan first)",
         )
     selected = plan.get("selected_cells")
     cells = None if selected is None else _check_cell_ids(selected)
     if mode == "failed" and cells is None:
-        raise RecoveryError(
+        raise ChildRunRefused(
             "invalid_selection",
             "failed mode needs explicitly selected_cells (the failed cells to try again)",
         )
@@ -459,10 +458,13 @@ def recovery_submit(
     The parent is never modified.
     """
     mode, plan_sha256, selected = _submitted(plan)
-    _check_idempotency_key(idempotency_key)
-    existing = RecoveryRequest.objects.filter(parent=run, idempotency_key=idempotency_key).first()
-    if existing is not None:
-        return _replay(existing, user=user, plan_sha256=plan_sha256, selected=selected), False
+    key = _required_key(idempotency_key)
+
+    def replayed() -> Run | None:
+        return _replay(run, key, user=user, plan_sha256=plan_sha256, selected=selected)
+
+    if (child := replayed()) is not None:
+        return child, False
     _check_may_recover(
         run,
         mode,
@@ -477,7 +479,7 @@ def recovery_submit(
                 mode=mode,
                 plan_sha256=plan_sha256,
                 selected=selected,
-                idempotency_key=idempotency_key,
+                key=key,
                 acknowledge_new_attempt=acknowledge_new_attempt,
                 confirm_judge_cost=confirm_judge_cost,
                 user=user,
@@ -485,23 +487,21 @@ def recovery_submit(
     except IntegrityError:
         # Only another writer can get here (the parent lock serialises our own path): answer
         # as a replay would, or say which cells someone else claimed first.
-        existing = RecoveryRequest.objects.filter(
-            parent=run, idempotency_key=idempotency_key
-        ).first()
-        if existing is not None:
-            return _replay(existing, user=user, plan_sha256=plan_sha256, selected=selected), False
-        raise RecoveryError(
+        if (child := replayed()) is not None:
+            return child, False
+        raise ChildRunRefused(
             "cells_already_claimed",
             "another recovery claimed some of these cells first; review the plan again",
             http_status=409,
         ) from None
 
 
-def _check_idempotency_key(idempotency_key: object) -> None:
-    if not isinstance(idempotency_key, str) or not idempotency_key.strip():
-        raise RecoveryError("idempotency_key_required", "an Idempotency-Key is required")
-    if (too_long := idempotency_key_too_long(idempotency_key)) is not None:
-        raise RecoveryError("invalid_idempotency_key", too_long)
+def _required_key(idempotency_key: object) -> IdempotencyKey:
+    """A recovery spends money: its key is required (runs/idempotency.py checks it)."""
+    key = IdempotencyKey.parse(idempotency_key)
+    if key is None:
+        raise ChildRunRefused("idempotency_key_required", "an Idempotency-Key is required")
+    return key
 
 
 def _check_may_recover(
@@ -511,21 +511,21 @@ def _check_may_recover(
     unacknowledged new attempt, an unconfirmed judge-only cost, a preview run."""
     _check_rejudge_mode(run, mode)
     if mode == JUDGE_ONLY and confirm_judge_cost is None:
-        raise RecoveryError(
+        raise ChildRunRefused(
             "judge_cost_unconfirmed",
             "judge_only mode sends one judge call per selected cell over its stored answer (no "
             "subject call): confirm the worst case the plan quotes (confirm_judge_cost)",
             http_status=422,
         )
     if mode == "failed" and not acknowledge_new_attempt:
-        raise RecoveryError(
+        raise ChildRunRefused(
             "acknowledgement_required",
             "failed mode sends new model calls for cells that already cost money: confirm the "
             "new attempts and their extra cost (acknowledge_new_attempt)",
             http_status=422,
         )
     if run.mode != Run.Mode.LIVE:
-        raise RecoveryError("not_live", "only live runs can be recovered", http_status=422)
+        raise ChildRunRefused("not_live", "only live runs can be recovered", http_status=422)
 
 
 def _submission_write(
@@ -534,7 +534,7 @@ def _submission_write(
     mode: str,
     plan_sha256: str,
     selected: list[int] | None,
-    idempotency_key: str,
+    key: IdempotencyKey,
     acknowledge_new_attempt: bool,
     confirm_judge_cost: Decimal | None,
     user: Any,
@@ -545,15 +545,13 @@ def _submission_write(
     # One submission per parent at a time: the plan computed below is the ledger this
     # transaction commits against. The unique claim row is the second line.
     parent = Run.objects.select_for_update().get(pk=run.pk)
-    existing = RecoveryRequest.objects.filter(
-        parent=parent, idempotency_key=idempotency_key
-    ).first()
-    if existing is not None:
-        return _replay(existing, user=user, plan_sha256=plan_sha256, selected=selected), False
+    replayed = _replay(parent, key, user=user, plan_sha256=plan_sha256, selected=selected)
+    if replayed is not None:
+        return replayed, False
     content = _plan_content(parent, mode)
     current = sha256_hex(content)
     if current != plan_sha256:
-        raise RecoveryError(
+        raise ChildRunRefused(
             "recovery_plan_changed",
             "the ledger changed since this recovery plan was reviewed; review the new "
             "plan and submit again (nothing was created)",
@@ -562,7 +560,7 @@ def _submission_write(
         )
     chosen_ids = _selection(content, selected)
     if not chosen_ids:
-        raise RecoveryError(
+        raise ChildRunRefused(
             "nothing_to_recover",
             f"no cell of run {parent.pk} is eligible for {mode} recovery",
             http_status=422,
@@ -578,7 +576,7 @@ def _submission_write(
     request = RecoveryRequest.objects.create(
         parent=parent,
         owner=user,
-        idempotency_key=idempotency_key,
+        idempotency_key=key.value,
         # The request row's modes are the two of R15 (a database check, runs/models.py): a
         # judge-only completion is recorded as "undispatched" — it sends only a call that was
         # never dispatched and no new attempt — and its child's manifest says "judge_only".
@@ -657,8 +655,8 @@ def _judge_only_child(
     quote = _judge_quote(content, chosen_ids)
     try:
         worst = rejudge.confirmation_check(quote, confirmed, what="judging")
-    except rejudge.RejudgeError as exc:
-        raise RecoveryError(exc.code, exc.message, http_status=422, detail=exc.detail) from None
+    except ChildRunRefused as exc:  # the same refusal; a recovery answers it with 422
+        raise ChildRunRefused(exc.code, exc.message, http_status=422, detail=exc.detail) from None
     return rejudge.judge_only_child_create(
         parent,
         cell_ids=chosen_ids,

@@ -1,7 +1,8 @@
 """Recovery API (R15): review a plan, submit it under an idempotency key, read the lineage.
 
-Thin views over runs.recovery; every refusal is {error, code, detail} with the status the
-service chose (400 invalid, 409 ledger conflicts, 422 key reuse or unmet conditions).
+Thin views over runs.recovery; every refusal is a `srbench.refusals.Refusal` the service (or
+this module) raises, rendered by the API's one exception handler as {error, code, detail} with
+the status it carries (400 invalid, 409 ledger conflicts, 422 key reuse or unmet conditions).
 """
 
 from __future__ import annotations
@@ -11,18 +12,18 @@ from typing import Any
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
-from rest_framework import serializers, status
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from runs import selectors
-from runs.api import IDEMPOTENCY_HEADER, RUN_WRITE_PERMISSIONS
+from runs.api import RUN_WRITE_PERMISSIONS
+from runs.idempotency import IDEMPOTENCY_HEADER, IdempotencyKey, key_value, replay_response
 from runs.lineage import run_lineage
 from runs.models import Run
 from runs.recovery import (
     MAX_RECOVERY_PAGE,
-    RecoveryError,
     recovery_plan,
     recovery_plan_page,
     recovery_submit,
@@ -31,11 +32,11 @@ from runs.serializers import RunSerializer
 from srbench.api import (
     ApiSchema,
     Keyset,
-    error_response,
     error_responses,
     refuse_unknown_fields,
+    require_object,
 )
-from srbench.parsers import json_value_problem
+from srbench.refusals import Refusal
 
 RECOVERY_MODES = ["undispatched", "failed", "judge_only"]
 # The recovery lists read their cursors and limit by the API's one keyset rule (srbench.api).
@@ -44,15 +45,21 @@ ELIGIBLE_PAGE = Keyset(
     cursor_param="eligible_after",
     default_limit=MAX_RECOVERY_PAGE,
     max_limit=MAX_RECOVERY_PAGE,
+    tail=False,
 )
 EXCLUDED_PAGE = Keyset(
     "after",
     cursor_param="excluded_after",
     default_limit=MAX_RECOVERY_PAGE,
     max_limit=MAX_RECOVERY_PAGE,
+    tail=False,
 )
 CHILDREN_PAGE = Keyset(
-    "after", cursor_param="children_after", default_limit=25, max_limit=MAX_RECOVERY_PAGE
+    "after",
+    cursor_param="children_after",
+    default_limit=25,
+    max_limit=MAX_RECOVERY_PAGE,
+    tail=False,
 )
 RecoveryPlanPageSerializer = inline_serializer(
     "RecoveryPlanPage",
@@ -135,15 +142,9 @@ LineageSerializer = inline_serializer(
 )
 
 
-def _refusal(exc: RecoveryError) -> Response:
-    return error_response(
-        http_status=exc.http_status, code=exc.code, error=exc.message, detail=exc.detail
-    )
-
-
-def _judge_cost(value: object) -> Decimal | None | Response:
+def _judge_cost(value: object) -> Decimal | None:
     """The confirmed judge cost of a judge_only submission as an exact amount (a decimal
-    string; a JSON number is read by its text), None when absent, or the 400 refusal."""
+    string; a JSON number is read by its text), None when absent; else refused (400)."""
     if value is None:
         return None
     try:
@@ -153,11 +154,10 @@ def _judge_cost(value: object) -> Decimal | None | Response:
         if not amount.is_finite() or amount < 0:
             raise InvalidOperation
     except InvalidOperation:
-        return error_response(
-            http_status=400,
+        raise Refusal(
+            "confirm_judge_cost must be an amount in USD, as the plan's quote states it.",
             code="invalid",
-            error="confirm_judge_cost must be an amount in USD, as the plan's quote states it.",
-        )
+        ) from None
     return amount
 
 
@@ -185,10 +185,7 @@ class RecoveryPlanView(APIView):
     )
     def get(self, request: Request, pk: int) -> Response:
         run = get_object_or_404(Run, pk=pk)
-        try:
-            plan = recovery_plan(run=run, mode=request.query_params.get("mode", ""))
-        except RecoveryError as exc:
-            return _refusal(exc)
+        plan = recovery_plan(run=run, mode=request.query_params.get("mode", ""))
         return Response(
             recovery_plan_page(
                 plan,
@@ -227,10 +224,7 @@ class RecoverView(APIView):
         run = get_object_or_404(Run, pk=pk)
         self.check_object_permissions(request, run)
         data: Any = request.data
-        if not isinstance(data, dict):
-            return error_response(
-                http_status=400, code="invalid", error="The body must be a JSON object."
-            )
+        require_object(data)
         # The documented fields only; inside `plan` (the reviewed plan, whole) anything goes.
         refuse_unknown_fields(data, frozenset(RecoverRequestSerializer.fields))
         # The full reviewed plan, or just its hash, mode and the selected cells.
@@ -239,40 +233,21 @@ class RecoverView(APIView):
         plan = {k: source.get(k) for k in ("plan_sha256", "mode", "selected_cells")}
         if "selected_cells" in data:
             plan["selected_cells"] = data["selected_cells"]
-        key = request.headers.get(IDEMPOTENCY_HEADER) or data.get("idempotency_key") or ""
-        if json_value_problem(key):  # a header is not checked by the body parser
-            return error_response(
-                http_status=400,
-                code="invalid",
-                error="The idempotency key must be valid Unicode without NUL.",
-            )
+        key = IdempotencyKey.of_request(request.headers, data)
         ack = data.get("acknowledge_new_attempt", False)
         if not isinstance(ack, bool):
-            return error_response(
-                http_status=400,
-                code="invalid",
-                error="acknowledge_new_attempt must be true or false.",
-            )
-        confirm = _judge_cost(data.get("confirm_judge_cost"))
-        if isinstance(confirm, Response):
-            return confirm
-        try:
-            child, created = recovery_submit(
-                run=run,
-                plan=plan,
-                idempotency_key=key,
-                acknowledge_new_attempt=ack,
-                confirm_judge_cost=confirm,
-                user=request.user,
-            )
-        except RecoveryError as exc:
-            return _refusal(exc)
+            raise Refusal("acknowledge_new_attempt must be true or false.", code="invalid")
+        child, created = recovery_submit(
+            run=run,
+            plan=plan,
+            idempotency_key=key_value(key) or "",
+            acknowledge_new_attempt=ack,
+            confirm_judge_cost=_judge_cost(data.get("confirm_judge_cost")),
+            user=request.user,
+        )
         child = selectors.runs_with_progress(Run.objects.filter(pk=child.pk)).get()
         body = {**RunSerializer(child).data, "recovery": child.manifest.get("recovery")}
-        response = Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
-        if not created:
-            response["Idempotent-Replayed"] = "true"
-        return response
+        return replay_response(body, created=created)
 
 
 class LineageView(APIView):

@@ -22,7 +22,7 @@ from runs.cli import emit, usd
 from srbench.api_client import (
     CliError,
     add_connection_arguments,
-    api_error_text,
+    api_error_message,
     cli_guard,
     client_from,
     json_file_read,
@@ -149,7 +149,7 @@ def _recover(options: dict[str, Any]) -> int:
         headers={"Idempotency-Key": key},
     )
     if response.status_code not in (200, 201):
-        raise CliError(api_error_text(response))
+        raise CliError(api_error_message(response))
     child = response.json()
     replayed = response.headers.get("Idempotent-Replayed") == "true"
     print(

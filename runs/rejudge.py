@@ -38,14 +38,15 @@ from django.db import IntegrityError, transaction
 
 from runs import services
 from runs.engine.judge_only import stored_answers
-from runs.idempotency import idempotency_key_too_long
+from runs.idempotency import IdempotencyKey, IdempotencyKeyReused, key_value
 from runs.models import Cell, Run
-from runs.regrade import RegradeRefused, judge_cost_quote, regrade_checked_run, rejudge_cells
+from runs.regrade import judge_cost_quote, regrade_checked_run, rejudge_cells
 from srbench.canonical import sha256_hex
+from srbench.refusals import Refusal
 
 __all__ = [
     "REJUDGE_VERSION",
-    "RejudgeError",
+    "ChildRunRefused",
     "confirmation_check",
     "judge_call_worst_case",
     "judge_only_child_create",
@@ -58,18 +59,15 @@ __all__ = [
 REJUDGE_VERSION = 1
 
 
-class RejudgeError(Exception):
-    """A refusal with an HTTP status and a stable code for the API and CLI; nothing was
-    created and nothing was sent."""
+class ChildRunRefused(Refusal):
+    """A re-judge or a recovery refused (both make a child run; one class for the two, issue
+    36 item 2), with its stable code and HTTP status (400 unless the raise says otherwise);
+    nothing was created and nothing was sent. Rendered by the API's one exception handler."""
 
     def __init__(
-        self, code: str, message: str, *, http_status: int = 409, detail: Any = None
+        self, code: str, message: str, *, http_status: int = 400, detail: Any = None
     ) -> None:
-        self.code = code
-        self.message = message
-        self.http_status = http_status
-        self.detail = detail
-        super().__init__(message)
+        super().__init__(message, code=code, http_status=http_status, detail=detail)
 
 
 def confirmation_check(
@@ -79,21 +77,23 @@ def confirmation_check(
     worst case (a judge price is missing) cannot be confirmed: the run would be unbounded."""
     worst = quote["worst_case_usd"]
     if worst is None:
-        raise RejudgeError(
+        raise ChildRunRefused(
             "judge_cost_unconfirmed",
             "a judge price is missing, so no worst case can be stated or confirmed; "
             "nothing was sent",
+            http_status=409,
             detail=quote,
         )
     if confirmed is None or Decimal(confirmed) != Decimal(worst):
-        raise RejudgeError(
+        raise ChildRunRefused(
             "judge_cost_unconfirmed",
             f"{what} {quote['judged_cells']} answer(s) costs at most {worst} USD; "
             f"send confirm_judge_cost={worst} to proceed",
+            http_status=409,
             detail=quote,
         )
     if not quote["judged_cells"]:
-        raise RejudgeError(
+        raise ChildRunRefused(
             "nothing_to_rejudge",
             "the run has no completed judged answer to re-judge",
             http_status=422,
@@ -325,30 +325,24 @@ def judge_only_child_create(
     return _insert(parent, manifest, content, user, None, created)
 
 
-def _key_check(key: str | None) -> str | None:
-    if key is None or not key.strip():
-        return None
-    if (too_long := idempotency_key_too_long(key)) is not None:
-        raise RejudgeError("invalid_idempotency_key", too_long, http_status=400)
-    return key
+def _replay(parent: Run, key: IdempotencyKey, user: Any) -> Run | None:
+    """The child an earlier re-judge of this parent stored under this key (the one replay
+    helper, runs/idempotency.py); refused when the key belongs to anything else (another
+    run, another re-judge)."""
 
+    def same(existing: Run) -> bool:
+        marker = existing.manifest.get("rejudge") or {}
+        return existing.parent_id == parent.pk and marker.get("parent_run") == parent.pk
 
-def _replay(parent: Run, key: str, user: Any) -> Run | None:
-    """The child an earlier re-judge of this parent stored under this key; refused when the
-    key belongs to anything else (another run, another re-judge)."""
-    existing = Run.objects.filter(owner=user, idempotency_key=key).first()
-    if existing is None:
-        return None
-    marker = existing.manifest.get("rejudge") or {}
-    if existing.parent_id != parent.pk or marker.get("parent_run") != parent.pk:
-        raise RejudgeError(
-            "idempotency_key_reused",
-            f"idempotency key {key!r} was already used for run {existing.pk}, which is not "
-            f"this re-judge of run {parent.pk}",
-            http_status=422,
+    def reused(existing: Run) -> IdempotencyKeyReused:
+        return IdempotencyKeyReused(
+            f"idempotency key {key.value!r} was already used for run {existing.pk}, which is "
+            f"not this re-judge of run {parent.pk}",
+            run=existing,
             detail={"run": existing.pk},
         )
-    return existing
+
+    return key.replay(Run.objects.filter(owner=user), same=same, reused=reused)
 
 
 def rejudge_submit(
@@ -356,17 +350,14 @@ def rejudge_submit(
 ) -> tuple[Run, bool]:
     """Create (once) the re-judge child of a finished live run; returns (child, created).
 
-    Refused (RejudgeError, nothing created or sent) unless ``confirm_judge_cost`` is exactly
+    Refused (ChildRunRefused, nothing created or sent) unless ``confirm_judge_cost`` is exactly
     the worst case `judge_cost_quote` states now; a quote with an unknown price is never
     runnable. Idempotent: the same answers, judges and quote return the existing child
     (created=False, nothing dispatched again), whoever confirms; the same idempotency key with
     anything else is refused. The child is written in one durable transaction under the
     parent's row lock and dispatched after commit. The parent is never modified."""
-    key = _key_check(idempotency_key)
-    try:
-        regrade_checked_run(run.pk)
-    except RegradeRefused as exc:
-        raise RejudgeError("regrade_refused", str(exc)) from None
+    key = IdempotencyKey.parse(idempotency_key)
+    regrade_checked_run(run.pk)  # RegradeRefused: 409 regrade_refused
     if key is not None and (child := _replay(run, key, user)) is not None:
         # Same key, same parent: the answer to a lost response; nothing is sent again.
         return child, False
@@ -382,7 +373,7 @@ def rejudge_submit(
             same = Run.objects.filter(parent=parent, manifest__rejudge__rejudge_sha256=sha)
             if (existing := same.order_by("pk").first()) is not None:
                 return existing, False
-            child = _child_create(parent, content, worst, user, key)
+            child = _child_create(parent, content, worst, user, key_value(key))
             transaction.on_commit(lambda: services.run_dispatch(run_id=child.pk))
             return child, True
     except IntegrityError:

@@ -15,17 +15,24 @@ import httpx
 
 from runs.models import Target
 from runs.router_http import BodyTooLarge, DeadlinePassed, Reply, bounded_request, new_client
+from srbench.refusals import Refusal
 
 PREVIEW_TIMEOUT_S = 10.0
 MAX_PREVIEW_BYTES = 1024 * 1024
 
 
-class PreviewError(Exception):
+class PreviewError(Refusal):
     """The router could not give a preview; the message is shown to the user as is."""
+
+    http_status = 502
+    code = "preview_failed"
 
 
 class PreviewNotPossible(PreviewError):
     """The request cannot be previewed at all (target or input), before any network call."""
+
+    http_status = 400
+    code = "preview_not_possible"
 
 
 def _router_message(body: bytes) -> str:

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from runs.engine.finish import run_finish_if_done
 from runs.events import events_append
+from runs.idempotency import IdempotencyKey, IdempotencyKeyReused, key_value
 from runs.models import ACTIVE_RUN_STATUSES, Call, Cell, CellStatus, Run, Target, TargetSecret
 from runs.plans import plan_freeze
 from srbench.secrets import encrypt_secret
@@ -34,17 +35,6 @@ def target_set_api_key(*, target: Target, api_key: str) -> None:
 
 
 # --- runs ------------------------------------------------------------------------------------
-
-
-class IdempotencyConflict(Exception):
-    """The idempotency key was used before with a different plan."""
-
-    def __init__(self, run: Run) -> None:
-        self.run = run
-        super().__init__(
-            f"idempotency key already used for run {run.pk} with a different plan "
-            f"({run.plan_sha256[:12]}…)"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,16 +83,24 @@ def run_create(
 ) -> tuple[Run, bool]:
     """Freeze the plan, create the run with all its cells, and ring the doorbell after commit.
 
-    Idempotent by (owner, idempotency_key): the same key with the same plan returns the same
-    run (created=False); with a different plan it raises IdempotencyConflict.
+    Idempotent by (owner, idempotency_key) through the one replay helper (runs/idempotency.py):
+    the same key with the same plan returns the same run (created=False); with a different
+    plan it raises IdempotencyKeyReused; a key that cannot be stored, InvalidIdempotencyKey.
     """
+    key = IdempotencyKey.parse(idempotency_key)
     frozen = plan_freeze(data=plan)
-    if idempotency_key:
-        existing = Run.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
-        if existing is not None:
-            if existing.plan_sha256 != frozen.plan_sha256:
-                raise IdempotencyConflict(existing)
-            return existing, False
+
+    def replayed() -> Run | None:
+        if key is None:
+            return None
+        return key.replay(
+            Run.objects.filter(owner=owner),
+            same=lambda run: run.plan_sha256 == frozen.plan_sha256,
+            reused=_run_key_reused,
+        )
+
+    if (existing := replayed()) is not None:
+        return existing, False
     try:
         with transaction.atomic(durable=True):
             run = run_insert(
@@ -114,7 +112,7 @@ def run_create(
                     plan_sha256=frozen.plan_sha256,
                     dataset=frozen.dataset,
                     owner=owner,
-                    idempotency_key=idempotency_key or None,
+                    idempotency_key=key_value(key),
                 ),
                 cells=[
                     NewCell(question_id=qid, target_id=target.pk, slot=slot, benchmark=benchmark)
@@ -126,13 +124,19 @@ def run_create(
             transaction.on_commit(lambda: run_dispatch(run_id=run.pk))
     except IntegrityError:
         # A concurrent request with the same key won the race: answer as a replay would.
-        existing = Run.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
-        if existing is None:
+        if (existing := replayed()) is None:
             raise
-        if existing.plan_sha256 != frozen.plan_sha256:
-            raise IdempotencyConflict(existing) from None
         return existing, False
     return run, True
+
+
+def _run_key_reused(run: Run) -> IdempotencyKeyReused:
+    return IdempotencyKeyReused(
+        f"idempotency key already used for run {run.pk} with a different plan "
+        f"({run.plan_sha256[:12]}…)",
+        run=run,
+        detail={"run": run.pk, "plan_sha256": run.plan_sha256},
+    )
 
 
 def run_dispatch(*, run_id: int) -> None:

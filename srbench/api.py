@@ -1,5 +1,6 @@
-"""Cross-cutting API conventions (DESIGN §9): JSON errors as {error, code, detail}, and the
-one keyset paging rule of every list (:class:`Keyset`)."""
+"""Cross-cutting API conventions (DESIGN §9): JSON errors as {error, code, detail} — every
+refusal a service raises (:class:`srbench.refusals.Refusal`) rendered here, by the one exception
+handler, never mapped by a view — and the one keyset paging rule of every list (:class:`Keyset`)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,19 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from srbench.refusals import Refusal
+
 
 def error_response(*, http_status: int, code: str, error: str, detail: Any = None) -> Response:
     return Response({"error": error, "code": code, "detail": detail}, status=http_status)
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """The one renderer of every API refusal (issue 36 item 2): a service's :class:`Refusal`
+    with the status and code it carries, DRF's own (validation, authentication, permission,
+    not found, throttling) and Django's bad requests, all as ``{error, code, detail}``."""
+    if isinstance(exc, Refusal):
+        return Response(exc.document(), status=exc.http_status)
     if isinstance(exc, (SuspiciousOperation, BadRequest)):
         # E.g. a form body with more fields than DATA_UPLOAD_MAX_NUMBER_FIELDS, raised while
         # DRF parses it: without this Django answers its HTML 400 page (found by schemathesis).
@@ -51,11 +59,19 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 
 
 class ErrorSerializer(serializers.Serializer):
-    """The one error document every endpoint answers with (DESIGN §9)."""
+    """The one error document every endpoint answers with (DESIGN §9): every refusal, of every
+    write and read, whatever refused it (issue 36 item 2)."""
 
-    error = serializers.CharField()
-    code = serializers.CharField()
-    detail = serializers.JSONField(allow_null=True)
+    error = serializers.CharField(help_text="what was refused and why, in one line")
+    code = serializers.CharField(
+        help_text="stable snake_case code, e.g. invalid, not_found, invalid_plan, "
+        "idempotency_key_reused, invalid_idempotency_key, recovery_plan_changed"
+    )
+    detail = serializers.JSONField(
+        allow_null=True,
+        help_text="what a client may act on (invalid fields, the conflicting run, the "
+        "differences), or null",
+    )
 
 
 # Every operation can answer these; documenting them keeps the schema honest for a client
@@ -223,10 +239,14 @@ class Keyset:
     * ``before`` — newest first; a page holds rows with a smaller key (0 = from the top). One
       row past ``limit`` is read, and ``next_before`` is the page's last key only when more
       rows exist: new rows arrive at the top, never below the cursor, so null means done.
-    * ``after`` — oldest first, for a list that grows at its end (a run's results, calls,
-      events); a page holds rows with a larger key. ``next_after`` is the last key read
-      (null only on an empty page): a reader polls the tail from it until a page is empty.
+    * ``after`` — oldest first; a page holds rows with a larger key. For a list that grows at
+      its end (``tail``: a run's results, calls, events) ``next_after`` is the last key read
+      (null only on an empty page): a reader polls the tail from it until a page is empty. A
+      list read as it stands (``tail=False``: a recovery plan's cells, a run's lineage
+      children) ends like ``before``: null when no row follows.
 
+    ``next_cursor`` is that rule, the only one: every paged answer of the API (the recovery
+    plan's two lists and the lineage included) takes its cursor from it (issue 36 item 2).
     The answer is ``{results, next_<direction>}`` (a view may add fields); ``parameters()``
     and ``page_serializer()`` describe it to drf-spectacular.
     """
@@ -240,8 +260,10 @@ class Keyset:
         default_limit: int = 25,
         max_limit: int = 100,
         key: str = "pk",
+        tail: bool | None = None,
     ) -> None:
         self.direction = direction
+        self.tail = direction == "after" if tail is None else tail
         self.cursor_param = cursor_param or direction
         self.limit_param = limit_param
         self.default_limit = default_limit
@@ -275,9 +297,10 @@ class Keyset:
         return page[:limit], self.next_cursor(page[:limit], more=len(page) > limit)
 
     def next_cursor(self, page: list[Any], *, more: bool) -> int | None:
-        """The rule for the next cursor, for rows a selector read (``more`` only matters for
-        ``before``: an ``after`` list may grow, so its cursor is always the last key read)."""
-        if not page or (self.direction == "before" and not more):
+        """The rule for the next cursor, for rows a selector read: the page's last key while
+        more rows follow; at the end, null — unless the list grows at its tail, whose reader
+        keeps polling from the last key read."""
+        if not page or (not more and not self.tail):
             return None
         last = page[-1]
         return last[self.key] if isinstance(last, Mapping) else getattr(last, self.key)

@@ -305,28 +305,31 @@ class ApiClient:
     ) -> Any:
         response = self.request(method, path, **kwargs)
         if response.status_code not in ok:
-            raise CliError(api_error_text(response))
+            raise CliError(api_error_message(response))
         return response.json()
 
 
 def api_error_message(response: httpx.Response) -> str:
-    """The API's own one-line message (`error`), with the conflicts or differences a refusal
-    lists in its detail; whitespace folded so it stays one greppable line."""
+    """The one `error:` line of every API refusal (issue 36 item 2): every endpoint answers
+    ``{error, code, detail}`` (srbench.api's one exception handler), shown here as the API's
+    own message, its code in brackets, then what the detail lists — each conflict, each refused
+    candidate run with its differences, or the detail itself as compact JSON. Whitespace is
+    folded so it stays one greppable line."""
     try:
         body = response.json()
     except ValueError:
         return f"HTTP {response.status_code}: {response.text[:300]}"
     if not isinstance(body, dict) or "error" not in body:
         return f"HTTP {response.status_code}: {body}"
-    message = str(body["error"])
+    message = f"{body['error']} ({body.get('code')})"
     detail = body.get("detail")
     if isinstance(detail, dict) and isinstance(detail.get("conflicts"), list):
-        message = "conflict: " + " | ".join(str(c.get("detail")) for c in detail["conflicts"])
+        message += ": " + " | ".join(str(c.get("detail")) for c in detail["conflicts"])
     elif isinstance(detail, dict) and isinstance(detail.get("refused"), list):
         # A comparison refusing every candidate run (409): say why for each of them.
         message += ": " + " | ".join(refused_text(r) for r in detail["refused"])
-    elif body.get("code") == "invalid" and detail:
-        message = f"{message} {json.dumps(detail)}"
+    elif detail:
+        message += f": {json.dumps(detail, ensure_ascii=False)}"
     return " ".join(message.split())
 
 
@@ -337,17 +340,6 @@ def refused_text(refused: Any) -> str:
     differences = refused.get("differences") or []
     reasons = "; ".join(str(d.get("text")) for d in differences if isinstance(d, dict))
     return f"run {refused.get('run')}: {reasons}"
-
-
-def api_error_text(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return f"HTTP {response.status_code}: {response.text[:300]}"
-    if isinstance(body, dict) and "error" in body:
-        detail = body.get("detail")
-        return f"{body['error']} ({body.get('code')})" + (f": {detail}" if detail else "")
-    return f"HTTP {response.status_code}: {body}"
 
 
 # While a followed run is near its end, it is polled this often instead of every --poll.

@@ -80,7 +80,7 @@ def test_a_key_is_per_user(api, live_server) -> None:  # type: ignore[no-untyped
 def test_an_overlong_key_is_a_400_not_a_database_error(api) -> None:  # type: ignore[no-untyped-def]
     client, plan = api
     response = post(client, plan, "k" * 256)
-    assert response.status_code == 400 and response.json()["code"] == "invalid"
+    assert response.status_code == 400 and response.json()["code"] == "invalid_idempotency_key"
     assert not Run.objects.exists()
 
 

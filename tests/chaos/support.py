@@ -26,9 +26,10 @@ from django.db.models import Count, Q, Sum
 
 from datasets.models import FrozenDataset
 from runs.models import TERMINAL_RUN_STATUSES, Call, CallEvidence, Cell, Run
-from runs.recovery import RecoveryError, recovery_plan
+from runs.recovery import recovery_plan
 from runs.report import run_report
 from runs.services import run_cancel, run_create
+from srbench.refusals import Refusal
 from tests.conftest import ROOT, WorkerProcess, database_url_for_worker
 from tests.runs.engine_support import fixture_dataset
 
@@ -212,7 +213,7 @@ def resumable_problems(run: Run) -> list[str]:
     problems = []
     try:
         plan = recovery_plan(run=run, mode="undispatched")
-    except RecoveryError as exc:
+    except Refusal as exc:
         return [f"recovery plan refused: {exc.code}: {exc.message}"]
     eligible = {e["cell"] for e in plan["eligible_cells"]}
     dispatched = set(Cell.objects.filter(run=run, calls__isnull=False).values_list("pk", flat=True))

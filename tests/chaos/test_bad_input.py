@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from datasets.models import FrozenDataset, Question
+from runs.idempotency import IdempotencyKeyReused
 from runs.models import (
     Call,
     CallEvidence,
@@ -24,8 +25,9 @@ from runs.models import (
     Target,
 )
 from runs.plans import PlanError
-from runs.recovery import RecoveryError, recovery_plan, recovery_submit
-from runs.services import IdempotencyConflict, run_create
+from runs.recovery import recovery_plan, recovery_submit
+from runs.services import run_create
+from srbench.refusals import Refusal
 from tests import factories as f
 from tests.runs import engine_support as es
 
@@ -193,7 +195,7 @@ def test_a_reused_run_idempotency_key_with_another_plan_is_refused(world, capsys
     before = counts()
     again, created = run_create(owner=world["owner"], plan=good_plan(world), idempotency_key="k1")
     assert (again.pk, created) == (run.pk, False)
-    with pytest.raises(IdempotencyConflict, match="idempotency key already used"):
+    with pytest.raises(IdempotencyKeyReused, match="idempotency key already used"):
         run_create(
             owner=world["owner"], plan={**good_plan(world), "name": "other"}, idempotency_key="k1"
         )
@@ -273,13 +275,13 @@ def test_malformed_recovery_plans_are_refused_and_change_nothing(world, tmp_path
     ]
     before = counts()
     for label, body, code in bad:
-        with pytest.raises(RecoveryError) as error:
+        with pytest.raises(Refusal) as error:
             recovery_submit(run=run, plan=body, idempotency_key=f"bad-{label}", user=world["owner"])
         assert error.value.code == code, (label, error.value.code, error.value.message)
         assert error.value.message, label
         assert counts() == before, label
     for label, key in [("empty key", ""), ("blank key", "   "), ("long key", "k" * 256)]:
-        with pytest.raises(RecoveryError, match="(?i)idempotency.key"):
+        with pytest.raises(Refusal, match="(?i)idempotency.key"):
             recovery_submit(run=run, plan=plan, idempotency_key=key, user=world["owner"])
         assert counts() == before, label
 
@@ -328,7 +330,7 @@ def test_a_reused_recovery_key_with_another_selection_is_refused(world, tmp_path
     before = counts()
     again, created = recovery_submit(run=run, plan=first, idempotency_key="r1", user=world["owner"])
     assert (again.pk, created) == (child.pk, False)
-    with pytest.raises(RecoveryError) as reused:
+    with pytest.raises(Refusal) as reused:
         recovery_submit(
             run=run,
             plan={**plan, "selected_cells": eligible[1:2]},
@@ -351,7 +353,7 @@ def test_a_reused_recovery_key_with_another_selection_is_refused(world, tmp_path
     )
     assert code == 2 and "idempotency key 'r1' was already used" in err, err
     # Another key for a cell the first recovery claimed: refused, nothing created.
-    with pytest.raises(RecoveryError) as claimed:
+    with pytest.raises(Refusal) as claimed:
         recovery_submit(run=run, plan=first, idempotency_key="r2", user=world["owner"])
     assert claimed.value.code in ("recovery_plan_changed", "cells_not_eligible")
     assert counts() == before

@@ -1,6 +1,7 @@
-"""An Idempotency-Key longer than the columns that store it is refused with the answer each
-entry point has always given (a 400, never a database error); one of exactly that length is
-taken. The length is one rule (runs/idempotency.py), read from the model columns."""
+"""An Idempotency-Key longer than the columns that store it is refused (a 400, never a database
+error) with the one refusal every entry point gives (issue 36 item 2: before, each entry point
+had its own shape); one of exactly that length is taken. The length is one rule
+(runs/idempotency.py), read from the model columns."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from runs.idempotency import InvalidIdempotencyKey
 from runs.models import RecoveryRequest, Run
-from runs.recovery import RecoveryError, recovery_submit
-from runs.rejudge import RejudgeError, rejudge_submit
+from runs.recovery import recovery_submit
+from runs.rejudge import rejudge_submit
+from srbench.refusals import Refusal
 from tests import factories as f
 from tests.compare import builders as b
 from tests.runs import engine_support as es
@@ -20,12 +23,16 @@ pytestmark = pytest.mark.django_db
 
 LONGEST = 255  # the columns' max_length in runs/models.py
 TOO_LONG = "k" * (LONGEST + 1)
-RUN_CREATE_REFUSAL = {
-    "error": "The request is not valid.",
-    "code": "invalid",
-    "detail": {"idempotency_key": "a string of at most 255 characters, valid Unicode without NUL"},
+# The one refusal of a key that cannot be stored, from the API and from every service.
+KEY_MESSAGE = (
+    "the idempotency key must be a string of at most 255 characters, valid Unicode without NUL"
+)
+KEY_REFUSAL = {
+    "error": KEY_MESSAGE,
+    "code": "invalid_idempotency_key",
+    "detail": {"max_length": 255},
 }
-SERVICE_REFUSAL = ("invalid_idempotency_key", "the idempotency key is too long (≤ 255)", 400)
+SERVICE_REFUSAL = ("invalid_idempotency_key", KEY_MESSAGE, 400)
 UNREVIEWED = {"plan_sha256": "0" * 64, "mode": "undispatched"}
 
 
@@ -61,7 +68,7 @@ def test_a_run_create_refuses_a_key_one_too_long_and_takes_one_exactly_long() ->
         {"data": {**plan, "idempotency_key": TOO_LONG}},
     ):
         r = client.post("/api/v1/runs/", sent.pop("data", plan), format="json", **sent)
-        assert (r.status_code, r.json()) == (400, RUN_CREATE_REFUSAL)
+        assert (r.status_code, r.json()) == (400, KEY_REFUSAL)
     assert not Run.objects.exists()
     made = client.post("/api/v1/runs/", plan, format="json", HTTP_IDEMPOTENCY_KEY="k" * LONGEST)
     assert made.status_code == 201, made.json()
@@ -77,13 +84,13 @@ def test_a_rejudge_refuses_a_key_one_too_long() -> None:
         format="json",
         HTTP_IDEMPOTENCY_KEY=TOO_LONG,
     )
-    assert (r.status_code, r.json()) == (400, RUN_CREATE_REFUSAL)
-    with pytest.raises(RejudgeError) as refused:
+    assert (r.status_code, r.json()) == (400, KEY_REFUSAL)
+    with pytest.raises(InvalidIdempotencyKey) as refused:
         rejudge_submit(run=parent, confirm_judge_cost=None, user=owner, idempotency_key=TOO_LONG)
     assert (refused.value.code, refused.value.message, refused.value.http_status) == (
         SERVICE_REFUSAL
     )
-    with pytest.raises(RejudgeError) as past_the_key:  # the key passes; the run has no judge
+    with pytest.raises(Refusal) as past_the_key:  # the key passes; the run has no judge
         rejudge_submit(run=parent, confirm_judge_cost=None, user=owner, idempotency_key="k" * 255)
     assert past_the_key.value.code != "invalid_idempotency_key"
     assert not Run.objects.filter(parent=parent).exists()
@@ -94,14 +101,14 @@ def test_a_recovery_refuses_a_key_one_too_long() -> None:
     parent = _finished_run(owner)
     client = _client(owner)
     url = f"/api/v1/runs/{parent.pk}/recover/"
-    expected = {"error": SERVICE_REFUSAL[1], "code": SERVICE_REFUSAL[0], "detail": None}
+    expected = KEY_REFUSAL
     for body, headers in (
         (UNREVIEWED, {"HTTP_IDEMPOTENCY_KEY": TOO_LONG}),
         ({**UNREVIEWED, "idempotency_key": TOO_LONG}, {}),
     ):
         r = client.post(url, body, format="json", **headers)
         assert (r.status_code, r.json()) == (400, expected)
-    with pytest.raises(RecoveryError) as refused:
+    with pytest.raises(InvalidIdempotencyKey) as refused:
         recovery_submit(run=parent, plan=UNREVIEWED, user=owner, idempotency_key=TOO_LONG)
     assert (refused.value.code, refused.value.message, refused.value.http_status) == (
         SERVICE_REFUSAL

@@ -25,10 +25,11 @@ from runs.models import (
     Run,
     RunEvent,
 )
-from runs.recovery import RecoveryError, recovery_plan, recovery_submit
+from runs.recovery import recovery_plan, recovery_submit
 from runs.report import run_report
 from runs.services import run_create
 from srbench.canonical import sha256_hex
+from srbench.refusals import Refusal
 from tests import factories as f
 from tests.conftest import WorkerProcess, purge_broker, wait_until
 from tests.runs import engine_support as es
@@ -121,7 +122,7 @@ def test_killed_worker_run_recovers_only_never_dispatched_cells_in_a_child(worke
         first.stop(signal.SIGKILL)
 
         # The dead worker's leases have not run out yet: the run is not terminal.
-        with pytest.raises(RecoveryError) as refused:
+        with pytest.raises(Refusal) as refused:
             recovery_plan(run=run, mode="undispatched")
         assert refused.value.code == "run_not_terminal" and refused.value.http_status == 409
 
@@ -253,7 +254,7 @@ def test_failed_mode_needs_acknowledgement_and_retries_selected_cells_as_new_att
 
         selection = [c.pk for c in failed[:2]]
         request = {**plan, "selected_cells": selection}
-        with pytest.raises(RecoveryError) as refused:
+        with pytest.raises(Refusal) as refused:
             recovery_submit(run=run, plan=request, idempotency_key="retry-1", user=owner)
         assert refused.value.code == "acknowledgement_required"
         assert not Run.objects.filter(parent=run).exists()
@@ -314,7 +315,7 @@ def test_failed_mode_excludes_cells_with_unknown_cost_or_ambiguous_calls():
     reasons = {e["cell"]: e["reason"] for e in undispatched["excluded"]}
     assert reasons[known.pk] == "already_dispatched_requires_new_attempt"
     assert never.pk in {e["cell"] for e in undispatched["eligible_cells"]}
-    with pytest.raises(RecoveryError) as bad:
+    with pytest.raises(Refusal) as bad:
         recovery_plan(run=run, mode="failed", selected_cells=[known.pk, unknown.pk])
     assert bad.value.code == "cells_not_eligible"
     assert bad.value.detail == {str(unknown.pk): "ambiguous_saved_result_requires_reconciliation"}
@@ -325,11 +326,11 @@ def test_a_run_that_is_not_terminal_cannot_be_recovered():
     f.target_create(slug="sim-strong", prices={"sim-strong": es.PRICES["sim-strong"]})
     owner = f.user_create()
     run = parent_run(owner)  # queued: no worker here
-    with pytest.raises(RecoveryError) as refused:
+    with pytest.raises(Refusal) as refused:
         recovery_plan(run=run, mode="undispatched")
     assert refused.value.code == "run_not_terminal"
     assert "queued" in refused.value.message
-    with pytest.raises(RecoveryError):
+    with pytest.raises(Refusal):
         recovery_submit(
             run=run,
             plan={"mode": "undispatched", "plan_sha256": "0" * 64},
@@ -361,7 +362,7 @@ def test_same_key_replays_other_cells_conflict_and_claims_are_exclusive(workers)
                 results[key] = recovery_submit(
                     run=run, plan=reviewed, idempotency_key=key, user=owner
                 )
-            except RecoveryError as exc:
+            except Refusal as exc:
                 results[key] = exc
             finally:
                 connection.close()
@@ -372,7 +373,7 @@ def test_same_key_replays_other_cells_conflict_and_claims_are_exclusive(workers)
         for t in threads:
             t.join()
         winners = [v for v in results.values() if isinstance(v, tuple)]
-        losers = [v for v in results.values() if isinstance(v, RecoveryError)]
+        losers = [v for v in results.values() if isinstance(v, Refusal)]
         assert len(winners) == 1 and len(losers) == 1
         assert losers[0].code in ("recovery_plan_changed", "cells_already_claimed")
         assert losers[0].http_status == 409
@@ -388,7 +389,7 @@ def test_same_key_replays_other_cells_conflict_and_claims_are_exclusive(workers)
         )
         assert (again.pk, created) == (child.pk, False)
         # Same key, other cells: a conflict, not a second child.
-        with pytest.raises(RecoveryError) as conflict:
+        with pytest.raises(Refusal) as conflict:
             recovery_submit(
                 run=run,
                 plan={**reviewed, "selected_cells": eligible[:1]},
@@ -406,7 +407,7 @@ def test_same_key_replays_other_cells_conflict_and_claims_are_exclusive(workers)
             for e in fresh["excluded"]
             if e["reason"] == "already_claimed_by_another_recovery"
         } == set(eligible)
-        with pytest.raises(RecoveryError) as claimed:
+        with pytest.raises(Refusal) as claimed:
             recovery_submit(
                 run=run,
                 plan={**fresh, "selected_cells": eligible[:1]},
@@ -443,7 +444,7 @@ def test_a_plan_reviewed_before_the_ledger_changed_is_refused_and_creates_nothin
     other, _ = recovery_submit(
         run=run, plan={**mine, "selected_cells": cells[:2]}, idempotency_key="other", user=owner
     )
-    with pytest.raises(RecoveryError) as stale:
+    with pytest.raises(Refusal) as stale:
         recovery_submit(run=run, plan=mine, idempotency_key="mine", user=owner)
     assert stale.value.code == "recovery_plan_changed" and stale.value.http_status == 409
     assert list(Run.objects.filter(parent=run)) == [other]

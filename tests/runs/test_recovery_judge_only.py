@@ -28,10 +28,11 @@ from runs.engine.finish import EPISODE_INTERRUPTED, LEGACY_SETTLED_ERROR
 from runs.engine.reaper import ledger_reap
 from runs.engine.scoring import judge_request_messages
 from runs.models import Call, Cell, RecoveryClaim, RecoveryRequest, Run, Target
-from runs.recovery import RecoveryError, recovery_plan, recovery_submit
+from runs.recovery import recovery_plan, recovery_submit
 from runs.recovery_rules import JUDGE_ONLY_TEXT, REASONS
 from runs.report import run_report
 from runs.services import run_create
+from srbench.refusals import Refusal
 from srbench.simulator import oracle
 from tests import factories as f
 from tests.conftest import WorkerProcess, purge_broker, wait_until
@@ -311,7 +312,7 @@ def test_a_judge_only_quote_without_a_judge_price_cannot_be_confirmed():
     unpriced = recovery_plan(run=run, mode="judge_only")
     assert unpriced["judge_cost_quote"]["worst_case_usd"] is None
     assert {e["judge_call_worst_case_usd"] for e in unpriced["eligible_cells"]} == {None}
-    with pytest.raises(RecoveryError) as refused:
+    with pytest.raises(Refusal) as refused:
         recovery_submit(
             run=run,
             plan=unpriced,

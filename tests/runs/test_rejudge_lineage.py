@@ -25,10 +25,11 @@ from runs.engine.finish import EPISODE_INTERRUPTED, cell_settlement
 from runs.engine.reaper import ledger_reap
 from runs.lineage import run_lineage
 from runs.models import Call, Cell, RecoveryRequest, Run, Target
-from runs.recovery import RecoveryError, recovery_plan, recovery_submit
+from runs.recovery import recovery_plan, recovery_submit
 from runs.recovery_rules import REJUDGE_NEW_ATTEMPT
 from runs.regrade import judge_cost_quote
 from runs.rejudge import rejudge_submit
+from srbench.refusals import Refusal
 from tests import factories as f
 from tests.compare import builders as b
 from tests.conftest import purge_broker
@@ -337,13 +338,13 @@ def test_failed_mode_recovery_of_a_rejudge_child_is_refused_and_undispatched_kee
     never sent keep their slot, the recovery child keeps the re-judge marker, so its episode
     judges the parent's answer, and the recovery pass grades it from that answer too."""
     parent, child, unsent = stopped_child()
-    with pytest.raises(RecoveryError) as refused:
+    with pytest.raises(Refusal) as refused:
         recovery_plan(run=child, mode="failed")
     assert refused.value.code == REJUDGE_NEW_ATTEMPT and refused.value.http_status == 422
     assert f"re-judges the answers of run {parent.pk}" in refused.value.message
     assert "'undispatched'" in refused.value.message
     staff = f.user_create(staff=True)
-    with pytest.raises(RecoveryError) as submitted:
+    with pytest.raises(Refusal) as submitted:
         recovery_submit(
             run=child,
             plan={"plan_sha256": "0" * 64, "mode": "failed", "selected_cells": [unsent[0].pk]},
