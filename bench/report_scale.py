@@ -1,5 +1,10 @@
 """Scale benchmark: run report over 100,000 cells, comparison of 20 candidates × 3,183 cases.
 
+The run report is timed twice: computed from the ledger (`run_report`, what every API request
+did before issue 38), and as users fetch it, `GET /api/v1/runs/ID/report/` through the whole
+request stack, reading the report kept at run end (after a usage correction too, which keeps
+the corrected report in its own commit).
+
 Targets (PERFORMANCE.md): each ≤ 1 s. The comparison is also measured on the path users take
 (issue 25): each run's run-end work as the engine's finish does it (`run_report_keep`: its
 report, then the run-end hooks — compare stores its per-cell figures), then the FIRST
@@ -33,12 +38,14 @@ django.setup()
 import numpy as np  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
+from django.test import Client  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from compare.models import CaseFigures  # noqa: E402
 from compare.services import comparison_build  # noqa: E402
 from datasets.benchmarks import get_adapter  # noqa: E402
 from datasets.models import FrozenDataset, Question  # noqa: E402
+from runs.corrections import version_appended  # noqa: E402
 from runs.engine.finish import run_report_keep  # noqa: E402
 from runs.models import Call, Cell, Run, RunReport, Target, UsageCorrection  # noqa: E402
 from runs.report import run_report  # noqa: E402
@@ -182,6 +189,50 @@ def timed(label: str, fn: Any, repeat: int) -> float:
     return best
 
 
+def api_client(owner: Any) -> Client:
+    client = Client(SERVER_NAME="localhost")
+    client.force_login(owner)
+    return client
+
+
+def api_report(client: Client, run: Run, correction: int | None = None) -> None:
+    """GET the run's report through the API (middleware, auth, DRF, JSON rendering) and check
+    it is the kept one, naming the correction it reflects."""
+    response = client.get(f"/api/v1/runs/{run.pk}/report/")
+    assert response.status_code == 200, response.content[:300]
+    version = response.json()["report_version"]
+    assert version["stored"] and version["usage_correction"] == correction, version
+
+
+def correct_usage(run: Run, call_ids: list[int]) -> None:
+    """A usage correction of every call (the shape `usage_reconcile` appends)."""
+    UsageCorrection.objects.create(
+        run=run,
+        version=1,
+        evidence_sha256="b" * 64,
+        verified_count=len(call_ids),
+        changed_count=0,
+        unverifiable_count=0,
+        old_known_cost_usd=None,
+        new_known_cost_usd=None,
+        corrections={
+            "rules_version": "bench",
+            "calls": [
+                {
+                    "call_id": pk,
+                    "input_tokens": 100,
+                    "cached_input_tokens": 0,
+                    "cache_write_tokens": 0,
+                    "output_tokens": 40,
+                    "cost_usd": "0.0009",
+                    "cache_neutral_cost_usd": "0.0009",
+                }
+                for pk in call_ids
+            ],
+        },
+    )
+
+
 def run_end_then_first_comparison(run_ids: list[int], compare: Any, repeat: int) -> None:
     """The path users take: every run ends through the engine's finish, which stores its report
     and (the run-end hooks) its per-cell figures; then a comparison reads the runs for the
@@ -236,33 +287,28 @@ def measure(repeat: int) -> None:
     analyze()
     print(f"built 100,000 cells and calls in {time.perf_counter() - started:.1f} s")
     timed("run_report, 100,000 cells (10 targets)", lambda: run_report(run=big), repeat)
+    # What users fetch (issue 38 item 1): the API's report of the run once it ended (its
+    # report kept by the run end), through the whole request stack; compare the line above,
+    # the computation every request made before.
+    run_report_keep(run_id=big.pk)
+    api = api_client(owner)
+    timed("API report (GET …/report/), 100,000 cells", lambda: api_report(api, big), repeat)
     call_ids = list(Call.objects.filter(cell__run=big).values_list("pk", flat=True))
-    UsageCorrection.objects.create(
-        run=big,
-        version=1,
-        evidence_sha256="b" * 64,
-        verified_count=len(call_ids),
-        changed_count=0,
-        unverifiable_count=0,
-        old_known_cost_usd=None,
-        new_known_cost_usd=None,
-        corrections={
-            "rules_version": "bench",
-            "calls": [
-                {
-                    "call_id": pk,
-                    "input_tokens": 100,
-                    "cached_input_tokens": 0,
-                    "cache_write_tokens": 0,
-                    "output_tokens": 40,
-                    "cost_usd": "0.0009",
-                    "cache_neutral_cost_usd": "0.0009",
-                }
-                for pk in call_ids
-            ],
-        },
+    correction_start = time.perf_counter()
+    with transaction.atomic():
+        correct_usage(big, call_ids)
+        version_appended(run_id=big.pk)  # as usage_reconcile does: the report kept in its commit
+    spent = time.perf_counter() - correction_start
+    print(
+        f"{'a 100,000-call correction and its report, in one commit':<58} "
+        f"{spent * 1000:8.1f} ms  (once; {load()})"
     )
     analyze()
+    timed(
+        "API report, 100,000 cells, after the correction",
+        lambda: api_report(api, big, correction=1),
+        repeat,
+    )
     timed(
         "run_report, 100,000 cells, with a 100,000-call correction",
         lambda: run_report(run=big),
@@ -270,6 +316,8 @@ def measure(repeat: int) -> None:
     )
     # What the engine's finish adds after the run's terminal commit: its report and (the
     # run-end hooks) its case figures, computed and stored once.
+    RunReport.objects.filter(run=big).delete()
+    CaseFigures.objects.filter(run=big).delete()
     start = time.perf_counter()
     run_report_keep(run_id=big.pk)
     spent = time.perf_counter() - start

@@ -25,11 +25,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from runs import selectors
-from runs.idempotency import IDEMPOTENCY_KEY_MAX, idempotency_key_too_long
+from runs.idempotency import (
+    IDEMPOTENCY_HEADER,
+    IDEMPOTENCY_KEY_MAX,
+    IdempotencyKey,
+    key_value,
+    replay_response,
+)
 from runs.models import Run, Target
 from runs.permissions import MayActOnRun
-from runs.plans import PlanError, PlanSerializer, plan_freeze
-from runs.report import run_report
+from runs.plans import PlanSerializer, plan_freeze
 from runs.serializers import (
     CallDetailSerializer,
     CallSummarySerializer,
@@ -38,20 +43,19 @@ from runs.serializers import (
     RunSerializer,
     TargetSerializer,
 )
-from runs.services import IdempotencyConflict, run_cancel, run_create
+from runs.services import run_cancel, run_create
+from runs.stored_report import run_report_served
 from srbench.api import (
     BIGINT_MAX,
     ApiSchema,
     Keyset,
     StrictFieldsSerializer,
-    error_response,
     error_responses,
     require_no_body_fields,
     require_object,
 )
-from srbench.parsers import json_value_problem
+from srbench.refusals import Refusal
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 # Cancel, reconcile, regrade, export and recover: the run's owner or an operator (runs/permissions).
 RUN_WRITE_PERMISSIONS = [IsAuthenticated, MayActOnRun]
 
@@ -155,6 +159,14 @@ ReportSerializer = inline_serializer(
         "spend": serializers.DictField(
             help_text="total spend and waste (failed and unknown-outcome calls), USD text or null"
         ),
+        "report_version": serializers.DictField(
+            help_text="which report this is (an ended run's is the one kept at its end, "
+            "recomputed only when its ledger changes): `key`, the name it is stored under "
+            "(sha256 of the ledger's state and the report code's version; null while the run "
+            "is in progress), `code`, the report code's version, `usage_correction` and "
+            "`regrade`, the versions it reflects (null: none), `computed_at`, and `stored` "
+            "(false: computed for this request)"
+        ),
     },
 )
 CorrectionSerializer = inline_serializer(
@@ -245,12 +257,6 @@ ExportSerializer = inline_serializer(
 )
 
 
-def _invalid_plan(exc: PlanError) -> Response:
-    return error_response(
-        http_status=400, code="invalid_plan", error="The plan is not valid.", detail=exc.errors
-    )
-
-
 class TargetViewSet(viewsets.ReadOnlyModelViewSet):
     """Registered targets (read-only for everyone; operators edit them in the admin)."""
 
@@ -268,11 +274,7 @@ class PlanReviewView(APIView):
     @extend_schema(request=PlanSerializer, responses=PlanSummarySerializer)
     def post(self, request: Request) -> Response:
         require_object(request.data)
-        try:
-            frozen = plan_freeze(data=request.data)
-        except PlanError as exc:
-            return _invalid_plan(exc)
-        return Response(plan_summary(frozen))
+        return Response(plan_summary(plan_freeze(data=request.data)))
 
 
 class RunViewSet(viewsets.ReadOnlyModelViewSet):
@@ -333,39 +335,13 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     )
     def create(self, request: Request) -> Response:
         require_object(request.data)
-        key = request.headers.get(IDEMPOTENCY_HEADER) or request.data.get("idempotency_key")
-        # The header bypasses the body parser's checks: a NUL would be a database error.
-        if key is not None and (
-            not isinstance(key, str) or idempotency_key_too_long(key) or json_value_problem(key)
-        ):
-            raise ValidationError(
-                {
-                    "idempotency_key": f"a string of at most {IDEMPOTENCY_KEY_MAX} characters, "
-                    "valid Unicode without NUL"
-                }
-            )
+        key = IdempotencyKey.of_request(request.headers, request.data)
         plan = {k: v for k, v in request.data.items() if k != "idempotency_key"}
-        try:
-            run, created = run_create(owner=request.user, plan=plan, idempotency_key=key)
-        except PlanError as exc:
-            return _invalid_plan(exc)
-        except IdempotencyConflict as exc:
-            return error_response(
-                http_status=422,
-                code="idempotency_key_reused",
-                error=str(exc),
-                detail={"run": exc.run.pk, "plan_sha256": exc.run.plan_sha256},
-            )
+        run, created = run_create(owner=request.user, plan=plan, idempotency_key=key_value(key))
         run = selectors.runs_with_progress(Run.objects.filter(pk=run.pk)).get()
         # A replay is answered with the run as it is now (its id and plan are what the first
         # request created); 200 and the header tell the client it was not created again.
-        response = Response(
-            RunSerializer(run).data,
-            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
-        )
-        if not created:
-            response["Idempotent-Replayed"] = "true"
-        return response
+        return replay_response(RunSerializer(run).data, created=created)
 
     @extend_schema(request=None, responses=RunCancelSerializer)
     @action(detail=True, methods=["post"], permission_classes=RUN_WRITE_PERMISSIONS)
@@ -381,7 +357,8 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(responses=ReportSerializer)
     @action(detail=True, methods=["get"])
     def report(self, request: Request, pk: str | None = None) -> Response:
-        return Response(run_report(run=self.get_object()))
+        # The report kept at run end, named by `report_version` (issue 38 item 1).
+        return Response(run_report_served(run=self.get_object()))
 
     @extend_schema(
         parameters=RESULT_PAGE.parameters(),
@@ -423,9 +400,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         run = self.get_object()
         call = selectors.call_full(run=run, call_id=int_param_value("call_id", call_id))
         if call is None:
-            return error_response(
-                http_status=404, code="not_found", error="No such call in this run."
-            )
+            raise NotFound("No such call in this run.")
         # A judge call's request and reply are withheld there, as on the call page (R9.3).
         return Response(CallDetailSerializer(call).data)
 
@@ -465,14 +440,11 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     def reconcile_usage(self, request: Request, pk: str | None = None) -> Response:
         """Rebuild usage from the saved SSE evidence and append an idempotent, versioned cost
         correction (R2). Makes no model call."""
-        from runs.reconcile import ReconcileRefused, correction_summary, usage_reconcile
+        from runs.reconcile import correction_summary, usage_reconcile
 
         require_no_body_fields(request.data)
         run = self.get_object()
-        try:
-            result = usage_reconcile(run_id=run.pk)
-        except ReconcileRefused as exc:
-            return error_response(http_status=409, code="reconcile_refused", error=str(exc))
+        result = usage_reconcile(run_id=run.pk)  # ReconcileRefused: 409 reconcile_refused
         summary = correction_summary(result.correction) or {}
         return Response({**summary, "created": result.created, "model_requests": 0})
 
@@ -522,7 +494,6 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         it like any run; the same confirmation returns the same child). GET without `task`:
         the latest regrade."""
         from runs.regrade import (
-            RegradeRefused,
             judge_cost_quote,
             regrade_checked_run,
             regrade_doc,
@@ -539,10 +510,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         require_object(request.data)
         body = RegradeRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        try:
-            regrade_checked_run(run.pk)
-        except RegradeRefused as exc:
-            return error_response(http_status=409, code="regrade_refused", error=str(exc))
+        regrade_checked_run(run.pk)  # RegradeRefused: 409 regrade_refused
         if body.validated_data["rejudge"]:
             return self._rejudge(request, run, body.validated_data["confirm_judge_cost"])
         quote = judge_cost_quote(run)
@@ -555,10 +523,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             return Response(
                 regrade_queued_doc(run, task.id, "queued", sha), status=status.HTTP_202_ACCEPTED
             )
-        try:
-            result = run_regrade(run_id=run.pk)
-        except RegradeRefused as exc:
-            return error_response(http_status=409, code="regrade_refused", error=str(exc))
+        result = run_regrade(run_id=run.pk)
         return Response(regrade_doc(result.regrade, created=result.created, quote=quote))
 
     def _regrade_follow(self, request: Request, run: Run) -> Response:
@@ -578,8 +543,8 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             raise ValidationError({"task": ["Not a task id."]}) from None
         result = AsyncResult(task_id)
         if result.state == "FAILURE":
-            return error_response(
-                http_status=409, code="regrade_failed", error=f"the regrade failed: {result.result}"
+            raise Refusal(
+                f"the regrade failed: {result.result}", code="regrade_failed", http_status=409
             )
         if result.state != "SUCCESS":
             doc = regrade_queued_doc(run, task_id, result.state.lower(), None)
@@ -596,30 +561,14 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     def _rejudge(request: Request, run: Run, confirmed: Decimal | None) -> Response:
         """A confirmed re-judge: the child run (runs/rejudge.py), 202; else the refusal."""
         from runs.regrade import judge_cost_quote
-        from runs.rejudge import RejudgeError, rejudge_doc, rejudge_submit
+        from runs.rejudge import rejudge_doc, rejudge_submit
 
-        key = request.headers.get(IDEMPOTENCY_HEADER)
-        # The header bypasses the body parser's checks: a NUL would be a database error.
-        if key is not None and (idempotency_key_too_long(key) or json_value_problem(key)):
-            raise ValidationError(
-                {
-                    "idempotency_key": f"a string of at most {IDEMPOTENCY_KEY_MAX} characters, "
-                    "valid Unicode without NUL"
-                }
-            )
-        try:
-            child, created = rejudge_submit(
-                run=run, confirm_judge_cost=confirmed, user=request.user, idempotency_key=key
-            )
-        except RejudgeError as exc:
-            return error_response(
-                http_status=exc.http_status, code=exc.code, error=exc.message, detail=exc.detail
-            )
+        key = IdempotencyKey.of_request(request.headers)  # the header only: the body is strict
+        child, created = rejudge_submit(
+            run=run, confirm_judge_cost=confirmed, user=request.user, idempotency_key=key_value(key)
+        )
         doc = rejudge_doc(child, created=created, quote=judge_cost_quote(run))
-        response = Response(doc, status=status.HTTP_202_ACCEPTED)
-        if not created:
-            response["Idempotent-Replayed"] = "true"
-        return response
+        return replay_response(doc, created=created, created_status=202, replay_status=202)
 
     @extend_schema(
         parameters=[
@@ -637,16 +586,13 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["get"], permission_classes=RUN_WRITE_PERMISSIONS)
     def export(self, request: Request, pk: str | None = None) -> Response | HttpResponse:
         """The per-question answer matrix of a completed dev-split run (R14.4). No model call."""
-        from runs.export import ExportRefused, export_csv, export_matrix
+        from runs.export import export_csv, export_matrix
 
         as_ = request.query_params.get("as") or "json"
         if as_ not in ("json", "csv"):
             raise ValidationError({"as": "expected json or csv"})
         run = self.get_object()
-        try:
-            matrix = export_matrix(run_id=run.pk)
-        except ExportRefused as exc:
-            return error_response(http_status=409, code="export_refused", error=str(exc))
+        matrix = export_matrix(run_id=run.pk)  # ExportRefused: 409 export_refused
         if as_ == "json":
             return Response(matrix)
         response = HttpResponse(export_csv(matrix), content_type="text/csv; charset=utf-8")

@@ -15,7 +15,7 @@ from srbench.api_client import (
     CliError,
     RunFollower,
     add_connection_arguments,
-    api_error_text,
+    api_error_message,
     cli_guard,
     client_from,
     json_file_read,
@@ -131,11 +131,11 @@ def plan_error_text(response: Any) -> str:
     try:
         body = response.json()
     except ValueError:
-        return api_error_text(response)
+        return api_error_message(response)
     if isinstance(body, dict) and body.get("code") == "invalid_plan":
         lines = _error_lines(body.get("detail") or {})
         return "the plan is not valid: " + "; ".join(lines) if lines else str(body.get("error"))
-    return api_error_text(response)
+    return api_error_message(response)
 
 
 def emit(options: dict[str, Any], data: Any, human: str) -> None:
@@ -246,7 +246,26 @@ def report_text(report: dict[str, Any]) -> str:
         tokens = t["tokens"]
         lines.append("    tokens: " + "  ".join(f"{k} {fmt(v)}" for k, v in tokens.items()))
         lines += official_lines(t.get("official"))
+    lines += report_version_lines(report.get("report_version"))
     return "\n".join(lines)
+
+
+def report_version_lines(version: dict[str, Any] | None) -> list[str]:
+    """Which report this is (issue 38 item 1): the one kept at the run's end, named by its key
+    and the usage correction and regrade it reflects, or one computed for this read."""
+    if version is None:
+        return []
+    reflects = "".join(
+        f"  {label} v{version[key]}"
+        for key, label in (("usage_correction", "usage correction"), ("regrade", "regrade"))
+        if version.get(key) is not None
+    )
+    if not version.get("stored"):
+        return [f"report computed for this read at {version['computed_at']}{reflects}"]
+    return [
+        f"report kept {version['computed_at']} (key {version['key'][:12]}, code "
+        f"{version['code']}){reflects}"
+    ]
 
 
 def official_lines(section: dict[str, Any] | None) -> list[str]:
@@ -425,7 +444,56 @@ def _cancel(options: dict[str, Any]) -> int:
     return 0
 
 
+def preflight_text(preflight: dict[str, Any]) -> str:
+    """A preflight's findings in words, each with what it will do to a run."""
+    lines = [
+        f"preflight {preflight['id']} of {preflight['target']}: {preflight['status']}, "
+        f"{len(preflight['calls'])} call(s), cost {usd(preflight['cost_usd'])}"
+        + (
+            ""
+            if preflight["cost_usd"] is not None
+            else f" (known {usd(preflight['known_cost_usd'])})"
+        )
+    ]
+    for f in preflight["findings"]:
+        lines.append(f"  [{f['verdict']}] {f['key']}: {f['observed']}\n      → {f['effect']}")
+    if preflight.get("error"):
+        lines.append(f"  stopped: {preflight['error']}")
+    return "\n".join(lines)
+
+
+def _targets_check(options: dict[str, Any]) -> int:
+    """`targets check SLUG` (issue 39): the quote first, then — confirmed — the preflight."""
+    slug = options.get("slug")
+    if not slug:
+        raise CliError("targets check needs a target SLUG")
+    client = client_from(options)
+    quote = client.json("GET", f"targets/{slug}/preflight/")["quote"]
+    print(
+        f"preflight of {slug}: {quote['words']}",
+        file=sys.stderr if options.get("json") else sys.stdout,
+    )
+    if not options.get("yes"):
+        if not sys.stdin.isatty():
+            raise CliError("nothing was sent: add --yes to send the preflight's calls")
+        if input("send them? [y/N] ").strip().lower() not in ("y", "yes"):
+            raise CliError("nothing was sent")
+    body = {"confirm_worst_case_usd": quote["worst_case_usd"]}
+    if options.get("context_probe_tokens"):
+        body["context_probe_tokens"] = options["context_probe_tokens"]
+    preflight = client.json(
+        "POST",
+        f"targets/{slug}/preflight/",
+        json=body,
+        headers={"Idempotency-Key": uuid.uuid4().hex},
+    )
+    emit(options, preflight, preflight_text(preflight))
+    return 0 if preflight["status"] == "completed" else 1
+
+
 def _targets(options: dict[str, Any]) -> int:
+    if options.get("action") == "check":
+        return _targets_check(options)
     data = client_from(options).json("GET", "targets/")
     rows = [f"{t['slug']:<20} {t['kind']:<7} {t['model']:<20} {t['base_url']}" for t in data]
     emit(options, data, "\n".join(rows) or "no targets")
@@ -484,6 +552,16 @@ def register(verbs: Any) -> None:
     add_connection_arguments(p)
     p.set_defaults(handler=cli_guard(_cancel))
 
-    p = verbs.add_parser("targets", help="registered targets")
+    p = verbs.add_parser(
+        "targets",
+        help="registered targets; `targets check SLUG` runs a preflight",
+        description="List the registered targets, or `targets check SLUG`: a preflight of the "
+        "target (a handful of tiny calls, their worst case quoted first) that finds its quirks "
+        "and says what each will do to a run (issue 39).",
+    )
+    p.add_argument("action", nargs="?", choices=["check"])
+    p.add_argument("slug", nargs="?")
+    p.add_argument("--yes", action="store_true", help="send the preflight's calls unasked")
+    p.add_argument("--context-probe-tokens", type=int, dest="context_probe_tokens")
     add_connection_arguments(p)
     p.set_defaults(handler=cli_guard(_targets))

@@ -24,15 +24,19 @@ from datasets.official import ARC_SCORER_VERSION
 from runs.models import Cell, Run, RunStatus
 from runs.official_metrics import NOTE as OFFICIAL_NOTE
 from runs.official_metrics import official_metrics
-from runs.official_report import official_sections
 from runs.reconcile import effective_call_sums
+from runs.stored_report import run_report_served
 from srbench.money import money_text
+from srbench.refusals import Refusal
 
 __all__ = ["ExportRefused", "export_csv", "export_json", "export_matrix"]
 
 
-class ExportRefused(Exception):
-    pass
+class ExportRefused(Refusal):
+    """Only completed live dev-split runs can be exported."""
+
+    http_status = 409
+    code = "export_refused"
 
 
 def export_matrix(*, run_id: int) -> dict[str, Any]:
@@ -42,6 +46,7 @@ def export_matrix(*, run_id: int) -> dict[str, Any]:
     would teach a router that an unfinished case is a wrong answer.
     """
     run, split = _exportable(run_id)
+    served = run_report_served(run=run)
     slugs = [t["slug"] for t in run.manifest["targets"]]
     costs = {
         r["cell_id"]: r
@@ -107,8 +112,10 @@ def export_matrix(*, run_id: int) -> dict[str, Any]:
         "rows": list(rows.values()),
         "official_benchmarks": sorted(official),
         # Per target, the official metrics of the run: apart from the sr-bench `correct`.
-        "official": run_official_metrics(run) if official else {s: [] for s in slugs},
+        "official": run_official_metrics(run, served) if official else {s: [] for s in slugs},
         "official_note": OFFICIAL_NOTE,
+        # The run's report it was read with: the one kept at run end (issue 38 item 1).
+        "report_version": served["report_version"],
         "model_requests": 0,
     }
 
@@ -131,21 +138,15 @@ def _exportable(run_id: int) -> tuple[Run, str]:
     return run, split
 
 
-def run_official_metrics(run: Run) -> dict[str, list[dict[str, Any]]]:
-    """Per target slug, the run's official metrics (`runs.official_report`, named by
-    `runs.official_metrics`)."""
-    target_ids = {
-        (run.pk, slug): tid
-        for slug, tid in Cell.objects.filter(run=run)
-        .values_list("target__slug", "target_id")
-        .distinct()
+def run_official_metrics(run: Run, served: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Per target slug, the run's official metrics (named by `runs.official_metrics`), from
+    the official sections of its served report (`runs.stored_report.run_report_served`: the
+    report kept at run end, issue 38 item 1), not computed again."""
+    sections = {t["slug"]: t.get("official") for t in served["targets"]}
+    return {
+        snapshot["slug"]: official_metrics(sections.get(snapshot["slug"]))
+        for snapshot in run.manifest["targets"]
     }
-    sections = official_sections([run], target_ids)
-    out = {}
-    for snapshot in run.manifest["targets"]:
-        section = sections.get((run.pk, snapshot["slug"]))
-        out[snapshot["slug"]] = official_metrics(None if section is None else section.to_doc())
-    return out
 
 
 def official_benchmarks(run: Run) -> set[str]:

@@ -16,6 +16,9 @@ from typing import Any
 from django.db import transaction
 
 __all__ = [
+    "live_snapshot_keep",
+    "live_snapshot_keepers",
+    "register_live_snapshot_keeper",
     "register_run_end_hook",
     "register_run_start_hook",
     "register_run_tab",
@@ -38,6 +41,10 @@ run_start_hooks: list[Callable[..., Any]] = []
 # keeps must be derived from the ledger and recomputable on read: a hook that raises is logged
 # and never changes the run. Each must be idempotent (a run end may be seen more than once).
 run_end_hooks: list[Callable[..., Any]] = []
+# Called as keeper(run_id=...) every few seconds on a driving worker's side database thread:
+# what the run's pages read young (`runs.live_report.snapshot_keep`, registered by
+# `RunsConfig.ready()`), so the engine never imports the live results (issue 36 item 1).
+live_snapshot_keepers: list[Callable[..., Any]] = []
 # tab name -> provider(request, run) -> the template context of that tab of the run page.
 run_tab_providers: dict[str, Callable[[Any, Any], dict[str, Any]]] = {}
 
@@ -53,6 +60,19 @@ def register_run_end_hook(hook: Callable[..., Any]) -> None:
     """Add a hook called once a run has ended; registering the same hook again is a no-op."""
     if hook not in run_end_hooks:
         run_end_hooks.append(hook)
+
+
+def register_live_snapshot_keeper(keeper: Callable[..., Any]) -> None:
+    """Add a keeper of a run's live figures; registering the same one again is a no-op."""
+    if keeper not in live_snapshot_keepers:
+        live_snapshot_keepers.append(keeper)
+
+
+def live_snapshot_keep(*, run_id: int) -> None:
+    """Every registered live-snapshot keeper, in registration order (the caller logs a
+    failure: a page's figure is never the run's concern)."""
+    for keeper in list(live_snapshot_keepers):
+        keeper(run_id=run_id)
 
 
 def register_run_tab(tab: str, provider: Callable[[Any, Any], dict[str, Any]]) -> None:

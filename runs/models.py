@@ -181,7 +181,12 @@ class RunStatus(models.TextChoices):
     INTERRUPTED = "interrupted"
 
 
-TERMINAL_RUN_STATUSES = ("completed", "failed", "cancelled", "interrupted")
+TERMINAL_RUN_STATUSES = (
+    RunStatus.COMPLETED,
+    RunStatus.FAILED,
+    RunStatus.CANCELLED,
+    RunStatus.INTERRUPTED,
+)
 # A run that may still dispatch or be dispatched: not yet terminal.
 ACTIVE_RUN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
 

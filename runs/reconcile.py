@@ -19,14 +19,15 @@ from typing import Any, Literal
 from django.db import connection, transaction
 
 from runs.accounting import PriceError, call_accounting, sum_known
-from runs.corrections import version_append
+from runs.corrections import version_append, version_appended
 from runs.engine.sse import ChatStreamAccumulator, SSEError, decode_sse
 from runs.events import events_append
-from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run, UsageCorrection
+from runs.models import TERMINAL_RUN_STATUSES, Call, CallStatus, Cell, Run, UsageCorrection
 from runs.report_types import Correction
 from runs.usage import mom_evidence
 from srbench.canonical import sha256_bytes, sha256_hex
 from srbench.money import money_stored, money_text
+from srbench.refusals import Refusal
 
 __all__ = [
     "RULES_VERSION",
@@ -47,8 +48,11 @@ BUCKET_COLUMNS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "
 MONEY_COLUMNS = ("cost_usd", "cache_neutral_cost_usd")
 
 
-class ReconcileRefused(Exception):
+class ReconcileRefused(Refusal):
     """The run cannot be reconciled (not terminal, preview mode, unknown)."""
+
+    http_status = 409
+    code = "reconcile_refused"
 
 
 @dataclass(frozen=True)
@@ -265,6 +269,7 @@ def usage_reconcile(*, run_id: int) -> ReconcileResult:
                 )
             ],
         )
+        version_appended(run_id=run.pk)  # the report of the corrected state, in this commit
     correction.refresh_from_db()  # the stored Decimal precision, as every later reader sees it
     return ReconcileResult(correction, created=True)
 
@@ -378,7 +383,7 @@ def effective_call_sums(*, run_ids: Sequence[int], group_by: GroupBy) -> list[di
 
 # A call that spent money and produced nothing usable: an error, or a call whose outcome is
 # unknown (sent, then lost). Cancelled calls were stopped on purpose and are not waste.
-WASTE_CALL_STATUSES = ("failed", "sent_unknown")
+WASTE_CALL_STATUSES = (CallStatus.FAILED, CallStatus.SENT_UNKNOWN)
 
 
 def effective_run_spend(*, run_ids: Sequence[int]) -> dict[int, dict[str, Any]]:

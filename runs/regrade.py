@@ -28,10 +28,11 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
 from datasets.benchmarks import get_adapter
-from runs.corrections import version_append
+from runs.corrections import version_append, version_appended
 from runs.engine.finish import StoredCall, stored_calls
 from runs.models import TERMINAL_RUN_STATUSES, Call, CallStatus, Cell, CellStatus, Regrade, Run
 from srbench.canonical import sha256_hex
+from srbench.refusals import Refusal
 
 __all__ = [
     "REGRADABLE_KINDS",
@@ -69,8 +70,11 @@ _CELL_FIELDS = (
 )
 
 
-class RegradeRefused(Exception):
-    pass
+class RegradeRefused(Refusal):
+    """The run cannot be re-graded (not ended, or a preview)."""
+
+    http_status = 409
+    code = "regrade_refused"
 
 
 @dataclass(frozen=True)
@@ -312,6 +316,8 @@ def _store(inputs: _Inputs, body: dict[str, Any], *, regraded: int) -> RegradeRe
                 "results": body,
             },
         )
+        if created:
+            version_appended(run_id=run.pk)  # the report names this regrade, in this commit
     return RegradeResult(regrade, created=created)
 
 

@@ -19,7 +19,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
@@ -53,6 +53,9 @@ BUCKETS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_
 # v3: the questions not run here (issue 22); v4: official scorers beside sr-bench's (issue 22);
 # v5: each benchmark row's data provenance (issue 35).
 REPORT_CACHE_VERSION = "v5"
+# pg_advisory_xact_lock(class, run id): one computation of a settled run's stored report at a
+# time (`run_report_settled_compute`).
+REPORT_LOCK_CLASS = 38001
 CELL_STATES = ("pending", "running", "completed", "failed", "cancelled", "sent_unknown")
 
 
@@ -516,29 +519,41 @@ def run_report(*, run: Run) -> dict[str, Any]:
 def run_report_settled_compute(*, run: Run) -> Report:
     """`run_report_compute`, computed once per state of a settled run and then read from its
     stored row (`RunReport`); a run in progress is always computed afresh. Used by the Run
-    detail page, the runs list's columns and the run finish.
+    detail page, the runs list's columns, the API (`runs.stored_report`) and the run finish.
 
     The fingerprint is read before and after computing, and the report is kept only when
     both agree, so a report computed across a change is never stored under the old name.
+    A missing or stale row is computed by one caller at a time (issue 38 item 1): the others
+    wait for it and read what it kept, so a run that ended without its report gets it once.
     """
     before = run_settled_fingerprint(run)
     if before is None:
         return run_report_compute(run=run)
     key = report_key(before)
-    stored = (
-        RunReport.objects.filter(run_id=run.pk, fingerprint=key)
+    stored = stored_report_json(run_id=run.pk, key=key)
+    if stored is None:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [REPORT_LOCK_CLASS, run.pk])
+            stored = stored_report_json(run_id=run.pk, key=key)  # kept while this one waited
+            if stored is None:
+                report = run_report_compute(run=run)
+                if run_settled_fingerprint(run) == before:
+                    run_report_store(run_id=run.pk, fingerprint=key, report=report)
+                return report
+    run.refresh_from_db(
+        fields=[f.attname for f in Run._meta.concrete_fields if f.name != "manifest"]
+    )
+    return Report.from_doc(json.loads(stored))
+
+
+def stored_report_json(*, run_id: int, key: str) -> str | None:
+    """The report kept for the run under this key (`report_key`), as stored; None when none
+    is kept or the kept one names another state of the ledger."""
+    return (
+        RunReport.objects.filter(run_id=run_id, fingerprint=key)
         .values_list("report_json", flat=True)
         .first()
     )
-    if stored is not None:
-        run.refresh_from_db(
-            fields=[f.attname for f in Run._meta.concrete_fields if f.name != "manifest"]
-        )
-        return Report.from_doc(json.loads(stored))
-    report = run_report_compute(run=run)
-    if run_settled_fingerprint(run) == before:
-        run_report_store(run_id=run.pk, fingerprint=key, report=report)
-    return report
 
 
 def run_report_settled(*, run: Run) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from runs.models import (
     TERMINAL_RUN_STATUSES,
     Call,
     Cell,
+    Regrade,
     Run,
     RunEvent,
     Target,
@@ -403,8 +404,9 @@ def run_settled_fingerprint(run: Run) -> tuple[Any, ...] | None:
     those; a finished call never changes in place (a trigger refuses it). What can still
     change a settled run's report is then in this tuple: the run row (status, times, stop
     reason, names, event cursor), the usage correction in effect (corrections are appended,
-    never edited), and the targets its frozen slugs name. Regrades append a separate record
-    and change no cell, so they do not enter the report.
+    never edited), the latest regrade and the targets its frozen slugs name. A regrade changes
+    no cell and no figure of the report, but the report served names the regrade it was kept
+    with (`report_version`, issue 38 item 1), so a regrade names a new state too.
     """
     # Each part is a subquery on the run's id, not correlated, so each runs once on its own
     # index (a correlated EXISTS over calls was planned as a scan of every call).
@@ -415,6 +417,9 @@ def run_settled_fingerprint(run: Run) -> tuple[Any, ...] | None:
             busy_calls=Exists(Call.objects.open().filter(cell__run_id=run.pk)),
             correction=Subquery(
                 UsageCorrection.objects.filter(run_id=run.pk).order_by("-version").values("pk")[:1]
+            ),
+            regrade=Subquery(
+                Regrade.objects.filter(run_id=run.pk).order_by("-version").values("version")[:1]
             ),
         )
         .values_list(
@@ -433,6 +438,7 @@ def run_settled_fingerprint(run: Run) -> tuple[Any, ...] | None:
             "busy_cells",
             "busy_calls",
             "correction",
+            "regrade",
             *SETTLED_SUMMARY_FIELDS,
         )
         .first()
@@ -445,7 +451,7 @@ def run_settled_fingerprint(run: Run) -> tuple[Any, ...] | None:
 
 
 def runs_settled_fingerprints(runs: list[Run]) -> dict[int, tuple[Any, ...] | None]:
-    """`run_settled_fingerprint` of several runs from five queries, whatever their number (a
+    """`run_settled_fingerprint` of several runs from six queries, whatever their number (a
     comparison reads twenty-one): the same tuple, part for part (a test holds them equal).
     The runs should carry their manifests (else each head is read from the cache)."""
     ids = [r.pk for r in runs]
@@ -472,6 +478,12 @@ def runs_settled_fingerprints(runs: list[Run]) -> dict[int, tuple[Any, ...] | No
         .distinct("run_id")
         .values_list("run_id", "pk")
     )
+    regrades = dict(
+        Regrade.objects.filter(run_id__in=ids)
+        .order_by("run_id", "-version")
+        .distinct("run_id")
+        .values_list("run_id", "version")
+    )
     slugs = {r.pk: {t["slug"] for t in manifest_head(r)["targets"]} for r in runs}
     known = list(
         Target.objects.filter(slug__in=set().union(*slugs.values())).values_list("pk", "slug")
@@ -490,7 +502,16 @@ def runs_settled_fingerprints(runs: list[Run]) -> dict[int, tuple[Any, ...] | No
             continue
         targets = tuple(sorted(t for t in known if t[1] in slugs[pk]))
         head, summary = row[: len(fields)], row[len(fields) :]
-        out[pk] = (pk, *head, False, False, corrections.get(pk), *summary, targets)
+        out[pk] = (
+            pk,
+            *head,
+            False,
+            False,
+            corrections.get(pk),
+            regrades.get(pk),
+            *summary,
+            targets,
+        )
     return out
 
 

@@ -33,7 +33,7 @@ from runs.engine.guards import output_cap_violation, repeated_tail_block, stream
 from runs.engine.leases import ClaimLost, LeaseHolder
 from runs.engine.sse import ChatStreamAccumulator, SSEDecoder, SSEError
 from runs.engine.transport import RequestHeld
-from runs.live_report import snapshot_keep
+from runs.hooks import live_snapshot_keep
 from srbench.money import money_stored
 
 log = logging.getLogger(__name__)
@@ -297,7 +297,7 @@ class Caller(LeaseHolder):
     # last successful renewal plus a lease. Past it (the worker stalled), a request leaves only
     # after a renewal found its cell still held.
     lease_valid_until: float = float("inf")
-    # A second database thread for reads kept for pages (live_report.snapshot_keep): never
+    # A second database thread for reads kept for pages (hooks.live_snapshot_keep): never
     # the ledger's, whose writes must not wait behind them. None: nothing kept.
     side_db: DbThread | None = None
     keeping: asyncio.Task[None] | None = None
@@ -633,6 +633,6 @@ class Caller(LeaseHolder):
 
     async def _snapshot_keep(self, side_db: DbThread) -> None:
         try:
-            await side_db(snapshot_keep, run_id=self.ctx.run_id)
+            await side_db(live_snapshot_keep, run_id=self.ctx.run_id)
         except Exception:  # a page's figure, never the run's concern
             log.exception("run %s: keeping the live snapshot failed", self.ctx.run_id)

@@ -15,6 +15,7 @@ from runs.engine.judge_only import judge_only_answers
 from runs.events import events_append
 from runs.hooks import run_end
 from runs.models import (
+    OPEN_CALL_STATUSES,
     TERMINAL_RUN_STATUSES,
     Call,
     CallStatus,
@@ -24,8 +25,6 @@ from runs.models import (
     RunStatus,
     RunSummary,
 )
-
-OPEN_CALL_STATUSES = ("sent", "streaming")
 
 log = logging.getLogger(__name__)
 
@@ -103,13 +102,13 @@ def run_finish_if_done(*, run_id: int) -> str | None:
         # sent_unknown before cancelled: a run whose worker died with calls in flight is
         # interrupted even if a cancel was requested meanwhile (the recovery pass, DESIGN §4).
         if counts["unknown"]:
-            status = "interrupted"
+            status = RunStatus.INTERRUPTED
         elif run.cancel_requested_at:
-            status = "cancelled"
+            status = RunStatus.CANCELLED
         elif counts["completed"] == counts["total"]:
-            status = "completed"
+            status = RunStatus.COMPLETED
         else:
-            status = "failed"
+            status = RunStatus.FAILED
         run.status = status
         run.finished_at = now
         run.save(update_fields=["status", "finished_at", "updated_at"])
@@ -137,6 +136,34 @@ def run_report_keep(*, run_id: int) -> None:
     except Exception:
         log.exception("storing the report of run %s failed", run_id)
     run_end(run_id=run_id)  # each hook's failure is logged there, never raised
+
+
+# Runs this process tried to give their end-of-run work (`runs_report_backfill`): each once,
+# so a run whose report cannot be kept (its work failed; logged) is not computed every pass.
+_BACKFILL_TRIED: set[int] = set()
+
+
+def runs_report_backfill(*, limit: int = 5) -> int:
+    """The end-of-run work (`run_report_keep`) of ended runs that have none kept (issue 38
+    item 1): runs that ended before that work existed, or whose work failed. Called by the
+    workers' recovery pass, at most `limit` runs a pass (the newest first), each once per
+    process, so no reader pays for it (a comparison of such runs took 803 ms instead of 120);
+    a reader that comes first does it itself, once (`runs.stored_report.run_report_served`).
+    Returns how many runs it did."""
+    candidates = list(
+        Run.objects.filter(
+            status__in=TERMINAL_RUN_STATUSES,
+            finished_at__isnull=False,
+            stored_report__isnull=True,
+        )
+        .exclude(pk__in=_BACKFILL_TRIED)
+        .order_by("-finished_at", "-pk")
+        .values_list("pk", flat=True)[:limit]
+    )
+    for run_id in candidates:
+        _BACKFILL_TRIED.add(run_id)
+        run_report_keep(run_id=run_id)
+    return len(candidates)
 
 
 # --- finishing a cell from the ledger (the recovery pass, R15.3) -------------------------------

@@ -30,6 +30,7 @@ from runs.engine.finish import (
     rejudge_answers,
     run_finish_if_done,
     run_report_keep,
+    runs_report_backfill,
     stored_calls,
 )
 from runs.events import events_append
@@ -367,6 +368,9 @@ def start_reaper_thread(interval: float) -> threading.Thread:
                 stats = ledger_reap()
                 if any(stats.values()):
                     log.warning("recovery pass: %s", stats)
+                # Ended runs with no report kept get their end-of-run work (issue 38 item 1).
+                if kept := runs_report_backfill():
+                    log.info("recovery pass: end-of-run work of %s ended run(s) done", kept)
             except (OperationalError, InterfaceError):
                 unreachable = True
                 log.warning("recovery pass: the database is unreachable", exc_info=True)

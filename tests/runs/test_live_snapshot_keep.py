@@ -89,3 +89,15 @@ def test_the_worker_driving_a_run_keeps_its_snapshot_without_any_page_view(celer
         wait_until(lambda: es.terminal(run), timeout=120)
     assert run.status == "completed", (run.stop_reason, celery_worker.log()[-3000:])
     assert "keeping the live snapshot failed" not in celery_worker.log()
+
+
+def test_the_engine_keeps_the_snapshot_through_the_hook_the_app_registers() -> None:
+    """Issue 36 item 1: the driver calls `runs.hooks.live_snapshot_keep`, which the runs app
+    wires to the live results at start-up; the engine never imports them."""
+    from pathlib import Path
+
+    from runs.hooks import live_snapshot_keepers
+
+    assert snapshot_keep in live_snapshot_keepers
+    engine = Path(__file__).resolve().parents[2] / "runs" / "engine"
+    assert not [p.name for p in engine.glob("*.py") if "runs.live_report" in p.read_text()]
