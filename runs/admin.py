@@ -9,6 +9,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.views.decorators.http import require_POST
 
@@ -16,6 +17,8 @@ from runs import models
 from runs.admin_forms import PriceTableField
 from runs.fixed_params import fixed_params_errors
 from runs.health import target_health_check
+from runs.models_preflight import PreflightCall, PreflightStatus, TargetPreflight
+from runs.preflight import PreflightRefused, preflight_quote, target_preflight
 from runs.services import target_set_api_key
 
 
@@ -87,8 +90,10 @@ class TargetAdmin(admin.ModelAdmin):
 
     def get_urls(self) -> list[Any]:
         health = self.admin_site.admin_view(require_POST(self.health_view))
+        preflight = self.admin_site.admin_view(self.preflight_view)
         return [
             path("<int:object_id>/health/", health, name="runs_target_health"),
+            path("<int:object_id>/preflight/", preflight, name="runs_target_preflight"),
             *super().get_urls(),
         ]
 
@@ -101,6 +106,42 @@ class TargetAdmin(admin.ModelAdmin):
         level = messages.SUCCESS if check.ok and check.model_listed is not False else messages.ERROR
         self.message_user(request, f"Health check of {target.slug}: {check.summary()}", level)
         return HttpResponseRedirect(reverse("admin:runs_target_change", args=[target.pk]))
+
+    def preflight_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        """Beside the health check (issue 39): GET quotes the preflight's worst case and shows
+        the latest one; POST, with that quote echoed, sends it (an operator's action)."""
+        target = get_object_or_404(models.Target, pk=object_id)
+        if not self.has_change_permission(request, target):
+            raise PermissionDenied
+        if request.method == "POST":
+            confirm = request.POST.get("confirm_worst_case_usd") or None
+            try:
+                preflight = target_preflight(
+                    target=target, confirm_worst_case_usd=confirm, user=request.user
+                )
+            except PreflightRefused as exc:
+                self.message_user(request, f"Preflight of {target.slug}: {exc}", messages.ERROR)
+            else:
+                level = (
+                    messages.SUCCESS
+                    if preflight.status == PreflightStatus.COMPLETED
+                    else messages.ERROR
+                )
+                self.message_user(
+                    request,
+                    f"Preflight #{preflight.pk} of {target.slug}: {preflight.status}",
+                    level,
+                )
+            return HttpResponseRedirect(reverse("admin:runs_target_preflight", args=[target.pk]))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "original": target,
+            "title": f"Preflight of {target.slug}",
+            "quote": preflight_quote(target=target),
+            "latest": target.preflights.order_by("-created_at", "-pk").first(),
+        }
+        return TemplateResponse(request, "admin/runs/target/preflight.html", context)
 
     @admin.display(boolean=True, description="stored key")
     def has_stored_key(self, obj: models.Target) -> bool:
@@ -167,3 +208,15 @@ class RunEventAdmin(ViewOnlyAdmin):
 @admin.register(models.RecoveryRequest)
 class RecoveryRequestAdmin(ViewOnlyAdmin):
     list_display = ["parent", "idempotency_key", "mode", "child", "created_at"]
+
+
+@admin.register(TargetPreflight)
+class TargetPreflightAdmin(ViewOnlyAdmin):
+    list_display = ["id", "target", "status", "created_at", "cost_usd", "cuts_at", "context_tokens"]
+    list_filter = ["status"]
+
+
+@admin.register(PreflightCall)
+class PreflightCallAdmin(ViewOnlyAdmin):
+    list_display = ["preflight", "sequence", "purpose", "status", "http_status", "cost_usd"]
+    exclude = ["request"]

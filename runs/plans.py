@@ -20,8 +20,10 @@ from datasets.official import manifest_entry as official_manifest_entry
 from runs import runnable
 from runs.fixed_params import fixed_params_errors
 from runs.models import Target, validate_price_table
+from runs.preflight_plan import not_fitting
 from srbench.api import StrictFieldsSerializer
 from srbench.canonical import sha256_hex
+from srbench.refusals import Refusal
 
 MANIFEST_VERSION = 1
 # Generation fields a plan may set; anything else (tools, response_format, logit_bias, …) would
@@ -42,10 +44,18 @@ USER_SIMULATED = ("tau3",)
 SUPPORTED_KINDS = ("mcq", "judge", "grid", "code", "agent")
 
 
-class PlanError(Exception):
+class PlanError(Refusal):
+    """The plan is not valid; ``errors`` says why, field by field (the refusal's detail)."""
+
+    http_status = 400
+    code = "invalid_plan"
+
     def __init__(self, errors: dict[str, Any]) -> None:
         self.errors = errors
-        super().__init__(str(errors))
+        super().__init__("The plan is not valid.", detail=errors)
+
+    def __str__(self) -> str:
+        return str(self.errors)
 
 
 class SamplingSerializer(serializers.Serializer):
@@ -257,6 +267,8 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
     # Questions that cannot run on this server are left out before any model call, each with
     # its reason (runs.runnable): "not run" is never a wrong answer or a failed cell.
     excluded = {} if preview else _not_runnable_here(entries, chosen)
+    if not preview:  # longer than a target's context its preflight showed (issue 39)
+        excluded = {**not_fitting(entries, chosen, targets.values()), **excluded}
     cases = [[qid, sha, b] for qid, sha, b in entries if b in chosen and qid not in excluded]
     not_run = _not_run_summary(entries, excluded)
     if not cases:

@@ -26,10 +26,12 @@ from datasets.selectors import dataset_coverage, dataset_sources, source_list
 from datasets.services import CompositionConflict, CompositionInvalid, dataset_compose
 from runs import selectors
 from runs.forms import EvaluationForm
+from runs.idempotency import IdempotencyKeyReused
 from runs.models import Target
 from runs.plans import SUPPORTED_KINDS, PlanError, plan_freeze
+from runs.preflight_plan import plan_preflight_review
 from runs.router_client import PreviewError, route_preview
-from runs.services import IdempotencyConflict, run_create
+from runs.services import run_create
 from runs.views import canonical_items, query_int
 
 # The review page names every limit in words with its unit (issue 23), in this order.
@@ -264,9 +266,9 @@ def evaluation_new(request: HttpRequest) -> HttpResponse:
         else:
             try:
                 run, created = run_create(owner=request.user, plan=plan, idempotency_key=key)
-            except IdempotencyConflict as exc:
+            except IdempotencyKeyReused as exc:
                 context["notice"] = (
-                    f"This review was already used to start run #{exc.run.pk} with a different "
+                    f"This review was already used to start run #{exc.detail['run']} with a different "
                     "plan, so nothing was started. Review the plan again to start a new run."
                 )
             except PlanError as exc:
@@ -338,6 +340,7 @@ def _plan_review(frozen: Any) -> dict[str, Any]:
         "slots": m["slots"],
         "non_inferiority_margin": m.get("non_inferiority_margin"),
         "worst_case": selectors.plan_worst_case_subject_cost(m),
+        "preflight": plan_preflight_review(m),  # issue 39: warned before any call
     }
 
 

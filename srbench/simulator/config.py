@@ -46,8 +46,15 @@ FAULTS = frozenset(
         "u2028",
         "wrong-config-hash",
         "no-receipt",
+        # Quirks of real servers a target preflight finds (issue 39): a new request to the model
+        # cuts the stream in progress (llama-cpp-python's interrupt_requests), a max_tokens cut
+        # reported as "stop", usage without its cached-token details.
+        "cut-on-concurrent",
+        "length-as-stop",
+        "no-cache-details",
     }
 )
+ContextAdvertise = Literal["none", "models", "props"]
 
 
 class ConfigError(ValueError):
@@ -77,6 +84,23 @@ class ModelSpec:
     use_tools: bool = False
     faults: tuple[str, ...] = ()
     stop_after_turns: int = 3
+    # Streams of this model that stay whole at once (0: no limit): the next request cuts the
+    # oldest open stream (role chunk and [DONE], no finish_reason). The ``cut-on-concurrent``
+    # fault is the same with a limit of 1 (issue 39).
+    max_whole_streams: int = 0
+    # The largest prompt accepted, in the simulator's tokens (0: no limit). A longer prompt is
+    # refused non-streamed with llama-cpp-python's 400 ``context_length_exceeded``; streamed, it
+    # answers 200 and stops after the role chunk without [DONE]. Where the limit is said:
+    # ``models`` (``max_model_len`` on GET /v1/models), ``props`` (llama.cpp's GET /props) or
+    # ``none`` (only a probe finds it).
+    context_tokens: int = 0
+    context_advertise: ContextAdvertise = "none"
+
+    def whole_streams_limit(self, faults: frozenset[str]) -> int:
+        """How many streams of this model stay whole at once under ``faults`` (0: no limit)."""
+        if self.max_whole_streams:
+            return self.max_whole_streams
+        return 1 if "cut-on-concurrent" in faults else 0
 
     def accuracy_for(self, benchmark: str | None, domain: str | None = None) -> float:
         by_domain = self.domain_accuracy.get(benchmark or "", {})
@@ -197,6 +221,10 @@ def _model(name: str, raw: dict[str, Any]) -> ModelSpec:
         raise ConfigError(f"models.{name}: role must be subject, judge or user")
     if spec.usage_style not in ("openai", "anthropic"):
         raise ConfigError(f"models.{name}: usage_style must be openai or anthropic")
+    if spec.context_advertise not in ("none", "models", "props"):
+        raise ConfigError(f"models.{name}: context_advertise must be none, models or props")
+    if spec.max_whole_streams < 0 or spec.context_tokens < 0:
+        raise ConfigError(f"models.{name}: max_whole_streams and context_tokens must be >= 0")
     if spec.chunk_tokens < 1 or spec.cache_block_tokens < 1:
         raise ConfigError(f"models.{name}: chunk_tokens and cache_block_tokens must be >= 1")
     return spec

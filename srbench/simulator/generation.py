@@ -53,6 +53,8 @@ class Completion:
     reasoning_tokens: int
     benchmark: str | None
     correct: bool | None
+    # False under the ``no-cache-details`` fault: usage without its cached-token fields.
+    cache_details: bool = True
 
     @property
     def model(self) -> str:
@@ -62,6 +64,11 @@ class Completion:
         """The usage object in the model's configured provider style."""
         if self.spec.usage_style == "anthropic":
             # Anthropic counts cache reads and writes outside input_tokens.
+            if not self.cache_details:
+                return {
+                    "input_tokens": self.cache.prompt_tokens,
+                    "output_tokens": self.completion_tokens,
+                }
             return {
                 "input_tokens": self.cache.prompt_tokens
                 - self.cache.cached_tokens
@@ -70,13 +77,15 @@ class Completion:
                 "cache_creation_input_tokens": self.cache.written_tokens,
                 "cache_read_input_tokens": self.cache.cached_tokens,
             }
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": self.cache.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.cache.prompt_tokens + self.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": self.cache.cached_tokens},
-            "completion_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
         }
+        if self.cache_details:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cache.cached_tokens}
+            usage["completion_tokens_details"] = {"reasoning_tokens": self.reasoning_tokens}
+        return usage
 
     def receipt_usage(self) -> dict[str, int]:
         """Usage for the router's ``x-vsr-model-usage`` receipt; prompt_tokens is the total
@@ -148,6 +157,16 @@ def _agent_turn(
     )
 
 
+def _within_budget(body: dict[str, Any], reasoning: str, content: str) -> tuple[str, str, bool]:
+    """Reasoning and content cut to the request's max_tokens; True when anything was cut."""
+    budget = body.get("max_completion_tokens") or body.get("max_tokens")
+    if not isinstance(budget, int) or budget < 0:
+        return reasoning, content, False
+    reasoning, cut_r = truncate_to_tokens(reasoning, budget)
+    content, cut_c = truncate_to_tokens(content, budget - count_tokens(reasoning))
+    return reasoning, content, bool(cut_r or cut_c)
+
+
 def build_completion(
     spec: ModelSpec,
     body: dict[str, Any],
@@ -199,12 +218,11 @@ def build_completion(
         content = f"{head}{U2028}{tail}" if sep else f"{content}{U2028}"
 
     finish = "tool_calls" if tool_calls else "stop"
-    budget = body.get("max_completion_tokens") or body.get("max_tokens")
-    if isinstance(budget, int) and budget >= 0:
-        reasoning, cut_r = truncate_to_tokens(reasoning, budget)
-        content, cut_c = truncate_to_tokens(content, budget - count_tokens(reasoning))
-        if cut_r or cut_c:
-            finish, tool_calls = "length", ()
+    reasoning, content, cut = _within_budget(body, reasoning, content)
+    if cut:
+        # ``length-as-stop``: a server that reports a max_tokens cut as a natural end.
+        finish = "stop" if "length-as-stop" in faults else "length"
+        tool_calls = ()
     reasoning_tokens = count_tokens(reasoning)
     completion_tokens = (
         reasoning_tokens
@@ -227,6 +245,7 @@ def build_completion(
         reasoning_tokens=reasoning_tokens,
         benchmark=benchmark,
         correct=correct,
+        cache_details="no-cache-details" not in faults,
     )
 
 

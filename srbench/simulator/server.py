@@ -3,6 +3,7 @@ the router's management API and the test hooks. Standalone: no Django, no databa
 
 Endpoints:
   POST /v1/chat/completions, GET /v1/models                 OpenAI-compatible
+  GET  /props                                               llama.cpp's n_ctx, when configured
   GET  /api/v1/config/hash (also /config/hash)              source/generated/active hashes
   GET  /api/v1/config                                       the source document, ETag = source hash
   PUT  /api/v1/config[?activate=false]                      test hook: replace (or stage) config
@@ -14,7 +15,9 @@ Endpoints:
 Faults (header ``x-sim-fault: a,b`` or ``faults = [...]`` on a model/router; stall length from
 ``x-sim-stall-seconds``, else ``stall_seconds``): 429, 500, stall-first-byte, stall-mid,
 disconnect, no-usage, no-done, malformed-chunk, u2028, wrong-config-hash and no-receipt (the
-last two on routed models only). Non-streamed replies honour 429, 500, stall-first-byte,
+last two on routed models only), and the real-server quirks of issue 39: cut-on-concurrent (a
+new request cuts the stream in progress; ``max_whole_streams`` on a model sets another limit),
+length-as-stop and no-cache-details; ``context_tokens`` on a model refuses longer prompts. Non-streamed replies honour 429, 500, stall-first-byte,
 no-usage, malformed-chunk (a truncated JSON body) and u2028; the other faults are stream-only.
 
 Router requests may carry ``x-sr-bench-expected-config-hash`` (a mismatch is refused with 409
@@ -25,6 +28,7 @@ before any model call), ``x-sr-bench-max-inference-calls`` (a route needing more
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import statistics
 import time
@@ -59,8 +63,8 @@ from srbench.simulator.generation import (
 )
 from srbench.simulator.oracle import AnswerKey, entry_domain, prompt_text_of
 from srbench.simulator.router import Route, route
-from srbench.simulator.streaming import SSEResponse
-from srbench.simulator.tokens import PrefixCache
+from srbench.simulator.streaming import SSEResponse, StreamCutter
+from srbench.simulator.tokens import PrefixCache, prompt_token_sequence
 
 __all__ = ["configured_answer_key", "create_app", "load_config", "serve"]
 
@@ -147,6 +151,7 @@ class SimState:
         self.answer_key = answer_key
         self.cache = PrefixCache()
         self.counters = Counters()
+        self.cutter = StreamCutter()
 
     @property
     def source(self) -> SimConfig:
@@ -280,6 +285,49 @@ def generate(
     return completions
 
 
+def over_context(spec: ModelSpec, body: dict) -> int | None:
+    """The prompt's tokens when they exceed the model's ``context_tokens`` (issue 39), else
+    None."""
+    if not spec.context_tokens:
+        return None
+    tokens = len(prompt_token_sequence(body["messages"], body.get("tools")))
+    return tokens if tokens > spec.context_tokens else None
+
+
+def context_refusal(spec: ModelSpec, body: dict, tokens: int) -> Response:
+    """llama-cpp-python's refusal of a non-streamed prompt longer than its context."""
+    asked = body.get("max_tokens")
+    wanted = asked if isinstance(asked, int) else 0
+    return openai_error(
+        400,
+        f"This model's maximum context length is {spec.context_tokens} tokens. However, you "
+        f"requested {tokens + wanted} tokens ({tokens} in the messages, {wanted} in the "
+        "completion). Please reduce the length of the messages or completion.",
+        "context_length_exceeded",
+    )
+
+
+def stream_cut_signal(
+    state: SimState, spec: ModelSpec, faults: frozenset[str], stream: bool
+) -> tuple[asyncio.Event | None, Any]:
+    """For a model whose streams are cut by a new request: register this request (cutting the
+    oldest open streams beyond the limit) and return its signal and release; a non-streamed
+    request cuts but holds no stream."""
+    limit = spec.whole_streams_limit(faults)
+    if not limit:
+        return None, None
+    signal = state.cutter.arrive(spec.name, limit)
+    cutter = state.cutter
+
+    def release() -> None:
+        cutter.leave(spec.name, signal)
+
+    if not stream:
+        release()
+        return None, None
+    return signal, release
+
+
 async def respond(
     state: SimState,
     final: Completion,
@@ -293,6 +341,7 @@ async def respond(
 ) -> Response:
     """The final completion as an SSE stream or as one JSON body. ``received``: when the
     request arrived (``time.monotonic()``); ``call_id``: the call it named, if any."""
+    cut, release = stream_cut_signal(state, final.spec, faults, bool(body.get("stream")))
     if body.get("stream"):
         options = body.get("stream_options") or {}
         headers["cache-control"] = "no-cache"
@@ -303,7 +352,15 @@ async def respond(
             faults=faults,
             stall_seconds=stall,
         )
-        return SSEResponse(events, state.counters, received, headers, call_id=call_id)
+        if over_context(final.spec, body) is not None:
+            # llama-cpp-python raises after the stream started: a 200 and a stream that
+            # stops after its role chunk, without [DONE].
+            events = dataclasses.replace(events, deltas=(), tail=(), ttft_s=0.0)
+        return SSEResponse(
+            events, state.counters, received, headers, call_id=call_id, cut=cut, release=release
+        )
+    if (tokens := over_context(final.spec, body)) is not None:
+        return context_refusal(final.spec, body, tokens)
     await asyncio.sleep(total_generation_seconds(final))
     payload = completion_body(final, ident, include_usage="no-usage" not in faults)
     raw = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
@@ -374,11 +431,26 @@ async def chat_completions(request: Request) -> Response:
 
 async def list_models(request: Request) -> Response:
     config: SimConfig = request.app.state.sim.active
-    data = [
+    data: list[dict[str, Any]] = [
         {"id": name, "object": "model", "created": 1_750_000_000, "owned_by": "srbench-simulator"}
         for name in config.model_ids()
     ]
+    for entry in data:
+        spec = config.models.get(entry["id"])
+        if spec is not None and spec.context_advertise == "models" and spec.context_tokens:
+            entry["max_model_len"] = spec.context_tokens  # as vLLM says it
     return JSONResponse({"object": "list", "data": data})
+
+
+async def props(request: Request) -> Response:
+    """llama.cpp's GET /props: the server's context (``n_ctx``) when a model says it there."""
+    config: SimConfig = request.app.state.sim.active
+    for spec in config.models.values():
+        if spec.context_advertise == "props" and spec.context_tokens:
+            return JSONResponse(
+                {"default_generation_settings": {"n_ctx": spec.context_tokens}, "total_slots": 1}
+            )
+    return JSONResponse({"error": "not found"}, status_code=404)
 
 
 async def config_hash(request: Request) -> Response:
@@ -546,6 +618,7 @@ def create_app(
         routes=[
             HttpRoute("/v1/chat/completions", chat_completions, methods=["POST"]),
             HttpRoute("/v1/models", list_models, methods=["GET"]),
+            HttpRoute("/props", props, methods=["GET"]),
             HttpRoute("/api/v1/config/hash", config_hash, methods=["GET"]),
             HttpRoute("/config/hash", config_hash, methods=["GET"]),
             HttpRoute("/api/v1/config", get_config, methods=["GET"]),

@@ -12,13 +12,42 @@ passed through two async generators (the body and its counting wrapper) into Sta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from srbench.simulator.generation import SSEBody
+
+DONE_EVENT = b"data: [DONE]\n\n"
+
+
+class StreamCutter:
+    """The open streams of the models that cut a stream when another request arrives (issue
+    39: llama-cpp-python's ``interrupt_requests``). A request to such a model registers its
+    stream here on arrival; when more than the model's limit are open, the oldest are cut:
+    they send ``[DONE]`` at their next event, with no finish_reason and no usage, and end."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, list[asyncio.Event]] = {}
+
+    def arrive(self, model: str, limit: int) -> asyncio.Event:
+        """A new request to ``model``: its own cut signal, after cutting the oldest streams
+        beyond ``limit``."""
+        streams = self.open.setdefault(model, [])
+        signal = asyncio.Event()
+        streams.append(signal)
+        while len(streams) > limit:
+            streams.pop(0).set()
+        return signal
+
+    def leave(self, model: str, signal: asyncio.Event) -> None:
+        streams = self.open.get(model, [])
+        if signal in streams:
+            streams.remove(signal)
 
 
 class StreamCounters(Protocol):
@@ -58,8 +87,12 @@ class SSEResponse(Response):
         headers: dict[str, str],
         *,
         call_id: str | None = None,
+        cut: asyncio.Event | None = None,
+        release: Callable[[], None] | None = None,
     ) -> None:
         self.sse = body
+        self.cut = cut
+        self.release = release
         self.counters = counters
         self.received = received
         self.call_id = call_id
@@ -96,6 +129,8 @@ class SSEResponse(Response):
             # The counters object may have been replaced by a reset meanwhile; decrement the
             # one that was incremented.
             counters.open_streams -= 1
+            if self.release is not None:
+                self.release()
 
     async def send_rest(self, sent: _EventSender, first_token_due: float) -> None:
         """Everything after the role chunk, and the body's end unless the stream is cut."""
@@ -109,12 +144,12 @@ class SSEResponse(Response):
         deltas = sse.deltas
         loop = asyncio.get_running_loop()
         if sse.ttft_s > 0 and (pause := first_token_due - loop.time()) > 0:
-            await asyncio.sleep(pause)
+            await self.pause(pause)
         first_token_at = loop.time()
         for i in range(len(deltas) + 1):
             if i == sse.middle:
                 if sse.stall_s is not None:
-                    await asyncio.sleep(sse.stall_s)
+                    await self.pause(sse.stall_s)
                 if sse.malformed is not None:
                     await sent.event(sse.malformed)
                 if sse.disconnect:
@@ -124,10 +159,28 @@ class SSEResponse(Response):
             if i and sse.interval:
                 delay = first_token_at + i * sse.interval - loop.time()
                 if delay > 0:
-                    await asyncio.sleep(delay)
+                    await self.pause(delay)
+            if self.cut is not None and self.cut.is_set():
+                return await self.send_cut(sent)
             await sent.event(deltas[i])
+        if self.cut is not None and self.cut.is_set():
+            return await self.send_cut(sent)
         for event in sse.tail:
             await sent.event(event)
+        return True
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep, or less when this stream is cut meanwhile."""
+        if self.cut is None:
+            await asyncio.sleep(seconds)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.cut.wait(), timeout=seconds)
+
+    @staticmethod
+    async def send_cut(sent: _EventSender) -> bool:
+        """A cut stream's end as llama-cpp-python sends it: [DONE] with no finish_reason."""
+        await sent.event(DONE_EVENT)
         return True
 
 

@@ -1,0 +1,211 @@
+"""What a preflight means for a plan, and its API and CLI surfaces (issue 39 items 1 and 2).
+
+A target that showed stream cutting at C = 2 and a plan at C = 4: the review page warns before
+any call; a case longer than the target's known context is listed as not run, never sent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import pytest
+from django.core.management import call_command
+
+from datasets.benchmarks import get_adapter
+from datasets.models import DatasetQuestion
+from datasets.services import source_prepare
+from runs.models import Call, Run
+from runs.models_preflight import TargetPreflight
+from runs.plans import PlanError, plan_freeze
+from srbench.simulator.testing import running_simulator
+from tests import factories as f
+from tests.runs import engine_support as es
+
+pytestmark = pytest.mark.django_db
+
+WORDS = re.compile(r"\w+|[^\w\s]+")
+
+
+def _estimate(messages) -> int:
+    """The review's prompt estimate, recomputed here: word or symbol runs, 4 per message, 2."""
+    return 2 + sum(4 + len(WORDS.findall(m["content"])) for m in messages)
+
+
+def _showed(target, **facts) -> TargetPreflight:
+    defaults = {
+        "target": target,
+        "status": "completed",
+        "base_url": target.base_url,
+        "model": target.model,
+        "planned_calls": 9,
+        "stream_usage": False,
+        "cuts_at": 2,
+        "max_whole_streams": 1,
+    }
+    return TargetPreflight.objects.create(**{**defaults, **facts})
+
+
+@pytest.fixture
+def member(client):
+    user = f.user_create(username="member")
+    client.force_login(user)
+    return user
+
+
+def _review_form(concurrency: str) -> dict:
+    return {
+        "profile": "smoke",
+        "seed": "20260918",
+        "name": "preflight review",
+        "benchmarks": ["mmlu-pro"],
+        "targets": ["smollm2"],
+        "total_timeout_s": "300",
+        "idle_timeout_s": "60",
+        "max_output_tokens": "64",
+        "max_output_chars": "200000",
+        "concurrency": concurrency,
+        "max_calls_per_case": "4",
+        "case_timeout_s": "900",
+        "max_run_seconds": "86400",
+        "failure_policy": "stop",
+        "slots": "1",
+        "action": "review",
+    }
+
+
+def _estimates(dataset_id: int) -> list[int]:
+    rows = DatasetQuestion.objects.filter(dataset_id=dataset_id).values_list(
+        "question__benchmark", "question__payload"
+    )
+    return [_estimate(get_adapter(b).messages(p)) for b, p in rows]
+
+
+def test_plan_review_warns_about_cutting_and_lists_long_cases_as_not_run(client, member):
+    """issue 39 acceptance: cut at C = 2, plan at C = 4 → warned before any call; cases longer
+    than the target's context → not run with their reason, never sent."""
+    source_prepare(benchmark="mmlu-pro", profile="smoke")
+    target = f.target_create(slug="smollm2", model="smollm2", prices={})
+    html = client.post("/runs/new/", _review_form("4")).content.decode()
+    assert "Review plan" in html, html[:2000]
+    plan_id = int(re.search(r'href="/datasets/(\d+)/"', html).group(1))
+    estimates = sorted(_estimates(plan_id))
+    context = estimates[len(estimates) // 2]  # about half the cases do not fit
+    too_long = sum(1 for e in estimates if e > context)
+    assert 0 < too_long < len(estimates)
+    preflight = _showed(target, context_tokens=context)
+
+    html = client.post("/runs/new/", _review_form("4")).content.decode()
+    section = html[html.index('id="plan-preflight"') :]
+    assert "concurrency 4 exceeds what this target showed" in section
+    assert "use concurrency ≤ 1" in section
+    assert "this server reports no usage when streaming: cost unknown" in section
+    not_run = html[
+        html.index('id="plan-not-run"') : html.index("</div>", html.index("plan-not-run"))
+    ]
+    assert f"{too_long} question" in not_run
+    assert f"target smollm2 showed (preflight #{preflight.pk})" in not_run
+    cases = int(re.search(r"(\d+) questions ×", html).group(1))
+    assert cases == len(estimates) - too_long
+    assert Run.objects.count() == 0 and Call.objects.count() == 0  # no call, nothing started
+
+
+def test_a_plan_within_what_the_target_showed_is_not_warned(client, member):
+    """issue 39 item 1: concurrency 1 on a target whole up to 1 gets no concurrency warning;
+    a target never checked says so."""
+    source_prepare(benchmark="mmlu-pro", profile="smoke")
+    target = f.target_create(slug="smollm2", model="smollm2", prices={})
+    _showed(target, stream_usage=True)
+    html = client.post("/runs/new/", _review_form("1")).content.decode()
+    assert "exceeds what this target showed" not in html
+    assert "preflight #" in html and "showed nothing this plan exceeds" in html
+    TargetPreflight.objects.all().delete()
+    html = client.post("/runs/new/", _review_form("1")).content.decode()
+    assert "smollm2: never checked" in html
+
+
+def test_a_preflight_of_another_endpoint_does_not_apply():
+    """issue 39 item 2: a preflight is about the endpoint and model it checked; after the
+    target moves, its context no longer leaves cases out (and applies while it matches)."""
+    dataset = es.fixture_dataset(["mmlu-pro"])
+    target = f.target_create(slug="smollm2", model="smollm2", prices={})
+    stale = _showed(target, context_tokens=5, base_url="http://127.0.0.1:1/v1")
+    frozen = plan_freeze(data={"name": "p", "dataset": dataset.pk, "targets": ["smollm2"]})
+    assert "not_run" not in frozen.manifest
+    stale.base_url = target.base_url
+    stale.save()
+    with pytest.raises(PlanError) as refused:  # every case is longer than 5 tokens
+        plan_freeze(data={"name": "p", "dataset": dataset.pk, "targets": ["smollm2"]})
+    assert "longer than the 5-token context" in str(refused.value.errors)
+
+
+def test_api_quotes_first_and_only_an_operator_sends(client):
+    """issue 39 item 1: GET quotes (nothing sent); a member's POST is refused; an operator's
+    POST without the quote is refused with the quote in the detail."""
+    target = f.target_create(slug="smollm2", base_url="http://127.0.0.1:1/v1")
+    member = f.user_create(username="m")
+    client.force_login(member)
+    read = client.get("/api/v1/targets/smollm2/preflight/").json()
+    assert read["latest"] is None and read["quote"]["planned_calls"] == 9
+    body = {"confirm_worst_case_usd": read["quote"]["worst_case_usd"]}
+    refused = client.post(
+        "/api/v1/targets/smollm2/preflight/", body, content_type="application/json"
+    )
+    assert refused.status_code == 403 and refused.json()["code"] == "not_operator"
+    client.force_login(f.user_create(username="op", staff=True))
+    wrong = client.post(
+        "/api/v1/targets/smollm2/preflight/",
+        {"confirm_worst_case_usd": "0"},
+        content_type="application/json",
+    )
+    assert wrong.status_code == 422 and wrong.json()["code"] == "cost_not_confirmed"
+    assert wrong.json()["detail"]["quote"]["worst_case_usd"] == read["quote"]["worst_case_usd"]
+    assert not TargetPreflight.objects.filter(target=target).exists()
+
+
+def _bench(capsys, *args: str) -> tuple[int, str, str]:
+    code = 0
+    try:
+        call_command("benchmark", *args)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_targets_check_refuses_without_yes_and_prints_the_quote(capsys):
+    """issue 39 item 1: `benchmark targets check SLUG` quotes the worst case first and, not
+    confirmed, sends nothing."""
+    f.user_create(username="op", staff=True)
+    f.target_create(slug="smollm2", base_url="http://127.0.0.1:1/v1")
+    code, out, err = _bench(capsys, "targets", "check", "smollm2", "--user", "op")
+    assert code != 0
+    assert out.startswith("preflight of smollm2: up to 9 tiny calls")
+    assert "add --yes" in err
+    assert not TargetPreflight.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cli_targets_check_sends_once_and_reports_in_words_and_json(capsys):
+    """issue 39 item 1: with --yes the preflight runs; words and JSON say the same findings."""
+    f.user_create(username="op", staff=True)
+    model = {"ttft_s": 0.5, "tokens_per_second": 40.0, "faults": ["cut-on-concurrent"]}
+    with running_simulator(models={"sim-weak": model}) as url:
+        f.target_create(
+            slug="weak",
+            model="sim-weak",
+            base_url=f"{url}/v1",
+            prices={"sim-weak": {"input": "1", "output": "2"}},
+        )
+        code, out, err = _bench(
+            capsys, "targets", "check", "weak", "--yes", "--user", "op", "--json"
+        )
+        stats = httpx.get(f"{url}/_sim/stats").json()
+    assert code == 0, err
+    assert err.startswith("preflight of weak: up to 9 tiny calls")
+    document = json.loads(out)
+    assert document["facts"]["cuts_at"] == 2 and document["facts"]["max_whole_streams"] == 1
+    assert len(document["calls"]) == stats["chat_requests"] == 5
+    assert set(stats["by_call_id"].values()) == {1}
+    assert any("use concurrency ≤ 1" in x["effect"] for x in document["findings"])
