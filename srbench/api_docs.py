@@ -29,6 +29,8 @@ class JsonErrorsMixin:
 
 class ApiDocsView(JsonErrorsMixin, SpectacularSwaggerView):
     url_name = "api-schema"
+    # drf-spectacular's page with its inline start-up script under the CSP nonce (issue 40).
+    template_name = "srbench/swagger_ui.html"
 
 
 class ApiRedocView(JsonErrorsMixin, SpectacularRedocView):

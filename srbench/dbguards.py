@@ -254,3 +254,13 @@ FENCING_TRIGGERS = (
     ("runs_call", "settled"),
 )
 FENCING_FUNCTIONS = ("srbench_call_fenced", "srbench_cell_fenced", "srbench_evidence_fenced")
+
+
+AUDIT_TABLE = "srbench_auditevent"
+
+
+def audit_trail_sql() -> list[str]:
+    """The audit trail is append-only for every writer (issue 40 item 4): an UPDATE or DELETE
+    of a row is refused, as the ledger's records are. (TRUNCATE, a whole-table statement of the
+    database owner, is not a row change; the test suite's flush uses it.)"""
+    return [FUNCTION_SQL, append_only_sql(AUDIT_TABLE)]

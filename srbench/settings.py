@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -82,6 +83,8 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "django_celery_results",
+    # Login throttling: failed sign-ins per account and per address (issue 40 item 1).
+    "axes",
     "srbench",
     "datasets",
     "runs",
@@ -91,6 +94,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Content-Security-Policy (SECURE_CSP below) with a nonce per response.
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -100,6 +105,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # One row per write a person makes, whatever endpoint (srbench/audit.py, issue 40 item 4).
+    "srbench.audit.AuditMiddleware",
+    # Last: turns a request django-axes marked as locked out into its lockout answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "srbench.urls"
@@ -115,6 +124,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "django.template.context_processors.csp",
             ],
         },
     },
@@ -146,9 +156,75 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 
+AUTHENTICATION_BACKENDS = [
+    # First: refuses a locked-out account or address before the password is checked.
+    "srbench.security.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "runs:list"
 LOGOUT_REDIRECT_URL = "login"
+
+# --- Served on a company network (issue 40; README "Production and scale-out") -------------
+# One switch for "served over HTTPS": secure cookies, HSTS, redirect of plain HTTP.
+SRBENCH_HTTPS = env_bool("SRBENCH_HTTPS", False)
+# Behind a TLS-terminating proxy that sets X-Forwarded-Proto (and appends X-Forwarded-For):
+# trust those headers. Only with a proxy that overwrites them, or a client could forge them.
+SRBENCH_BEHIND_PROXY = env_bool("SRBENCH_BEHIND_PROXY", False)
+if SRBENCH_BEHIND_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_SECURE = SRBENCH_HTTPS
+CSRF_COOKIE_SECURE = SRBENCH_HTTPS
+SECURE_SSL_REDIRECT = SRBENCH_HTTPS
+SECURE_HSTS_SECONDS = (
+    int(os.environ.get("SRBENCH_HSTS_SECONDS", str(365 * 24 * 3600))) if SRBENCH_HTTPS else 0
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SRBENCH_HTTPS and env_bool("SRBENCH_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = SRBENCH_HTTPS and env_bool("SRBENCH_HSTS_PRELOAD", True)
+
+# Content-Security-Policy: scripts only from this server or with the response's nonce (no
+# inline script, no eval: htmx's trigger filters and hx-on are not used); inline styles stay
+# allowed for the SVG charts' style attributes and htmx's indicator style.
+from django.utils.csp import CSP  # noqa: E402
+
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF, CSP.NONCE],
+    "style-src": [CSP.SELF, CSP.UNSAFE_INLINE],
+    "img-src": [CSP.SELF, "data:"],
+    "font-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    # Redoc builds its search index in a worker made from a blob.
+    "worker-src": [CSP.SELF, "blob:"],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.SELF],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
+
+# Login throttling (django-axes, srbench/security.py): SRBENCH_LOGIN_FAILURE_LIMIT failed
+# attempts per account or per address within the cool-off lock sign-in until it ends.
+AXES_FAILURE_LIMIT = int(os.environ.get("SRBENCH_LOGIN_FAILURE_LIMIT", "10"))
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("SRBENCH_LOGIN_COOLOFF_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = "srbench.security.lockout_parameters"
+AXES_CLIENT_IP_CALLABLE = "srbench.security.client_address"
+AXES_LOCKOUT_CALLABLE = "srbench.security.lockout_response"
+AXES_RESET_ON_SUCCESS = True
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+AXES_VERBOSE = False
+AXES_SENSITIVE_PARAMETERS = ["password", "csrfmiddlewaretoken"]
+
+# The API's rate-limit counters (srbench/security.py). Unset: each web process counts on its
+# own; a Redis URL shares the counters between every process.
+_CACHE_URL = os.environ.get("SRBENCH_CACHE_URL", "")
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _CACHE_URL}
+        if _CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -164,7 +240,7 @@ WHITENOISE_USE_FINDERS = True  # serve straight from the app folders; collectsta
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: an anonymous API client then gets 401 with WWW-Authenticate, not 403.
-        "rest_framework.authentication.TokenAuthentication",
+        "srbench.tokens.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -175,6 +251,14 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["srbench.parsers.BoundedJSONParser"],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "UNAUTHENTICATED_USER": None,
+    # Per member and per anonymous address, 429 with Retry-After past the rate (issue 40 item 3).
+    "DEFAULT_THROTTLE_CLASSES": ["srbench.security.UserThrottle", "srbench.security.AnonThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": os.environ.get("SRBENCH_API_RATE_USER", "3000/minute") or None,
+        "anon": os.environ.get("SRBENCH_API_RATE_ANON", "300/minute") or None,
+    },
+    # Behind the trusted proxy the client is the last X-Forwarded-For address.
+    "NUM_PROXIES": 1 if SRBENCH_BEHIND_PROXY else None,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "srbench API",

@@ -8,9 +8,12 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import SimpleRouter
 
 from runs.api import PlanReviewView, RunViewSet, TargetViewSet
+from runs.preflight_api import TargetPreflightView
 from runs.recovery_api import LineageView, RecoverView, RecoveryPlanView
 from srbench.api import SCHEMA_SETTINGS, api_not_found
 from srbench.api_docs import ApiDocsView, ApiRedocView
+from srbench.audit_api import AuditEventListView
+from srbench.token_views import token_list, token_revoke
 
 # Under /api/ Django's own 400/403/404/500 answers are the JSON error document too.
 handler400 = "srbench.api.error_400"
@@ -37,12 +40,20 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("tokens/", token_list, name="tokens"),
+    path("tokens/<int:pk>/revoke/", token_revoke, name="token-revoke"),
+    path("api/v1/audit/", AuditEventListView.as_view(), name="audit-list"),
     path("api/v1/plans/review/", PlanReviewView.as_view(), name="plan-review"),
     path(
         "api/v1/runs/<int:pk>/recovery-plan/", RecoveryPlanView.as_view(), name="run-recovery-plan"
     ),
     path("api/v1/runs/<int:pk>/recover/", RecoverView.as_view(), name="run-recover"),
     path("api/v1/runs/<int:pk>/lineage/", LineageView.as_view(), name="run-lineage"),
+    path(
+        "api/v1/targets/<str:slug>/preflight/",
+        TargetPreflightView.as_view(),
+        name="target-preflight",
+    ),
     path("api/v1/", include(router.urls)),
     path("api/v1/", include("datasets.api_urls")),
     path("api/v1/", include("recipes.api_urls")),
