@@ -7,12 +7,13 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 
 .PHONY: demo test chaos screenshots install frontend lint typecheck bench clean
 
-$(STAMP): pyproject.toml requirements/gateway.txt scripts/install_python.sh
+$(STAMP): pyproject.toml requirements/gateway.txt requirements/llama.txt scripts/install_python.sh
 	@$(PY) -c 'import sys; assert sys.version_info[:2] == (3, 12), f"Python 3.12 needed, found {sys.version}"'
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	PYTHON=$(BIN)/python scripts/install_python.sh --editable test,data
 	PYTHON=$(BIN)/python scripts/ensure_gateway.sh
+	PYTHON=$(BIN)/python scripts/ensure_llama.sh
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 install: $(STAMP) frontend
