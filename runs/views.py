@@ -39,12 +39,13 @@ from runs.permissions import may_act_on_run, run_action_require
 from runs.public import public_call_content, public_cell, public_cell_error, public_event_payload
 from runs.questions import episode_context, is_agent, question_filters
 from runs.reconcile import correction_summary, latest_corrections
-from runs.recovery import RecoveryError, recovery_plan, recovery_submit
+from runs.recovery import recovery_plan, recovery_submit
 from runs.recovery_rules import REASONS
 from runs.report import incomplete_reasons
 from runs.report_types import Report
 from runs.services import run_cancel
 from srbench.money import money_text
+from srbench.refusals import Refusal
 
 PAGE_SIZE = 25  # rows shown per page everywhere (R13.1, R14.1)
 # The report's four exclusive token classes (R1.1), in words.
@@ -571,7 +572,7 @@ def _recovery_context(request: HttpRequest, run: Run, mode: str) -> tuple[dict[s
     }
     try:
         plan = recovery_plan(run=run, mode=mode)
-    except RecoveryError as exc:
+    except Refusal as exc:
         context["refusal"] = exc.message
         return context, exc.http_status
     eligible = Paginator(plan["eligible_cells"], PAGE_SIZE)
@@ -625,7 +626,7 @@ def run_recovery(request: HttpRequest, run_id: int) -> HttpResponse:
                     acknowledge_new_attempt=request.POST.get("acknowledge_new_attempt") == "on",
                     user=request.user,
                 )
-            except RecoveryError as exc:
+            except Refusal as exc:  # the API's refusals, shown on the page
                 error = exc.message
             else:
                 if created:

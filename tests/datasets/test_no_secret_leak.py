@@ -28,6 +28,9 @@ from tests.factories import user_create
 pytestmark = pytest.mark.django_db
 
 MIN_NEEDLE = 8
+# The chat wire's role names: τ³'s evaluation data names the "assistant" as the one who acts, and
+# every page that explains the chat format says the word too — vocabulary, not a secret.
+WIRE_WORDS = frozenset({"assistant", "system", "user", "tool"})
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 # Named secrets from the fixtures, one per kind of secret the spec lists: each must be absent
@@ -87,7 +90,11 @@ def needles_of(secret: Any) -> set[str]:
 
     walk(secret)
     # A bare date could match a page's own "created" timestamp on that day: not distinctive.
-    return {n for n in found if len(n) >= MIN_NEEDLE and not DATE.fullmatch(n)}
+    return {
+        n
+        for n in found
+        if len(n) >= MIN_NEEDLE and not DATE.fullmatch(n) and n.lower() not in WIRE_WORDS
+    }
 
 
 def flatten_json(document: Any) -> str:
