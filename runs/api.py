@@ -164,7 +164,8 @@ ReportSerializer = inline_serializer(
             "recomputed only when its ledger changes): `key`, the name it is stored under "
             "(sha256 of the ledger's state and the report code's version; null while the run "
             "is in progress), `code`, the report code's version, `usage_correction` and "
-            "`regrade`, the versions it reflects (null: none), `computed_at`, and `stored` "
+            "`regrade`, the versions it reflects (null: none), `computed_at` (when the kept "
+            "report was computed; null for one computed for this request), and `stored` "
             "(false: computed for this request)"
         ),
     },

@@ -261,7 +261,9 @@ def report_version_lines(version: dict[str, Any] | None) -> list[str]:
         if version.get(key) is not None
     )
     if not version.get("stored"):
-        return [f"report computed for this read at {version['computed_at']}{reflects}"]
+        # No timestamp: a run still going is computed on every read, and two reads of the same
+        # ledger must print the same text (the remote and in-process CLIs are compared).
+        return [f"report computed for this read (the run has not ended){reflects}"]
     return [
         f"report kept {version['computed_at']} (key {version['key'][:12]}, code "
         f"{version['code']}){reflects}"

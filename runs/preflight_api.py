@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from runs.idempotency import IdempotencyKey, key_value
 from runs.models import Target
 from runs.models_preflight import TargetPreflight
 from runs.permissions import user_is_operator
@@ -28,8 +29,6 @@ from runs.preflight import (
 )
 from srbench.api import ApiSchema, error_response, error_responses
 from srbench.money import money_text
-
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 def preflight_json(preflight: TargetPreflight | None) -> dict[str, Any] | None:
@@ -144,13 +143,15 @@ class TargetPreflightView(APIView):
                 error="send confirm_worst_case_usd (the quote's worst case, null when unknown) "
                 f"and optionally context_probe_tokens (1 to {MAX_CONTEXT_PROBE_TOKENS})",
             )
+        # The one key rule (runs.idempotency): NUL, invalid Unicode or too long is refused.
+        key = IdempotencyKey.of_request(request.headers)
         try:
             preflight = target_preflight(
                 target=target,
                 confirm_worst_case_usd=data["confirm_worst_case_usd"],
                 user=request.user,
                 context_probe_tokens=tokens,
-                idempotency_key=(request.headers.get(IDEMPOTENCY_HEADER) or "")[:200],
+                idempotency_key=key_value(key) or "",
             )
         except PreflightRefused as exc:
             return error_response(

@@ -29,7 +29,6 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Max
-from django.utils import timezone
 
 from runs.engine.finish import run_report_keep
 from runs.hooks import run_end
@@ -48,7 +47,7 @@ def report_version(
     *,
     key: str | None,
     regrade: int | None,
-    computed_at: datetime,
+    computed_at: datetime | None,
     stored: bool,
 ) -> dict[str, Any]:
     """The version of a served report (`report_version` in the API's answer): `key`, the name
@@ -62,7 +61,9 @@ def report_version(
         "code": REPORT_CACHE_VERSION,
         "usage_correction": None if correction is None else correction["version"],
         "regrade": regrade,
-        "computed_at": computed_at.isoformat(),
+        # A report computed for this read has no time of its own: it is the ledger as it
+        # stands, and two reads of one ledger give one document.
+        "computed_at": None if computed_at is None else computed_at.isoformat(),
         "stored": stored,
     }
 
@@ -97,7 +98,7 @@ def run_report_served(*, run: Run) -> dict[str, Any]:
         return {
             **doc,
             "report_version": report_version(
-                doc, key=None, regrade=regrade, computed_at=timezone.now(), stored=False
+                doc, key=None, regrade=regrade, computed_at=None, stored=False
             ),
         }
     doc = json.loads(kept[0])
