@@ -352,6 +352,8 @@ def _usage_block(e: Entry) -> dict[str, Any]:
         "known_cost_usd": money_text(t.known_cost_usd),
         "total_spend_usd": money_text(t.total_spend_usd),
         "cache_neutral_cost_usd": money_text(t.cache_neutral_cost_usd),
+        # Why tokens and cost are unknown when the server sent no usage while streaming.
+        "usage_unknown_reason": t.usage_unknown_reason,
         "tokens": dict(t.tokens),
         "ttft_p50_ms": t.ttft_p50_ms,
         "latency_p50_ms": t.latency_p50_ms,

@@ -16,6 +16,7 @@ from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any, NamedTuple
 
 from runs.usage import (
+    NO_USAGE_OBJECT,
     UsageBuckets,
     mom_call_buckets,
     mom_evidence,
@@ -27,6 +28,7 @@ from srbench.money import price_places_error
 __all__ = [
     "CostOutcome",
     "KnownSum",
+    "NO_STREAM_USAGE_NOTE",
     "Price",
     "PriceError",
     "CallAccounting",
@@ -35,6 +37,7 @@ __all__ = [
     "call_cost",
     "mom_cache_neutral_cost",
     "mom_call_cost",
+    "no_stream_usage_reason",
     "price_for_model",
     "priced_call_cost",
     "sum_known",
@@ -166,6 +169,26 @@ def cache_neutral_cost(buckets: UsageBuckets | None, price: Price | None) -> Dec
 class CostOutcome(NamedTuple):
     cost: Decimal | None
     reason: str
+
+
+# A single-model call's cost note when its finished stream carried no usage object (the words
+# `priced_call_cost` writes); the report counts such calls to say why a cost is unknown.
+NO_STREAM_USAGE_NOTE = f"usage missing: {NO_USAGE_OBJECT}"
+
+
+def no_stream_usage_reason(calls: int, subject_calls: int | None) -> str | None:
+    """Why a target's tokens and cost are unknown when its server sent no usage while
+    streaming (issue 39), and what evidence would make them known; None when no call of it
+    ended that way. Said once per target, by the report."""
+    if not calls:
+        return None
+    subject_calls = subject_calls or calls
+    return (
+        f"this server reports no usage when streaming: {calls} of {subject_calls} subject calls "
+        "carried no usage object, so their tokens and cost are unknown; reconcile-usage cannot "
+        "recover them (the saved streams hold no usage) — a server that sends usage with "
+        "stream_options.include_usage, or a router's usage receipt, would make them known"
+    )
 
 
 def priced_call_cost(

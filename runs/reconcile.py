@@ -17,8 +17,9 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from django.db import connection, transaction
+from django.db.models import Count
 
-from runs.accounting import PriceError, call_accounting, sum_known
+from runs.accounting import NO_STREAM_USAGE_NOTE, PriceError, call_accounting, sum_known
 from runs.corrections import version_append, version_appended
 from runs.engine.sse import ChatStreamAccumulator, SSEError, decode_sse
 from runs.events import events_append
@@ -379,6 +380,19 @@ def effective_call_sums(*, run_ids: Sequence[int], group_by: GroupBy) -> list[di
                 record[name] = int(record[name])
         out.append(record)
     return out
+
+
+def no_stream_usage_counts(*, run_ids: Sequence[int]) -> dict[tuple[int, int], int]:
+    """Per (run, target of the cell): subject calls whose finished stream carried no usage
+    object (`runs.accounting.NO_STREAM_USAGE_NOTE`): a server that sends none when streaming."""
+    rows = (
+        Call.objects.filter(
+            cell__run_id__in=run_ids, role=Call.Role.SUBJECT, cost_note=NO_STREAM_USAGE_NOTE
+        )
+        .values_list("cell__run_id", "cell__target_id")
+        .annotate(n=Count("id"))
+    )
+    return {(run_id, target_id): n for run_id, target_id, n in rows}
 
 
 # A call that spent money and produced nothing usable: an error, or a call whose outcome is

@@ -25,10 +25,15 @@ from django.utils import timezone
 
 from datasets.benchmarks import ADAPTERS
 from datasets.provenance import UNKNOWN
-from runs.accounting import sum_known
+from runs.accounting import no_stream_usage_reason, sum_known
 from runs.models import Call, Cell, Run, RunReport, RunStatus, Target
 from runs.official_report import official_sections
-from runs.reconcile import effective_call_sums, effective_run_spend, latest_corrections
+from runs.reconcile import (
+    effective_call_sums,
+    effective_run_spend,
+    latest_corrections,
+    no_stream_usage_counts,
+)
 from runs.report_types import (
     COUNT_FIELDS,
     TIMING_FIELDS,
@@ -49,10 +54,8 @@ from srbench.stats import accuracy, weighted_quality, wilson_interval
 
 BUCKETS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
 # Part of a stored report's fingerprint: bump it whenever what a report computes changes, so a
-# report stored by the previous code is never served. v2: intervals count questions (issue 21);
-# v3: the questions not run here (issue 22); v4: official scorers beside sr-bench's (issue 22);
-# v5: each benchmark row's data provenance (issue 35).
-REPORT_CACHE_VERSION = "v5"
+# report stored by the previous code is never served (v6, issue 39: why usage is unknown).
+REPORT_CACHE_VERSION = "v6"
 # pg_advisory_xact_lock(class, run id): one computation of a settled run's stored report at a
 # time (`run_report_settled_compute`).
 REPORT_LOCK_CLASS = 38001
@@ -355,6 +358,8 @@ class ReportBatch:
     # Per run, per benchmark: where its questions came from (`datasets.provenance`); None
     # (a batch built elsewhere) reads each run's on its own.
     provenance: dict[int, dict[str, str]] | None = None
+    # Per (run, target): subject calls whose finished stream carried no usage object.
+    no_stream_usage: dict[tuple[int, int], int] | None = None
 
     @classmethod
     def read(cls, runs: list[Run]) -> ReportBatch:
@@ -377,6 +382,7 @@ class ReportBatch:
             # The official scorers beside the sr-bench score (issue 22 point 5).
             official=official_sections(runs, target_ids),
             provenance=runs_data_provenance(runs),
+            no_stream_usage=no_stream_usage_counts(run_ids=run_ids),
         )
 
 
@@ -389,6 +395,8 @@ def _target_report(
     question_scores = {b: v for (r, t, b), v in batch.scores.items() if r == run.pk and t == tid}
     by_role = {role: s for (r, t, role), s in batch.sums.items() if r == run.pk and t == tid}
     timings = batch.timings.get((run.pk, tid), {})
+    no_usage = (batch.no_stream_usage or {}).get((run.pk, tid or 0), 0)
+    subject_calls = by_role.get("subject", {}).get("calls")
     benchmarks, total, accs = _benchmark_rows(run.manifest, mine, question_scores, provenance)
     report = TargetReport(
         slug=snapshot["slug"],
@@ -407,6 +415,7 @@ def _target_report(
         **_target_spend(total, by_role, batch.missing.get((run.pk, tid), 0)),
         **{k: timings.get(k) for k in TIMING_FIELDS},
         official=batch.official.get((run.pk, snapshot["slug"])),
+        usage_unknown_reason=no_stream_usage_reason(no_usage, subject_calls),
     )
     if run.mode == "preview":
         return _preview_only(report, run, tid)
@@ -583,8 +592,7 @@ def run_report_row(*, run_id: int, fingerprint: str, report: Report) -> dict[str
 
 
 def run_report_store(*, run_id: int, fingerprint: str, report: Report) -> None:
-    """Keep a settled report with the columns the runs list sorts on (upsert: the last
-    settled state wins)."""
+    """Keep a settled report with the columns the runs list sorts on (upsert: last wins)."""
     RunReport.objects.update_or_create(
         run_id=run_id,
         defaults=run_report_row(run_id=run_id, fingerprint=fingerprint, report=report),
@@ -592,8 +600,7 @@ def run_report_store(*, run_id: int, fingerprint: str, report: Report) -> None:
 
 
 def run_reports_compute(*, runs: list[Run]) -> dict[int, Report]:
-    """The typed reports of several runs from one set of queries (a comparison needs
-    twenty-one)."""
+    """The typed reports of several runs from one set of queries."""
     batch = ReportBatch.read(runs)
     return {run.pk: report_from_batch(run, batch) for run in runs}
 

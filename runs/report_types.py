@@ -212,6 +212,9 @@ class TargetReport:
     selected_models: Mapping[str, int] | None = None
     selected_decisions: Mapping[str, int] | None = None
     official: OfficialSection | None = None
+    # Why tokens and cost are unknown when the server sent no usage while streaming (issue 39):
+    # said once per target (`runs.accounting.no_stream_usage_reason`); None otherwise.
+    usage_unknown_reason: str | None = None
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -225,6 +228,7 @@ class TargetReport:
             "tokens_known_partial": dict(self.tokens_known_partial),
             **{k: money_text(getattr(self, k)) for k in TARGET_MONEY},
             "cache_neutral_unknown_reason": self.cache_neutral_unknown_reason,
+            "usage_unknown_reason": self.usage_unknown_reason,
             **{k: getattr(self, k) for k in TIMING_FIELDS},
         }
         if self.selected_models is not None:
@@ -246,6 +250,7 @@ class TargetReport:
             tokens_known_partial=dict(doc["tokens_known_partial"]),
             **{k: _dec(doc[k]) for k in TARGET_MONEY},
             cache_neutral_unknown_reason=doc["cache_neutral_unknown_reason"],
+            usage_unknown_reason=doc.get("usage_unknown_reason"),
             **{k: doc[k] for k in TIMING_FIELDS},
             selected_models=doc.get("selected_models"),
             selected_decisions=doc.get("selected_decisions"),

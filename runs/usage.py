@@ -19,6 +19,7 @@ __all__ = [
     "HEADER_SELECTED_MODEL",
     "MAX_RECEIPT_BYTES",
     "MAX_RECEIPT_CALLS",
+    "NO_USAGE_OBJECT",
     "MomEvidence",
     "Receipt",
     "ReceiptCall",
@@ -75,6 +76,11 @@ class UsageBuckets:
     @property
     def prompt_total(self) -> int:
         return self.input + self.cached_input + self.cache_write
+
+
+# The reason a finished stream's usage is unknown when it carried no usage at all (a server
+# that sends none when streaming, e.g. llama.cpp's; issue 39).
+NO_USAGE_OBJECT = "no usage object"
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +243,7 @@ def usage_buckets_explained(raw: object) -> UsageOutcome:
       would misprice the call.
     """
     if raw is None:
-        return UsageOutcome(None, "missing", "no usage object")
+        return UsageOutcome(None, "missing", NO_USAGE_OBJECT)
     if not isinstance(raw, Mapping):
         return UsageOutcome(None, "invalid", f"usage is not an object: {raw!r}")
     has_openai = "prompt_tokens" in raw or "completion_tokens" in raw

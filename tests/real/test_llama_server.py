@@ -238,9 +238,14 @@ def test_cut_answers_are_recorded_as_cut_and_missing_usage_stays_unknown(
     assert t["cache_neutral_cost_usd"] is None
     assert set(t["tokens"].values()) == {None}
     assert t["total_spend_usd"] is None
+    # Said once for the target, with why (issue 39 item 3): the real server sends no usage.
+    assert t["usage_unknown_reason"].startswith(
+        "this server reports no usage when streaming: 3 of 3 subject calls carried no usage"
+    )
 
     out = cli_report(capsys, run)
     assert "subject cost unknown: no subject call has a known cost" in out
+    assert out.count("this server reports no usage when streaming") == 1
     assert "tokens: input unknown  cached_input unknown  cache_write unknown  output unknown" in out
     # Nothing was spent on evaluation (no judge), a known $0; the subject's cost is not $0.
     assert "total spend unknown" in out and "subject cost $0" not in out
