@@ -29,6 +29,7 @@ __all__ = [
     "CostOutcome",
     "KnownSum",
     "NO_STREAM_USAGE_NOTE",
+    "NO_STREAM_USAGE_REMEDY",
     "Price",
     "PriceError",
     "CallAccounting",
@@ -174,6 +175,13 @@ class CostOutcome(NamedTuple):
 # A single-model call's cost note when its finished stream carried no usage object (the words
 # `priced_call_cost` writes); the report counts such calls to say why a cost is unknown.
 NO_STREAM_USAGE_NOTE = f"usage missing: {NO_USAGE_OBJECT}"
+
+
+# What evidence would make such a call's usage known (the reconcile path says it per call).
+NO_STREAM_USAGE_REMEDY = (
+    "the saved stream holds no usage; only a server that sends usage with "
+    "stream_options.include_usage, or a router's usage receipt, would make it known"
+)
 
 
 def no_stream_usage_reason(calls: int, subject_calls: int | None) -> str | None:

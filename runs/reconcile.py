@@ -19,7 +19,13 @@ from typing import Any, Literal
 from django.db import connection, transaction
 from django.db.models import Count
 
-from runs.accounting import NO_STREAM_USAGE_NOTE, PriceError, call_accounting, sum_known
+from runs.accounting import (
+    NO_STREAM_USAGE_NOTE,
+    NO_STREAM_USAGE_REMEDY,
+    PriceError,
+    call_accounting,
+    sum_known,
+)
 from runs.corrections import version_append, version_appended
 from runs.engine.sse import ChatStreamAccumulator, SSEError, decode_sse
 from runs.events import events_append
@@ -163,7 +169,12 @@ def _reconcile_call(row: dict[str, Any], kind: str, prices: Mapping[str, Any]) -
         if (None if entry[c] is None else Decimal(entry[c])) != row[c]  # numeric, not textual
     ]
     entry["outcome"] = "changed" if changed else "verified"
-    entry["reason"] = f"changed: {', '.join(changed)}" if changed else note
+    if changed:
+        entry["reason"] = f"changed: {', '.join(changed)}"
+    else:  # a stream without usage: say what evidence would make it known (issue 39)
+        entry["reason"] = (
+            f"{note}; {NO_STREAM_USAGE_REMEDY}" if note == NO_STREAM_USAGE_NOTE else note
+        )
     return entry
 
 

@@ -29,6 +29,7 @@ import pytest
 from django.core.management import call_command
 
 from runs.models import Call, CallEvidence, Cell, Run
+from runs.reconcile import usage_reconcile
 from runs.report import run_report
 from runs.services import run_create
 from tests import factories as f
@@ -246,6 +247,11 @@ def test_cut_answers_are_recorded_as_cut_and_missing_usage_stays_unknown(
     out = cli_report(capsys, run)
     assert "subject cost unknown: no subject call has a known cost" in out
     assert out.count("this server reports no usage when streaming") == 1
+    # The reconcile path names what evidence would make the usage known, call by call.
+    entries = usage_reconcile(run_id=run.pk).correction.corrections["calls"]
+    assert len(entries) == 3 and all(
+        e["cost_usd"] is None and "only a server that sends usage" in e["reason"] for e in entries
+    ), entries
     assert "tokens: input unknown  cached_input unknown  cache_write unknown  output unknown" in out
     # Nothing was spent on evaluation (no judge), a known $0; the subject's cost is not $0.
     assert "total spend unknown" in out and "subject cost $0" not in out

@@ -233,7 +233,7 @@ def test_cli_reconcile_usage_reports_counts_and_costs(capsys):
     with pytest.raises(SystemExit) as exited:
         call_command("benchmark", "reconcile-usage", "999999")
     assert exited.value.code == 2
-    assert capsys.readouterr().err.strip() == "error: run 999999 does not exist"
+    assert capsys.readouterr().err.strip() == "error: run 999999 does not exist (not_found)"
 
 
 # --- a real run: simulator + real worker --------------------------------------------------------
