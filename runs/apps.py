@@ -20,7 +20,9 @@ class RunsConfig(AppConfig):
 
         # The engine keeps a driven run's live figures young through a hook it is given, never
         # by importing the live results (issue 36 item 1).
-        from runs.hooks import register_live_snapshot_keeper
+        from runs.hooks import register_live_snapshot_keeper, register_report_keeper
         from runs.live_report import snapshot_keep
+        from runs.stored_report import report_keep_settled
 
         register_live_snapshot_keeper(snapshot_keep)
+        register_report_keeper(report_keep_settled)

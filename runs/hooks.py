@@ -16,6 +16,9 @@ from typing import Any
 from django.db import transaction
 
 __all__ = [
+    "register_report_keeper",
+    "report_keep",
+    "report_keepers",
     "live_snapshot_keep",
     "live_snapshot_keepers",
     "register_live_snapshot_keeper",
@@ -41,6 +44,10 @@ run_start_hooks: list[Callable[..., Any]] = []
 # keeps must be derived from the ledger and recomputable on read: a hook that raises is logged
 # and never changes the run. Each must be idempotent (a run end may be seen more than once).
 run_end_hooks: list[Callable[..., Any]] = []
+# Called as keeper(run_id=...) once a run has ended, before the run-end hooks: stores the run's
+# report (`runs.stored_report.report_keep_settled`, registered by `RunsConfig.ready()`), so the
+# engine never imports the report (issue 36 item 1).
+report_keepers: list[Callable[..., Any]] = []
 # Called as keeper(run_id=...) every few seconds on a driving worker's side database thread:
 # what the run's pages read young (`runs.live_report.snapshot_keep`, registered by
 # `RunsConfig.ready()`), so the engine never imports the live results (issue 36 item 1).
@@ -60,6 +67,18 @@ def register_run_end_hook(hook: Callable[..., Any]) -> None:
     """Add a hook called once a run has ended; registering the same hook again is a no-op."""
     if hook not in run_end_hooks:
         run_end_hooks.append(hook)
+
+
+def register_report_keeper(keeper: Callable[..., Any]) -> None:
+    """Add the keeper of an ended run's report; registering the same one again is a no-op."""
+    if keeper not in report_keepers:
+        report_keepers.append(keeper)
+
+
+def report_keep(*, run_id: int) -> None:
+    """Every registered report keeper, in registration order (the caller logs a failure)."""
+    for keeper in list(report_keepers):
+        keeper(run_id=run_id)
 
 
 def register_live_snapshot_keeper(keeper: Callable[..., Any]) -> None:

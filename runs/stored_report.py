@@ -33,7 +33,13 @@ from django.db.models import Max
 from runs.engine.finish import run_report_keep
 from runs.hooks import run_end
 from runs.models import Regrade, Run, RunReport
-from runs.report import REPORT_CACHE_VERSION, report_key, run_report_compute, run_report_store
+from runs.report import (
+    REPORT_CACHE_VERSION,
+    report_key,
+    run_report_compute,
+    run_report_settled,
+    run_report_store,
+)
 from runs.report_types import report_doc
 from runs.selectors import run_settled_fingerprint
 
@@ -78,6 +84,12 @@ def _kept(run_id: int, key: str) -> tuple[str, datetime] | None:
         .values_list("report_json", "computed_at")
         .first()
     )
+
+
+def report_keep_settled(*, run_id: int) -> None:
+    """Store an ended run's report (the report keeper `RunsConfig.ready()` registers in
+    `runs.hooks`; the engine's run end calls it)."""
+    run_report_settled(run=Run.objects.get(pk=run_id))
 
 
 def run_report_served(*, run: Run) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from runs.engine.judge_only import judge_only_answers
 from runs.events import events_append
-from runs.hooks import run_end
+from runs.hooks import report_keep, run_end
 from runs.models import (
     OPEN_CALL_STATUSES,
     TERMINAL_RUN_STATUSES,
@@ -129,10 +129,8 @@ def run_report_keep(*, run_id: int) -> None:
     (`runs.hooks`: compare stores the run's per-cell figures). Called after the transaction
     that made the run terminal. A failure is logged, never the run's: what failed is computed
     again on its next read."""
-    from runs.report import run_report_settled  # the report reads the ledger this module ends
-
     try:
-        run_report_settled(run=Run.objects.get(pk=run_id))
+        report_keep(run_id=run_id)  # the report, through the hook the runs app registers
     except Exception:
         log.exception("storing the report of run %s failed", run_id)
     run_end(run_id=run_id)  # each hook's failure is logged there, never raised
