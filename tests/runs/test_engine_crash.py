@@ -82,9 +82,14 @@ def test_killed_worker_leaves_sent_unknown_and_nothing_is_sent_twice(workers):
     assert run.status == "interrupted"
     # Each dispatched call reached the model exactly once, the killed ones included.
     assert all(n == 1 for n in stats["by_call_id"].values()), stats["by_call_id"]
-    assert set(stats["by_call_id"]) == {
-        str(pk) for pk in Call.objects.filter(cell__run=run).values_list("pk", flat=True)
-    }
+    received = set(stats["by_call_id"])
+    rows = {str(pk) for pk in Call.objects.filter(cell__run=run).values_list("pk", flat=True)}
+    # Every request the model saw is a row of the ledger (nothing left unrecorded), and a row
+    # the model never saw is one the killed worker had opened but not yet sent: its fenced open
+    # committed, the kill came before the bytes left (seen once in a loaded CI run). Such a call
+    # is in flight at the kill and ends unknown below, never sent again.
+    assert received <= rows, received - rows
+    assert rows - received <= {str(pk) for pk in in_flight}, (rows - received, in_flight)
     unknown = set(
         Call.objects.filter(cell__run=run, status="sent_unknown").values_list("pk", flat=True)
     )
