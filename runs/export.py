@@ -21,10 +21,12 @@ import json
 from typing import Any
 
 from datasets.official import ARC_SCORER_VERSION
+from datasets.provenance import UNKNOWN
 from runs.models import Cell, Run, RunStatus
 from runs.official_metrics import NOTE as OFFICIAL_NOTE
 from runs.official_metrics import official_metrics
 from runs.reconcile import effective_call_sums
+from runs.selectors import runs_data_provenance
 from runs.stored_report import run_report_served
 from srbench.money import money_text
 from srbench.refusals import Refusal
@@ -71,12 +73,9 @@ def export_matrix(*, run_id: int) -> dict[str, Any]:
         )
     )
     official = official_benchmarks(run)
-    # Only the cells of a benchmark with an official scorer have their grade read.
-    grades = dict(
-        Cell.objects.filter(run=run, benchmark__in=official).values_list("pk", "grade")
-        if official
-        else ()
-    )
+    # Where each benchmark's questions came from, beside every answer (issue 35 item 3).
+    data = runs_data_provenance([run])[run.pk]
+    grades = _official_grades(run, official)
     for pk, qid, slot, benchmark, native_id, subject, sha, slug, correct, answer in cells:
         row = rows.setdefault(
             (qid, slot),
@@ -87,6 +86,7 @@ def export_matrix(*, run_id: int) -> dict[str, Any]:
                 "benchmark": benchmark,
                 "subject": subject,
                 "slot": slot,
+                "data": data.get(benchmark, UNKNOWN),
                 "targets": {},
             },
         )
@@ -110,6 +110,7 @@ def export_matrix(*, run_id: int) -> dict[str, Any]:
         "targets": slugs,
         "usage": "effective (latest usage correction applied)",
         "rows": list(rows.values()),
+        "data_provenance": data,
         "official_benchmarks": sorted(official),
         # Per target, the official metrics of the run: apart from the sr-bench `correct`.
         "official": run_official_metrics(run, served) if official else {s: [] for s in slugs},
@@ -118,6 +119,13 @@ def export_matrix(*, run_id: int) -> dict[str, Any]:
         "report_version": served["report_version"],
         "model_requests": 0,
     }
+
+
+def _official_grades(run: Run, official: set[str]) -> dict[int, Any]:
+    """Only the cells of a benchmark with an official scorer have their grade read."""
+    if not official:
+        return {}
+    return dict(Cell.objects.filter(run=run, benchmark__in=official).values_list("pk", "grade"))
 
 
 def _exportable(run_id: int) -> tuple[Run, str]:
@@ -186,13 +194,13 @@ def export_csv(matrix: dict[str, Any]) -> str:
     per_target = ("correct", "answer", "subject_cost_usd", "output_tokens")
     # With a benchmark whose official scorer differs, its per-case outcome, named apart.
     extra = OFFICIAL_FIELDS if matrix.get("official_benchmarks") else ()
-    header = ["question_id", "native_id", "content_sha256", "benchmark", "subject", "slot"]
-    header += [f"{slug}.{field}" for slug in matrix["targets"] for field in per_target + extra]
+    base = ["question_id", "native_id", "content_sha256", "benchmark", "subject", "slot", "data"]
+    header = base + [f"{s}.{field}" for s in matrix["targets"] for field in per_target + extra]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
     for row in matrix["rows"]:
-        values: list[Any] = [row[h] for h in header[:6]]
+        values: list[Any] = [row[h] for h in base]
         for slug in matrix["targets"]:
             cell = row["targets"].get(slug, {})
             for field in per_target:

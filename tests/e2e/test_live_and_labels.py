@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 from typing import Any
 
@@ -22,6 +24,7 @@ from datasets.provenance import FIXTURE, SYNTHETIC
 from datasets.services import dataset_compose, source_prepare
 from datasets.synthetic import write_synthetic
 from runs.engine.finish import run_report_keep
+from runs.export import export_csv, export_matrix
 from runs.models import Cell, Run
 from runs.report import run_report_compute
 from tests.compare import builders as b
@@ -130,6 +133,19 @@ def test_not_run_benchmarks_and_data_provenance_are_named_beside_the_scores(
     Run.objects.filter(pk=candidate.pk).update(name="labelled run")
     for run in (baseline, candidate):
         run_report_keep(run_id=run.pk)
+    # The export carries the label beside every answer, and per benchmark (CSV and JSON).
+    matrix = export_matrix(run_id=candidate.pk)
+    assert matrix["data_provenance"] == {"mmlu-pro": SYNTHETIC, "gpqa": FIXTURE}
+    assert {(r["benchmark"], r["data"]) for r in matrix["rows"]} == {
+        ("mmlu-pro", SYNTHETIC),
+        ("gpqa", FIXTURE),
+    }
+    exported = list(csv.DictReader(io.StringIO(export_csv(matrix))))
+    assert len(exported) == len(qs)
+    assert {(r["benchmark"], r["data"]) for r in exported} == {
+        ("mmlu-pro", SYNTHETIC),
+        ("gpqa", FIXTURE),
+    }
     page = logged_in_page
 
     page.goto(f"{live_server.url}/runs/{candidate.pk}/")
