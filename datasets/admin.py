@@ -1,24 +1,11 @@
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
 
 from datasets import models
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+from srbench.admin_base import ViewOnlyAdmin
 
 
 @admin.register(models.Source)
-class SourceAdmin(ReadOnlyAdmin):
+class SourceAdmin(ViewOnlyAdmin):
     list_display = [
         "benchmark",
         "profile",
@@ -32,13 +19,13 @@ class SourceAdmin(ReadOnlyAdmin):
 
 
 @admin.register(models.FrozenDataset)
-class FrozenDatasetAdmin(ReadOnlyAdmin):
+class FrozenDatasetAdmin(ViewOnlyAdmin):
     list_display = ["name", "profile", "seed", "split", "identity_sha256", "created_at"]
     list_filter = ["profile", "split"]
 
 
 @admin.register(models.Question)
-class QuestionAdmin(ReadOnlyAdmin):
+class QuestionAdmin(ViewOnlyAdmin):
     """The public payload only; secrets are not registered in the admin at all (R9.3)."""
 
     list_display = ["benchmark", "native_id", "subject"]

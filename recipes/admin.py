@@ -1,20 +1,9 @@
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
 
 from recipes.models import Recipe
+from srbench.admin_base import ViewOnlyAdmin
 
 
 @admin.register(Recipe)
-class RecipeAdmin(admin.ModelAdmin):
+class RecipeAdmin(ViewOnlyAdmin):
     list_display = ["run", "target", "captured_at", "projection_sha256"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -20,6 +20,7 @@ from runs.health import target_health_check
 from runs.models_preflight import PreflightCall, PreflightStatus, TargetPreflight
 from runs.preflight import PreflightRefused, preflight_quote, target_preflight
 from runs.services import target_set_api_key
+from srbench.admin_base import ViewOnlyAdmin
 
 
 class TargetAdminForm(forms.ModelForm):
@@ -153,19 +154,6 @@ class TargetAdmin(admin.ModelAdmin):
             target_set_api_key(target=obj, api_key="")
         elif form.cleaned_data.get("api_key"):
             target_set_api_key(target=obj, api_key=form.cleaned_data["api_key"])
-
-
-class ViewOnlyAdmin(admin.ModelAdmin):
-    """Evidence is never edited by hand: it is what the money bought."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(models.Run)

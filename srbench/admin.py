@@ -11,27 +11,19 @@ from typing import Any
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
+from srbench.admin_base import ViewOnlyAdmin
 from srbench.models import ApiToken, AuditEvent
 from srbench.tokens import revoke_token
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ViewOnlyAdmin):
     """Append-only rows (the database refuses changes): view, search and filter only."""
 
     list_display = ["at", "actor", "action", "method", "target", "status_code", "via", "address"]
     list_filter = ["via", "method", "action"]
     search_fields = ["actor", "action", "path", "target", "address"]
     date_hierarchy = "at"
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(ApiToken)
