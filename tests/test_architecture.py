@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("srbench", "datasets", "runs", "compare", "recipes")
+PACKAGES = ("srbench", "datasets", "runs", "compare", "recipes", "bench")
 
 # Bottom to top. A module may import its own layer (same app) and any layer below.
 KERNEL, SIMULATOR, DATASETS, RUNS, APPS, TOP = range(6)
@@ -32,6 +32,7 @@ TOP_MODULES = (
     "srbench.asgi",
     "srbench.settings",
     "srbench.settings_test",
+    "bench",
 )
 # What the simulator may take from the kernel: pure functions with no Django behind them.
 SIMULATOR_MAY_IMPORT = ("srbench.canonical",)
@@ -166,13 +167,13 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_checker_sees_an_upward_import_and_a_circle() -> None:
     """The checks below could fail: a hand-made graph with one of each is caught."""
     graph = {
-        "runs.report": {"compare.stats"},
+        "runs.reporting.report": {"compare.stats"},
         "runs.a": {"runs.b"},
         "runs.b": {"runs.a"},
         "srbench.simulator.oracle": {"datasets.benchmarks", "srbench.canonical"},
     }
     assert forbidden_edges(graph) == [
-        "runs.report -> compare.stats (runs imports compare/recipes)",
+        "runs.reporting.report -> compare.stats (runs imports compare/recipes)",
         "srbench.simulator.oracle -> datasets.benchmarks (simulator imports datasets)",
     ]
     assert circles(graph) == [["runs.a", "runs.b"]]
@@ -196,6 +197,8 @@ def test_no_circle_even_through_function_level_imports() -> None:
 def test_modules_and_functions_stay_small() -> None:
     too_big = set()
     for module, path in sorted(project_modules().items()):
+        if _within(module, "bench"):  # measuring scripts, not the product: layers only
+            continue
         source = path.read_text()
         if source.count("\n") > MAX_MODULE_LINES:
             too_big.add(module)
@@ -206,40 +209,76 @@ def test_modules_and_functions_stay_small() -> None:
     assert too_big == NOT_YET_SPLIT
 
 
-# Inside `runs` (issue 36 item 1): the engine drives calls at the bottom of the app and reaches
-# the rest of `runs` only for the ledger, its rules and the adapters below it. The report and the
-# live results are reached through hooks it is given (`runs.hooks`: report keeper, live-snapshot
-# keeper, run-end hooks). `runs.services` is the one exception left, named: the recovery pass
-# rings the drive task's doorbell through `services.run_dispatch`, which tests replace.
-ENGINE_MAY_IMPORT = (
-    "runs.engine",
-    "runs.models",
-    "runs.events",
-    "runs.hooks",
-    "runs.accounting",
-    "runs.usage",
-    "runs.selectors",
-    "runs.router_client",
+# Inside `runs` (issue 36 item 1): its sub-packages are layers of their own, bottom to top, named
+# by what they own. A module may import its own sub-package and any below it, never one above.
+# The engine sits low: it reaches the report and the live results only through the hooks it is
+# given (`runs.ledger.hooks`: report keeper, live-snapshot keeper, run-end hooks), and rings the
+# drive task by name (`runs.engine.doorbell`). The app's own Django and Celery modules (admin,
+# apps, tasks, urls and the package itself) wire the layers together at the top.
+RUNS_LAYERS = (
+    "runs.models",  # the ledger's rows and constraints
+    "runs.ledger",  # its rules: events, corrections, idempotency, accounting, reads, access, hooks
+    "runs.engine",  # drives calls: claims, transport, settlement of cells, sandboxes, τ episodes
+    "runs.reporting",  # reports, live results, reconciliation of usage, exports
+    "runs.preflight",  # a target's wire checked before a run
+    "runs.planning",  # plans, run creation, what can run here
+    "runs.settlement",  # recovery, regrade, re-judge and the lineage of child runs
+    "runs.interfaces",  # API, pages, forms, CLI text, the public view of cells and calls
 )
-ENGINE_NOT_YET: set[str] = {"runs.engine.reaper -> runs.services"}
+RUNS_TOP = ("runs.admin", "runs.apps", "runs.tasks", "runs.urls")
 
 
-def engine_edges(graph: dict[str, set[str]]) -> list[str]:
-    """Every edge from the engine to a part of `runs` it may not import."""
-    return sorted(
-        f"{source} -> {target}"
-        for source, targets in graph.items()
-        if _within(source, "runs.engine")
-        for target in targets
-        if (_within(target, "runs") or target == "runs")
-        and not any(_within(target, allowed) for allowed in ENGINE_MAY_IMPORT)
+def runs_layer(module: str) -> int | None:
+    """The inner layer of a `runs` module (len(RUNS_LAYERS) for the wiring on top)."""
+    for rank, prefix in enumerate(RUNS_LAYERS):
+        if _within(module, prefix):
+            return rank
+    if module == "runs" or any(_within(module, top) for top in RUNS_TOP):
+        return len(RUNS_LAYERS)
+    return None
+
+
+def runs_inner_edges(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that runs up between the inner layers of `runs`."""
+    found = []
+    for source, targets in graph.items():
+        low = runs_layer(source)
+        for target in targets:
+            high = runs_layer(target)
+            if low is not None and high is not None and high > low:
+                found.append(f"{source} -> {target}")
+    return sorted(found)
+
+
+def test_every_runs_module_belongs_to_an_inner_layer() -> None:
+    unplaced = [m for m in project_modules() if _within(m, "runs") and runs_layer(m) is None]
+    assert unplaced == []
+
+
+def test_the_inner_check_sees_the_engine_reaching_up() -> None:
+    graph = {
+        "runs.engine.finish": {"runs.reporting.report", "runs.models"},
+        "runs.reporting.report": {"runs.engine.sse"},
+        "runs.ledger.selectors": {"runs.interfaces.public"},
+    }
+    assert runs_inner_edges(graph) == [
+        "runs.engine.finish -> runs.reporting.report",
+        "runs.ledger.selectors -> runs.interfaces.public",
+    ]
+
+
+def test_no_import_runs_up_between_the_inner_layers_of_runs() -> None:
+    assert runs_inner_edges(import_graph(project_modules())) == []
+
+
+def test_bench_is_top_and_nothing_imports_it() -> None:
+    """bench/ drives the product from outside: it may import anything, nothing imports it."""
+    graph = import_graph(project_modules())
+    into_bench = sorted(
+        f"{s} -> {t}"
+        for s, ts in graph.items()
+        for t in ts
+        if _within(t, "bench") and not _within(s, "bench")
     )
-
-
-def test_the_engine_check_sees_an_import_of_the_report() -> None:
-    graph = {"runs.engine.finish": {"runs.report", "runs.models"}, "runs.report": {"runs.engine"}}
-    assert engine_edges(graph) == ["runs.engine.finish -> runs.report"]
-
-
-def test_the_engine_reaches_up_only_through_the_hooks_it_is_given() -> None:
-    assert set(engine_edges(import_graph(project_modules()))) == ENGINE_NOT_YET
+    assert into_bench == []
+    assert any(_within(m, "bench") for m in graph), "bench/ is parsed"

@@ -21,8 +21,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Exists, F, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from runs import services
-from runs.engine import store
+from runs.engine import doorbell, store
 from runs.engine.finish import (
     Settlement,
     calls_settle_unheld,
@@ -33,7 +32,7 @@ from runs.engine.finish import (
     runs_report_backfill,
     stored_calls,
 )
-from runs.events import events_append
+from runs.ledger.events import events_append
 from runs.models import Call, CallStatus, Cell, CellStatus, Run, RunEvent, RunStatus
 
 INTERRUPT_REASON = "a worker stopped with calls in flight (sent_unknown)"
@@ -163,7 +162,7 @@ def ledger_reap(*, now=None, sandbox: bool = True) -> dict[str, int]:  # type: i
             if ids:
                 _run_reap(reap, run_id, ids)
         for run_id in reap.redispatch:
-            transaction.on_commit(lambda r=run_id: services.run_dispatch(run_id=r))
+            transaction.on_commit(lambda r=run_id: doorbell.run_dispatch(run_id=r))
     # Cells finished from the ledger may have been the run's last: nobody else would end it
     # (its driver may have ended before the lease ran out). Idempotent; None while it goes on.
     for run_id in sorted(reap.settled_runs - reap.redispatch):
@@ -340,7 +339,7 @@ def runs_redispatch_idle(*, now=None) -> int:  # type: ignore[no-untyped-def]
     for run_id in candidates:
         with transaction.atomic(durable=True):
             events_append(run_id=run_id, events=[("run.redispatched", {"reason": "no driver"})])
-            transaction.on_commit(lambda r=run_id: services.run_dispatch(run_id=r))
+            transaction.on_commit(lambda r=run_id: doorbell.run_dispatch(run_id=r))
         count += 1
     return count
 
