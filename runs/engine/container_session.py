@@ -32,6 +32,18 @@ from runs.engine.container import Engine, Mount, container_engine, exec_argv, ru
 from runs.engine.sandbox_command import SandboxLimits
 from runs.engine.sandbox_files import fresh_directory, write_sandbox_files
 from runs.engine.sandbox_pipes import OutputPipes
+from runs.engine.terminal import (
+    DEFAULT_VERIFIER_TIMEOUT_S,
+    LOGS_INSIDE,
+    REWARD_FILE,
+    REWARD_MAX_BYTES,
+    TESTS_INSIDE,
+    TerminalTaskError,
+    hidden_test_files,
+    limit_note,
+    output_tail,
+    reward_grade,
+)
 
 __all__ = ["ContainerRun", "ContainerSession", "container_session_start", "run_capped"]
 
@@ -154,8 +166,6 @@ class ContainerSession:
 
     def run_command(self, cmd: str, timeout: float) -> tuple[int, str, str]:
         """(exit code, stdout tail, stderr tail), as TerminalSession.run_command says them."""
-        from runs.engine.terminal import limit_note, output_tail
-
         self.commands_run += 1
         argv = exec_argv(self.engine, self.name, cmd, timeout_s=timeout)
         result = run_capped(
@@ -172,15 +182,6 @@ class ContainerSession:
     def verify(self) -> tuple[int, dict[str, Any]]:
         """The task's tests in a fresh container from the agent's final state (see the module
         docstring); the reward as TerminalSession.verify reads it."""
-        from runs.engine.terminal import (
-            LOGS_INSIDE,
-            REWARD_FILE,
-            REWARD_MAX_BYTES,
-            TESTS_INSIDE,
-            hidden_test_files,
-            reward_grade,
-        )
-
         self._verify_image = f"srbench-verify/{self.name}:latest"
         _control([self.engine.path, "commit", self.name, self._verify_image], "commit")
         _control([self.engine.path, "rm", "--force", self.name], "removing the agent's container")
@@ -231,8 +232,6 @@ def container_session_start(
     """Pull the task's image if missing and start its idle, confined container. Raises
     TerminalTaskError when the task names no image or no engine answers on this worker, and
     ContainerError when the engine refuses a step."""
-    from runs.engine.terminal import DEFAULT_VERIFIER_TIMEOUT_S, TerminalTaskError
-
     image = (task_payload.get("environment") or {}).get("docker_image")
     if not isinstance(image, str) or not image:
         raise TerminalTaskError("the task names no image (only prebuilt images are run)")

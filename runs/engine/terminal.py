@@ -17,15 +17,12 @@ import json
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from datasets.benchmarks import get_adapter
 from runs.engine.sandbox import DISK_QUOTA_EXCEEDED, SNAPSHOT_NAME, sandbox_run
 from runs.engine.sandbox_command import SandboxLimits, disk_budget_bytes
 from runs.engine.sandbox_files import fresh_directory, write_sandbox_files
-
-if TYPE_CHECKING:
-    from runs.engine.container_session import ContainerSession
 
 TERMINAL_GRADER_VERSION = get_adapter("terminal-bench").grader_version
 COMMAND_TIMEOUT_S = 30.0
@@ -272,16 +269,10 @@ def terminal_session_start(
     secret: dict[str, Any],
     *,
     limits: SandboxLimits = TERMINAL_LIMITS,
-) -> TerminalSession | ContainerSession:
+) -> TerminalSession:
     """Materialise the task's environment files as the session's first `/app` snapshot (in a
     fresh host directory). Raises TerminalTaskError when they do not fit the disk budget.
-
-    An official task (not ``local_compatible``) runs in its own image instead, by the container
-    engine that answers here (runs/engine/container_session.py; issue 37 item 5)."""
-    if not (task_payload.get("environment") or {}).get("local_compatible", False):
-        from runs.engine.container_session import container_session_start
-
-        return container_session_start(task_payload, secret, limits=limits)
+    (An official task runs in its own image instead: runs/engine/terminal_runner.py.)"""
     workdir = fresh_directory("srbench-terminal-")
     try:
         # An empty first run unpacks the files in the sandbox and saves /app.

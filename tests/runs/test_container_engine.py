@@ -25,7 +25,8 @@ from runs.engine.container import (
     run_argv,
 )
 from runs.engine.container_session import ContainerSession, run_capped
-from runs.engine.terminal import TERMINAL_LIMITS, terminal_session_start
+from runs.engine.terminal import TERMINAL_LIMITS
+from runs.engine.terminal_runner import terminal_session_open
 from runs.plans import plan_freeze
 from tests.runs.engine_support import fixture_dataset
 from tests.runs.test_not_run import add_copy, plan
@@ -274,7 +275,7 @@ def test_a_session_runs_commands_in_the_image_and_tests_only_in_the_verifiers_co
     fakes["install"]("docker")
     payload, secret = official_task()
     image = payload["environment"]["docker_image"]
-    with terminal_session_start(payload, secret) as session:
+    with terminal_session_open(payload, secret) as session:
         assert isinstance(session, ContainerSession)
         code, out, err = session.run_command("echo hello; ls /tests 2>&1; exit 3", timeout=30)
         assert (code, out.splitlines()[0]) == (3, "hello")
@@ -312,7 +313,7 @@ def test_the_reward_is_read_without_following_a_planted_link(fakes, monkeypatch,
     (fakes["root"] / "planted").write_text("1")
     monkeypatch.setenv("FAKE_REWARD", reward)
     payload, secret = official_task()
-    with terminal_session_start(payload, secret) as session:
+    with terminal_session_open(payload, secret) as session:
         got, detail = session.verify()
     assert got == expected
     if reward == "symlink":
@@ -323,7 +324,7 @@ def test_a_command_past_the_output_cap_is_cut_and_said(fakes, monkeypatch):
     monkeypatch.setattr(container, "_cached", None)
     fakes["install"]("docker")
     payload, secret = official_task()
-    with terminal_session_start(payload, secret) as session:
+    with terminal_session_open(payload, secret) as session:
         code, out, err = session.run_command("head -c 3000000 /dev/zero | tr '\\0' x", 30)
     assert code == 137 and err.endswith("[killed: output limit exceeded]")
 
@@ -334,7 +335,7 @@ def test_without_an_engine_a_worker_refuses_the_task_with_the_reason(fakes, monk
     monkeypatch.setattr(container, "_cached", None)
     payload, secret = official_task()
     with pytest.raises(TerminalTaskError, match="docker: not found; podman: not found"):
-        terminal_session_start(payload, secret)
+        terminal_session_open(payload, secret)
     payload["environment"]["docker_image"] = None
     with pytest.raises(TerminalTaskError, match="names no image"):
-        terminal_session_start(payload, secret)
+        terminal_session_open(payload, secret)
