@@ -13,7 +13,7 @@ Stream: ``message_start`` names the served model and carries the usage so far (`
 fresh, ``cache_creation_input_tokens``, ``cache_read_input_tokens``, ``output_tokens``);
 ``message_delta`` carries ``stop_reason`` and cumulative counts, which replace the earlier ones
 key by key; ``message_stop`` ends the message as ``[DONE]`` ends a chat stream. The usage is
-Anthropic-shaped and :mod:`runs.usage` reads it as such (input excludes both cache buckets).
+Anthropic-shaped and :mod:`runs.ledger.usage` reads it as such (input excludes both cache buckets).
 ``stop_reason`` maps to the chat finish reasons: ``end_turn``/``stop_sequence`` → ``stop``,
 ``max_tokens`` → ``length`` (a cut answer), ``tool_use`` → ``tool_calls``; any other value is
 kept, and an unknown finish reason leaves the call incomplete.

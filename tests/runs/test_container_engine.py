@@ -27,7 +27,7 @@ from runs.engine.container import (
 from runs.engine.container_session import ContainerSession, run_capped
 from runs.engine.terminal import TERMINAL_LIMITS
 from runs.engine.terminal_runner import terminal_session_open
-from runs.plans import plan_freeze
+from runs.planning.plans import plan_freeze
 from tests.runs.engine_support import fixture_dataset
 from tests.runs.test_not_run import add_copy, plan
 

@@ -11,7 +11,7 @@ import pytest
 
 from runs.engine.anthropic import AnthropicStreamAccumulator, messages_request, wire_request
 from runs.engine.sse import ChatStreamAccumulator, SSEDecoder
-from runs.usage import UsageBuckets, mom_call_buckets, usage_buckets, usage_buckets_explained
+from runs.ledger.usage import UsageBuckets, mom_call_buckets, usage_buckets, usage_buckets_explained
 
 # --------------------------------------------------------------------------------------------
 # Reasoning
