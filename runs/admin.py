@@ -40,6 +40,7 @@ class TargetAdminForm(forms.ModelForm):
             "name",
             "kind",
             "base_url",
+            "api",
             "model",
             "api_key_env",
             "fixed_params",
@@ -79,7 +80,10 @@ class TargetAdmin(admin.ModelAdmin):
     search_fields = ["slug", "name", "model"]
     fieldsets = [
         (None, {"fields": ["slug", "name", "kind", "active"]}),
-        ("Endpoint", {"fields": ["base_url", "model", "api_key", "clear_api_key", "api_key_env"]}),
+        (
+            "Endpoint",
+            {"fields": ["base_url", "api", "model", "api_key", "clear_api_key", "api_key_env"]},
+        ),
         ("Request and prices", {"fields": ["fixed_params", "prices", "errors_billed"]}),
         (
             "MoM router",

@@ -27,6 +27,7 @@ import httpx
 from django.utils import timezone
 
 from runs.engine import store
+from runs.engine.anthropic import wire_request
 from runs.engine.group_commit import UNREACHABLE, DbThread, LedgerBatcher
 from runs.engine.guards import output_cap_violation, repeated_tail_block, stream_byte_cap
 from runs.engine.leases import ClaimLost, LeaseHolder
@@ -222,6 +223,7 @@ def accounting_fields(
             cached_input_tokens=buckets.cached_input,
             cache_write_tokens=buckets.cache_write,
             output_tokens=buckets.output,
+            reasoning_tokens=buckets.reasoning,
             cached_reported=buckets.cached_reported,
             cache_write_reported=buckets.cache_write_reported,
         )
@@ -497,15 +499,17 @@ class Caller(LeaseHolder):
     async def _stream(
         self, call_id: int, cell_id: int, target: store.TargetInfo, body: dict
     ) -> CallOutcome:
-        headers = request_headers(call_id, target)
-        url = target.base_url.rstrip("/") + "/chat/completions"
+        # The chat request as the target's API says it (runs/engine/anthropic.py).
+        url, wire_body, headers, reader = wire_request(
+            target.api, target.base_url, body, request_headers(call_id, target)
+        )
         started = time.monotonic()
-        stream = Stream(started, timezone.now(), ChatStreamAccumulator(started_at=started))
+        stream = Stream(started, timezone.now(), reader(started_at=started))
         activity = self.activity[call_id]
         try:
             async with asyncio.timeout(self.limits["total_timeout_s"]):
                 async with self.client.stream(
-                    "POST", url, json=body, headers=headers, extensions=self.send_gate
+                    "POST", url, json=wire_body, headers=headers, extensions=self.send_gate
                 ) as resp:
                     stream.http_status = resp.status_code
                     stream.kept = {

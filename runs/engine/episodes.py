@@ -225,10 +225,11 @@ async def terminal(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo)
     """Terminal-Bench: the subject drives one `terminal` tool inside the task's sandboxed
     directory; its first text-only reply ends the episode; the task's own tests decide."""
     from runs.engine.tau import assistant_message, terminal_tool_content, tool_message
-    from runs.engine.terminal import terminal_session_start, tool_command
+    from runs.engine.terminal import tool_command
+    from runs.engine.terminal_runner import terminal_session_open
 
     try:
-        session = await asyncio.to_thread(terminal_session_start, cell.payload, cell.secret)
+        session = await asyncio.to_thread(terminal_session_open, cell.payload, cell.secret)
     except Exception as exc:  # a task that cannot be set up is not a wrong answer
         await d.fail(cell, f"task set-up failed: {exc}")
         return

@@ -464,7 +464,8 @@ def terminal_settlement(
     `command_timeout_s`: the driver's per-command limit. Raises what the sandbox raises
     (SandboxUnavailable, SandboxError): the caller says why it did not grade.
     """
-    from runs.engine.terminal import terminal_session_start, tool_command
+    from runs.engine.terminal import tool_command
+    from runs.engine.terminal_runner import terminal_session_open
 
     unfinished = _unfinished(calls)
     if unfinished is not None:
@@ -474,7 +475,7 @@ def terminal_settlement(
         return _interrupted(calls, "its first subject call")
     if subjects[-1].tool_calls and len(subjects) < max_steps:
         return _interrupted(calls, f"step {len(subjects) + 1} of its terminal-bench episode")
-    session = terminal_session_start(payload, secret)
+    session = terminal_session_open(payload, secret)
     try:
         for call in subjects:
             for tool_call in call.tool_calls or []:

@@ -44,6 +44,7 @@ from runs.models import (
     Run,
     RunStatus,
     Target,
+    WireApi,
 )
 from srbench.canonical import sha256_bytes
 from srbench.money import money_text
@@ -62,6 +63,7 @@ class TargetInfo:
     preview_url: str | None
     api_key: str | None
     target_id: int
+    api: str = WireApi.OPENAI  # the API the target speaks
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ def _target_info(target: Target, snapshot: dict[str, Any], prices: dict[str, Any
         preview_url=snapshot.get("preview_url"),
         api_key=target_api_key(target=target),
         target_id=target.pk,
+        api=snapshot.get("api", WireApi.OPENAI),
     )
 
 

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from datasets.benchmarks import get_adapter
-from runs.engine.sandbox import DISK_QUOTA_EXCEEDED, SNAPSHOT_NAME, SandboxResult, sandbox_run
+from runs.engine.sandbox import DISK_QUOTA_EXCEEDED, SNAPSHOT_NAME, sandbox_run
 from runs.engine.sandbox_command import SandboxLimits, disk_budget_bytes
 from runs.engine.sandbox_files import fresh_directory, write_sandbox_files
 
@@ -74,7 +74,7 @@ def environment_files(payload: dict[str, Any]) -> dict[str, bytes]:
     return files
 
 
-def _tail(data: bytes) -> str:
+def output_tail(data: bytes) -> str:
     return data.decode("utf-8", "replace")[-TAIL_CHARS:]
 
 
@@ -86,13 +86,14 @@ def _quota_note(limits: SandboxLimits) -> str:
     )
 
 
-def _limit_note(result: SandboxResult, timeout: float) -> str:
-    if result.reason == "timeout":
+def limit_note(reason: str, timeout: float) -> str:
+    """The bracketed note an agent sees after a command a limit stopped (sandbox or container)."""
+    if reason == "timeout":
         return f"\n[killed: command exceeded {timeout:g} s]"
-    if result.reason == "output_cap":
+    if reason == "output_cap":
         return "\n[killed: output limit exceeded]"
-    if result.reason in ("memory", "file_size"):
-        return f"\n[{result.reason} limit reached]"
+    if reason in ("memory", "file_size"):
+        return f"\n[{reason} limit reached]"
     return ""
 
 
@@ -134,13 +135,13 @@ class TerminalSession:
         exit_code = result.exit_code
         if exit_code is None:
             exit_code = 124 if result.reason == "timeout" else 137
-        note = _limit_note(result, timeout)
+        note = limit_note(result.reason, timeout)
         if result.reason == DISK_QUOTA_EXCEEDED:
             self.disk_quota_exceeded = True
             note = _quota_note(self.limits)
             # Nothing runs in this session any more: its files need not stay on the host.
             (self.workdir / SNAPSHOT_NAME).unlink(missing_ok=True)
-        return exit_code, _tail(result.stdout), _tail(result.stderr) + note
+        return exit_code, output_tail(result.stdout), output_tail(result.stderr) + note
 
     def verify(self) -> tuple[int, dict[str, Any]]:
         """Run the task's test command with its hidden tests at `/tests` and read the reward:
@@ -178,30 +179,16 @@ class TerminalSession:
         if result.reason == DISK_QUOTA_EXCEEDED:
             self.disk_quota_exceeded = True
             return 0, self._quota_detail() | {
-                "verifier_output_tail": _tail(result.stdout + result.stderr)[-1500:]
+                "verifier_output_tail": output_tail(result.stdout + result.stderr)[-1500:]
             }
-        raw_reward = result.collected.get(REWARD_PATH)
-        if raw_reward is not None:
-            raw_reward = raw_reward[:REWARD_MAX_BYTES]
-        detail: dict[str, Any] = {
-            "grader": "terminal-bench",
-            "version": TERMINAL_GRADER_VERSION,
-            "verifier_reason": result.reason,
-            "verifier_exit_code": result.exit_code,
-            "verifier_output_tail": _tail(result.stdout + result.stderr)[-1500:],
-            "commands_run": self.commands_run,
-        }
-        if raw_reward is not None:
-            raw = raw_reward.decode("utf-8", errors="replace").strip()
-            try:
-                value = float(raw)
-            except ValueError:
-                return 0, detail | {"reward_source": "reward.txt", "reward_raw": raw[:100]}
-            return int(value >= 1.0), detail | {"reward_source": "reward.txt", "reward": value}
-        if self.secret["test_command"].endswith("run-tests.sh"):
-            passed = result.reason == "ok" and result.exit_code == 0
-            return int(passed), detail | {"reward_source": "exit_code"}
-        return 0, detail | {"reward_source": "missing"}
+        return reward_grade(
+            self.secret["test_command"],
+            result.collected.get(REWARD_PATH),
+            reason=result.reason,
+            exit_code=result.exit_code,
+            output=result.stdout + result.stderr,
+            commands_run=self.commands_run,
+        )
 
     def _quota_detail(self) -> dict[str, Any]:
         """The grade detail of a session that went past its disk budget: the reason is public
@@ -217,6 +204,42 @@ class TerminalSession:
             "disk_quota_exceeded": True,
             "disk_budget_mb": disk_budget_bytes(self.limits) / (1024 * 1024),
         }
+
+
+def reward_grade(
+    test_command: str,
+    raw_reward: bytes | None,
+    *,
+    reason: str,
+    exit_code: int | None,
+    output: bytes,
+    commands_run: int,
+    runner: str | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """Reward 1 only for a full pass: a reward file's value >= 1 (Harbor), else a legacy task's
+    run-tests.sh exiting 0; the grade detail says which. ``runner`` names a container engine
+    when the task ran in its own image (the bubblewrap path leaves it out)."""
+    detail: dict[str, Any] = {
+        "grader": "terminal-bench",
+        "version": TERMINAL_GRADER_VERSION,
+        "verifier_reason": reason,
+        "verifier_exit_code": exit_code,
+        "verifier_output_tail": output_tail(output)[-1500:],
+        "commands_run": commands_run,
+    }
+    if runner is not None:
+        detail["runner"] = runner
+    if raw_reward is not None:
+        raw = raw_reward[:REWARD_MAX_BYTES].decode("utf-8", errors="replace").strip()
+        try:
+            value = float(raw)
+        except ValueError:
+            return 0, detail | {"reward_source": "reward.txt", "reward_raw": raw[:100]}
+        return int(value >= 1.0), detail | {"reward_source": "reward.txt", "reward": value}
+    if test_command.endswith("run-tests.sh"):
+        passed = reason == "ok" and exit_code == 0
+        return int(passed), detail | {"reward_source": "exit_code"}
+    return 0, detail | {"reward_source": "missing"}
 
 
 def tool_command(arguments: Any) -> str | None:
@@ -248,7 +271,8 @@ def terminal_session_start(
     limits: SandboxLimits = TERMINAL_LIMITS,
 ) -> TerminalSession:
     """Materialise the task's environment files as the session's first `/app` snapshot (in a
-    fresh host directory). Raises TerminalTaskError when they do not fit the disk budget."""
+    fresh host directory). Raises TerminalTaskError when they do not fit the disk budget.
+    (An official task runs in its own image instead: runs/engine/terminal_runner.py.)"""
     workdir = fresh_directory("srbench-terminal-")
     try:
         # An empty first run unpacks the files in the sandbox and saves /app.

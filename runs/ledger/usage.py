@@ -57,6 +57,12 @@ class UsageBuckets:
     ``cache_write`` was written to it; ``output`` includes reasoning tokens. The ``*_reported``
     flags say whether the provider sent the cache field at all (an explicit 0 counts as
     reported), so a cache-read ratio can leave out providers that never report caching.
+
+    ``reasoning`` is the part of ``output`` the provider reports as reasoning (OpenAI's
+    ``completion_tokens_details.reasoning_tokens``, the Responses API's
+    ``output_tokens_details.reasoning_tokens``): its own count, kept beside ``output``, never
+    added to it (providers bill it inside the output count, at the output price). None when the
+    provider did not report it — unknown, never 0 (issue 37 item 4).
     """
 
     input: int
@@ -66,12 +72,17 @@ class UsageBuckets:
     cached_reported: bool
     cache_write_reported: bool
     shape: UsageShape
+    reasoning: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("input", "cached_input", "cache_write", "output"):
             value = getattr(self, name)
             if not _is_count(value):
                 raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        if self.reasoning is not None and not (
+            _is_count(self.reasoning) and self.reasoning <= self.output
+        ):
+            raise ValueError(f"reasoning must be an int in 0..output, got {self.reasoning!r}")
 
     @property
     def prompt_total(self) -> int:
@@ -129,14 +140,30 @@ def _agreed(candidates: list[tuple[str, int | None]], what: str) -> tuple[int, b
     return present[0][1], True
 
 
+def _details(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    details = raw.get(key)
+    if details is None:
+        return {}
+    if not isinstance(details, Mapping):
+        raise _Invalid(f"{key} is not an object: {details!r}")
+    return details
+
+
+def _reasoning(raw: Mapping[str, Any], key: str, output: int | None) -> int | None:
+    """The reasoning part of the output count under ``key`` (``completion_tokens_details`` or
+    ``output_tokens_details``), None when not reported. More reasoning than output is
+    impossible: the usage is invalid rather than one of the two believed."""
+    where = f"{key}."
+    value = _count_field(_details(raw, key), "reasoning_tokens", where)
+    if value is not None and output is not None and value > output:
+        raise _Invalid(f"{where}reasoning_tokens ({value}) exceed the output count ({output})")
+    return value
+
+
 def _openai_buckets(raw: Mapping[str, Any]) -> UsageBuckets:
     prompt = _count_field(raw, "prompt_tokens", "")
     output = _count_field(raw, "completion_tokens", "")
-    details = raw.get("prompt_tokens_details")
-    if details is None:
-        details = {}
-    elif not isinstance(details, Mapping):
-        raise _Invalid(f"prompt_tokens_details is not an object: {details!r}")
+    details = _details(raw, "prompt_tokens_details")
     d = "prompt_tokens_details."
     # Cache reads: OpenAI's nested field, the MoM receipt's cached_input_tokens, or the
     # Anthropic name that proxies (LiteLLM and friends) copy into OpenAI-shaped usage.
@@ -174,6 +201,7 @@ def _openai_buckets(raw: Mapping[str, Any]) -> UsageBuckets:
         cached_reported=cached_reported,
         cache_write_reported=written_reported,
         shape="openai",
+        reasoning=_reasoning(raw, "completion_tokens_details", output),
     )
 
 
@@ -204,11 +232,7 @@ def _responses_buckets(raw: Mapping[str, Any]) -> UsageBuckets:
     # reasoning tokens. It reports no cache writes.
     fresh = _count_field(raw, "input_tokens", "")
     output = _count_field(raw, "output_tokens", "")
-    details = raw.get("input_tokens_details")
-    if details is None:
-        details = {}
-    elif not isinstance(details, Mapping):
-        raise _Invalid(f"input_tokens_details is not an object: {details!r}")
+    details = _details(raw, "input_tokens_details")
     d = "input_tokens_details."
     cached = _count_field(details, "cached_tokens", d)
     if fresh is None or output is None:
@@ -224,6 +248,7 @@ def _responses_buckets(raw: Mapping[str, Any]) -> UsageBuckets:
         cached_reported=cached is not None,
         cache_write_reported=False,
         shape="responses",
+        reasoning=_reasoning(raw, "output_tokens_details", output),
     )
 
 
@@ -466,4 +491,8 @@ def mom_call_buckets(headers: Mapping[str, str], stream_usage: object) -> UsageB
         cached_reported=all(b.cached_reported for b in known),
         cache_write_reported=all(b.cache_write_reported for b in known),
         shape=known[0].shape if known else "openai",
+        # Known only when every inference call reported it: a partial sum would understate.
+        reasoning=None
+        if any(b.reasoning is None for b in known)
+        else sum(b.reasoning or 0 for b in known),
     )

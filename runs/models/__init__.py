@@ -18,6 +18,7 @@ from django.db.models import F, Q
 # `runs` and callers find it beside `UsageCorrection`.
 from runs.models.live import LiveCallSums, LiveCellSums, LiveSnapshot  # noqa: F401
 from runs.models.regrade import Regrade  # noqa: F401
+from runs.models.wire import WireApi
 from srbench.ledger import HEX64_REGEX, AppendOnlyModel
 from srbench.money import price_error
 
@@ -61,7 +62,8 @@ class Target(models.Model):
     )
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=8, choices=Kind, default=Kind.SINGLE)
-    base_url = models.URLField(max_length=500, help_text="OpenAI-compatible base, e.g. …/v1")
+    base_url = models.URLField(max_length=500, help_text="The API's base, e.g. …/v1")
+    api = models.CharField(max_length=16, choices=WireApi, default=WireApi.OPENAI)
     model = models.CharField(max_length=200)
     api_key_env = models.CharField(
         max_length=100,
@@ -437,12 +439,13 @@ class Call(models.Model):
     content = models.TextField(blank=True)
     reasoning = models.TextField(blank=True)
     tool_calls = models.JSONField(null=True, blank=True)
-    # Usage: the raw object as received and the four exclusive buckets; null = unknown.
+    # Usage: the raw object as received, the four exclusive buckets, reasoning; null = unknown.
     usage_raw = models.JSONField(null=True, blank=True)
     input_tokens = models.BigIntegerField(null=True, blank=True)
     cached_input_tokens = models.BigIntegerField(null=True, blank=True)
     cache_write_tokens = models.BigIntegerField(null=True, blank=True)
     output_tokens = models.BigIntegerField(null=True, blank=True)
+    reasoning_tokens = models.PositiveBigIntegerField(null=True, blank=True)  # part of output
     cached_reported = models.BooleanField(null=True, blank=True)
     cache_write_reported = models.BooleanField(null=True, blank=True)
     cost_usd = models.DecimalField(max_digits=40, decimal_places=18, null=True, blank=True)

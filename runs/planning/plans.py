@@ -17,7 +17,7 @@ from datasets.benchmarks import ADAPTERS
 from datasets.models import DatasetQuestion, FrozenDataset, Question
 from datasets.official import OFFICIAL_JUDGED
 from datasets.official import manifest_entry as official_manifest_entry
-from runs.models import Target, validate_price_table
+from runs.models import Target, WireApi, validate_price_table
 from runs.planning import runnable
 from runs.planning.fixed_params import fixed_params_errors
 from runs.preflight.plan import not_fitting
@@ -188,7 +188,7 @@ class FrozenPlan:
 
 
 def _target_snapshot(target: Target) -> dict[str, Any]:
-    return {
+    snapshot: dict[str, Any] = {
         "slug": target.slug,
         "kind": target.kind,
         "base_url": target.base_url,
@@ -201,6 +201,10 @@ def _target_snapshot(target: Target) -> dict[str, Any]:
         # failures recovery treats as known to have cost nothing.
         "errors_billed": target.errors_billed,
     }
+    # Named only when not the chat API, so every earlier plan keeps its snapshot and hash.
+    if target.api != WireApi.OPENAI:
+        snapshot["api"] = target.api
+    return snapshot
 
 
 def _not_runnable_here(entries: list[tuple[int, str, str]], chosen: list[str]) -> dict[int, str]:

@@ -21,6 +21,7 @@ from typing import Any
 from django.conf import settings
 
 from runs.engine.code_grading import SCICODE_GOLD_STEPS
+from runs.engine.container import container_engine
 from runs.engine.tau import tau_unavailable_reason
 
 # Benchmarks with questions that may not run on every server.
@@ -28,11 +29,22 @@ CHECKED = ("terminal-bench", "scicode", "tau3")
 
 
 def terminal_bench_reason(payload: Mapping[str, Any]) -> str | None:
+    """A self-written task (``local_compatible``) runs in the bubblewrap sandbox; an official
+    one in its own image where a container engine answers here (runs/engine/container.py,
+    issue 37 item 5), else it is not run, with the engines' own answers as the reason."""
     environment = payload.get("environment") or {}
-    if not environment.get("local_compatible", False):
+    if environment.get("local_compatible", False):
+        return None
+    if not environment.get("docker_image"):
         return (
-            "needs a container engine (Docker): the task is not marked local_compatible, and "
-            "this server runs tasks only in its bubblewrap sandbox"
+            "needs its image built from its Dockerfile: the task names no prebuilt image, and "
+            "this server runs only prebuilt task images"
+        )
+    choice = container_engine()
+    if choice.engine is None:
+        return (
+            "needs a container engine (Docker or Podman): the task is not marked "
+            f"local_compatible, and no engine answers on this server ({choice.reason})"
         )
     return None
 

@@ -3,6 +3,7 @@ the router's management API and the test hooks. Standalone: no Django, no databa
 
 Endpoints:
   POST /v1/chat/completions, GET /v1/models                 OpenAI-compatible
+  POST /v1/messages                                         Anthropic Messages API (anthropic.py)
   GET  /props                                               llama.cpp's n_ctx, when configured
   GET  /api/v1/config/hash (also /config/hash)              source/generated/active hashes
   GET  /api/v1/config                                       the source document, ETag = source hash
@@ -43,6 +44,7 @@ from starlette.routing import Route as HttpRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from srbench.canonical import sha256_hex
+from srbench.simulator.anthropic import messages_handler
 from srbench.simulator.arrival import ArrivalStampingProtocol, arrival
 from srbench.simulator.config import (
     FAULTS,
@@ -617,6 +619,11 @@ def create_app(
     app = Starlette(
         routes=[
             HttpRoute("/v1/chat/completions", chat_completions, methods=["POST"]),
+            HttpRoute(
+                "/v1/messages",
+                messages_handler(generate, request_faults, CALL_ID_HEADER),
+                methods=["POST"],
+            ),
             HttpRoute("/v1/models", list_models, methods=["GET"]),
             HttpRoute("/props", props, methods=["GET"]),
             HttpRoute("/api/v1/config/hash", config_hash, methods=["GET"]),

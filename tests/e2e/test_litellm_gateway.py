@@ -69,9 +69,10 @@ class Tap:
 
     app: Any
     exchanges: list[Exchange] = field(default_factory=list)
+    path: str = "/v1/chat/completions"
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] != "/v1/chat/completions":
+        if scope["type"] != "http" or scope["path"] != self.path:
             await self.app(scope, receive, send)
             return
         request, response = bytearray(), bytearray()
@@ -89,6 +90,9 @@ class Tap:
 
         await self.app(scope, tapped_receive, tapped_send)
         exchange = Exchange(request=json.loads(request), raw=bytes(response))
+        if self.path != "/v1/chat/completions":
+            self.exchanges.append(exchange)
+            return
         for chunk in sse_chunks(exchange.raw):
             exchange.events += 1
             exchange.response_id = chunk.get("id", exchange.response_id)
@@ -110,9 +114,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def tapped_simulator() -> Iterator[tuple[str, Tap]]:
+def tapped_simulator(path: str = "/v1/chat/completions") -> Iterator[tuple[str, Tap]]:
     config = load_config(None, {"models": es.FAST_MODELS})
-    tap = Tap(create_app(config, answer_key=es.answer_key(BENCHMARKS)))
+    tap = Tap(create_app(config, answer_key=es.answer_key(BENCHMARKS)), path=path)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -145,7 +149,9 @@ class Gateway:
 
 
 @contextlib.contextmanager
-def litellm_proxy(upstream: str, tmp_path: Path) -> Iterator[Gateway]:
+def litellm_proxy(
+    upstream: str, tmp_path: Path, route: dict[str, str] | None = None
+) -> Iterator[Gateway]:
     litellm = GATEWAY_VENV / "bin" / "litellm"
     if not litellm.exists():
         pytest.fail(f"{litellm} is missing: run scripts/ensure_gateway.sh (make install does)")
@@ -159,7 +165,8 @@ def litellm_proxy(upstream: str, tmp_path: Path) -> Iterator[Gateway]:
                 "model_list": [
                     {
                         "model_name": GATEWAY_MODEL,
-                        "litellm_params": {
+                        "litellm_params": route
+                        or {
                             "model": "openai/sim-strong",
                             "api_base": f"{upstream}/v1",
                             "api_key": "sim-has-no-key",
@@ -309,6 +316,11 @@ def test_a_run_through_litellm_reports_the_simulators_four_token_buckets(celery_
         )
         assert got == want, (call.usage_raw, u)
         assert call.cached_reported is True
+        # Reasoning (issue 37 item 4): LiteLLM passes completion_tokens_details through, and
+        # the ledger keeps it as its own count inside the output, never added to it.
+        reasoning = u["completion_tokens_details"]["reasoning_tokens"]
+        assert reasoning > 0 and call.usage_raw["completion_tokens_details"]["reasoning_tokens"]
+        assert call.reasoning_tokens == reasoning <= call.output_tokens
         for bucket, n in zip(totals, want, strict=True):
             totals[bucket] += n
         cost = (
@@ -380,3 +392,76 @@ def test_litellms_zero_prompt_with_cache_tokens_is_invalid_not_free():
     }
     outcome = usage_buckets_explained(mangled)
     assert outcome.buckets is None and outcome.problem == "invalid", outcome
+
+
+@pytest.mark.worker
+@pytest.mark.timeout(GATEWAY_START_S + RUN_S + 120)
+def test_litellms_anthropic_route_keeps_the_messages_apis_four_buckets(celery_worker, tmp_path):
+    """LiteLLM's `anthropic/` route in front of the simulator's Messages API (issue 37 item 4):
+    the proxy turns Anthropic's usage into OpenAI's shape (prompt = fresh + cache read + cache
+    write); the buckets the ledger reads from it must be the ones the simulator sent. What the
+    proxy adds that the upstream never sent (a reasoning count) is recorded as the proxy's."""
+    from tests.e2e.test_anthropic_direct import events
+
+    with tapped_simulator("/v1/messages") as (sim_url, tap):
+        route = {"model": "anthropic/sim-strong", "api_base": sim_url, "api_key": "sim-no-key"}
+        with litellm_proxy(sim_url, tmp_path, route) as gateway:
+            target = f.target_create(
+                slug="litellm-anthropic",
+                model=GATEWAY_MODEL,
+                base_url=f"{gateway.url}/v1",
+                prices={GATEWAY_MODEL: PRICE},
+            )
+            target_set_api_key(target=target, api_key=gateway.key)
+            dataset = es.fixture_dataset(BENCHMARKS)
+            # One call at a time: the proxy mints its own response ids, so calls and upstream
+            # exchanges are matched by order.
+            run, _ = run_create(
+                owner=f.user_create(),
+                plan={
+                    "name": "gateway-anthropic",
+                    "dataset": dataset.pk,
+                    "targets": [target.slug],
+                    "limits": {"concurrency": 1},
+                },
+            )
+            wait_until(lambda: es.terminal(run), timeout=RUN_S)
+            gateway_log = gateway.log()
+
+    assert run.status == "completed", (run.stop_reason, celery_worker.log()[-3000:], gateway_log)
+    calls = list(Call.objects.filter(cell__run=run).order_by("sent_at", "pk"))
+    assert len(calls) == len(tap.exchanges) == dataset.entries.count()
+    prices = {k: Decimal(v) for k, v in PRICE.items()}
+    totals = dict.fromkeys(("input", "cached_input", "cache_write", "output"), 0)
+    for call, sent in zip(calls, tap.exchanges, strict=True):
+        assert sent.request["stream"] is True and sent.request["model"] == "sim-strong"
+        usage: dict[str, int] = {}
+        for name, data in events(sent.raw):
+            if name == "message_start":
+                usage.update(data["message"]["usage"])
+            elif name == "message_delta":
+                usage.update(data["usage"])
+        assert "reasoning_tokens" not in json.dumps(usage)  # Anthropic reports none
+        want = (
+            usage["input_tokens"],
+            usage["cache_read_input_tokens"],
+            usage["cache_creation_input_tokens"],
+            usage["output_tokens"],
+        )
+        got = (
+            call.input_tokens,
+            call.cached_input_tokens,
+            call.cache_write_tokens,
+            call.output_tokens,
+        )
+        assert got == want, (call.usage_raw, usage)
+        cost = sum(n * prices[b] for n, b in zip(want, totals, strict=True)) / Decimal(10**6)
+        assert call.cost_usd == cost
+        # The proxy's own count of the thinking text, not the upstream's: kept as it says.
+        assert (
+            call.reasoning_tokens == call.usage_raw["completion_tokens_details"]["reasoning_tokens"]
+        )
+        for bucket, n in zip(totals, want, strict=True):
+            totals[bucket] += n
+    assert totals["cached_input"] > 0 and totals["cache_write"] > 0
+    assert run_report(run=run)["targets"][0]["tokens"] == totals

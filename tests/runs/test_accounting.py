@@ -44,6 +44,7 @@ def buckets(
     cached_reported: bool = False,
     write_reported: bool = False,
     shape: str = "openai",
+    reasoning: int | None = None,
 ) -> UsageBuckets:
     return UsageBuckets(
         input=input,
@@ -53,6 +54,7 @@ def buckets(
         cached_reported=cached_reported,
         cache_write_reported=write_reported,
         shape=shape,  # type: ignore[arg-type]
+        reasoning=reasoning,
     )
 
 
@@ -71,7 +73,8 @@ VALID_USAGES = [
             "prompt_tokens_details": {"cached_tokens": 200, "cache_write_tokens": 100},
             "completion_tokens_details": {"reasoning_tokens": 400},
         },
-        buckets(700, 200, 100, 500, cached_reported=True, write_reported=True),
+        # The reasoning part is kept as its own count; output stays the billed 500.
+        buckets(700, 200, 100, 500, cached_reported=True, write_reported=True, reasoning=400),
         id="openai-cache-read-and-write",
     ),
     pytest.param(

@@ -15,6 +15,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from datasets.models import DatasetQuestion, Question
+from runs.engine.container import ENGINE_ENV
 from runs.interfaces.cli import report_text
 from runs.models import Cell, Run
 from runs.planning.plans import PlanError, plan_freeze
@@ -26,7 +27,17 @@ from tests.runs.engine_support import fixture_dataset
 
 pytestmark = pytest.mark.django_db
 
-TERMINAL_REASON = "needs a container engine (Docker): the task is not marked local_compatible"
+TERMINAL_REASON = (
+    "needs a container engine (Docker or Podman): the task is not marked local_compatible, and "
+    "no engine answers on this server"
+)
+
+
+@pytest.fixture(autouse=True)
+def no_container_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever this machine has, no engine answers here (tests/runs/test_container_engine.py
+    covers the machines where one does)."""
+    monkeypatch.setenv(ENGINE_ENV, "none")
 
 
 def add_copy(dataset: Any, benchmark: str, mutate: Any) -> Question:
@@ -143,7 +154,11 @@ def test_the_run_report_and_cli_name_what_was_not_run_and_no_cell_exists_for_it(
 
 def test_the_rule_is_one_function_for_every_checked_benchmark():
     assert not_runnable_reason("mmlu-pro", {}, {}) is None
-    assert TERMINAL_REASON in not_runnable_reason("terminal-bench", {"environment": {}}, {})
+    official = {"environment": {"docker_image": "tb/x:1"}}
+    assert TERMINAL_REASON in not_runnable_reason("terminal-bench", official, {})
+    assert "names no prebuilt image" in not_runnable_reason(
+        "terminal-bench", {"environment": {}}, {}
+    )
     assert (
         not_runnable_reason("terminal-bench", {"environment": {"local_compatible": True}}, {})
         is None
