@@ -46,11 +46,21 @@ def remote_main(argv: Sequence[str], prog: str = "srbench") -> int | None:
     return options["handler"](options)
 
 
+def httpx_without_its_command_line() -> None:
+    """Keep httpx from importing its own command-line client (`httpx._main`: click, rich and
+    pygments, a fifth of a second of CPU at every CLI start, issue 38 item 3) that srbench never
+    calls. A None in sys.modules makes that import fail, and httpx then defines its documented
+    stand-in `httpx.main`. Only before httpx is imported, and only in a CLI process."""
+    if "httpx" not in sys.modules:
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+
 def remote_exit(argv: Sequence[str], prog: str = "srbench") -> None:
     """Exit with the remote path's code when `argv` is a remote verb naming a server; return
     (nothing run) otherwise. The `srbench` console script and `manage.py benchmark` (issue 38
     item 3: its start was a second of Django boot for a verb that only talks HTTP) both call it
     first."""
+    httpx_without_its_command_line()
     if remote_requested(argv):
         code = remote_main(argv, prog)
         if code is not None:
