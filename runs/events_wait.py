@@ -17,6 +17,7 @@ thread is held while it waits; the reads run in Django's sync context, as every 
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from runs.events import events_channel
 
 MAX_WAIT_SECONDS = 25.0  # below the usual 30 s idle timeout of a proxy in front of the web
 WAIT_PARAM = "wait"
+FALLBACK_READ_SECONDS = 0.5  # the wait's reads when no connection can LISTEN
 
 
 def wait_param(query_params: Any) -> float | None:
@@ -68,7 +70,12 @@ async def _notified(run_id: int, first_read: Callable[[], Any], seconds: float) 
     from psycopg import sql
 
     deadline = time.monotonic() + seconds
-    conn = await psycopg.AsyncConnection.connect(autocommit=True, **_listen_params())
+    try:
+        conn = await psycopg.AsyncConnection.connect(autocommit=True, **_listen_params())
+    except psycopg.OperationalError:
+        # No connection to listen on (max_connections reached, say): the wait is kept by
+        # reading every FALLBACK_READ_SECONDS instead, so a client never spins on empty pages.
+        return await _polled(first_read, deadline)
     try:
         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(events_channel(run_id))))
         response = await first_read()
@@ -82,6 +89,14 @@ async def _notified(run_id: int, first_read: Callable[[], Any], seconds: float) 
         return response
     finally:
         await conn.close()
+
+
+async def _polled(read: Callable[[], Any], deadline: float) -> Any:
+    response = await read()
+    while _empty_page(response) and (left := deadline - time.monotonic()) > 0:
+        await asyncio.sleep(min(left, FALLBACK_READ_SECONDS))
+        response = await read()
+    return response
 
 
 def events_long_poll(view: Any) -> Callable[..., Any]:

@@ -126,3 +126,31 @@ def test_wait_keeps_the_refusal_shape_and_an_old_read_is_unchanged(api) -> None:
     # More than the maximum is held for the maximum, never refused.
     append(run.pk)
     assert api.get(f"runs/{run.pk}/events/", params={"wait": "3600"}).status_code == 200
+
+
+def test_without_a_connection_to_listen_on_the_wait_reads_on_its_own(api, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The listener's connection is refused (a port nothing listens on, as when PostgreSQL's
+    # max_connections is reached): the request still holds for its wait, reading periodically,
+    # and answers the event appended meanwhile — never an error, never an instant empty page.
+    from runs import events_wait
+
+    real = events_wait._listen_params
+    monkeypatch.setattr(events_wait, "_listen_params", lambda: {**real(), "port": 1})
+    run = f.run_create()
+    empty = api.get(f"runs/{run.pk}/events/", params={"wait": "1"}).json()
+    assert empty["results"] == [] and empty["waited"] >= 1
+
+    def append_elsewhere() -> None:
+        try:
+            append(run.pk)
+        finally:
+            connection.close()  # this thread's own connection
+
+    appender = threading.Timer(0.3, append_elsewhere)
+    appender.start()
+    try:
+        page = api.get(f"runs/{run.pk}/events/", params={"wait": MAX_WAIT_SECONDS}).json()
+    finally:
+        appender.join()
+    assert [e["seq"] for e in page["results"]] == [1] and page["waited"] < MAX_WAIT_SECONDS
+    assert listeners(run.pk) == []
