@@ -1,6 +1,6 @@
 """How a command follows a run to its end (issue 38 item 3): pushed by the server, else polled.
 
-A server with the events long poll (runs/events_wait.py) holds `GET runs/ID/events/?type=
+A server with the events long poll (runs/interfaces/events_wait.py) holds `GET runs/ID/events/?type=
 run.finished&wait=S` until the run's end commits, so the command learns of it at once instead
 of at its next poll. Each answer — the end, or `wait` seconds without it — is followed by one
 read of the run (its status and progress line), so progress still prints every `--poll`

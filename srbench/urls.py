@@ -7,10 +7,10 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import SimpleRouter
 
-from runs.api import PlanReviewView, RunViewSet, TargetViewSet
-from runs.events_wait import events_long_poll
-from runs.preflight_api import TargetPreflightView
-from runs.recovery_api import LineageView, RecoverView, RecoveryPlanView
+from runs.interfaces.api import PlanReviewView, RunViewSet, TargetViewSet
+from runs.interfaces.events_wait import events_long_poll
+from runs.interfaces.preflight_api import TargetPreflightView
+from runs.interfaces.recovery_api import LineageView, RecoverView, RecoveryPlanView
 from srbench.api import SCHEMA_SETTINGS, api_not_found
 from srbench.api_docs import ApiDocsView, ApiRedocView
 from srbench.audit_api import AuditEventListView
@@ -27,7 +27,7 @@ handler500 = "srbench.api.error_500"
 router = SimpleRouter()
 router.register("targets", TargetViewSet)
 router.register("runs", RunViewSet, basename="run")
-# A run's events with ?wait= are a long poll (runs/events_wait.py): the router's own view,
+# A run's events with ?wait= are a long poll (runs/interfaces/events_wait.py): the router's own view,
 # behind an async wrapper that holds an empty page without holding a thread.
 run_events = events_long_poll(
     next(p.callback for p in router.urls if isinstance(p, URLPattern) and p.name == "run-events")

@@ -13,8 +13,8 @@ import pytest
 from django.db import connection, transaction
 from rest_framework.authtoken.models import Token
 
-from runs.events import events_append, events_channel
-from runs.events_wait import MAX_WAIT_SECONDS
+from runs.interfaces.events_wait import MAX_WAIT_SECONDS
+from runs.ledger.events import events_append, events_channel
 from tests import factories as f
 from tests.conftest import wait_until
 
@@ -132,7 +132,7 @@ def test_without_a_connection_to_listen_on_the_wait_reads_on_its_own(api, monkey
     # The listener's connection is refused (a port nothing listens on, as when PostgreSQL's
     # max_connections is reached): the request still holds for its wait, reading periodically,
     # and answers the event appended meanwhile — never an error, never an instant empty page.
-    from runs import events_wait
+    from runs.interfaces import events_wait
 
     real = events_wait._listen_params
     monkeypatch.setattr(events_wait, "_listen_params", lambda: {**real(), "port": 1})
