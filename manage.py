@@ -4,6 +4,12 @@ import sys
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["benchmark"]:
+        # A verb that only talks to a server (--url or SRBENCH_URL) runs without booting
+        # Django, as the `srbench` console script's does (srbench/cli/remote.py).
+        from srbench.cli.remote import remote_exit
+
+        remote_exit(sys.argv[2:], prog=f"{os.path.basename(sys.argv[0])} benchmark")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "srbench.settings")
     from django.core.management import execute_from_command_line
 

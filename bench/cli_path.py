@@ -1,6 +1,9 @@
 """The user's path, end to end: the CLI submits a run to the real web process and follows it
 until the report is printed, while a real Celery worker drives it against the simulator.
 
+Both CLIs are measured, round by round in turn (issue 38 item 3): the `srbench` console script
+and `python manage.py benchmark run`, each following the run by the events long poll.
+
 This is what PERFORMANCE.md's side-by-side workload measures (740 MMLU-Pro-format questions, one
 OpenAI-compatible server with TTFT 0.2 s and 50 chunks 0.01 s apart, C = 32): the wall time from
 submission to the printed report against the ideal ceil(N/C)·L, and the CPU per call of every
@@ -9,7 +12,7 @@ goes), Redis and the CLI itself — not the simulator's. Run events are written 
 poll that scaled with the run's events would show here (issue 25).
 
     .venv/bin/python bench/cli_path.py [--cells 740] [--concurrency 32] [--rounds 3]
-        [--ttft 0.2] [--chunks 50] [--chunk-gap 0.01] [--poll 1.0]
+        [--ttft 0.2] [--chunks 50] [--chunk-gap 0.01] [--poll 1.0] [--cli both|console|manage]
 
 Needs PostgreSQL and Redis on loopback (as `make test`); uses its own database and Redis DB
 (BENCH_DATABASE_URL, BENCH_BROKER_URL).
@@ -171,12 +174,24 @@ def stop_processes(*procs: subprocess.Popen, groups: tuple[subprocess.Popen, ...
             proc.kill()
 
 
+# The two ways in: the console script and Django's manage.py (both `run --url`, following).
+CLI_COMMANDS = {
+    "console": [str(Path(sys.executable).with_name("srbench")), "run"],
+    "manage": [sys.executable, str(ROOT / "manage.py"), "benchmark", "run"],
+}
+
+
 def our_round(
-    stack: OurStack, questions: list[Any], round_no: int, concurrency: int, poll: float
+    stack: OurStack,
+    questions: list[Any],
+    round_no: int,
+    concurrency: int,
+    poll: float,
+    cli_name: str = "console",
 ) -> dict[str, Any]:
-    """One run of `questions` through our CLI (the `srbench` console script, `run --url`,
-    following; its remote path does not boot Django): a fresh frozen
-    dataset, the CLI's wall from start to the printed report, and CPU per process group."""
+    """One run of `questions` through one of our CLIs (`CLI_COMMANDS`, `run --url`,
+    following): a fresh frozen dataset, the CLI's wall from start to the printed report, and
+    CPU per process group."""
     from datasets.models import DatasetQuestion, FrozenDataset
     from runs.models import Call, Run, RunEvent
     from srbench.canonical import sha256_hex
@@ -202,7 +217,7 @@ def our_round(
     started = time.monotonic()
     started_wall = time.time()
     cli = subprocess.Popen(
-        [str(Path(sys.executable).with_name("srbench")), "run"]
+        CLI_COMMANDS[cli_name]
         + ["--url", f"http://127.0.0.1:{stack.web_port}", "--token", stack.token]
         + ["--dataset", str(dataset.pk), "--target", "bench", "--name", f"cli {round_no}"]
         + ["--concurrency", str(concurrency), "--poll", str(poll)],
@@ -251,6 +266,8 @@ def our_round(
         "follow": ended_wall - (finished.timestamp() if finished else ended_wall),
     }
     return {
+        "cli": cli_name,
+        "followed_by_push": "the server pushes its end" in err,
         "phases": phases,
         "wall": wall,
         "engine_wall": (finished - run.started_at).total_seconds() if finished else None,
@@ -271,6 +288,7 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=50)
     parser.add_argument("--chunk-gap", type=float, default=0.01)
     parser.add_argument("--poll", type=float, default=1.0, help="the CLI's --poll while following")
+    parser.add_argument("--cli", choices=["both", *CLI_COMMANDS], default="both")
     args = parser.parse_args()
 
     work = bench_setup("srbench-bench-cli-")
@@ -292,8 +310,10 @@ def main() -> None:
             f"{os.getloadavg()[0]:.2f}"
         )
         rows = []
-        for round_no in range(args.rounds):
-            row = our_round(stack, questions, round_no, args.concurrency, args.poll)
+        clis = list(CLI_COMMANDS) if args.cli == "both" else [args.cli]
+        for round_no in range(args.rounds * len(clis)):
+            cli_name = clis[round_no % len(clis)]
+            row = our_round(stack, questions, round_no, args.concurrency, args.poll, cli_name)
             rows.append(row)
             wall, cpu, calls, engine_wall = (
                 row["wall"],
@@ -302,7 +322,8 @@ def main() -> None:
                 row["engine_wall"],
             )
             print(
-                f"  round {round_no + 1}: {row['status']}, {calls} calls, {row['events']} events; "
+                f"  round {round_no + 1} ({cli_name}, "
+                f"{'push' if row['followed_by_push'] else 'polled'}): {row['status']}, {calls} calls, {row['events']} events; "
                 f"wall {wall:.2f} s = {wall / ideal:.2f}× ideal (engine {engine_wall or 0:.2f} s = "
                 f"{(engine_wall or 0) / ideal:.2f}×; report printed {wall - (engine_wall or 0):.2f}"
                 f" s after submission+run), {calls / wall:.1f} calls/s; CPU per call "
@@ -313,13 +334,16 @@ def main() -> None:
                 + ", ".join(f"{k} {v:.2f} s" for k, v in row["phases"].items())
                 + f"; load {os.getloadavg()[0]:.2f}"
             )
-        ratios = [r["wall"] / ideal for r in rows]
-        per_call = [sum(r["cpu"].values()) / max(r["calls"], 1) * 1000 for r in rows]
-        print(
-            f"summary over {len(rows)} rounds: wall/ideal median {statistics.median(ratios):.2f}× "
-            f"[{min(ratios):.2f}–{max(ratios):.2f}], CPU per call median "
-            f"{statistics.median(per_call):.1f} ms [{min(per_call):.1f}–{max(per_call):.1f}]"
-        )
+        for cli_name in clis:
+            mine = [r for r in rows if r["cli"] == cli_name]
+            ratios = [r["wall"] / ideal for r in mine]
+            per_call = [sum(r["cpu"].values()) / max(r["calls"], 1) * 1000 for r in mine]
+            print(
+                f"summary {cli_name} over {len(mine)} rounds: wall/ideal median "
+                f"{statistics.median(ratios):.2f}× [{min(ratios):.2f}–{max(ratios):.2f}], CPU per "
+                f"call median {statistics.median(per_call):.1f} ms "
+                f"[{min(per_call):.1f}–{max(per_call):.1f}]; load {os.getloadavg()[0]:.2f}"
+            )
     finally:
         groups = (stack.worker, stack.web) if stack else ()
         stop_processes(sim, groups=groups)

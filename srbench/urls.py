@@ -2,12 +2,13 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.templatetags.static import static
-from django.urls import include, path, re_path
+from django.urls import URLPattern, include, path, re_path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import SimpleRouter
 
 from runs.interfaces.api import PlanReviewView, RunViewSet, TargetViewSet
+from runs.interfaces.events_wait import events_long_poll
 from runs.interfaces.preflight_api import TargetPreflightView
 from runs.interfaces.recovery_api import LineageView, RecoverView, RecoveryPlanView
 from srbench.api import SCHEMA_SETTINGS, api_not_found
@@ -26,6 +27,11 @@ handler500 = "srbench.api.error_500"
 router = SimpleRouter()
 router.register("targets", TargetViewSet)
 router.register("runs", RunViewSet, basename="run")
+# A run's events with ?wait= are a long poll (runs/interfaces/events_wait.py): the router's own view,
+# behind an async wrapper that holds an empty page without holding a thread.
+run_events = events_long_poll(
+    next(p.callback for p in router.urls if isinstance(p, URLPattern) and p.name == "run-events")
+)
 
 urlpatterns = [
     path("", include("runs.urls")),
@@ -54,6 +60,7 @@ urlpatterns = [
         TargetPreflightView.as_view(),
         name="target-preflight",
     ),
+    path("api/v1/runs/<int:pk>/events/", run_events),
     path("api/v1/", include(router.urls)),
     path("api/v1/", include("datasets.api_urls")),
     path("api/v1/", include("recipes.api_urls")),

@@ -24,6 +24,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from runs.interfaces.events_wait import MAX_WAIT_SECONDS, WAIT_PARAM, wait_param
 from runs.interfaces.serializers import (
     CallDetailSerializer,
     CallSummarySerializer,
@@ -136,6 +137,11 @@ EventPageSerializer = EVENT_PAGE.page_serializer(
     "EventPage",
     EventSerializer(many=True),
     loaded=serializers.IntegerField(help_text="events in this read; there is no total"),
+    waited=serializers.FloatField(
+        required=False,
+        help_text="with `wait`: the seconds the server held this request (a server without "
+        "the long poll leaves it out: poll instead)",
+    ),
 )
 ReportSerializer = inline_serializer(
     "RunReport",
@@ -409,11 +415,19 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         parameters=[
             *EVENT_PAGE.parameters("cursor: events with a larger seq"),
             OpenApiParameter("type", str, many=True),
+            OpenApiParameter(
+                WAIT_PARAM,
+                float,
+                description="long poll (issue 38): hold an empty page until an event of the "
+                f"run commits or this many seconds pass (at most {MAX_WAIT_SECONDS:g})",
+            ),
         ],
         responses=EventPageSerializer,
     )
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str | None = None) -> Response:
+        # ?wait= is validated here; runs.interfaces.events_wait, in front of this view, holds the request.
+        wait_param(request.query_params)
         run = self.get_object()
         events = selectors.events_page(
             run=run,

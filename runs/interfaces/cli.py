@@ -13,7 +13,6 @@ from runs.reporting.official_metrics import metric_text, official_metrics
 from srbench.api_client import (
     ApiUnreachable,
     CliError,
-    RunFollower,
     add_connection_arguments,
     api_error_message,
     cli_guard,
@@ -22,8 +21,7 @@ from srbench.api_client import (
     text_file_write,
 )
 from srbench.money import usd_text
-
-TERMINAL = {"completed", "failed", "cancelled", "interrupted"}
+from srbench.run_follow import run_followed
 
 
 def _plan_arguments(p: Any) -> None:
@@ -346,16 +344,23 @@ def _run(options: dict[str, Any]) -> int:
     if options.get("detach"):
         emit(options, run, f"run {run['id']}: {run['status']}")
         return 0
+    last: list[tuple[int, int]] = []
+
+    def seen(run: dict[str, Any]) -> None:
+        progress = (run["progress"]["completed"], run["progress"]["denominator"])
+        if progress not in last[-1:] and not options.get("json"):
+            print(f"  {run['status']}: {progress[0]}/{progress[1]} completed", file=sys.stderr)
+            last.append(progress)
+
     try:
-        last = None
-        follower = RunFollower(options.get("poll") or 1.0)
-        while run["status"] not in TERMINAL:
-            time.sleep(follower.wait(run))
-            run = client.json("GET", f"runs/{run['id']}/")
-            progress = (run["progress"]["completed"], run["progress"]["denominator"])
-            if progress != last and not options.get("json"):
-                print(f"  {run['status']}: {progress[0]}/{progress[1]} completed", file=sys.stderr)
-                last = progress
+        # Pushed by the server's events long poll, else polled (srbench.run_follow).
+        run = run_followed(
+            client,
+            run,
+            poll=options.get("poll") or 1.0,
+            seen=seen,
+            say=lambda line: print(line, file=sys.stderr),
+        )
         report = client.json("GET", f"runs/{run['id']}/report/")
     except ApiUnreachable as exc:
         # The run is the server's: it goes on without this follower.

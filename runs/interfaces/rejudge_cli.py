@@ -8,8 +8,9 @@ import sys
 import time
 from typing import Any
 
-from runs.interfaces.cli import TERMINAL, report_text
+from runs.interfaces.cli import report_text
 from srbench.api_client import ApiClient, CliError, RunFollower
+from srbench.run_follow import TERMINAL
 
 
 def rejudge_follow(client: ApiClient, doc: dict[str, Any], options: dict[str, Any]) -> int:

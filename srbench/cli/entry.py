@@ -10,12 +10,9 @@ import sys
 
 def main() -> None:
     argv = sys.argv[1:]
-    from srbench.cli.remote import remote_main, remote_requested
+    from srbench.cli.remote import remote_exit
 
-    if remote_requested(argv):
-        code = remote_main(argv)
-        if code is not None:
-            sys.exit(code)
+    remote_exit(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "srbench.settings")
     from django.core.management import execute_from_command_line
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import sys
 from collections.abc import Sequence
 
 # The verb modules that talk to the API only (no model, no settings at import or at run time
@@ -33,13 +34,13 @@ def remote_requested(argv: Sequence[str]) -> bool:
     return any(arg == "--url" or arg.startswith("--url=") for arg in argv)
 
 
-def remote_main(argv: Sequence[str]) -> int | None:
+def remote_main(argv: Sequence[str], prog: str = "srbench") -> int | None:
     """Run `argv` (`VERB …`) over HTTP without Django, or None when VERB is not a remote
     verb (the caller then takes the Django path, which knows every verb)."""
     if not argv or argv[0].startswith("-"):
         return None
     parser = argparse.ArgumentParser(
-        prog="srbench", description="srbench: evaluate LLM serving targets."
+        prog=prog, description="srbench: evaluate LLM serving targets."
     )
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for name in HTTP_VERB_MODULES:
@@ -48,3 +49,24 @@ def remote_main(argv: Sequence[str]) -> int | None:
         return None
     options = vars(parser.parse_args(list(argv)))
     return options["handler"](options)
+
+
+def httpx_without_its_command_line() -> None:
+    """Keep httpx from importing its own command-line client (`httpx._main`: click, rich and
+    pygments, a fifth of a second of CPU at every CLI start, issue 38 item 3) that srbench never
+    calls. A None in sys.modules makes that import fail, and httpx then defines its documented
+    stand-in `httpx.main`. Only before httpx is imported, and only in a CLI process."""
+    if "httpx" not in sys.modules:
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+
+def remote_exit(argv: Sequence[str], prog: str = "srbench") -> None:
+    """Exit with the remote path's code when `argv` is a remote verb naming a server; return
+    (nothing run) otherwise. The `srbench` console script and `manage.py benchmark` (issue 38
+    item 3: its start was a second of Django boot for a verb that only talks HTTP) both call it
+    first."""
+    httpx_without_its_command_line()
+    if remote_requested(argv):
+        code = remote_main(argv, prog)
+        if code is not None:
+            sys.exit(code)
