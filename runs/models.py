@@ -18,6 +18,7 @@ from django.db.models import F, Q
 # `runs` and callers find it beside `UsageCorrection`.
 from runs.models_live import LiveCallSums, LiveCellSums, LiveSnapshot  # noqa: F401
 from runs.models_regrade import Regrade  # noqa: F401
+from runs.recovery_modes import RecoveryPlanMode
 from srbench.ledger import HEX64_REGEX, AppendOnlyModel
 from srbench.money import price_error
 
@@ -594,10 +595,11 @@ class RecoveryRequest(models.Model):
                 fields=["parent", "idempotency_key"], name="recovery_key_once_per_parent"
             ),
             models.CheckConstraint(
-                condition=Q(mode__in=("undispatched", "failed")), name="recovery_mode_known"
+                condition=Q(mode__in=(RecoveryPlanMode.UNDISPATCHED, RecoveryPlanMode.FAILED)),
+                name="recovery_mode_known",
             ),
             models.CheckConstraint(
-                condition=Q(mode="undispatched") | Q(acknowledged_new_attempt=True),
+                condition=Q(mode=RecoveryPlanMode.UNDISPATCHED) | Q(acknowledged_new_attempt=True),
                 name="recovery_failed_needs_ack",
             ),
             models.CheckConstraint(

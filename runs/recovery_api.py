@@ -28,6 +28,7 @@ from runs.recovery import (
     recovery_plan_page,
     recovery_submit,
 )
+from runs.recovery_modes import RecoveryPlanMode
 from runs.serializers import RunSerializer
 from srbench.api import (
     ApiSchema,
@@ -38,7 +39,7 @@ from srbench.api import (
 )
 from srbench.refusals import Refusal
 
-RECOVERY_MODES = ["undispatched", "failed", "judge_only"]
+RECOVERY_MODES = [str(mode) for mode in RecoveryPlanMode]
 # The recovery lists read their cursors and limit by the API's one keyset rule (srbench.api).
 ELIGIBLE_PAGE = Keyset(
     "after",
