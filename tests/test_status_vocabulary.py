@@ -18,7 +18,7 @@ a parameter's default, ``.get("mode", "…")``, the branches of an ``if`` expres
 are read from the enums. Where a literal stays, KEPT says why. The modules the Django-free remote
 CLI loads (srbench/cli/remote.py) compare the API's JSON words and cannot import the ledger's
 enums (Django models) without booting Django: there only the recovery modes are checked, whose
-enum (runs/recovery_modes.py) is plain Python.
+enum (runs/vocabulary/recovery_modes.py) is plain Python.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from enum import Enum
 from pathlib import Path
 
 from runs.models import CallStatus, CellStatus, RecoveryRequest, Run, RunStatus
-from runs.recovery_modes import RecoveryPlanMode
+from runs.vocabulary.recovery_modes import RecoveryPlanMode
 
 ROOT = Path(__file__).resolve().parent.parent
 APPS = ("srbench", "datasets", "runs", "compare", "recipes")
@@ -281,9 +281,11 @@ def test_a_django_free_module_is_checked_for_recovery_modes() -> None:
 def test_the_remote_clients_are_the_api_clients_only() -> None:
     clients = remote_client_files()
     assert {
-        "runs/cli.py",
-        "runs/recovery_cli.py",
+        "runs/interfaces/cli.py",
+        "runs/interfaces/recovery_cli.py",
         "compare/cli.py",
-        "runs/rejudge_cli.py",
+        "runs/interfaces/rejudge_cli.py",
     } <= clients
-    assert not {"runs/models.py", "runs/recovery.py", "runs/views.py"} & clients
+    assert (
+        not {"runs/models.py", "runs/settlement/recovery.py", "runs/interfaces/views.py"} & clients
+    )
