@@ -5,7 +5,8 @@ Read from a comparison document (`compare.services.comparison_build`, the JSON t
 so the demo, the CLI and the page say the same thing. The answer's first word follows THE
 verdict (`compare.verdict`) and nothing else; the sentence then names the margin, the
 family-wise interval with its level and n, and the subject-cost savings — or why a figure is
-unknown. Nothing here computes a statistic.
+unknown. Nothing here computes a statistic; figures are worded by the shared presenters
+(srbench/money.py, srbench/presenters.py), as on the page.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from decimal import Decimal
 from typing import Any
 
 from compare.verdict import level_text
-from srbench.money import percent_text, usd_text
+from srbench.money import UNKNOWN_TEXT, percent_text, usd_text
+from srbench.presenters import signed_interval_text
 
 # The answer to "does it keep the quality?", by verdict word.
 ANSWERS = {
@@ -76,13 +78,13 @@ def headline_sentence(doc: dict[str, Any], target: str, run: int | None = None) 
     c = candidate_entry(doc, target, run)
     base = doc["baseline"]
     fam = c["family_interval"]
-    split = doc.get("split") or "unknown"
+    split = doc.get("split") or UNKNOWN_TEXT
     benchmarks = ", ".join(b["benchmark"] for b in c["benchmarks"])
     return (
         f"Does {c['target']} keep {base['target']}'s quality at lower cost? "
         f"{ANSWERS[c['verdict']]} — {_verdict_words(c)}: "
         f"Δ {c['delta']:+.4f} (quality {c['quality']:.4f} vs {base['quality']:.4f}), "
         f"{level_text(fam['level'])} family-wise interval "
-        f"[{fam['lower']:+.4f}, {fam['upper']:+.4f}] on {c['questions']:,} {split} "
+        f"{signed_interval_text(fam['lower'], fam['upper'])} on {c['questions']:,} {split} "
         f"questions ({benchmarks}); {_cost_words(doc, c)}."
     )

@@ -24,8 +24,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
-from django.utils.html import format_html
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET
 
 from compare.compatibility import run_comparison_problems
@@ -37,21 +36,29 @@ from datasets.provenance import provenance_summary
 from runs.models import Run
 from runs.reporting.official_metrics import METRICS as OFFICIAL_METRICS
 from runs.reporting.official_metrics import metric_value_text
-from srbench.money import percent_text, usd_text
+from srbench.money import percent_text
+from srbench.presenters import (
+    UNKNOWN_HTML,
+    known_or_unknown,
+    percent_html,
+    signed_interval_text,
+    signed_text,
+    unknown_html,
+    usd_html,
+    verdict_class,
+)
 
 PAGE_SIZE = 25  # baseline and candidate tables
 CARDS_PER_PAGE = 25  # result cards (issue 9); charts and exports keep every comparison
 
-UNKNOWN: SafeString = mark_safe(
-    '<span class="unknown">unknown</span>'
-)  # a constant: nothing to escape
+UNKNOWN = UNKNOWN_HTML  # the one marker (srbench/presenters.py)
 
 
-# --- formatting ------------------------------------------------------------------------------
+# --- formatting: the shared presenters (srbench/presenters.py, issue 36 item 3) ---------------
 
 
 def fmt_signed(value: float | None, digits: int = 4) -> str | SafeString:
-    return UNKNOWN if value is None else f"{value:+.{digits}f}"
+    return signed_text(value, digits)
 
 
 def fmt_interval(interval: dict[str, Any] | None) -> str | SafeString:
@@ -59,52 +66,48 @@ def fmt_interval(interval: dict[str, Any] | None) -> str | SafeString:
     Hoeffding bound says so rather than pretending to be narrower."""
     if interval is None:
         return UNKNOWN
-    lo, hi = (
+    text = signed_interval_text(
         interval.get("display_lower", interval["lower"]),
         interval.get("display_upper", interval["upper"]),
     )
-    text = f"[{lo:+.4f}, {hi:+.4f}]"
     return f"{text} (clipped to [−1, +1])" if interval.get("clipped") else text
 
 
 def fmt_pct(value: str | None) -> str | SafeString:
-    return UNKNOWN if value is None else percent_text(value)
+    return percent_html(value)
 
 
 def fmt_savings_interval(interval: dict[str, Any] | None) -> str | SafeString:
     """Savings % bounds; None is unknown (some case cost unknown, or the savings are)."""
     if interval is None:
         return UNKNOWN
-    return f"[{interval['lower']:.1f}%, {interval['upper']:.1f}%]"
+    return f"[{percent_text(interval['lower'])}, {percent_text(interval['upper'])}]"
 
 
 def fmt_usd(value: str | None) -> str | SafeString:
-    return UNKNOWN if value is None else usd_text(value)
+    return usd_html(value)
 
 
 def fmt_int(value: int | None) -> str | SafeString:
-    return UNKNOWN if value is None else f"{value:,}"
+    return known_or_unknown(value, None if value is None else f"{value:,}")
 
 
 def fmt_ms(value: float | None) -> str | SafeString:
-    return UNKNOWN if value is None else f"{value:,.0f} ms"
+    return known_or_unknown(value, None if value is None else f"{value:,.0f} ms")
 
 
 def fmt_seconds(value: float | None) -> str | SafeString:
-    return UNKNOWN if value is None else f"{value:,.1f} s"
+    return known_or_unknown(value, None if value is None else f"{value:,.1f} s")
 
 
 def fmt_quality(value: float | None) -> str | SafeString:
-    return UNKNOWN if value is None else f"{value:.4f}"
-
-
-VERDICT_CLASS = {"better": "ok", "non_inferior": "ok", "inconclusive": "warning", "worse": "bad"}
+    return known_or_unknown(value, None if value is None else f"{value:.4f}")
 
 
 def verdict(c: dict[str, Any]) -> tuple[str, str]:
     """(css class, words) of a comparison's one verdict (compare.verdict, R11.5): its label
     (better, non-inferior with its margin, inconclusive, worse) and its reason in words."""
-    return VERDICT_CLASS[c["verdict"]], f"{c['verdict_label']}: {c['verdict_reason']}."
+    return verdict_class(c["verdict"]), f"{c['verdict_label']}: {c['verdict_reason']}."
 
 
 # --- URL state -------------------------------------------------------------------------------
@@ -385,7 +388,7 @@ def _iteration_chart(
 
 
 def _plain_pct(value: str | None) -> str:
-    return "unknown" if value is None else f"{float(value):.1f}%"
+    return percent_text(value)
 
 
 # --- result cards ----------------------------------------------------------------------------
@@ -424,9 +427,9 @@ def fmt_official(m: dict[str, Any] | None) -> str | SafeString:
     """An official metric's value [interval], n; unknown (with why) is never 0; a side
     without that benchmark's official scorer says so."""
     if m is None:
-        return mark_safe('<span class="unknown">not scored</span>')  # a constant
+        return unknown_html("not scored")
     if m["value"] is None:
-        return format_html('{} <span class="meta">{}</span>', UNKNOWN, m["unknown_reason"])
+        return unknown_html(reason=m["unknown_reason"])
     return metric_value_text(m)
 
 
@@ -479,7 +482,7 @@ def card(index: int, c: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
         "family_level": f"{c['family_interval']['level']:.2%}",
         "bootstrap": None
         if c["bootstrap"] is None
-        else f"[{c['bootstrap']['lower']:+.4f}, {c['bootstrap']['upper']:+.4f}]",
+        else signed_interval_text(c["bootstrap"]["lower"], c["bootstrap"]["upper"]),
         "non_inferiority": ni,
         "savings_interval": fmt_savings_interval(c.get("savings_interval")),
         "costs": [
@@ -634,7 +637,7 @@ def _results(
                 "savings": fmt_pct(c["savings"]["subject_cost_pct"]),
                 "neutral": fmt_pct(c["savings"]["cache_neutral_pct"]),
                 "verdict": c["verdict_label"],
-                "verdict_class": VERDICT_CLASS[c["verdict"]],
+                "verdict_class": verdict_class(c["verdict"]),
             }
             for i, c in enumerate(comps)
         ],

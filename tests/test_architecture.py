@@ -216,6 +216,7 @@ def test_modules_and_functions_stay_small() -> None:
 # drive task by name (`runs.engine.doorbell`). The app's own Django and Celery modules (admin,
 # apps, tasks, urls and the package itself) wire the layers together at the top.
 RUNS_LAYERS = (
+    "runs.vocabulary",  # plain-Python words the Django-free remote CLI shares (recovery modes)
     "runs.models",  # the ledger's rows and constraints
     "runs.ledger",  # its rules: events, corrections, idempotency, accounting, reads, access, hooks
     "runs.engine",  # drives calls: claims, transport, settlement of cells, sandboxes, τ episodes

@@ -29,6 +29,7 @@ from runs.settlement.recovery import (
     recovery_plan_page,
     recovery_submit,
 )
+from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from srbench.api import (
     ApiSchema,
     Keyset,
@@ -38,7 +39,7 @@ from srbench.api import (
 )
 from srbench.refusals import Refusal
 
-RECOVERY_MODES = ["undispatched", "failed", "judge_only"]
+RECOVERY_MODES = [str(mode) for mode in RecoveryPlanMode]
 # The recovery lists read their cursors and limit by the API's one keyset rule (srbench.api).
 ELIGIBLE_PAGE = Keyset(
     "after",

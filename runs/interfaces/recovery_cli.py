@@ -19,6 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 from runs.interfaces.cli import emit, usd
+from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from srbench.api_client import (
     CliError,
     add_connection_arguments,
@@ -30,7 +31,7 @@ from srbench.api_client import (
 )
 
 PAGE = 100
-MODES = ["undispatched", "failed", "judge_only"]
+MODES = [str(mode) for mode in RecoveryPlanMode]
 
 
 def _plan_all_pages(client: Any, run_id: int, mode: str) -> dict[str, Any]:
@@ -79,13 +80,13 @@ def _plan_text(plan: dict[str, Any], output: str | None) -> str:
     ]
     for reason, n in sorted(plan["counts"]["excluded_by_reason"].items()):
         lines.append(f"  excluded {n:>5}  {reason}")
-    if plan["mode"] == "failed":
+    if plan["mode"] == RecoveryPlanMode.FAILED:
         lines += _previous_cost_lines(plan)
         lines.append(
             "failed mode sends NEW model calls (extra cost); `recover` needs "
             "--acknowledge-new-attempt"
         )
-    if plan["mode"] == "judge_only":
+    if plan["mode"] == RecoveryPlanMode.JUDGE_ONLY:
         quote = plan["judge_cost_quote"]
         lines += [
             "each cell: answer stored, judge call never sent: judge only",

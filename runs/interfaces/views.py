@@ -54,6 +54,7 @@ from runs.reporting.report_types import Report
 from runs.settlement.lineage import run_lineage
 from runs.settlement.recovery import recovery_plan, recovery_submit
 from runs.settlement.recovery_rules import REASONS
+from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from srbench.money import money_text
 from srbench.refusals import Refusal
 
@@ -66,8 +67,8 @@ TOKEN_LABELS = (
     ("output", "output"),
 )
 RECOVERY_SCOPES = (
-    ("undispatched", "Continue undispatched cases"),
-    ("failed", "Retry known failed cases as new attempts"),
+    (RecoveryPlanMode.UNDISPATCHED, "Continue undispatched cases"),
+    (RecoveryPlanMode.FAILED, "Retry known failed cases as new attempts"),
 )
 TABS = ("results", "questions", "calls", "evidence", "recipe")
 # Shown wherever in-flight activity is (R10.3), in these words.
@@ -597,7 +598,7 @@ def _recovery_context(request: HttpRequest, run: Run, mode: str) -> tuple[dict[s
         excluded_page=excluded.get_page(request.GET.get("excluded_page")),
         excluded_by_reason=[(r, REASONS[r], n) for r, n in sorted(reasons.items())],
         previous_attempts_cost=money_text(sum((Decimal(p) for p in previous if p), Decimal(0)))
-        if mode == "failed"
+        if mode == RecoveryPlanMode.FAILED
         else None,
     )
     return context, 200
@@ -611,9 +612,9 @@ def run_recovery(request: HttpRequest, run_id: int) -> HttpResponse:
     idempotency key, so a resubmission returns the same child and nothing is retried here."""
     run = get_object_or_404(Run, pk=run_id)
     source = request.POST if request.method == "POST" else request.GET
-    mode = source.get("mode", "undispatched")
+    mode = source.get("mode", RecoveryPlanMode.UNDISPATCHED)
     if mode not in dict(RECOVERY_SCOPES):
-        mode = "undispatched"
+        mode = RecoveryPlanMode.UNDISPATCHED
     error = None
     if request.method == "POST":
         run_action_require(user=request.user, run=run, action="recover")

@@ -18,7 +18,9 @@ from django.db.models import F, Q
 # `runs` and callers find it beside `UsageCorrection`.
 from runs.models.live import LiveCallSums, LiveCellSums, LiveSnapshot  # noqa: F401
 from runs.models.regrade import Regrade  # noqa: F401
+from runs.models.summaries import RunReport, RunSummary  # noqa: F401
 from runs.models.wire import WireApi
+from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from srbench.ledger import HEX64_REGEX, AppendOnlyModel
 from srbench.money import price_error
 
@@ -597,10 +599,11 @@ class RecoveryRequest(models.Model):
                 fields=["parent", "idempotency_key"], name="recovery_key_once_per_parent"
             ),
             models.CheckConstraint(
-                condition=Q(mode__in=("undispatched", "failed")), name="recovery_mode_known"
+                condition=Q(mode__in=(RecoveryPlanMode.UNDISPATCHED, RecoveryPlanMode.FAILED)),
+                name="recovery_mode_known",
             ),
             models.CheckConstraint(
-                condition=Q(mode="undispatched") | Q(acknowledged_new_attempt=True),
+                condition=Q(mode=RecoveryPlanMode.UNDISPATCHED) | Q(acknowledged_new_attempt=True),
                 name="recovery_failed_needs_ack",
             ),
             models.CheckConstraint(
@@ -616,85 +619,3 @@ class RecoveryClaim(models.Model):
     cell = models.OneToOneField(Cell, on_delete=models.PROTECT, related_name="recovery_claim")
     request = models.ForeignKey(RecoveryRequest, on_delete=models.PROTECT, related_name="claims")
     created_at = models.DateTimeField(auto_now_add=True)
-
-
-class RunSummary(models.Model):
-    """A run's cells counted by status, kept exact by PostgreSQL triggers (R7.1, R10.2).
-
-    What a run poll, a run page or the runs list shows of its cells is read from this one
-    row, not counted over the cells: reading it costs the same at 10 cells or 100,000 (issue
-    25). Statement-level triggers on `runs_cell` (INSERT, UPDATE, DELETE, with transition
-    tables) add each statement's status changes here in the same transaction, so bulk
-    `.update()` calls, the reaper, recovery and raw SQL are all counted. Migration 0006
-    holds the triggers; a new cell status needs a column here and in them.
-
-    Locking: a trigger locks the run row (FOR NO KEY UPDATE, in run id order) before it
-    updates this row, so this row is always taken after its run and adds no new lock order;
-    the engine's transactions hold that run row anyway (`events_append`, claims, budget).
-    The newest event is read from `runs_runevent`'s (run, seq) index, not kept here.
-    """
-
-    run = models.OneToOneField(
-        Run, on_delete=models.CASCADE, primary_key=True, related_name="summary"
-    )
-    pending = models.BigIntegerField(default=0)
-    running = models.BigIntegerField(default=0)
-    completed = models.BigIntegerField(default=0)
-    failed = models.BigIntegerField(default=0)
-    cancelled = models.BigIntegerField(default=0)
-    sent_unknown = models.BigIntegerField(default=0)
-
-    class Meta:
-        constraints = [
-            models.CheckConstraint(
-                condition=Q(pending__gte=0)
-                & Q(running__gte=0)
-                & Q(completed__gte=0)
-                & Q(failed__gte=0)
-                & Q(cancelled__gte=0)
-                & Q(sent_unknown__gte=0),
-                name="run_summary_counts_not_negative",
-            )
-        ]
-
-    @property
-    def total(self) -> int:
-        return (
-            self.pending
-            + self.running
-            + self.completed
-            + self.failed
-            + self.cancelled
-            + self.sent_unknown
-        )
-
-
-class RunReport(models.Model):
-    """A settled run's report, computed once per state of its ledger and kept (issue 25).
-
-    `fingerprint` names the ledger state and the report code it was computed from
-    (`runs.reporting.report.run_report_settled`): a regrade-free settled run's report never changes, so
-    pages, the API and comparisons read this row instead of recomputing. The runs list sorts
-    and shows its summary columns: the best target's score and kind, the run's known spend and
-    whether its spend and results are complete. The report is kept as JSON text, so its key
-    order — what pages show first — is exactly what was computed.
-    """
-
-    run = models.OneToOneField(
-        Run, on_delete=models.CASCADE, primary_key=True, related_name="stored_report"
-    )
-    fingerprint = models.CharField(max_length=64)
-    computed_at = models.DateTimeField(auto_now=True)
-    report_json = models.TextField()
-    score = models.FloatField(null=True, blank=True)
-    score_kind = models.CharField(max_length=16, default="none")
-    score_target = models.CharField(max_length=64, blank=True)
-    known_spend_usd = models.DecimalField(max_digits=40, decimal_places=18, null=True, blank=True)
-    spend_complete = models.BooleanField(default=False)
-    complete = models.BooleanField(default=False)
-
-    class Meta:
-        indexes = [
-            models.Index(fields=["score"], name="runreport_score"),
-            models.Index(fields=["known_spend_usd"], name="runreport_spend"),
-        ]

@@ -17,7 +17,7 @@ from datasets.benchmarks import ADAPTERS
 from datasets.models import DatasetQuestion, FrozenDataset, Question
 from datasets.official import OFFICIAL_JUDGED
 from datasets.official import manifest_entry as official_manifest_entry
-from runs.models import Target, WireApi, validate_price_table
+from runs.models import Run, Target, WireApi, validate_price_table
 from runs.planning import runnable
 from runs.planning.fixed_params import fixed_params_errors
 from runs.preflight.plan import not_fitting
@@ -256,7 +256,7 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
     not_in_dataset = [b for b in chosen if b not in present]
     if not_in_dataset:
         errors["benchmarks"] = f"not in the dataset: {', '.join(not_in_dataset)}"
-    preview = plan["mode"] == "preview"
+    preview = plan["mode"] == Run.Mode.PREVIEW
     _check_mode(plan, targets, chosen, preview, errors)
     judges, simulators, judge_targets = _graders_resolve(plan, [] if preview else chosen, errors)
     _check_options(plan, chosen, preview, errors)

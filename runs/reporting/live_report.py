@@ -87,7 +87,7 @@ def live_applies(run: Run) -> bool:
     usage correction (which a running run never has; the check keeps the rule exact)."""
     return (
         run.status == RunStatus.RUNNING
-        and run.mode != "preview"
+        and run.mode != Run.Mode.PREVIEW
         and not UsageCorrection.objects.filter(run_id=run.pk).exists()
     )
 

@@ -56,7 +56,7 @@ def official_sections(
     for run in runs:
         # A preview grades nothing; a run still going gets its official figures when it ends
         # (as its score; the bootstraps are too dear to recompute on every live refresh).
-        if run.mode == "preview" or not run.is_terminal:
+        if run.mode == Run.Mode.PREVIEW or not run.is_terminal:
             continue
         benchmarks = run.manifest["benchmarks"]
         names = [

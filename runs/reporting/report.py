@@ -417,7 +417,7 @@ def _target_report(
         official=batch.official.get((run.pk, snapshot["slug"])),
         usage_unknown_reason=no_stream_usage_reason(no_usage, subject_calls),
     )
-    if run.mode == "preview":
+    if run.mode == Run.Mode.PREVIEW:
         return _preview_only(report, run, tid)
     if snapshot["kind"] == "mom":
         return replace(report, **_routed_counts(batch.routing.get((run.pk, tid), [])))

@@ -51,6 +51,7 @@ from runs.settlement.recovery_rules import (
     exclusion,
 )
 from runs.settlement.rejudge import ChildRunRefused
+from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from srbench.api import Keyset
 from srbench.canonical import sha256_hex
 from srbench.money import money_text
@@ -68,7 +69,7 @@ PLAN_VERSION = 1
 # R13.3 with R13.1: candidates and exclusions are read ≤ 100 at a time.
 MAX_RECOVERY_PAGE = MAX_LINEAGE_PAGE
 Mode = Literal["undispatched", "failed", "judge_only"]
-MODES = ("undispatched", "failed", JUDGE_ONLY)
+MODES = tuple(RecoveryPlanMode)
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 # A plan's cells, ascending by id, as the plan stands (srbench.api.Keyset, the one cursor rule).
 PLAN_PAGE = Keyset("after", key="cell", tail=False)
@@ -131,7 +132,7 @@ def _entry(row: dict[str, Any], mode: str) -> dict[str, Any]:
         "status": row["status"],
         "calls": row["n_calls"],
     }
-    if mode == "failed" and row["n_calls"] and not row["cost_unknown"]:
+    if mode == RecoveryPlanMode.FAILED and row["n_calls"] and not row["cost_unknown"]:
         # What the previous attempt cost: the best guide to what a new attempt will cost. An
         # HTTP error answer has no usage; it counts as $0 only because its target's frozen
         # registry entry says error responses are not billed — said next to the figure.
@@ -230,11 +231,11 @@ def _finish_plan(content: dict[str, Any], selected: list[int] | None) -> dict[st
         **content,
         "plan_sha256": sha256_hex(content),
         "selected_cells": chosen,
-        "requires_acknowledgement": content["mode"] == "failed",
+        "requires_acknowledgement": content["mode"] == RecoveryPlanMode.FAILED,
         "requires_judge_cost_confirmation": content["mode"] == JUDGE_ONLY,
         "model_requests": 0,
     }
-    if content["mode"] == "failed":
+    if content["mode"] == RecoveryPlanMode.FAILED:
         # Every billing assumption behind a figure of this plan, once (the entries name theirs).
         plan["previous_attempt_cost_assumptions"] = sorted(
             {w for e in content["eligible_cells"] if (w := e.get("previous_attempt_cost_assumes"))}
@@ -291,7 +292,7 @@ def _check_rejudge_mode(run: Run, mode: str) -> None:
     slot) would have no answer to judge, and a judge call beyond those confirmed would exceed
     the confirmed cost. Only its never-sent cells can be recovered (undispatched mode)."""
     marker = run.manifest.get("rejudge") if isinstance(run.manifest, dict) else None
-    if mode == "failed" and marker:
+    if mode == RecoveryPlanMode.FAILED and marker:
         raise ChildRunRefused(
             REJUDGE_NEW_ATTEMPT,
             REJUDGE_NEW_ATTEMPT_TEXT.format(run=run.pk, parent=marker["parent_run"]),
@@ -430,7 +431,7 @@ def _submitted(plan: object) -> tuple[str, str, list[int] | None]:
         )
     selected = plan.get("selected_cells")
     cells = None if selected is None else _check_cell_ids(selected)
-    if mode == "failed" and cells is None:
+    if mode == RecoveryPlanMode.FAILED and cells is None:
         raise ChildRunRefused(
             "invalid_selection",
             "failed mode needs explicitly selected_cells (the failed cells to try again)",
@@ -519,7 +520,7 @@ def _check_may_recover(
             "subject call): confirm the worst case the plan quotes (confirm_judge_cost)",
             http_status=422,
         )
-    if mode == "failed" and not acknowledge_new_attempt:
+    if mode == RecoveryPlanMode.FAILED and not acknowledge_new_attempt:
         raise ChildRunRefused(
             "acknowledgement_required",
             "failed mode sends new model calls for cells that already cost money: confirm the "
@@ -605,7 +606,7 @@ def _child_create(
     target_ids = dict(
         Cell.objects.filter(pk__in=[c["cell"] for c in chosen]).values_list("pk", "target_id")
     )
-    if mode == "failed":
+    if mode == RecoveryPlanMode.FAILED:
         # A new attempt gets the next slot of its (question, target): it is a different
         # attempt from the parent's, and a later comparison must not confuse the two.
         top = {

@@ -14,8 +14,17 @@ from django.db.models import Count, Q
 from datasets.benchmarks import get_adapter
 from runs.engine.calls import HTTP_ERROR_BODY_CAP
 from runs.engine.finish import EPISODE_INTERRUPTED, LEGACY_SETTLED_ERROR, single_answer
-from runs.models import OPEN_CALL_STATUSES, Call, CallStatus, Cell, CellStatus, RecoveryClaim, Run
+from runs.models import (
+    OPEN_CALL_STATUSES,
+    Call,
+    CallStatus,
+    Cell,
+    CellStatus,
+    RecoveryClaim,
+    Run,
+)
 from runs.reporting.reconcile import effective_call_sums
+from runs.vocabulary.recovery_modes import RecoveryPlanMode
 
 AMBIGUOUS_CALL_STATUSES = (*OPEN_CALL_STATUSES, CallStatus.SENT_UNKNOWN)
 
@@ -52,7 +61,7 @@ REASONS = {
 # The judge-only class (issue 34): what an eligible cell of mode "judge_only" is, and the note
 # the other modes add to such a cell's exclusion (their reason stays: neither may send its
 # completed subject call again).
-JUDGE_ONLY = "judge_only"
+JUDGE_ONLY = RecoveryPlanMode.JUDGE_ONLY
 JUDGE_ONLY_TEXT = "answer stored, judge call never sent: judge only"
 JUDGE_ONLY_HINT = (
     f"{JUDGE_ONLY_TEXT} — review mode 'judge_only': one judge call over the stored answer, "
@@ -200,7 +209,7 @@ def exclusion(row: dict[str, Any], mode: str) -> str | None:
         return None if awaits_judge(row) else stored or "not_awaiting_judge"
     if stored:
         return stored
-    if mode == "undispatched":
+    if mode == RecoveryPlanMode.UNDISPATCHED:
         return "already_dispatched_requires_new_attempt" if row["n_calls"] else None
     if not row["n_calls"]:
         return "never_dispatched_use_undispatched_mode"

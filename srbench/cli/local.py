@@ -22,6 +22,7 @@ from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.db import transaction
 
+from runs.models import TERMINAL_RUN_STATUSES, RunStatus
 from srbench.api_client import EXIT_FAILED, EXIT_UNREACHABLE, cli_error
 
 ROOT = Path(settings.BASE_DIR)
@@ -238,7 +239,7 @@ def _run_start(client: Any, plan: dict[str, Any]) -> dict[str, Any]:
 
 def _run_wait(client: Any, run: dict[str, Any], deadline: float) -> dict[str, Any] | None:
     """The run once it has ended, or None (said on stderr) when the deadline passes first."""
-    while run["status"] not in ("completed", "failed", "cancelled", "interrupted"):
+    while run["status"] not in TERMINAL_RUN_STATUSES:
         if time.monotonic() > deadline:
             print(f"run {run['id']} still {run['status']} after 10 minutes", file=sys.stderr)
             return None
@@ -285,7 +286,7 @@ def demo_evaluation(
         print(line, flush=True)
     print(f"evaluation finished: run {ended['id']} {ended['status']}", flush=True)
     print(f"  python manage.py benchmark report {ended['id']} --user {username}", flush=True)
-    code = 0 if ended["status"] == "completed" else 1
+    code = 0 if ended["status"] == RunStatus.COMPLETED else 1
     if held is not None:
         code = max(code, headline_answer(client, held, deadline, username, url))
     return code
@@ -303,7 +304,7 @@ def headline_answer(
     if ended is None:
         return 1
     print(f"headline run finished: run {ended['id']} {ended['status']}", flush=True)
-    if ended["status"] != "completed":
+    if ended["status"] != RunStatus.COMPLETED:
         return 1
     doc = client.json(
         "POST", "compare/", json={"baseline": ended["id"], "candidates": [ended["id"]]}

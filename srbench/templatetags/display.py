@@ -2,7 +2,13 @@
 writes an unknown figure, an amount of money and a rate the same way (srbench.money holds the
 rules; the CLIs use the same functions as text).
 
-``{{ value|unknown }}``: the value, or ``<span class="unknown">unknown</span>`` when it is None.
+``{{ value|unknown }}``: the value, or ``<span class="unknown">unknown</span>`` when it is None
+(``{{ value|unknown:reason }}`` adds the reason beside the marker).
+``{% unknown %}``: the marker itself, where a template has already decided the figure is
+unknown; ``{% unknown "not scored" title="…" reason=… %}`` names what is missing and why. No
+template spells the marker (tests/srbench/test_unknown_marker.py); srbench/presenters.py builds it.
+``{{ bounds|interval }}``: ``[lower, upper]`` to 3 places (``interval:4`` to 4), or unknown.
+``{{ verdict|verdict_class }}``: a comparison verdict's CSS class.
 ``{{ amount|money }}``: a ledger amount's exact decimal text (no ``$``, for USD columns).
 ``{{ amount|usd }}``: ``$`` and the exact text. ``{{ rate|percent }}``: a percent to 0.1.
 Each shows the unknown marker for None, never 0.
@@ -14,19 +20,35 @@ from decimal import Decimal
 from typing import Any
 
 from django import template
-from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from srbench.money import UNKNOWN_TEXT, money_text, percent_text, usd_text
+from srbench import presenters
+from srbench.money import UNKNOWN_TEXT, money_text
+from srbench.presenters import UNKNOWN_HTML
 
 register = template.Library()
 
-UNKNOWN_HTML: SafeString = format_html('<span class="unknown">{}</span>', UNKNOWN_TEXT)
-
 
 @register.filter(name="unknown")
-def unknown(value: Any) -> Any:
-    return UNKNOWN_HTML if value is None else value
+def unknown(value: Any, reason: str | None = None) -> Any:
+    return presenters.known_or_unknown(value, reason=reason)
+
+
+@register.simple_tag(name="unknown")
+def unknown_marker(
+    text: str = UNKNOWN_TEXT, title: str | None = None, reason: str | None = None
+) -> SafeString:
+    return presenters.unknown_html(text, title=title, reason=reason)
+
+
+@register.filter(name="interval")
+def interval(bounds: Any, digits: int = 3) -> Any:
+    return presenters.interval_text(bounds, digits)
+
+
+@register.filter(name="verdict_class")
+def verdict_class(verdict: str) -> str:
+    return presenters.verdict_class(verdict)
 
 
 @register.filter(name="money")
@@ -40,9 +62,9 @@ def money(value: Decimal | str | None) -> str:
 
 @register.filter(name="usd")
 def usd(value: Decimal | str | None) -> str:
-    return UNKNOWN_HTML if value is None else usd_text(value)
+    return presenters.usd_html(value)
 
 
 @register.filter(name="percent")
 def percent(value: Decimal | float | str | None) -> str:
-    return UNKNOWN_HTML if value is None else percent_text(value)
+    return presenters.percent_html(value)
