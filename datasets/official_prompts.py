@@ -132,7 +132,8 @@ class OfficialPrompting:
         return entry
 
     def function(self, name: str) -> Callable[..., Any]:
-        return self.namespace[name]  # type: ignore[no-any-return]
+        function: Callable[..., Any] = self.namespace[name]
+        return function
 
     def read(self, relpath: str) -> bytes:
         """A file the plan froze, re-checked against its frozen hash (a changed file is not

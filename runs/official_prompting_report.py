@@ -8,8 +8,10 @@ from typing import Any
 
 from datasets.official_prompts import SOURCES, lcb_official_summary
 
-PROVENANCE_KEYS = ("label", "package", "version", "file", "template_sha256", "style")
-PROVENANCE_KEYS += ("with_background",)
+PROVENANCE_KEYS = (
+    *("label", "package", "version", "file", "template_sha256"),
+    *("style", "with_background"),
+)
 
 
 def has_official(spec: dict[str, Any] | None) -> bool:
