@@ -62,7 +62,7 @@ SCICODE_GENCODE = "scicode/gen/gencode_json.py"
 SCICODE_MODELS = "scicode/gen/models.py"
 SCICODE_PARSE = "scicode/parse/parse.py"
 # The steps upstream never asks a model for: their code comes from these files of the package
-# (gencode_json.py reads them; runs.engine.code_grading.SCICODE_GOLD_STEPS names the same steps).
+# (gencode_json.py reads them); the one list of them (runs.engine.code_grading reads it too).
 SCICODE_GOLD_FILES = {step: f"scicode/data/{step}.txt" for step in ("13.6", "62.1", "76.3")}
 
 SOURCES: dict[str, _Source] = {

@@ -95,17 +95,17 @@ async def code(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -> 
         secret=cell.secret,
         answers=[answer],
     )
-    frozen = official_code.frozen_entry(manifest, cell.benchmark)
-    if frozen is not None and cell.benchmark == "livecodebench":
-        # Beside the sr-bench grade, never changing `correct`.
-        official = await d.sandboxed(
-            official_code.grade_livecodebench_official,
-            answer=answer,
-            payload=cell.payload,
-            secret=cell.secret,
-            frozen=frozen,
-        )
-        grade = dataclasses.replace(grade, detail={**grade.detail, "official": official})
+    # LiveCodeBench's official outcome beside the sr-bench grade, never changing `correct`.
+    detail = await d.sandboxed(
+        official_code.with_official,
+        manifest=manifest,
+        benchmark=cell.benchmark,
+        answer=answer,
+        payload=cell.payload,
+        secret=cell.secret,
+        detail=grade.detail,
+    )
+    grade = dataclasses.replace(grade, detail=detail)
     await d.complete(cell, grade.correct, grade.detail, answer)
 
 

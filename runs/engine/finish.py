@@ -287,7 +287,7 @@ def cell_settlement(
       `terminal_settlement`).
     """
     from datasets.benchmarks import get_adapter
-    from runs.engine import scoring
+    from runs.engine import official_code, scoring
 
     if manifest.get("rejudge"):
         return _rejudged_settlement(benchmark, manifest, calls, rejudge_answer)
@@ -313,7 +313,15 @@ def cell_settlement(
             grade = scoring.grade_code(
                 benchmark=benchmark, payload=payload, secret=secret, answers=[subject.content]
             )
-            return Settlement("completed", grade.correct, grade.detail, subject.content)
+            detail = official_code.with_official(  # issue 37 item 3
+                manifest,
+                benchmark,
+                answer=subject.content,
+                payload=payload,
+                secret=secret,
+                detail=grade.detail,
+            )
+            return Settlement("completed", grade.correct, detail, subject.content)
         if kind != "judge":
             try:
                 grade = scoring.grade_direct(
@@ -328,7 +336,7 @@ def cell_settlement(
             return Settlement("completed", grade.correct, grade.detail, subject.content)
         return _judged_settlement(calls, subject.content)
     if benchmark == "scicode":
-        return _scicode_settlement(payload, secret, calls, sandbox=sandbox)
+        return _scicode_settlement(manifest, payload, secret, calls, sandbox=sandbox)
     return _interrupted(calls, f"the rest of its {benchmark} episode")
 
 
@@ -422,16 +430,31 @@ def _judged_settlement(calls: list[StoredCall], answer: str) -> Settlement:
 
 
 def _scicode_settlement(
-    payload: dict[str, Any], secret: dict[str, Any], calls: list[StoredCall], *, sandbox: bool
+    manifest: dict[str, Any],
+    payload: dict[str, Any],
+    secret: dict[str, Any],
+    calls: list[StoredCall],
+    *,
+    sandbox: bool,
 ) -> Settlement | None:
     """SciCode once every step has its stored reply: the hidden tests of every step run in
-    the sandbox (None without it); a missing step → `episode_interrupted`."""
-    from runs.engine import scoring
+    the sandbox (None without it); a missing step → `episode_interrupted`. Asked in the
+    official prompts, the steps the package fills were never asked (issue 37 item 3)."""
+    from datasets.official_prompts import PromptingUnavailable
+    from runs.engine import official_code, scoring
     from runs.engine.code_grading import scicode_step_prompts
 
     steps = len(scicode_step_prompts(payload))
     subjects = sorted((c for c in calls if c.role == "subject"), key=lambda c: c.sequence)
-    replies = [c.content for c in subjects]
+    replies: list[str | None] = [c.content for c in subjects]
+    try:
+        official = official_code.scicode_stored_replies(
+            manifest, payload, secret, [c.content for c in subjects]
+        )
+    except PromptingUnavailable as exc:
+        return Settlement("failed", error=f"official prompting: {exc}")
+    if official is not None:
+        replies, secret = official
     if len(replies) < steps:
         return _interrupted(calls, f"step {len(replies) + 1} of {steps}")
     if not sandbox:
@@ -441,8 +464,9 @@ def _scicode_settlement(
             benchmark="scicode", payload=payload, secret=secret, answers=list(replies)
         )
     except scoring.GradingUnavailable as exc:
-        return Settlement("failed", answer=replies[-1], error=str(exc))
-    return Settlement("completed", grade.correct, grade.detail, "\n\n".join(replies))
+        return Settlement("failed", answer=replies[-1] or "", error=str(exc))
+    answer = "\n\n".join(r or "" for r in replies)
+    return Settlement("completed", grade.correct, grade.detail, answer)
 
 
 def terminal_settlement(

@@ -161,7 +161,6 @@ async def scicode_official_turns(
     payload = cell.payload
     previous: list[str] = []
     replies: list[str | None] = []
-    steps = copy.deepcopy(cell.secret.get("steps") or [])
     calls = 0
     for index, step in enumerate(payload["sub_steps"]):
         number = str(step["step_number"])
@@ -169,8 +168,6 @@ async def scicode_official_turns(
         if gold is not None:
             previous.append(gold)
             replies.append(None)
-            if index < len(steps) and not steps[index].get("ground_truth_code"):
-                steps[index]["ground_truth_code"] = op.scicode_gold_source(prompting, number)
             continue
         prompt = op.scicode_step_prompt(prompting, payload, index + 1, previous)
         outcome = await d.turn(
@@ -186,4 +183,64 @@ async def scicode_official_turns(
         calls += 1
         replies.append(outcome.content)
         previous.append(op.scicode_reply_code(prompting, outcome.content))
-    return replies, {**cell.secret, "steps": steps}
+    return replies, _with_gold_steps(prompting, payload, cell.secret)
+
+
+def _with_gold_steps(
+    prompting: op.OfficialPrompting, payload: dict[str, Any], secret: dict[str, Any]
+) -> dict[str, Any]:
+    """The secret the grader reads: the steps the package fills carry its file as gold code
+    (where the row carries none), so the grader runs it there and does not score them."""
+    steps = copy.deepcopy(secret.get("steps") or [])
+    for index, step in enumerate(payload["sub_steps"]):
+        number = str(step["step_number"])
+        gold = number in op.SCICODE_GOLD_FILES and index < len(steps)
+        if gold and not steps[index].get("ground_truth_code"):
+            steps[index]["ground_truth_code"] = op.scicode_gold_source(prompting, number)
+    return {**secret, "steps": steps}
+
+
+def with_official(
+    manifest: dict[str, Any],
+    benchmark: str,
+    *,
+    answer: str,
+    payload: dict[str, Any],
+    secret: dict[str, Any],
+    detail: dict[str, Any],
+) -> dict[str, Any]:
+    """A code grade with LiveCodeBench's official outcome beside it when the plan froze
+    official prompting (the engine's episode and the ledger's settlement alike)."""
+    frozen = frozen_entry(manifest, benchmark)
+    if frozen is None or benchmark != "livecodebench":
+        return detail
+    official = grade_livecodebench_official(
+        answer=answer, payload=payload, secret=secret, frozen=frozen
+    )
+    return {**detail, "official": official}
+
+
+def scicode_stored_replies(
+    manifest: dict[str, Any],
+    payload: dict[str, Any],
+    secret: dict[str, Any],
+    contents: list[str],
+) -> tuple[list[str | None], dict[str, Any]] | None:
+    """A SciCode cell's stored subject replies (in sequence order) put back on its steps as
+    `scicode_official_turns` asked them: the steps the package fills get None and the
+    package's code as gold. None when the plan did not freeze official prompting; raises
+    PromptingUnavailable when the installed package is not the frozen one."""
+    prompting = op.frozen_prompting("scicode", frozen_entry(manifest, "scicode"))
+    if prompting is None:
+        return None
+    replies: list[str | None] = []
+    asked = iter(contents)
+    for step in payload["sub_steps"]:
+        if str(step["step_number"]) in op.SCICODE_GOLD_FILES:
+            replies.append(None)
+            continue
+        reply = next(asked, None)
+        if reply is None:
+            break
+        replies.append(reply)
+    return replies, _with_gold_steps(prompting, payload, secret)

@@ -68,3 +68,84 @@ def test_a_changed_grader_file_is_not_run():
     )
     assert outcome["status"] == "not_run"
     assert op.LCB_TESTING_UTIL in outcome["reason"]
+
+
+def _stored(contents: list[str]):
+    from runs.engine.finish import StoredCall
+
+    return [
+        StoredCall("subject", k, "completed", text, "stop", "", "")
+        for k, text in enumerate(contents)
+    ]
+
+
+def test_a_cell_settled_from_the_ledger_keeps_its_official_outcome():
+    """A worker died after the subject call: the recovery pass grades the stored answer with
+    the engine's rules, the official grader included (never a new model call)."""
+    from runs.engine.finish import cell_settlement
+
+    q = _questions()["fixture-lcb-001"]
+    answer = code_answer(KeyEntry("livecodebench", "code", q.secret, q.payload), True)
+    entry = op.load_prompting("livecodebench").manifest_entry()
+    manifest = {"benchmarks": {"livecodebench": {"official_prompting": entry}}}
+    settled = cell_settlement(
+        benchmark="livecodebench",
+        manifest=manifest,
+        payload=q.payload,
+        secret=q.secret,
+        calls=_stored([answer]),
+        sandbox=True,
+    )
+    assert settled is not None and settled.correct is True
+    assert settled.grade["official"]["status"] == "graded"
+    assert settled.grade["official"]["correct"] is True
+    plain = cell_settlement(
+        benchmark="livecodebench",
+        manifest={"benchmarks": {"livecodebench": {}}},
+        payload=q.payload,
+        secret=q.secret,
+        calls=_stored([answer]),
+        sandbox=True,
+    )
+    assert plain is not None and "official" not in plain.grade
+
+
+def test_a_scicode_problem_with_a_package_filled_step_settles_on_its_steps(settings):
+    """Problem 13's step 6 is never asked in the official prompts: 14 stored replies are the
+    whole problem, step 6 taking the package's file as gold code (not interrupted)."""
+    import json
+    from importlib import metadata
+    from pathlib import Path
+
+    from runs.engine.finish import cell_settlement
+    from runs.engine.official_code import scicode_stored_replies
+
+    dist = metadata.distribution("nvidia-scicode")
+    path = Path(str(dist.locate_file("scicode/data/problems_all.jsonl")))
+    row = next(
+        r for r in map(json.loads, path.read_text().splitlines()) if str(r["problem_id"]) == "13"
+    )
+    question = get_adapter("scicode")._question(row, file=path, rownum=1)
+    entry = op.load_prompting("scicode").manifest_entry()
+    manifest = {"benchmarks": {"scicode": {"official_prompting": entry}}}
+    contents = [f"reply {k}" for k in range(len(row["sub_steps"]) - 1)]
+    aligned = scicode_stored_replies(manifest, question.payload, question.secret, contents)
+    assert aligned is not None
+    replies, secret = aligned
+    assert len(replies) == 15 and replies[5] is None
+    assert replies[:5] == contents[:5] and replies[6:] == contents[5:]
+    gold = op.load_prompting("scicode").read("scicode/data/13.6.txt").decode()
+    assert secret["steps"][5]["ground_truth_code"] == gold
+    assert "ground_truth_code" not in question.secret["steps"][5]  # the stored secret unchanged
+    settings.SRBENCH_SCICODE_H5 = None
+    settled = cell_settlement(
+        benchmark="scicode",
+        manifest=manifest,
+        payload=question.payload,
+        secret=question.secret,
+        calls=_stored(contents),
+        sandbox=True,
+    )
+    # Every step answered: graded, here "cannot be graded" for want of the targets file.
+    assert settled is not None and settled.status == "failed"
+    assert "test_data.h5" in settled.error
