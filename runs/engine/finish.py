@@ -287,7 +287,7 @@ def cell_settlement(
       `terminal_settlement`).
     """
     from datasets.benchmarks import get_adapter
-    from runs.engine import official_code, scoring
+    from runs.engine import scoring
 
     if manifest.get("rejudge"):
         return _rejudged_settlement(benchmark, manifest, calls, rejudge_answer)
@@ -310,18 +310,7 @@ def cell_settlement(
         if kind == "code":
             if not sandbox:
                 return None
-            grade = scoring.grade_code(
-                benchmark=benchmark, payload=payload, secret=secret, answers=[subject.content]
-            )
-            detail = official_code.with_official(  # issue 37 item 3
-                manifest,
-                benchmark,
-                answer=subject.content,
-                payload=payload,
-                secret=secret,
-                detail=grade.detail,
-            )
-            return Settlement("completed", grade.correct, detail, subject.content)
+            return _code_settlement(benchmark, manifest, payload, secret, subject.content)
         if kind != "judge":
             try:
                 grade = scoring.grade_direct(
@@ -338,6 +327,26 @@ def cell_settlement(
     if benchmark == "scicode":
         return _scicode_settlement(manifest, payload, secret, calls, sandbox=sandbox)
     return _interrupted(calls, f"the rest of its {benchmark} episode")
+
+
+def _code_settlement(
+    benchmark: str,
+    manifest: dict[str, Any],
+    payload: dict[str, Any],
+    secret: dict[str, Any],
+    answer: str,
+) -> Settlement:
+    """One program graded by its hidden tests in the sandbox, with the official outcome beside
+    it when the plan froze official prompting (issue 37 item 3), as the `code` episode does."""
+    from runs.engine import official_code, scoring
+
+    grade = scoring.grade_code(
+        benchmark=benchmark, payload=payload, secret=secret, answers=[answer]
+    )
+    detail = official_code.with_official(
+        manifest, benchmark, answer=answer, payload=payload, secret=secret, detail=grade.detail
+    )
+    return Settlement("completed", grade.correct, detail, answer)
 
 
 def _rejudged_settlement(
