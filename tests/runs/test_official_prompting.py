@@ -9,10 +9,10 @@ import pytest
 
 from datasets import official_prompts as op
 from datasets.benchmarks import get_adapter
-from runs.export import export_matrix
 from runs.models import Call, Cell
-from runs.report import run_report
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.reporting.export import export_matrix
+from runs.reporting.report import run_report
 from tests import factories as f
 from tests.conftest import wait_until
 from tests.datasets.test_official_prompts import (  # noqa: F401 - fixtures
@@ -116,7 +116,7 @@ def op_codes() -> list[str]:
 
 @pytest.mark.django_db
 def test_the_plan_freezes_official_prompting_or_refuses_with_the_reason(monkeypatch):
-    from runs.plans import PlanError, plan_freeze
+    from runs.planning.plans import PlanError, plan_freeze
 
     dataset = es.fixture_dataset(["livecodebench", "mmlu-pro"])
     f.target_create(slug="subject")
