@@ -17,6 +17,12 @@ from typing import Any
 import srbench.simulator
 from datasets.benchmarks import get_adapter
 from datasets.benchmarks.tau3 import domain_db
+from datasets.official_prompts import (
+    OfficialPrompting,
+    PromptingUnavailable,
+    lcb_messages,
+    load_prompting,
+)
 from srbench.simulator.config import SimConfig
 from srbench.simulator.oracle import AnswerKey, first_user_text, prompt_sha256, prompt_text_of
 
@@ -51,7 +57,23 @@ def answer_key_from_sources(
                 payload = payload | {"db": domain_db(Path(path), payload)}
             if text is not None:
                 key.add(text, question.benchmark, adapter.kind, question.secret, payload)
+            if benchmark_key == "livecodebench" and (official := _official_lcb()) is not None:
+                # The same problem asked in the package's own prompt (issue 37 item 3).
+                official_text = prompt_text_of(lcb_messages(official, question.payload))
+                if official_text is not None:
+                    key.add(
+                        official_text, question.benchmark, adapter.kind, question.secret, payload
+                    )
     return key
+
+
+def _official_lcb() -> OfficialPrompting | None:
+    """LiveCodeBench's official prompt builder when its package is installed, else None (the
+    key then knows sr-bench's prompts only)."""
+    try:
+        return load_prompting("livecodebench")
+    except PromptingUnavailable:
+        return None
 
 
 def answer_key_write(sources: Iterable[tuple[str, str]], path: Path) -> Path:

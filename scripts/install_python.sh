@@ -16,6 +16,7 @@ fi
 extras="${1:?usage: scripts/install_python.sh [--editable] EXTRAS (e.g. test,data)}"
 
 "$PYTHON" -m pip install -q "${editable[@]}" ".[$extras]"
-# Beside the extras and without their dependencies (pyproject.toml says why): SciCode's graders,
-# and the official SimpleQA grader and HLE judge templates (datasets/official.py).
-"$PYTHON" -m pip install -q --no-deps "nvidia-scicode==26.3" "inspect-evals==0.28.0"
+# Beside the extras and without their dependencies (pyproject.toml says why): SciCode's graders
+# and official multistep prompt, the official SimpleQA grader and HLE judge templates
+# (datasets/official.py), LiveCodeBench's official prompt and grader (datasets/official_prompts.py).
+"$PYTHON" -m pip install -q --no-deps "nvidia-scicode==26.3" "inspect-evals==0.28.0" "nvidia-livecodebench==26.3"

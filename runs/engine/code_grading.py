@@ -21,6 +21,7 @@ from typing import Any
 from datasets.benchmarks import get_adapter
 from datasets.benchmarks.scicode import ADAPTER as SCICODE
 from datasets.grading import strip_reasoning
+from datasets.official_prompts import SCICODE_GOLD_FILES
 from runs.engine.sandbox import DISK_QUOTA_EXCEEDED, SandboxResult, sandbox_run
 from runs.engine.sandbox_command import SandboxLimits, sandbox_python
 
@@ -46,7 +47,7 @@ SCICODE_LIMITS = SandboxLimits(
 )
 SCICODE_TARGETS_INSIDE = "/data/test_data.h5"
 # Steps whose code upstream takes from its gold files instead of the model (not scored).
-SCICODE_GOLD_STEPS = frozenset({"13.6", "62.1", "76.3"})
+SCICODE_GOLD_STEPS = frozenset(SCICODE_GOLD_FILES)
 
 _FENCE = re.compile(
     r"^```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE

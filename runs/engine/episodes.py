@@ -17,7 +17,8 @@ from typing import Any
 from datasets.benchmarks import get_adapter
 from datasets.benchmarks.base import BenchmarkAdapter
 from datasets.grading import MalformedVerdict
-from runs.engine import scoring, store
+from datasets.official_prompts import PromptingUnavailable, frozen_prompting
+from runs.engine import official_code, scoring, store
 from runs.engine.calls import BUDGET_STOP, Caller
 from runs.engine.finish import parent_answers
 from runs.engine.judge_only import judge_only_answer
@@ -30,16 +31,20 @@ Episode = Callable[[Caller, store.ClaimedCell, store.TargetInfo], Awaitable[None
 
 
 async def subject_answer(
-    d: Caller, cell: store.ClaimedCell, target: store.TargetInfo
+    d: Caller,
+    cell: store.ClaimedCell,
+    target: store.TargetInfo,
+    messages: list[dict[str, Any]] | None = None,
 ) -> str | None:
-    """The one subject call of a single-answer case; None when the cell has already ended
-    (a stop, or a truncated answer — cut off by finish_reason "length": wrong, not failed)."""
+    """The one subject call of a single-answer case (in `messages`, else the adapter's); None
+    when the cell has already ended (a stop, or a truncated answer — cut off by finish_reason
+    "length": wrong, not failed)."""
     subject = await d.turn(
         cell,
         role="subject",
         sequence=0,
         target=target,
-        messages=get_adapter(cell.benchmark).messages(cell.payload),
+        messages=messages or get_adapter(cell.benchmark).messages(cell.payload),
         calls_made=0,
     )
     if subject is None:
@@ -73,8 +78,15 @@ async def direct(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -
 
 
 async def code(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
-    """One program graded by its tests in the sandbox."""
-    if (answer := await subject_answer(d, cell, target)) is None:
+    """One program graded by its tests in the sandbox; asked in the benchmark's official
+    prompt, and graded by its official grader too, when the plan froze them (issue 37)."""
+    manifest = d.ctx.manifest
+    try:
+        messages = official_code.subject_messages(manifest, cell.benchmark, cell.payload)
+    except PromptingUnavailable as exc:
+        await d.fail(cell, f"official prompting: {exc}; nothing was sent")
+        return
+    if (answer := await subject_answer(d, cell, target, messages)) is None:
         return
     grade = await d.sandboxed(
         scoring.grade_code,
@@ -83,6 +95,17 @@ async def code(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -> 
         secret=cell.secret,
         answers=[answer],
     )
+    # LiveCodeBench's official outcome beside the sr-bench grade, never changing `correct`.
+    detail = await d.sandboxed(
+        official_code.with_official,
+        manifest=manifest,
+        benchmark=cell.benchmark,
+        answer=answer,
+        payload=cell.payload,
+        secret=cell.secret,
+        detail=grade.detail,
+    )
+    grade = dataclasses.replace(grade, detail=detail)
     await d.complete(cell, grade.correct, grade.detail, answer)
 
 
@@ -192,9 +215,21 @@ async def official_judge(
 
 async def scicode(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
     """One user turn per sub-step, each reply kept in the conversation; graded once every
-    step has an answer (the main problem is correct only if every step passes)."""
+    step has an answer (the main problem is correct only if every step passes). With the
+    official prompting the plan froze, the package's single-turn prompt per step instead."""
     from runs.engine.code_grading import scicode_step_prompts
 
+    frozen = official_code.frozen_entry(d.ctx.manifest, cell.benchmark)
+    if frozen is not None:
+        try:
+            prompting = frozen_prompting(cell.benchmark, frozen)
+        except PromptingUnavailable as exc:
+            await d.fail(cell, f"official prompting: {exc}; nothing was sent")
+            return
+        assert prompting is not None
+        if asked := await official_code.scicode_official_turns(d, cell, target, prompting):
+            await scicode_graded(d, cell, *asked)
+        return
     messages = get_adapter(cell.benchmark).messages(cell.payload)
     replies: list[str | None] = []
     for step, prompt in enumerate(scicode_step_prompts(cell.payload)):
@@ -207,12 +242,19 @@ async def scicode(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) 
             return
         replies.append(outcome.content)
         messages = [*messages, {"role": "assistant", "content": outcome.content}]
+    await scicode_graded(d, cell, replies, cell.secret)
+
+
+async def scicode_graded(
+    d: Caller, cell: store.ClaimedCell, replies: list[str | None], secret: dict[str, Any]
+) -> None:
+    """A SciCode problem's step replies graded in the sandbox; ends the cell."""
     try:
         grade = await d.sandboxed(
             scoring.grade_code,
             benchmark=cell.benchmark,
             payload=cell.payload,
-            secret=cell.secret,
+            secret=secret,
             answers=replies,
         )
     except scoring.GradingUnavailable as exc:

@@ -310,10 +310,7 @@ def cell_settlement(
         if kind == "code":
             if not sandbox:
                 return None
-            grade = scoring.grade_code(
-                benchmark=benchmark, payload=payload, secret=secret, answers=[subject.content]
-            )
-            return Settlement("completed", grade.correct, grade.detail, subject.content)
+            return _code_settlement(benchmark, manifest, payload, secret, subject.content)
         if kind != "judge":
             try:
                 grade = scoring.grade_direct(
@@ -328,8 +325,28 @@ def cell_settlement(
             return Settlement("completed", grade.correct, grade.detail, subject.content)
         return _judged_settlement(calls, subject.content)
     if benchmark == "scicode":
-        return _scicode_settlement(payload, secret, calls, sandbox=sandbox)
+        return _scicode_settlement(manifest, payload, secret, calls, sandbox=sandbox)
     return _interrupted(calls, f"the rest of its {benchmark} episode")
+
+
+def _code_settlement(
+    benchmark: str,
+    manifest: dict[str, Any],
+    payload: dict[str, Any],
+    secret: dict[str, Any],
+    answer: str,
+) -> Settlement:
+    """One program graded by its hidden tests in the sandbox, with the official outcome beside
+    it when the plan froze official prompting (issue 37 item 3), as the `code` episode does."""
+    from runs.engine import official_code, scoring
+
+    grade = scoring.grade_code(
+        benchmark=benchmark, payload=payload, secret=secret, answers=[answer]
+    )
+    detail = official_code.with_official(
+        manifest, benchmark, answer=answer, payload=payload, secret=secret, detail=grade.detail
+    )
+    return Settlement("completed", grade.correct, detail, answer)
 
 
 def _rejudged_settlement(
@@ -422,16 +439,31 @@ def _judged_settlement(calls: list[StoredCall], answer: str) -> Settlement:
 
 
 def _scicode_settlement(
-    payload: dict[str, Any], secret: dict[str, Any], calls: list[StoredCall], *, sandbox: bool
+    manifest: dict[str, Any],
+    payload: dict[str, Any],
+    secret: dict[str, Any],
+    calls: list[StoredCall],
+    *,
+    sandbox: bool,
 ) -> Settlement | None:
     """SciCode once every step has its stored reply: the hidden tests of every step run in
-    the sandbox (None without it); a missing step → `episode_interrupted`."""
-    from runs.engine import scoring
+    the sandbox (None without it); a missing step → `episode_interrupted`. Asked in the
+    official prompts, the steps the package fills were never asked (issue 37 item 3)."""
+    from datasets.official_prompts import PromptingUnavailable
+    from runs.engine import official_code, scoring
     from runs.engine.code_grading import scicode_step_prompts
 
     steps = len(scicode_step_prompts(payload))
     subjects = sorted((c for c in calls if c.role == "subject"), key=lambda c: c.sequence)
-    replies = [c.content for c in subjects]
+    replies: list[str | None] = [c.content for c in subjects]
+    try:
+        official = official_code.scicode_stored_replies(
+            manifest, payload, secret, [c.content for c in subjects]
+        )
+    except PromptingUnavailable as exc:
+        return Settlement("failed", error=f"official prompting: {exc}")
+    if official is not None:
+        replies, secret = official
     if len(replies) < steps:
         return _interrupted(calls, f"step {len(replies) + 1} of {steps}")
     if not sandbox:
@@ -441,8 +473,9 @@ def _scicode_settlement(
             benchmark="scicode", payload=payload, secret=secret, answers=list(replies)
         )
     except scoring.GradingUnavailable as exc:
-        return Settlement("failed", answer=replies[-1], error=str(exc))
-    return Settlement("completed", grade.correct, grade.detail, "\n\n".join(replies))
+        return Settlement("failed", answer=replies[-1] or "", error=str(exc))
+    answer = "\n\n".join(r or "" for r in replies)
+    return Settlement("completed", grade.correct, grade.detail, answer)
 
 
 def terminal_settlement(

@@ -17,6 +17,7 @@ from datasets.benchmarks import ADAPTERS
 from datasets.models import DatasetQuestion, FrozenDataset, Question
 from datasets.official import OFFICIAL_JUDGED
 from datasets.official import manifest_entry as official_manifest_entry
+from datasets.official_prompts import OFFICIAL_PROMPTED, PromptingUnavailable, load_prompting
 from runs.models import Run, Target, WireApi, validate_price_table
 from runs.planning import runnable
 from runs.planning.fixed_params import fixed_params_errors
@@ -162,6 +163,11 @@ class PlanSerializer(StrictFieldsSerializer):
     # from the installed package with its hash frozen here; one more judge call per case.
     official_scoring = serializers.ListField(
         child=serializers.ChoiceField(choices=list(OFFICIAL_JUDGED)), required=False, default=list
+    )
+    # Benchmarks asked in their official prompts (issue 37 item 3), read from the installed
+    # package with its name, version and file hashes frozen here (datasets.official_prompts).
+    official_prompting = serializers.ListField(
+        child=serializers.ChoiceField(choices=list(OFFICIAL_PROMPTED)), required=False, default=list
     )
     # Fixed before the run (R5.5): a parity verdict is judged only against this frozen value.
     non_inferiority_margin = MarginField(required=False, allow_null=True, default=None)
@@ -404,6 +410,27 @@ def _check_options(
     extra_judges = sorted(set(plan["judges"]) - set(chosen))
     if extra_judges:
         errors.setdefault("judges", {})["_"] = f"judge for unselected: {', '.join(extra_judges)}"
+    _check_prompting(plan["official_prompting"], chosen, preview, errors)
+
+
+def _check_prompting(
+    prompted: list[str], chosen: list[str], preview: bool, errors: dict[str, Any]
+) -> None:
+    """Official prompts asked for: selected benchmarks of a live run, whose package is here (a
+    run asked for official prompts is never asked in sr-bench's under that name)."""
+    if not prompted:
+        return
+    if preview:
+        errors["official_prompting"] = "a preview run asks no subject"
+        return
+    if not_chosen := sorted(set(prompted) - set(chosen)):
+        errors["official_prompting"] = f"not among the selected benchmarks: {', '.join(not_chosen)}"
+        return
+    for b in prompted:
+        try:
+            load_prompting(b)
+        except PromptingUnavailable as exc:
+            errors.setdefault("official_prompting", {})[b] = f"not available here: {exc}"
 
 
 def _manifest_build(
@@ -459,6 +486,9 @@ def _manifest_build(
             # Not installed: frozen as "not available here" with the reason, and no official
             # judge call is made.
             manifest["benchmarks"][b]["official_scoring"] = official_manifest_entry(b)
+    for b in plan["official_prompting"]:
+        if b in manifest["benchmarks"]:
+            manifest["benchmarks"][b]["official_prompting"] = load_prompting(b).manifest_entry()
     if not_run:
         manifest["not_run"] = not_run
     if plan["non_inferiority_margin"] is not None:

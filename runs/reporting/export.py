@@ -26,6 +26,7 @@ from runs.ledger.selectors import runs_data_provenance
 from runs.models import Cell, Run, RunStatus
 from runs.reporting.official_metrics import NOTE as OFFICIAL_NOTE
 from runs.reporting.official_metrics import official_metrics
+from runs.reporting.official_prompting_report import has_official, run_prompting
 from runs.reporting.reconcile import effective_call_sums
 from runs.reporting.stored_report import run_report_served
 from srbench.money import money_text
@@ -111,6 +112,8 @@ def export_matrix(*, run_id: int) -> dict[str, Any]:
         "usage": "effective (latest usage correction applied)",
         "rows": list(rows.values()),
         "data_provenance": data,
+        # Which prompts each benchmark was asked in: sr-bench's, or the package's (issue 37).
+        "prompting": run_prompting(run),
         "official_benchmarks": sorted(official),
         # Per target, the official metrics of the run: apart from the sr-bench `correct`.
         "official": run_official_metrics(run, served) if official else {s: [] for s in slugs},
@@ -158,13 +161,10 @@ def run_official_metrics(run: Run, served: dict[str, Any]) -> dict[str, list[dic
 
 
 def official_benchmarks(run: Run) -> set[str]:
-    """The run's benchmarks with an official scorer: ARC always, SimpleQA and HLE when the
-    plan asked for official scoring (as `runs.reporting.official_report` reads them)."""
-    return {
-        b
-        for b, v in run.manifest["benchmarks"].items()
-        if b == "arc" or (v or {}).get("official_scoring")
-    }
+    """The run's benchmarks with an official entry: ARC always, SimpleQA and HLE when the
+    plan asked for official scoring, LiveCodeBench and SciCode when it asked for official
+    prompting (as `runs.reporting.official_report` reads them)."""
+    return {b for b, v in run.manifest["benchmarks"].items() if b == "arc" or has_official(v)}
 
 
 def case_official(benchmark: str, grade: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -53,6 +53,11 @@ METRICS = (
         "hle", "calibration_error", "RMS calibration error", "calibration_error", "judged",
         "judged answers", "calibration_error_interval", None,
     ),
+    # issue 37 item 3: the package's testing_util on each first attempt (official prompting).
+    MetricSpec(
+        "livecodebench", "pass_at_1", "pass@1", "pass_at_1", "graded", "graded questions",
+        "pass_at_1_wilson_95", "Wilson",
+    ),
 )  # fmt: skip
 
 

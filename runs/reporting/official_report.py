@@ -16,6 +16,7 @@ from typing import Any
 from datasets import official
 from datasets.models import Question
 from runs.models import Cell, CellStatus, Run
+from runs.reporting.official_prompting_report import has_official, prompted_summary
 from runs.reporting.report_types import OfficialSection
 
 NOTE = (
@@ -59,9 +60,7 @@ def official_sections(
         if run.mode == Run.Mode.PREVIEW or not run.is_terminal:
             continue
         benchmarks = run.manifest["benchmarks"]
-        names = [
-            b for b, v in benchmarks.items() if b == "arc" or (v or {}).get("official_scoring")
-        ]
+        names = [b for b, v in benchmarks.items() if b == "arc" or has_official(v)]
         if names:
             wanted[run.pk] = names
     if not wanted:
@@ -107,8 +106,11 @@ def official_sections(
                 if b == "arc":
                     section[b] = _arc(by_question, outputs, run_slots)
                     continue
-                frozen = run.manifest["benchmarks"][b]["official_scoring"]
-                section[b] = _judged(b, frozen, by_question)
+                spec = run.manifest["benchmarks"][b]
+                if "official_prompting" in spec:  # issue 37 item 3
+                    section[b] = prompted_summary(b, spec["official_prompting"], by_question)
+                    continue
+                section[b] = _judged(b, spec["official_scoring"], by_question)
             out[(run.pk, snapshot["slug"])] = OfficialSection(NOTE, section)
     return out
 
