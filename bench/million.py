@@ -8,7 +8,7 @@ running the engine. Then it prints:
 
 - the evidence codecs measured on real SSE (the simulator's 50-chunk call, a varied-text
   50-chunk and 1,000-chunk stream, random bytes): bytes at rest, ratio, CPU per call to encode
-  and to decode — what runs/evidence.py chose from;
+  and to decode — what runs/models/evidence.py chose from;
 - bytes per call at rest: pg_total_relation_size of every ledger table (table, TOAST, indexes)
   over the calls;
 - the time of what users wait for at that size: the API poll of a run, every run-detail tab,
@@ -55,8 +55,8 @@ from django.utils import timezone  # noqa: E402
 from compare.services import comparison_build  # noqa: E402
 from datasets.models import FrozenDataset, Question  # noqa: E402
 from runs.engine.finish import run_report_keep  # noqa: E402
-from runs.evidence import evidence_decode, evidence_encode, evidence_fields  # noqa: E402
 from runs.models import Call, CallEvidence, Cell, Run, RunEvent, Target  # noqa: E402
+from runs.models.evidence import evidence_decode, evidence_encode, evidence_fields  # noqa: E402
 from srbench.canonical import sha256_hex  # noqa: E402
 from srbench.simulator.testing import running_simulator  # noqa: E402
 
@@ -158,7 +158,7 @@ def codec_report(samples: dict[str, bytes], rounds: int) -> None:
             )
         codec, body = evidence_encode(raw)
         assert evidence_decode(codec, body) == raw
-        print(f"    stored by runs.evidence: {codec}, {len(body):,} B")
+        print(f"    stored by runs.models.evidence: {codec}, {len(body):,} B")
 
 
 # --- the ledger, by bulk SQL ------------------------------------------------------------------

@@ -159,7 +159,7 @@ def measure(
     import httpx
 
     from datasets.models import DatasetQuestion, FrozenDataset
-    from runs.services import run_create, run_dispatch
+    from runs.planning.services import run_create, run_dispatch
     from srbench.canonical import sha256_hex
 
     workers = ctx["workers"]

@@ -10,14 +10,14 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from runs.evidence import (
+from runs.models import CallEvidence
+from runs.models.evidence import (
     EvidenceCodec,
     EvidenceUnreadable,
     evidence_decode,
     evidence_fields,
     evidence_raw,
 )
-from runs.models import CallEvidence
 from srbench.canonical import sha256_bytes
 from tests import factories as f
 

@@ -10,11 +10,11 @@ import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, transaction
 
-from runs.evidence import evidence_fields
 from runs.models import Call, CallEvidence, Run, UsageCorrection
-from runs.reconcile import ReconcileRefused, usage_reconcile
-from runs.report import run_report
-from runs.services import run_create
+from runs.models.evidence import evidence_fields
+from runs.planning.services import run_create
+from runs.reporting.reconcile import ReconcileRefused, usage_reconcile
+from runs.reporting.report import run_report
 from tests import factories as f
 from tests.compare import builders as b
 from tests.conftest import wait_until
