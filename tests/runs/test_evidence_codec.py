@@ -70,12 +70,12 @@ def test_unreadable_evidence_is_named_not_guessed():
 
 @pytest.mark.django_db(transaction=True)
 def test_rows_written_before_the_codec_column_read_back():
-    """A row as the engine wrote it before migration 0018 (zlib, no codec column) reads back
+    """A row as the engine wrote it before migration 0019 (zlib, no codec column) reads back
     identical after the migration: its default names it zlib without rewriting it."""
     call = f.call_create(status="completed")
     raw = HOSTILE["sse, 50 chunks"] + HOSTILE["every byte value, NULs, invalid UTF-8"]
     executor = MigrationExecutor(connection)
-    before = [("runs", "0017_target_preflight")]
+    before = [("runs", "0018_target_api_call_reasoning")]
     latest = executor.loader.graph.leaf_nodes("runs")
     executor.migrate(before)
     try:

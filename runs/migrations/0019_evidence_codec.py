@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runs", "0017_target_preflight")]
+    dependencies = [("runs", "0018_target_api_call_reasoning")]
 
     operations = [
         migrations.AddField(
