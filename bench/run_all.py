@@ -45,11 +45,13 @@ STEPS = (
     Step(
         "engine_throughput.py", ("--cells", "4096", "--chunk-gap", "0.016", "--concurrency", "1024")
     ),
+    Step("scale_out.py", ("--cells", "3000", "--workers", "1", "2", "4")),
     Step("cli_path.py", ("--rounds", "3")),
     Step("side_by_side.py", ("--rounds", "2")),
     Step("report_scale.py", ("--commit",), scratch_db="srbench_bench_scale"),
     Step("poll_scale.py", ("--commit",), scratch_db="srbench_bench_poll"),
     Step("pages.py", ("--commit",), scratch_db="srbench_bench_pages"),
+    Step("million.py", ("--repeat", "3"), scratch_db="srbench_bench_million"),
 )
 
 

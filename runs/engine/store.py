@@ -19,7 +19,6 @@ the end of a run, recovery): the run row first, then its cells, then their calls
 from __future__ import annotations
 
 import dataclasses
-import zlib
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -46,7 +45,7 @@ from runs.models import (
     Target,
     WireApi,
 )
-from srbench.canonical import sha256_bytes
+from runs.models.evidence import evidence_fields
 from srbench.money import money_text
 
 
@@ -478,13 +477,7 @@ def _closes_apply(
             events.append(("call.failed", {"call": op.call_id, **op.failure}))
     if closes:
         CallEvidence.objects.bulk_create(
-            CallEvidence(
-                call_id=op.call_id,
-                body=zlib.compress(op.raw, 6),
-                raw_size=len(op.raw),
-                sha256=sha256_bytes(op.raw),
-            )
-            for _, op in closes
+            CallEvidence(call_id=op.call_id, **evidence_fields(op.raw)) for _, op in closes
         )
     if budget_delta:
         Run.objects.filter(pk=run_id).update(

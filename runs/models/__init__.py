@@ -16,6 +16,7 @@ from django.db.models import F, Q
 
 # Defined in its own module to keep this one small; imported here so Django registers it with
 # `runs` and callers find it beside `UsageCorrection`.
+from runs.models.evidence import CODECS, EvidenceCodec
 from runs.models.live import LiveCallSums, LiveCellSums, LiveSnapshot  # noqa: F401
 from runs.models.regrade import Regrade  # noqa: F401
 from runs.models.summaries import RunReport, RunSummary  # noqa: F401
@@ -506,12 +507,13 @@ class Call(models.Model):
 
 
 class CallEvidence(AppendOnlyModel):
-    """The raw SSE bytes of a call, zlib-compressed, written once."""
+    """The raw SSE bytes of a call as runs.models.evidence encoded them (`codec`), written once."""
 
     call = models.OneToOneField(
         Call, on_delete=models.PROTECT, primary_key=True, related_name="evidence"
     )
     body = models.BinaryField()
+    codec = models.CharField(max_length=16, choices=EvidenceCodec, default=EvidenceCodec.ZLIB)
     raw_size = models.PositiveIntegerField()
     sha256 = models.CharField(max_length=64)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -521,6 +523,7 @@ class CallEvidence(AppendOnlyModel):
             models.CheckConstraint(
                 condition=Q(sha256__regex=HEX64_REGEX), name="evidence_sha256_hex"
             ),
+            models.CheckConstraint(condition=Q(codec__in=CODECS), name="evidence_codec_known"),
         ]
 
 

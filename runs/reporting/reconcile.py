@@ -10,7 +10,6 @@ row: :func:`effective_call_sums` is that rule, in SQL.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -31,6 +30,7 @@ from runs.ledger.corrections import version_append, version_appended
 from runs.ledger.events import events_append
 from runs.ledger.usage import mom_evidence
 from runs.models import TERMINAL_RUN_STATUSES, Call, CallStatus, Cell, Run, UsageCorrection
+from runs.models.evidence import EvidenceUnreadable, evidence_decode
 from runs.reporting.report_types import Correction
 from srbench.canonical import sha256_bytes, sha256_hex
 from srbench.money import money_stored, money_text
@@ -107,9 +107,9 @@ def _reconcile_call(row: dict[str, Any], kind: str, prices: Mapping[str, Any]) -
     if body is None:
         return _unverifiable(call_id, "no saved evidence")
     try:
-        raw = zlib.decompress(bytes(body))
-    except zlib.error as exc:
-        return _unverifiable(call_id, f"evidence does not decompress: {exc}")
+        raw = evidence_decode(row["evidence__codec"], body)
+    except EvidenceUnreadable as exc:
+        return _unverifiable(call_id, str(exc))
     if sha256_bytes(raw) != digest:
         return _unverifiable(call_id, "evidence bytes do not match their recorded sha256")
     accumulator = ChatStreamAccumulator(clock=lambda: 0.0)
@@ -195,6 +195,7 @@ def _call_rows(run: Run) -> Iterable[dict[str, Any]]:
             "usage_raw",
             "response_headers",
             "evidence__body",
+            "evidence__codec",
             "evidence__sha256",
             *BUCKET_COLUMNS,
             *MONEY_COLUMNS,

@@ -16,7 +16,6 @@ import socket
 import subprocess
 import threading
 import time
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -29,6 +28,7 @@ import uvicorn
 
 from runs.ledger.usage import usage_buckets, usage_buckets_explained
 from runs.models import Call, CallEvidence, Cell
+from runs.models.evidence import evidence_raw
 from runs.planning.services import run_create, target_set_api_key
 from runs.reporting.report import run_report
 from srbench.simulator.config import load_config
@@ -293,7 +293,7 @@ def test_a_run_through_litellm_reports_the_simulators_four_token_buckets(celery_
     totals = dict.fromkeys(("input", "cached_input", "cache_write", "output"), 0)
     prices = {k: Decimal(v) for k, v in PRICE.items()}
     for call in calls:
-        raw = zlib.decompress(bytes(CallEvidence.objects.get(call=call).body))
+        raw = evidence_raw(CallEvidence.objects.get(call=call))
         received = list(sse_chunks(raw))
         sent = by_id[received[0]["id"]]
         # The gateway's own encoding: LiteLLM rebuilt every chunk (its model name, its field

@@ -19,7 +19,6 @@ import contextlib
 import json
 import socket
 import threading
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +28,7 @@ import pytest
 from django.core.management import call_command
 
 from runs.models import Call, CallEvidence, Cell, Run
+from runs.models.evidence import evidence_raw
 from runs.planning.services import run_create
 from runs.reporting.reconcile import usage_reconcile
 from runs.reporting.report import run_report
@@ -56,7 +56,7 @@ class ServerStream:
 
 def server_stream(call: Call) -> ServerStream:
     """The call's evidence (the raw bytes of the server's response) read as plain SSE lines."""
-    raw = zlib.decompress(bytes(CallEvidence.objects.get(call=call).body))
+    raw = evidence_raw(CallEvidence.objects.get(call=call))
     content, finish, usage, done, chunks = [], None, 0, 0, 0
     for line in raw.decode("utf-8").splitlines():
         if not line.startswith("data:"):
@@ -147,9 +147,7 @@ def tapped(server: LlamaServer) -> Iterator[Tap]:
 
 
 def evidence_bytes(run: Run) -> list[bytes]:
-    return [
-        zlib.decompress(bytes(e.body)) for e in CallEvidence.objects.filter(call__cell__run=run)
-    ]
+    return [evidence_raw(e) for e in CallEvidence.objects.filter(call__cell__run=run)]
 
 
 def llama_target(server: LlamaServer, base_url: str | None = None) -> None:

@@ -10,7 +10,6 @@ recovery mode — and an episode whose next call was never sent ends `failed` as
 
 from __future__ import annotations
 
-import zlib
 from datetime import timedelta
 from typing import Any
 
@@ -20,12 +19,12 @@ from django.utils import timezone
 from runs.engine.finish import EPISODE_INTERRUPTED, LEGACY_SETTLED_ERROR
 from runs.engine.reaper import GRADER, ledger_reap
 from runs.models import Call, CallEvidence, Cell, Regrade, Run, RunEvent
+from runs.models.evidence import evidence_fields
 from runs.planning.services import run_create
 from runs.reporting.report import run_report
 from runs.settlement.recovery import recovery_plan
 from runs.settlement.recovery_rules import REASONS
 from runs.settlement.regrade import run_regrade
-from srbench.canonical import sha256_bytes
 from tests import factories as f
 from tests.runs import engine_support as es
 
@@ -87,9 +86,7 @@ def call(cell: Cell, role: str, sequence: int, content: str, **fields: Any) -> C
         **fields,
     )
     raw = f'data: {{"content": {content!r}}}\n\ndata: [DONE]\n\n'.encode()
-    CallEvidence.objects.create(
-        call=done, body=zlib.compress(raw), raw_size=len(raw), sha256=sha256_bytes(raw)
-    )
+    CallEvidence.objects.create(call=done, **evidence_fields(raw))
     return done
 
 

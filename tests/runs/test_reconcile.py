@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import zlib
 from decimal import Decimal
 
 import pytest
@@ -12,10 +11,10 @@ from django.core.management import call_command
 from django.db import IntegrityError, transaction
 
 from runs.models import Call, CallEvidence, Run, UsageCorrection
+from runs.models.evidence import evidence_fields
 from runs.planning.services import run_create
 from runs.reporting.reconcile import ReconcileRefused, usage_reconcile
 from runs.reporting.report import run_report
-from srbench.canonical import sha256_bytes
 from tests import factories as f
 from tests.compare import builders as b
 from tests.conftest import wait_until
@@ -47,9 +46,7 @@ def stream(model: str = "m-strong", usage: dict | None = None, done: bool = True
 
 
 def attach(call: Call, raw: bytes) -> None:
-    CallEvidence.objects.create(
-        call=call, body=zlib.compress(raw), raw_size=len(raw), sha256=sha256_bytes(raw)
-    )
+    CallEvidence.objects.create(call=call, **evidence_fields(raw))
 
 
 def checksum() -> str:

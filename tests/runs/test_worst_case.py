@@ -6,7 +6,6 @@ computed here from the rule's statement, not by calling the code under test."""
 from __future__ import annotations
 
 import json
-import zlib
 from decimal import Decimal
 from fractions import Fraction
 from types import SimpleNamespace
@@ -19,8 +18,8 @@ from runs.engine.store import TargetInfo
 from runs.ledger.accounting import mom_call_cost, worst_case_call_cost
 from runs.ledger.usage import mom_call_buckets, mom_evidence
 from runs.models import Call, CallEvidence
+from runs.models.evidence import evidence_fields
 from runs.reporting.reconcile import usage_reconcile
-from srbench.canonical import sha256_bytes
 from tests.compare import builders as b
 
 MESSAGES = [{"role": "user", "content": "Which is larger, 2**10 or 10**3? Answer with one letter."}]
@@ -194,9 +193,7 @@ def test_reconcile_usage_attributes_exactly_the_mom_calls_pricing_can_prove() ->
     calls = list(Call.objects.filter(cell__run=r).order_by("cell__question_id"))
     for call in calls:
         raw = evidence_stream("dear")
-        CallEvidence.objects.create(
-            call=call, body=zlib.compress(raw), raw_size=len(raw), sha256=sha256_bytes(raw)
-        )
+        CallEvidence.objects.create(call=call, **evidence_fields(raw))
 
     entries = {
         e["call_id"]: e for e in usage_reconcile(run_id=r.pk).correction.corrections["calls"]
