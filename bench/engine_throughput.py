@@ -625,6 +625,11 @@ def main() -> None:
                 f"lateness of each stream's last delta against its arrival + ttft + (n - 1) "
                 f"intervals, {late['count']} streams, p50 / p90 / max "
                 f"{late['p50']:.1f} / {late['p90']:.1f} / {late['max']:.1f} ms"
+                f"\n  CPU the ideal wall would need (CPU s of the run / ideal s; a process runs on "
+                f"one core at most): worker {m['cpu_s']['worker'] / m['ideal']:.2f} cores, "
+                f"simulator {m['sim_cpu'] / m['ideal']:.2f}, all our processes with it "
+                f"{(m['cpu_s']['total'] + m['sim_cpu']) / m['ideal']:.2f} on "
+                f"{os.cpu_count()} cores"
             )
 
         def split_line(split: dict[str, Any] | None) -> str:
