@@ -350,6 +350,7 @@ def ttft_split(run_id: int, streams: list[dict[str, Any]]) -> dict[str, Any] | N
         "engine_read": [],
         "true": [],
         "engine": [],
+        "late": [],
     }
     calls = Call.objects.filter(cell__run_id=run_id, ttft_ms__isnull=False)
     for call_id, first_token_at, ttft_ms in calls.values_list("id", "first_token_at", "ttft_ms"):
@@ -363,6 +364,11 @@ def ttft_split(run_id: int, streams: list[dict[str, Any]]) -> dict[str, Any] | N
         parts["engine_read"].append((read - mark["first_delta_at"]) * 1000)
         parts["true"].append((mark["first_delta_at"] - sent) * 1000)
         parts["engine"].append(ttft_ms)
+        if mark.get("last_delta_at") is not None:
+            # The server's lateness at the stream's end, counted from the request in its
+            # socket: its last delta out against sent + ttft + (n - 1) intervals.
+            due = sent + mark["last_delta_due"] - mark["arrived_at"]
+            parts["late"].append(max(0.0, mark["last_delta_at"] - due) * 1000)
     if not parts["server"]:
         return None
 
@@ -372,7 +378,7 @@ def ttft_split(run_id: int, streams: list[dict[str, Any]]) -> dict[str, Any] | N
 
     split: dict[str, Any] = {"matched": len(parts["server"])}
     for name, values in parts.items():
-        split[name] = (p(values, 0.5), p(values, 0.9))
+        split[name] = (p(values, 0.5), p(values, 0.9), max(values)) if values else None
     return split
 
 
@@ -479,6 +485,7 @@ def main() -> None:
         long_chunks=args.per_chunk or None,
     )
     workers = [start_worker()]
+    sim_pid = sim.pid
     try:
         wait_for_workers(1)
         bench_target(port)
@@ -518,6 +525,7 @@ def main() -> None:
             httpx.post(f"{sim}/reset", timeout=10)
             before = cpu_by_pid(ours(worker_pids))
             sys_before = sys_seconds(worker_pids)
+            sim_cpu_before = cpu_seconds([sim_pid])
             seen = dict(before)
             backends = db_backends()
             run, _ = run_create(
@@ -546,6 +554,7 @@ def main() -> None:
                 seen[pid] = max(cpu, seen.get(pid, 0.0))
             used = {pid: cpu - before.get(pid, 0.0) for pid, cpu in seen.items()}
             worker_sys = sys_seconds(worker_pids) - sys_before
+            sim_cpu = cpu_seconds([sim_pid]) - sim_cpu_before
             worker_cpu = sum(v for pid, v in used.items() if pid in set(worker_pids))
             db_cpu = sum(v for pid, v in used.items() if pid in backends)
             total_cpu = sum(used.values())
@@ -575,6 +584,10 @@ def main() -> None:
                 "ttft": report["ttft_p50_ms"],
                 # The server's own TTFT (request in → first delta out), where it reports one.
                 "server_ttft": (sim_stats.get("stream_ttft_ms") or {}).get("p50"),
+                # The simulator's own lateness at each stream's end, and its CPU: a server
+                # that cannot keep up is printed beside the engine's figures, not hidden.
+                "server_late": sim_stats.get("stream_late_ms") or {},
+                "sim_cpu": sim_cpu,
                 "ttft_split": ttft_split(run.pk, streams),
                 "in_flight": min(concurrency, cells),
                 "rss_before": rss_before,
@@ -587,17 +600,38 @@ def main() -> None:
             per_stream = (m["rss_peak"] - m["rss_before"]) / m["in_flight"] / 1024
             server_ttft = "n/a" if m["server_ttft"] is None else f"{m['server_ttft']:.0f} ms"
             return (
-                f"{label}: status {m['status']}; wall {m['wall']:.2f} s vs ideal "
-                f"{m['ideal']:.2f} s -> wall/ideal {m['wall'] / m['ideal']:.3f} (efficiency "
-                f"{m['ideal'] / m['wall']:.3f}); {m['rate']:.1f} calls/s; harness CPU "
-                f"{m['cpu']:.2f} ms/call (workers {m['worker_cpu']:.2f}, PostgreSQL + Redis "
-                f"{m['pg_cpu']:.2f} of which the run's PostgreSQL backends {m['db_cpu']:.2f}); "
-                f"CPU s worker {m['cpu_s']['worker']:.2f} (system {m['cpu_s']['worker_sys']:.2f}) db {m['cpu_s']['db']:.2f} total "
-                f"{m['cpu_s']['total']:.2f}; load {' '.join(m['loadavg'])}; TTFT p50 {m['ttft']:.0f} ms vs configured "
-                f"{args.ttft * 1000:.0f} ms, server's own p50 {server_ttft}; worker RSS {m['rss_before'] / 2**20:.0f} -> "
-                f"{m['rss_peak'] / 2**20:.0f} MiB = {per_stream:.1f} KiB per in-flight stream "
-                f"({m['in_flight']})"
-            ) + split_line(m["ttft_split"])
+                (
+                    f"{label}: status {m['status']}; wall {m['wall']:.2f} s vs ideal "
+                    f"{m['ideal']:.2f} s -> wall/ideal {m['wall'] / m['ideal']:.3f} (efficiency "
+                    f"{m['ideal'] / m['wall']:.3f}); {m['rate']:.1f} calls/s; harness CPU "
+                    f"{m['cpu']:.2f} ms/call (workers {m['worker_cpu']:.2f}, PostgreSQL + Redis "
+                    f"{m['pg_cpu']:.2f} of which the run's PostgreSQL backends {m['db_cpu']:.2f}); "
+                    f"CPU s worker {m['cpu_s']['worker']:.2f} (system {m['cpu_s']['worker_sys']:.2f}) db {m['cpu_s']['db']:.2f} total "
+                    f"{m['cpu_s']['total']:.2f}; load {' '.join(m['loadavg'])}; TTFT p50 {m['ttft']:.0f} ms vs configured "
+                    f"{args.ttft * 1000:.0f} ms, server's own p50 {server_ttft}; worker RSS {m['rss_before'] / 2**20:.0f} -> "
+                    f"{m['rss_peak'] / 2**20:.0f} MiB = {per_stream:.1f} KiB per in-flight stream "
+                    f"({m['in_flight']})"
+                )
+                + server_line(m)
+                + split_line(m["ttft_split"])
+            )
+
+        def server_line(m: dict[str, Any]) -> str:
+            late = m["server_late"]
+            if not late.get("count"):
+                return ""
+            return (
+                f"\n  the simulator (its own process, nothing subtracted): CPU "
+                f"{m['sim_cpu']:.2f} s = {m['sim_cpu'] / m['wall']:.2f} of a core over the wall; "
+                f"lateness of each stream's last delta against its arrival + ttft + (n - 1) "
+                f"intervals, {late['count']} streams, p50 / p90 / max "
+                f"{late['p50']:.1f} / {late['p90']:.1f} / {late['max']:.1f} ms"
+                f"\n  CPU the ideal wall would need (CPU s of the run / ideal s; a process runs on "
+                f"one core at most): worker {m['cpu_s']['worker'] / m['ideal']:.2f} cores, "
+                f"simulator {m['sim_cpu'] / m['ideal']:.2f}, all our processes with it "
+                f"{(m['cpu_s']['total'] + m['sim_cpu']) / m['ideal']:.2f} on "
+                f"{os.cpu_count()} cores"
+            )
 
         def split_line(split: dict[str, Any] | None) -> str:
             if split is None:
@@ -612,6 +646,15 @@ def main() -> None:
                 f"simulator's socket before its loop read it {a[0]:.1f} / {a[1]:.1f}, the "
                 f"server's own (from that read) {s[0]:.1f} / {s[1]:.1f}; its first delta "
                 f"handed to the connection -> read by the engine {b[0]:.1f} / {b[1]:.1f}"
+            ) + late_line(split["late"])
+
+        def late_line(late: tuple[float, float, float] | None) -> str:
+            if late is None:
+                return ""
+            return (
+                f"\n  the server's lateness at the stream's end counted from the request in "
+                f"its socket (last delta out vs sent + ttft + (n - 1) intervals; p50 / p90 / "
+                f"max ms): {late[0]:.1f} / {late[1]:.1f} / {late[2]:.1f}"
             )
 
         # A short warm-up run so that imports, connection pools and caches of the worker are

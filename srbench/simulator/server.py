@@ -119,20 +119,22 @@ class Counters:
     # seconds (``time.time()``), so that a benchmark on the same machine can set them beside
     # the engine's own stamps of the same call (GET /_sim/streams).
     stream_marks: list[tuple[str, float, float]] = field(default_factory=list)
+    # The server's own lateness per stream (ms): its last delta handed to the connection after
+    # its due time (the request's arrival + ttft + (n - 1) intervals; 0 if on time);
+    # and per stream that named its call, that hand-over and its due time in wall-clock
+    # seconds. A benchmark prints it so that a server too slow for its load is seen, never
+    # charged to the engine nor subtracted from it silently (issue 38 item 2).
+    stream_late_ms: list[float] = field(default_factory=list)
+    stream_ends: list[tuple[str, float, float]] = field(default_factory=list)
     # Every request that named its call, in arrival order: (call id, wall-clock seconds as it
     # entered the app). The stall trials compare them with the ledger's settlement times
     # (GET /_sim/arrivals, issue 34).
     call_arrivals: list[tuple[str, float]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
-        ttft = sorted(self.stream_ttft_ms)
         return {
-            "stream_ttft_ms": {
-                "count": len(ttft),
-                "p50": statistics.median(ttft) if ttft else None,
-                "p90": ttft[int(0.9 * (len(ttft) - 1))] if ttft else None,
-                "max": ttft[-1] if ttft else None,
-            },
+            "stream_ttft_ms": _summary(self.stream_ttft_ms),
+            "stream_late_ms": _summary(self.stream_late_ms),
             "total_requests": self.total_requests,
             "chat_requests": self.chat_requests,
             "preview_requests": self.preview_requests,
@@ -142,6 +144,16 @@ class Counters:
             "open_streams": self.open_streams,
             "max_open_streams": self.max_open_streams,
         }
+
+
+def _summary(values: list[float]) -> dict[str, Any]:
+    ordered = sorted(values)
+    return {
+        "count": len(ordered),
+        "p50": statistics.median(ordered) if ordered else None,
+        "p90": ordered[int(0.9 * (len(ordered) - 1))] if ordered else None,
+        "max": ordered[-1] if ordered else None,
+    }
 
 
 class SimState:
@@ -556,12 +568,19 @@ async def sim_stats(request: Request) -> Response:
 
 
 async def sim_streams(request: Request) -> Response:
-    marks = request.app.state.sim.counters.stream_marks
+    counters = request.app.state.sim.counters
+    ends = {call_id: (last, due) for call_id, last, due in counters.stream_ends}
     return JSONResponse(
         {
             "streams": [
-                {"call_id": call_id, "arrived_at": arrived, "first_delta_at": first}
-                for call_id, arrived, first in marks
+                {
+                    "call_id": call_id,
+                    "arrived_at": arrived,
+                    "first_delta_at": first,
+                    "last_delta_at": ends.get(call_id, (None, None))[0],
+                    "last_delta_due": ends.get(call_id, (None, None))[1],
+                }
+                for call_id, arrived, first in counters.stream_marks
             ]
         }
     )

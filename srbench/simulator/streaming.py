@@ -55,6 +55,8 @@ class StreamCounters(Protocol):
     max_open_streams: int
     stream_ttft_ms: list[float]
     stream_marks: list[tuple[str, float, float]]
+    stream_late_ms: list[float]
+    stream_ends: list[tuple[str, float, float]]
 
 
 async def _disconnected(receive: Receive) -> None:
@@ -165,6 +167,11 @@ class SSEResponse(Response):
             await sent.event(deltas[i])
         if self.cut is not None and self.cut.is_set():
             return await self.send_cut(sent)
+        if deltas and sse.stall_s is None:
+            # The last delta is due ttft + (n - 1) intervals after the request's arrival: how
+            # late it went out is the server's own lateness (issue 38 item 2).
+            due = sent.received + sse.ttft_s + (len(deltas) - 1) * sse.interval
+            sent.ended(due - loop.time())
         for event in sse.tail:
             await sent.event(event)
         return True
@@ -210,3 +217,12 @@ class _EventSender:
                 )
         message: Message = {"type": "http.response.body", "body": data, "more_body": True}
         await self.send(message)
+
+    def ended(self, early_s: float) -> None:
+        """The last delta has been handed to the connection, ``early_s`` before its due time
+        (negative: late). Kept per stream as lateness in ms (0 when on time or early), and for a
+        stream that named its call the wall-clock hand-over and due time."""
+        self.counters.stream_late_ms.append(max(0.0, -early_s) * 1000)
+        if self.call_id is not None:
+            wall = time.time()
+            self.counters.stream_ends.append((self.call_id, wall, wall + early_s))

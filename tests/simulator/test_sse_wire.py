@@ -240,6 +240,8 @@ class Counters:
         self.open_streams = self.max_open_streams = 0
         self.stream_ttft_ms: list[float] = []
         self.stream_marks: list[tuple[str, float, float]] = []
+        self.stream_late_ms: list[float] = []
+        self.stream_ends: list[tuple[str, float, float]] = []
 
 
 def test_pacing_follows_the_schedule_so_a_late_chunk_does_not_delay_the_next_ones():
@@ -282,6 +284,37 @@ def test_pacing_follows_the_schedule_so_a_late_chunk_does_not_delay_the_next_one
     assert turns_at[3] == turns_at[4] == turns_at[5]
     # The role chunk and the first delta are a TTFT apart: the loop turned in between.
     assert turns_at[1] > turns_at[0]
+
+
+def test_a_stream_whose_last_delta_goes_out_late_is_counted_late_by_at_least_the_delay():
+    """The server's own lateness (issue 38 item 2): the last delta is due at the request's
+    arrival + ttft + (n - 1) intervals; a send of it held for five intervals makes the stream
+    at least that late (a sleep never returns early), and a stream that named its call lists
+    its hand-over after its due time. Without the stamp the bench could not tell a server too
+    slow for its load from a slow engine."""
+    sse = dataclasses.replace(wire_sse(), ttft_s=0.0)
+    held = 5 * sse.interval
+
+    async def scenario() -> Counters:
+        counters = Counters()
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body" and message["body"] == sse.deltas[-1]:
+                await asyncio.sleep(held)
+
+        async def receive() -> dict[str, Any]:
+            await asyncio.Event().wait()  # the client stays
+            raise AssertionError("unreachable")
+
+        response = SSEResponse(sse, counters, time.monotonic(), {}, call_id="call-9")
+        await response({}, receive, send)
+        return counters
+
+    counters = run_on_own_loop(scenario())
+    [late_ms] = counters.stream_late_ms
+    assert late_ms >= held * 1000 - 1  # a timer may fire within the clock resolution early
+    [(call_id, last, due)] = counters.stream_ends
+    assert call_id == "call-9" and last - due >= held - 0.001
 
 
 def test_the_pause_before_the_first_token_counts_from_the_role_chunk_sent_in_the_handlers_turn():
@@ -402,5 +435,8 @@ def test_streams_lists_each_named_calls_arrival_and_first_delta_in_wall_clock_ti
     arrived, first = streams[0]["arrived_at"], streams[0]["first_delta_at"]
     assert before <= arrived <= first <= read
     assert first - arrived >= CONFIG.models["wire"].ttft_s
+    # The last delta's hand-over follows the first; its due time is the schedule's.
+    assert first <= streams[0]["last_delta_at"] <= time.time()
+    assert streams[0]["last_delta_due"] >= arrived
     wire.post("/_sim/reset").raise_for_status()
     assert wire.get("/_sim/streams").json() == {"streams": []}
