@@ -269,41 +269,6 @@ async def terminal(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo)
     await d.complete(cell, reward == 1, grade, messages[-1].get("content") or "")
 
 
-async def judge_assertions(
-    d: Caller,
-    cell: store.ClaimedCell,
-    judge: store.TargetInfo,
-    assertions: list[str],
-    agent_texts: list[str],
-    calls_made: int,
-) -> dict[str, bool] | None:
-    """τ³ natural-language assertions graded by the plan's judge, one judge call each, with
-    the judge protocol of the judged benchmarks (a malformed verdict fails the cell)."""
-    transcript = "\n\n".join(agent_texts)
-    verdicts: dict[str, bool] = {}
-    for i, assertion in enumerate(assertions):
-        outcome = await d.turn(
-            cell,
-            role="judge",
-            sequence=i,
-            target=judge,
-            messages=scoring.judge_messages_for(
-                question=f"Does the agent's side of this conversation satisfy: {assertion}",
-                reference=assertion,
-                response=transcript,
-            ),
-            calls_made=calls_made + i,
-        )
-        if outcome is None:
-            return None
-        try:
-            verdicts[assertion] = scoring.grade_from_verdict(outcome.content).correct
-        except MalformedVerdict as exc:
-            await d.fail(cell, f"malformed judge verdict: {exc}")
-            return None
-    return verdicts
-
-
 # By the adapter's `episode` where a kind has more than one way to run, else by its `kind`.
 EPISODES: dict[str, Episode] = {
     "mcq": direct,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from runs.engine import store
+from datasets.grading import MalformedVerdict
+from runs.engine import scoring, store
 from runs.engine.calls import Caller
 from runs.engine.tau_official import OFFICIAL_MAX_STEPS
 
@@ -29,7 +30,6 @@ def max_turns(manifest: dict[str, Any], benchmark: str) -> int:
 
 async def tau_episode(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
     from runs.engine import tau
-    from runs.engine.episodes import judge_assertions
     from runs.engine.tau_session import CAPPED, TauSession
 
     limit = max_turns(d.ctx.manifest, cell.benchmark)
@@ -99,3 +99,38 @@ async def tau_episode(d: Caller, cell: store.ClaimedCell, target: store.TargetIn
         await d.fail(cell, not_scored, grade=detail)
         return
     await d.complete(cell, correct, detail)
+
+
+async def judge_assertions(
+    d: Caller,
+    cell: store.ClaimedCell,
+    judge: store.TargetInfo,
+    assertions: list[str],
+    agent_texts: list[str],
+    calls_made: int,
+) -> dict[str, bool] | None:
+    """τ³ natural-language assertions graded by the plan's judge, one judge call each, with
+    the judge protocol of the judged benchmarks (a malformed verdict fails the cell)."""
+    transcript = "\n\n".join(agent_texts)
+    verdicts: dict[str, bool] = {}
+    for i, assertion in enumerate(assertions):
+        outcome = await d.turn(
+            cell,
+            role="judge",
+            sequence=i,
+            target=judge,
+            messages=scoring.judge_messages_for(
+                question=f"Does the agent's side of this conversation satisfy: {assertion}",
+                reference=assertion,
+                response=transcript,
+            ),
+            calls_made=calls_made + i,
+        )
+        if outcome is None:
+            return None
+        try:
+            verdicts[assertion] = scoring.grade_from_verdict(outcome.content).correct
+        except MalformedVerdict as exc:
+            await d.fail(cell, f"malformed judge verdict: {exc}")
+            return None
+    return verdicts
