@@ -90,7 +90,7 @@ def official() -> types.SimpleNamespace:
     import dotenv
 
     load_dotenv = dotenv.load_dotenv
-    dotenv.load_dotenv = lambda *a, **k: True  # type: ignore[assignment]
+    dotenv.load_dotenv = lambda *a, **k: True
     try:
         importlib.import_module("tau2.utils.utils")
     finally:
@@ -119,9 +119,7 @@ def package_version() -> str:
 def domains_dir() -> Path:
     """The package's ``data/tau2/domains`` folder (tasks, policies, databases)."""
     official()  # first: the replacements it makes before the package's first import
-    from tau2.utils.utils import DATA_DIR
-
-    return Path(DATA_DIR) / "tau2" / "domains"
+    return Path(importlib.import_module("tau2.utils.utils").DATA_DIR) / "tau2" / "domains"
 
 
 @functools.cache
@@ -218,9 +216,9 @@ class OfficialEpisode:
             try:
                 arguments = self._checked(name, raw, role)
             except ToolError as exc:
-                text = f"Error: {str(exc)[:2000]}"
-                self.refused.append(Refused(str(name)[:MAX_TOOL_NAME_CHARS], text))
-                results.append(text)
+                error = f"Error: {str(exc)[:2000]}"
+                self.refused.append(Refused(str(name)[:MAX_TOOL_NAME_CHARS], error))
+                results.append(error)
                 continue
             tool_call = msg.ToolCall(
                 id=str(call_id)[:200], name=name, arguments=arguments, requestor=role

@@ -125,11 +125,14 @@ def test_retail_runs_on_the_packages_tools_and_evaluator_and_regrades_with_no_ca
         assert official["termination"] == "user_stop" and not cell.grade.get("capped")
         assert any(m["role"] == "tool" for m in official["trajectory"])
         assert cell.calls.filter(role="simulator").exists()
-    [capped_cell, *_] = Cell.objects.filter(run=capped)
-    assert capped_cell.status == "completed" and capped_cell.correct is False
-    assert capped_cell.grade["capped"] is True and capped_cell.grade["max_turns"] == 1
-    assert "capped" in capped_cell.grade["reason"]
-    assert capped_cell.calls.filter(role="subject").count() == 1
+    capped_cells = list(Cell.objects.filter(run=capped))
+    assert len(capped_cells) == 2
+    for capped_cell in capped_cells:
+        assert capped_cell.status == "completed" and capped_cell.correct is False
+        assert capped_cell.grade["capped"] is True and capped_cell.grade["max_turns"] == 1
+        assert capped_cell.grade["official"]["termination"] == "max_steps"
+        assert "capped" in capped_cell.grade["reason"]
+        assert capped_cell.calls.filter(role="subject").count() == 1
     # The regrade: every τ cell replayed and graded as the engine graded it, no model call.
     assert after["total_requests"] == before["total_requests"]
     assert Call.objects.filter(cell__run__in=[run, capped]).count() == before["chat_requests"]
@@ -138,5 +141,7 @@ def test_retail_runs_on_the_packages_tools_and_evaluator_and_regrades_with_no_ca
     for cell in cells:
         assert rows[cell.pk]["new_correct"] is cell.correct, rows[cell.pk]["detail"]
         assert rows[cell.pk]["detail"]["official"]["reward"] == cell.grade["official"]["reward"]
-    [capped_row] = capped_regrade.results["cells"]
-    assert capped_row["new_correct"] is False and capped_row["detail"]["capped"] is True
+    capped_rows = capped_regrade.results["cells"]
+    assert len(capped_rows) == 2
+    for row in capped_rows:
+        assert row["new_correct"] is False and row["detail"]["capped"] is True
