@@ -464,8 +464,8 @@ def main() -> None:
     from django.contrib.auth import get_user_model
 
     from datasets.models import DatasetQuestion, FrozenDataset
-    from runs.report import run_report
-    from runs.services import run_create, run_dispatch
+    from runs.planning.services import run_create, run_dispatch
+    from runs.reporting.report import run_report
     from srbench.canonical import sha256_hex
 
     adapter, loaded, questions, data = synthetic_questions(work, args.cells)

@@ -38,8 +38,9 @@ from django.test.utils import setup_test_environment  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from datasets.models import FrozenDataset, Question  # noqa: E402
-from runs import live_report, selectors, views  # noqa: E402
 from runs.engine.finish import run_report_keep  # noqa: E402
+from runs.interfaces import views  # noqa: E402
+from runs.ledger import selectors  # noqa: E402
 from runs.models import (  # noqa: E402
     Call,
     Cell,
@@ -50,6 +51,7 @@ from runs.models import (  # noqa: E402
     RunReport,
     Target,
 )
+from runs.reporting import live_report  # noqa: E402
 from srbench.canonical import sha256_hex  # noqa: E402
 
 POLL_HEADERS = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "run-live"}

@@ -44,7 +44,7 @@ from django.test.utils import setup_test_environment  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from datasets.models import FrozenDataset, Question  # noqa: E402
-from runs import selectors  # noqa: E402
+from runs.ledger import selectors  # noqa: E402
 from runs.models import Cell, Run, RunEvent, Target  # noqa: E402
 from srbench.canonical import sha256_hex  # noqa: E402
 

@@ -45,10 +45,10 @@ from compare.models import CaseFigures  # noqa: E402
 from compare.services import comparison_build  # noqa: E402
 from datasets.benchmarks import get_adapter  # noqa: E402
 from datasets.models import FrozenDataset, Question  # noqa: E402
-from runs.corrections import version_appended  # noqa: E402
 from runs.engine.finish import run_report_keep  # noqa: E402
+from runs.ledger.corrections import version_appended  # noqa: E402
 from runs.models import Call, Cell, Run, RunReport, Target, UsageCorrection  # noqa: E402
-from runs.report import run_report  # noqa: E402
+from runs.reporting.report import run_report  # noqa: E402
 from srbench.canonical import sha256_hex  # noqa: E402
 
 BENCHMARKS = ("mmlu-pro", "gpqa", "arc")

@@ -38,10 +38,10 @@ from compare.services import comparison_build, comparison_margin_check
 from compare.verdict import RULE, VERDICT_HELP, VERDICTS
 from datasets.provenance import provenance_text
 from runs.models import Run
-from runs.official_metrics import NOTE as OFFICIAL_NOTE
-from runs.official_metrics import csv_cells as official_csv_cells
-from runs.official_metrics import csv_columns as official_csv_columns
-from runs.plans import MarginField
+from runs.planning.plans import MarginField
+from runs.reporting.official_metrics import NOTE as OFFICIAL_NOTE
+from runs.reporting.official_metrics import csv_cells as official_csv_cells
+from runs.reporting.official_metrics import csv_columns as official_csv_columns
 from srbench.api import (
     ApiSchema,
     StrictFieldsSerializer,
@@ -353,7 +353,7 @@ CSV_COLUMNS = (
     "quality",
     "quality_exact",
     "provenance",
-    # Each benchmark's official metric (runs.official_metrics), apart from the quality.
+    # Each benchmark's official metric (runs.reporting.official_metrics), apart from the quality.
     *official_csv_columns(),
     "delta",
     "delta_exact",

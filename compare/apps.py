@@ -6,7 +6,7 @@ class CompareConfig(AppConfig):
 
     def ready(self) -> None:
         from compare.figures import case_figures_keep
-        from runs.hooks import register_run_end_hook
+        from runs.ledger.hooks import register_run_end_hook
 
         # A run's per-cell figures are stored when it ends, so the first comparison that
         # reads it finds them (issue 25).

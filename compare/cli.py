@@ -15,9 +15,9 @@ import time
 import uuid
 from typing import Any
 
-from runs.official_metrics import METRICS as OFFICIAL_METRICS
-from runs.official_metrics import metric_value_text
-from runs.rejudge_cli import rejudge_follow
+from runs.interfaces.rejudge_cli import rejudge_follow
+from runs.reporting.official_metrics import METRICS as OFFICIAL_METRICS
+from runs.reporting.official_metrics import metric_value_text
 from srbench.api_client import (
     ApiClient,
     CliError,

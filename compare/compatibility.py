@@ -115,7 +115,7 @@ def run_comparison_problems(run: Run) -> list[str]:
 
 
 def _child_problem(run: Run) -> str:
-    """Why a child run is never a comparison member. A re-judge child (runs/rejudge.py) holds
+    """Why a child run is never a comparison member. A re-judge child (runs/settlement/rejudge.py) holds
     no answer of its own: its scores are its parent's judged answers graded again, over the
     judged benchmarks only, so as a run it would compare a part of the parent's test with a
     whole one; a user who wants the re-judged scores reads its report beside the parent's,

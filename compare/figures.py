@@ -1,7 +1,7 @@
 """What a comparison reads of its runs: their reports and their cells' figures (issue 25).
 
 A settled run's figures never change until its ledger does, so both are computed once per
-state and kept under the run's stored-report key (`runs.report.report_key`): the report in
+state and kept under the run's stored-report key (`runs.reporting.report.report_key`): the report in
 `RunReport` (the row the Run detail page and the run finish keep), the per-cell figures in
 `CaseFigures`. A comparison looks both up for all its runs at once (a constant number of
 queries however many candidates), computes what is missing or stale in one batch, and writes
@@ -10,10 +10,10 @@ same after computing as before, so nothing computed across a change is kept. A u
 correction changes the fingerprint; the next comparison recomputes. A run in progress has
 no fingerprint and is always computed afresh. Both are usually stored before any comparison
 reads them: the run finish stores the report and calls compare's run-end hook
-(`case_figures_keep`, `runs.hooks`), which stores the figures the same way.
+(`case_figures_keep`, `runs.ledger.hooks`), which stores the figures the same way.
 
 Stored figures equal recomputed ones exactly: the report is kept as its JSON
-(`runs.report_types.report_doc`) and read back typed (`Report.from_doc`: money from its exact
+(`runs.reporting.report_types.report_doc`) and read back typed (`Report.from_doc`: money from its exact
 text, scores from their exact fractions), and a cell's cost is the same float64 (the SQL sum
 of its effective subject costs, rounded once).
 """
@@ -29,11 +29,11 @@ import numpy as np
 import numpy.typing as npt
 
 from compare.models import CaseFigures
+from runs.ledger.selectors import runs_settled_fingerprints
 from runs.models import Cell, CellStatus, Run, RunReport, Target
-from runs.reconcile import effective_cell_costs
-from runs.report import report_key, run_report_row, run_reports_compute
-from runs.report_types import Report
-from runs.selectors import runs_settled_fingerprints
+from runs.reporting.reconcile import effective_cell_costs
+from runs.reporting.report import report_key, run_report_row, run_reports_compute
+from runs.reporting.report_types import Report
 from srbench.canonical import sha256_hex
 
 # Bump when what a cell record holds changes, so rows packed by older code are recomputed.
@@ -157,7 +157,7 @@ def _keep(
 
 
 def case_figures_keep(*, run_id: int) -> None:
-    """The run-end hook (`runs.hooks`, registered in `CompareConfig.ready`): store the ended
+    """The run-end hook (`runs.ledger.hooks`, registered in `CompareConfig.ready`): store the ended
     run's per-cell figures under its fingerprint, as the first comparison that reads it would
     (`cells_pack`, kept by `_keep` only when the fingerprint did not move meanwhile), so that
     comparison reads them instead of computing them. Its report is stored by the run finish

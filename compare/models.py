@@ -1,7 +1,7 @@
 """Artefacts a comparison derives from settled runs.
 
 The regrade record that lived here moved beside `UsageCorrection` in `runs` (issue 24):
-`runs.models_regrade.Regrade`.
+`runs.models.regrade.Regrade`.
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ from compare.compatibility import Difference
 from compare.verdict import RULE, Verdict, frozen_margin, margin_terms, run_split
 from datasets.provenance import UNKNOWN
 from runs.models import Run
-from runs.official_metrics import NOTE as OFFICIAL_NOTE
-from runs.official_metrics import official_metrics
-from runs.report_types import Report, TargetReport
+from runs.reporting.official_metrics import NOTE as OFFICIAL_NOTE
+from runs.reporting.official_metrics import official_metrics
+from runs.reporting.report_types import Report, TargetReport
 from srbench.money import money_text
 from srbench.stats import BaselineChoice, PairedResult, SavingsInterval
 
@@ -93,7 +93,7 @@ class Entry:
 
     @property
     def official(self) -> list[dict[str, Any]]:
-        """The benchmarks' official scorers (`runs.official_metrics`), named apart from the
+        """The benchmarks' official scorers (`runs.reporting.official_metrics`), named apart from the
         quality: never part of it, of Δ or of the verdict (issue 35 item 4)."""
         section = self.target.official
         return official_metrics(None if section is None else section.to_doc())

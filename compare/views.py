@@ -35,8 +35,8 @@ from compare.selectors import RunOption, baseline_options, candidate_options, co
 from compare.services import CandidatesRefused, ComparisonError, comparison_build
 from datasets.provenance import provenance_summary
 from runs.models import Run
-from runs.official_metrics import METRICS as OFFICIAL_METRICS
-from runs.official_metrics import metric_value_text
+from runs.reporting.official_metrics import METRICS as OFFICIAL_METRICS
+from runs.reporting.official_metrics import metric_value_text
 from srbench.money import percent_text, usd_text
 
 PAGE_SIZE = 25  # baseline and candidate tables

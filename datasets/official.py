@@ -17,7 +17,7 @@ template that changed since the plan is not used. Without the package, official 
 available here" with the reason — null, never 0, never a paraphrase.
 
 The pure computations below take plain values, so tests check them against hand-computed
-numbers; `runs.report` reads the cells and calls them.
+numbers; `runs.reporting.report` reads the cells and calls them.
 """
 
 from __future__ import annotations

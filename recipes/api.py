@@ -23,8 +23,8 @@ from recipes.serializers import (
     RoutePreviewRequestSerializer,
 )
 from recipes.views import recipe_download_response
+from runs.engine.router_client import route_preview
 from runs.models import Run, Target
-from runs.router_client import route_preview
 from srbench.api import ApiSchema, KeysetPagePagination, error_responses
 
 RunRecipeSerializer = inline_serializer(

@@ -9,7 +9,7 @@ class RecipesConfig(AppConfig):
         # and its availability into the run page's Recipe tab.
         from recipes.selectors import run_recipe_availability
         from recipes.services import run_recipes_capture
-        from runs.hooks import register_run_start_hook, register_run_tab
+        from runs.ledger.hooks import register_run_start_hook, register_run_tab
 
         register_run_start_hook(run_recipes_capture)
         register_run_tab(

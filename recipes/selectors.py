@@ -8,8 +8,8 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet
 
 from recipes.models import Recipe
+from runs.ledger.selectors import manifest_head
 from runs.models import Call, Run, RunEvent, RunStatus, Target
-from runs.selectors import manifest_head
 
 ARTEFACT_LABEL = "recipe artefact, not a deployable configuration"
 ARTEFACT_FORMAT = "srbench-recipe/1"

@@ -24,9 +24,7 @@ from django.utils import timezone
 from recipes.models import Recipe
 from recipes.redaction import recipe_project
 from recipes.selectors import CAPTURED_EVENT, NOT_CAPTURED_EVENT, target_pinned_hash
-from runs.events import events_append
-from runs.models import Run, Target
-from runs.router_http import (
+from runs.engine.router_http import (
     BodyTooLarge,
     DeadlinePassed,
     Reply,
@@ -34,6 +32,8 @@ from runs.router_http import (
     management_base_url,
     new_client,
 )
+from runs.ledger.events import events_append
+from runs.models import Run, Target
 
 HASH_PATH = "/api/v1/config/hash"
 CONFIG_PATH = "/api/v1/config"

@@ -14,12 +14,12 @@ from django.urls import path, reverse
 from django.views.decorators.http import require_POST
 
 from runs import models
-from runs.admin_forms import PriceTableField
-from runs.fixed_params import fixed_params_errors
-from runs.health import target_health_check
-from runs.models_preflight import PreflightCall, PreflightStatus, TargetPreflight
-from runs.preflight import PreflightRefused, preflight_quote, target_preflight
-from runs.services import target_set_api_key
+from runs.interfaces.admin_forms import PriceTableField
+from runs.interfaces.health import target_health_check
+from runs.models.preflight import PreflightCall, PreflightStatus, TargetPreflight
+from runs.planning.fixed_params import fixed_params_errors
+from runs.planning.services import target_set_api_key
+from runs.preflight.checks import PreflightRefused, preflight_quote, target_preflight
 from srbench.admin_base import ViewOnlyAdmin
 
 
@@ -53,7 +53,7 @@ class TargetAdminForm(forms.ModelForm):
         ]
 
     def clean_fixed_params(self) -> Any:
-        """Known chat parameters of the right type and range only (`runs.fixed_params`): a
+        """Known chat parameters of the right type and range only (`runs.planning.fixed_params`): a
         bad value is refused here rather than sent with every call of a run."""
         value = self.cleaned_data.get("fixed_params")
         errors = fixed_params_errors(value if value is not None else {})

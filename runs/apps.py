@@ -8,21 +8,21 @@ class RunsConfig(AppConfig):
         """`runs.models` and, beside it, the preflight models (issue 39), kept in their own
         module because `runs/models.py` is at its size limit."""
         super().import_models()
-        import runs.models_preflight  # noqa: F401
+        import runs.models.preflight  # noqa: F401
 
     def ready(self) -> None:
         # A usage correction or a regrade stores the run's report in its own commit (issue 38
-        # item 1); `runs.corrections` cannot import the report, which reads its records.
-        from runs.corrections import register_append_hook
-        from runs.stored_report import report_keep_appended
+        # item 1); `runs.ledger.corrections` cannot import the report, which reads its records.
+        from runs.ledger.corrections import register_append_hook
+        from runs.reporting.stored_report import report_keep_appended
 
         register_append_hook(report_keep_appended)
 
         # The engine keeps a driven run's live figures young through a hook it is given, never
         # by importing the live results (issue 36 item 1).
-        from runs.hooks import register_live_snapshot_keeper, register_report_keeper
-        from runs.live_report import snapshot_keep
-        from runs.stored_report import report_keep_settled
+        from runs.ledger.hooks import register_live_snapshot_keeper, register_report_keeper
+        from runs.reporting.live_report import snapshot_keep
+        from runs.reporting.stored_report import report_keep_settled
 
         register_live_snapshot_keeper(snapshot_keep)
         register_report_keeper(report_keep_settled)

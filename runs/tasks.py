@@ -1,7 +1,7 @@
 """Celery tasks: thin interfaces over the engine. They carry IDs only.
 
 The dependency runs one way: tasks import the engine and services, never the reverse (services
-send `run_drive` by its name, runs.services.RUN_DRIVE_TASK)."""
+send `run_drive` by its name, runs.planning.services.RUN_DRIVE_TASK)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.conf import settings
 
 from runs.engine.driver import drive
 from runs.engine.reaper import start_reaper_thread
-from runs.regrade import run_regrade
+from runs.settlement.regrade import run_regrade
 
 
 @shared_task(ignore_result=True, acks_late=True, reject_on_worker_lost=True)
@@ -25,7 +25,7 @@ def run_drive(run_id: int) -> None:
 
 @shared_task(ignore_result=False, acks_late=True, reject_on_worker_lost=True)
 def run_regrade_task(run_id: int) -> dict[str, int | bool]:
-    """Re-grade a run with the sandbox (code answers run again; runs.regrade). Never sends a
+    """Re-grade a run with the sandbox (code answers run again; runs.settlement.regrade). Never sends a
     model call. Safe to deliver twice: a regrade of the same inputs returns the stored one.
     Its result (kept by the result backend) names the regrade for `GET …/regrade/?task=`."""
     result = run_regrade(run_id=run_id, sandbox=True)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runs import views, views_evaluation, views_questions
+from runs.interfaces import views, views_evaluation, views_questions
 
 app_name = "runs"
 urlpatterns = [

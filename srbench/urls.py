@@ -7,9 +7,9 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import SimpleRouter
 
-from runs.api import PlanReviewView, RunViewSet, TargetViewSet
-from runs.preflight_api import TargetPreflightView
-from runs.recovery_api import LineageView, RecoverView, RecoveryPlanView
+from runs.interfaces.api import PlanReviewView, RunViewSet, TargetViewSet
+from runs.interfaces.preflight_api import TargetPreflightView
+from runs.interfaces.recovery_api import LineageView, RecoverView, RecoveryPlanView
 from srbench.api import SCHEMA_SETTINGS, api_not_found
 from srbench.api_docs import ApiDocsView, ApiRedocView
 from srbench.audit_api import AuditEventListView

@@ -166,13 +166,13 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_checker_sees_an_upward_import_and_a_circle() -> None:
     """The checks below could fail: a hand-made graph with one of each is caught."""
     graph = {
-        "runs.report": {"compare.stats"},
+        "runs.reporting.report": {"compare.stats"},
         "runs.a": {"runs.b"},
         "runs.b": {"runs.a"},
         "srbench.simulator.oracle": {"datasets.benchmarks", "srbench.canonical"},
     }
     assert forbidden_edges(graph) == [
-        "runs.report -> compare.stats (runs imports compare/recipes)",
+        "runs.reporting.report -> compare.stats (runs imports compare/recipes)",
         "srbench.simulator.oracle -> datasets.benchmarks (simulator imports datasets)",
     ]
     assert circles(graph) == [["runs.a", "runs.b"]]
@@ -208,20 +208,20 @@ def test_modules_and_functions_stay_small() -> None:
 
 # Inside `runs` (issue 36 item 1): the engine drives calls at the bottom of the app and reaches
 # the rest of `runs` only for the ledger, its rules and the adapters below it. The report and the
-# live results are reached through hooks it is given (`runs.hooks`: report keeper, live-snapshot
-# keeper, run-end hooks). `runs.services` is the one exception left, named: the recovery pass
+# live results are reached through hooks it is given (`runs.ledger.hooks`: report keeper, live-snapshot
+# keeper, run-end hooks). `runs.planning.services` is the one exception left, named: the recovery pass
 # rings the drive task's doorbell through `services.run_dispatch`, which tests replace.
 ENGINE_MAY_IMPORT = (
     "runs.engine",
     "runs.models",
-    "runs.events",
-    "runs.hooks",
-    "runs.accounting",
-    "runs.usage",
-    "runs.selectors",
-    "runs.router_client",
+    "runs.ledger.events",
+    "runs.ledger.hooks",
+    "runs.ledger.accounting",
+    "runs.ledger.usage",
+    "runs.ledger.selectors",
+    "runs.engine.router_client",
 )
-ENGINE_NOT_YET: set[str] = {"runs.engine.reaper -> runs.services"}
+ENGINE_NOT_YET: set[str] = {"runs.engine.reaper -> runs.planning.services"}
 
 
 def engine_edges(graph: dict[str, set[str]]) -> list[str]:
@@ -237,8 +237,11 @@ def engine_edges(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_the_engine_check_sees_an_import_of_the_report() -> None:
-    graph = {"runs.engine.finish": {"runs.report", "runs.models"}, "runs.report": {"runs.engine"}}
-    assert engine_edges(graph) == ["runs.engine.finish -> runs.report"]
+    graph = {
+        "runs.engine.finish": {"runs.reporting.report", "runs.models"},
+        "runs.reporting.report": {"runs.engine"},
+    }
+    assert engine_edges(graph) == ["runs.engine.finish -> runs.reporting.report"]
 
 
 def test_the_engine_reaches_up_only_through_the_hooks_it_is_given() -> None:

@@ -4,7 +4,7 @@ address alive after a move, and the next reader cannot tell which one is the rul
 
 Every module of the project and of its tests and benches is parsed (never imported). The one
 exception is ``runs.models``: Django finds a model through its app's ``models`` module, so the
-models that live in sibling files (``runs.models_regrade``) are imported there on purpose.
+models that live in sibling files (``runs.models.regrade``) are imported there on purpose.
 """
 
 from __future__ import annotations
@@ -65,12 +65,12 @@ def reexported_uses(found: dict[str, Path]) -> list[str]:
 def test_the_check_sees_a_reexport(tmp_path: Path) -> None:
     """The check below could fail: a hand-made pair of modules with a re-export is caught."""
     home = tmp_path / "home.py"
-    home.write_text("from runs.usage import usage_buckets\n")
+    home.write_text("from runs.ledger.usage import usage_buckets\n")
     user = tmp_path / "user.py"
     user.write_text("from runs.home import usage_buckets\n")
     found = {"runs.home": home, "runs.user": user}
     assert reexported_uses(found) == [
-        "runs.user: usage_buckets through runs.home (its home is runs.usage)"
+        "runs.user: usage_buckets through runs.home (its home is runs.ledger.usage)"
     ]
 
 

@@ -26,14 +26,14 @@ from typing import Any, TypeVar
 import httpx
 from django.utils import timezone
 
-from runs.accounting import call_accounting, worst_case_call_cost
 from runs.engine import store
 from runs.engine.group_commit import UNREACHABLE, DbThread, LedgerBatcher
 from runs.engine.guards import output_cap_violation, repeated_tail_block, stream_byte_cap
 from runs.engine.leases import ClaimLost, LeaseHolder
 from runs.engine.sse import ChatStreamAccumulator, SSEDecoder, SSEError
 from runs.engine.transport import RequestHeld
-from runs.hooks import live_snapshot_keep
+from runs.ledger.accounting import call_accounting, worst_case_call_cost
+from runs.ledger.hooks import live_snapshot_keep
 from srbench.money import money_stored
 
 log = logging.getLogger(__name__)

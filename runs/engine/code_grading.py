@@ -149,7 +149,7 @@ def lcb_stdout_matches(actual: str, expected: str) -> bool:
 
 def _failure_status(result: SandboxResult) -> str | None:
     """A test's (a step's) failure from its run, or None when the program exited 0. A run that
-    went past the sandbox's disk budget is `disk_quota_exceeded` (runs/public.py shows it as
+    went past the sandbox's disk budget is `disk_quota_exceeded` (runs/interfaces/public.py shows it as
     "disk quota exceeded"), whatever its exit."""
     if result.reason == "timeout":
         return "timeout"

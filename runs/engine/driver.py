@@ -32,9 +32,9 @@ from runs.engine.episodes import episode_for
 from runs.engine.finish import run_finish_if_done
 from runs.engine.group_commit import DbThread, LedgerBatcher
 from runs.engine.leases import ClaimLost
+from runs.engine.router_client import PreviewError, PreviewNotPossible, route_preview
 from runs.engine.transport import engine_client
-from runs.hooks import run_start
-from runs.router_client import PreviewError, PreviewNotPossible, route_preview
+from runs.ledger.hooks import run_start
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class Driver(Caller):
         if self.ctx.manifest["mode"] == "preview":
             await self._run_preview(cell, target)
             return
-        # A re-judge child (runs/rejudge.py) is known by its manifest, never by a benchmark.
+        # A re-judge child (runs/settlement/rejudge.py) is known by its manifest, never by a benchmark.
         await episode_for(adapter, rejudge="rejudge" in self.ctx.manifest)(self, cell, target)
 
     async def _run_preview(self, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
@@ -210,7 +210,7 @@ async def drive(run_id: int) -> str | None:
         if ctx.started_now:
             # Before any call: the recipe must describe the router that answers this run
             # (R12.2). Only at the start, so a redelivered task never captures a later config.
-            # recipes registers its capture as a run-start hook (runs.hooks, issue 24).
+            # recipes registers its capture as a run-start hook (runs.ledger.hooks, issue 24).
             await db(run_start, run_id=run_id)
         limits = ctx.manifest["limits"]
         max_cost = None if limits.get("max_cost_usd") is None else Decimal(limits["max_cost_usd"])

@@ -94,12 +94,12 @@ async def judged(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -
 
 
 async def rejudged(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
-    """A re-judge child's cell (issue 22 point 4, runs/rejudge.py): the parent cell's stored
+    """A re-judge child's cell (issue 22 point 4, runs/settlement/rejudge.py): the parent cell's stored
     answer judged again. The subject target is never called; `target` is only whose answer
     it was."""
     marker = d.ctx.manifest["rejudge"]
     parent = int(marker["parent_run"])
-    # A judge-only recovery child (runs/recovery.py) judges the answer its parent's subject
+    # A judge-only recovery child (runs/settlement/recovery.py) judges the answer its parent's subject
     # call stored, which was never judged: the parent cell failed before its judge call.
     read = judge_only_answer if marker.get("judge_only") else parent_answer
     answer = await d.db(read, cell_id=cell.cell_id, parent_run_id=parent)
@@ -282,7 +282,7 @@ EPISODES: dict[str, Episode] = {
 
 
 def episode_for(adapter: BenchmarkAdapter, *, rejudge: bool = False) -> Episode:
-    """The adapter's episode; in a re-judge child run (its manifest says so, runs/rejudge.py)
+    """The adapter's episode; in a re-judge child run (its manifest says so, runs/settlement/rejudge.py)
     the judge-only episode, whatever the benchmark: a re-judge never reaches the subject."""
     if rejudge:
         return rejudged if adapter.kind == "judge" else not_rejudgeable

@@ -12,8 +12,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from runs.engine.judge_only import judge_only_answers
-from runs.events import events_append
-from runs.hooks import report_keep, run_end
+from runs.ledger.events import events_append
+from runs.ledger.hooks import report_keep, run_end
 from runs.models import (
     OPEN_CALL_STATUSES,
     TERMINAL_RUN_STATUSES,
@@ -126,7 +126,7 @@ def run_finish_if_done(*, run_id: int) -> str | None:
 def run_report_keep(*, run_id: int) -> None:
     """Compute and store the report of a run that just ended, once (the runs list sorts on
     it; pages and comparisons read it), then call the run-end hooks of the apps above `runs`
-    (`runs.hooks`: compare stores the run's per-cell figures). Called after the transaction
+    (`runs.ledger.hooks`: compare stores the run's per-cell figures). Called after the transaction
     that made the run terminal. A failure is logged, never the run's: what failed is computed
     again on its next read."""
     try:
@@ -146,7 +146,7 @@ def runs_report_backfill(*, limit: int = 5) -> int:
     item 1): runs that ended before that work existed, or whose work failed. Called by the
     workers' recovery pass, at most `limit` runs a pass (the newest first), each once per
     process, so no reader pays for it (a comparison of such runs took 803 ms instead of 120);
-    a reader that comes first does it itself, once (`runs.stored_report.run_report_served`).
+    a reader that comes first does it itself, once (`runs.reporting.stored_report.run_report_served`).
     Returns how many runs it did."""
     candidates = list(
         Run.objects.filter(
@@ -168,7 +168,7 @@ def runs_report_backfill(*, limit: int = 5) -> int:
 
 # Error prefix of a cell the recovery pass could neither grade nor resume: the worker stopped
 # inside a multi-call episode (or before the judge call of a judged cell) after every call it
-# sent had completed. Recovery shows such a cell as excluded with this code (runs/recovery.py).
+# sent had completed. Recovery shows such a cell as excluded with this code (runs/settlement/recovery.py).
 EPISODE_INTERRUPTED = "episode_interrupted"
 # What the recovery pass wrote before it finished cells from the ledger (issue 20 point 1):
 # cells settled that way are read as interrupted episodes or complete answers, never retried.
@@ -271,7 +271,7 @@ def cell_settlement(
     the ledger alone and with the engine's own rules (runs/engine/episodes.py,
     graders in runs/engine/scoring.py): never a new model call.
 
-    - a cell of a re-judge child run (the manifest's ``rejudge`` marker, runs/rejudge.py) ends
+    - a cell of a re-judge child run (the manifest's ``rejudge`` marker, runs/settlement/rejudge.py) ends
       as the `rejudged` episode would: the parent's stored answer (``rejudge_answer``, from
       `rejudge_answers`; None: the parent holds none) with this cell's judge verdict;
     - a call that failed or was cancelled fails the cell with the driver's message;

@@ -1,4 +1,4 @@
-"""The answer a judge-only completion judges (issue 34; runs/recovery.py mode ``judge_only``).
+"""The answer a judge-only completion judges (issue 34; runs/settlement/recovery.py mode ``judge_only``).
 
 A judged cell (SimpleQA, HLE) whose worker died after its subject call completed and before its
 judge call was sent is settled `failed` as `episode_interrupted` with that answer kept in its

@@ -21,7 +21,6 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Exists, F, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from runs import services
 from runs.engine import store
 from runs.engine.finish import (
     Settlement,
@@ -33,8 +32,9 @@ from runs.engine.finish import (
     runs_report_backfill,
     stored_calls,
 )
-from runs.events import events_append
+from runs.ledger.events import events_append
 from runs.models import Call, CallStatus, Cell, CellStatus, Run, RunEvent, RunStatus
+from runs.planning import services
 
 INTERRUPT_REASON = "a worker stopped with calls in flight (sent_unknown)"
 # Who holds a cell the pass took over to grade in the sandbox, and for how long at least: a

@@ -32,7 +32,8 @@ from django.utils import timezone
 
 from datasets.models import Question
 from runs.engine.bulk_sql import bulk_update_sql, first_per_key
-from runs.events import events_append
+from runs.ledger.events import events_append
+from runs.ledger.selectors import target_api_key
 from runs.models import (
     TERMINAL_RUN_STATUSES,
     Call,
@@ -44,7 +45,6 @@ from runs.models import (
     RunStatus,
     Target,
 )
-from runs.selectors import target_api_key
 from srbench.canonical import sha256_bytes
 from srbench.money import money_text
 

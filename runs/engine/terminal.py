@@ -205,7 +205,7 @@ class TerminalSession:
 
     def _quota_detail(self) -> dict[str, Any]:
         """The grade detail of a session that went past its disk budget: the reason is public
-        (runs/public.py shows `verifier_reason`)."""
+        (runs/interfaces/public.py shows `verifier_reason`)."""
         return {
             "grader": "terminal-bench",
             "version": TERMINAL_GRADER_VERSION,

@@ -192,7 +192,7 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
     if h5 is not None:
         env["SRBENCH_SCICODE_H5"] = str(h5)
         # This process freezes the demo's plan, and a plan leaves out SciCode problems whose
-        # test targets the server does not hold (runs.runnable): it must see the same file.
+        # test targets the server does not hold (runs.planning.runnable): it must see the same file.
         settings.SRBENCH_SCICODE_H5 = str(h5)
     logs = var_dir / "logs"
     logs.mkdir(exist_ok=True)
@@ -258,7 +258,7 @@ def demo_evaluation(
     """Start the smoke evaluation (and the ``headline`` run beside it) through the API, as the
     CLI does; wait for the smoke report and print the sr-bench score over the nine, or the
     subset and what is missing and why; then answer the headline question in one sentence."""
-    from runs.cli import report_text
+    from runs.interfaces.cli import report_text
     from srbench.api_client import ApiClient
     from srbench.demo import score_lines
 

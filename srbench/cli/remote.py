@@ -18,7 +18,12 @@ from collections.abc import Sequence
 
 # The verb modules that talk to the API only (no model, no settings at import or at run time
 # with --url). `tests/cli/test_console_remote.py` proves a remote verb leaves Django unbooted.
-HTTP_VERB_MODULES = ("runs.cli", "recipes.cli", "compare.cli", "runs.recovery_cli")
+HTTP_VERB_MODULES = (
+    "runs.interfaces.cli",
+    "recipes.cli",
+    "compare.cli",
+    "runs.interfaces.recovery_cli",
+)
 
 
 def remote_requested(argv: Sequence[str]) -> bool:

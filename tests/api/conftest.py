@@ -10,7 +10,7 @@ import pytest
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
-from runs.events import events_append
+from runs.ledger.events import events_append
 from runs.models import Run
 from tests import factories as f
 from tests.compare import builders as b

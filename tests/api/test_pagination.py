@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from datasets.models import DatasetQuestion
-from runs.events import events_append
+from runs.ledger.events import events_append
 from runs.models import Call, Cell, Run
 from tests import factories as f
 from tests.compare import builders as b

@@ -8,7 +8,7 @@
   API answers exactly those (no view maps them by hand).
 - Run creation, recovery and re-judge replay through the one helper: the same replay answer
   (the replay status and ``Idempotent-Replayed: true`` with the same id), and only
-  ``runs/idempotency.py`` reads the idempotency-key columns.
+  ``runs/ledger/idempotency.py`` reads the idempotency-key columns.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from runs.models import Cell, Run
-from runs.reconcile import ReconcileRefused
-from runs.regrade import RegradeRefused
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.reporting.reconcile import ReconcileRefused
+from runs.settlement.regrade import RegradeRefused
 from srbench.refusals import Refusal
 from tests import factories as f
 from tests.compare import builders as b
@@ -171,7 +171,7 @@ def _all_subclasses(cls: type) -> set[type]:
 def test_every_refusal_type_carries_a_status_and_a_code() -> None:
     """The refusal vocabulary: every service error the API answers is a Refusal subclass with
     an HTTP error status and a snake_case code (the API's URL conf imports them all)."""
-    import runs.export  # noqa: F401  (imported by its view at call time)
+    import runs.reporting.export  # noqa: F401  (imported by its view at call time)
     import srbench.urls  # noqa: F401  (every API module, so every refusal class)
 
     kinds = _all_subclasses(Refusal)
@@ -237,7 +237,7 @@ def _rejudgeable() -> Run:
 
 def test_run_recovery_and_rejudge_replay_through_one_helper() -> None:
     """The same key twice: the first answer makes the thing, the second is the replay answer
-    of runs/idempotency.py `replay_response` — the same id, the replay status and the header —
+    of runs/ledger/idempotency.py `replay_response` — the same id, the replay status and the header —
     for all three; a third with the key and another request is the one 422 refusal."""
     owner = f.user_create(staff=True)
     client = APIClient()
@@ -323,4 +323,4 @@ def test_only_the_replay_helper_reads_the_idempotency_columns() -> None:
         for path in sorted((ROOT / package).rglob("*.py")):
             if "migrations" not in path.parts:
                 readers += key_readers(path.read_text(), str(path.relative_to(ROOT)))
-    assert readers and all(r.startswith("runs/idempotency.py:") for r in readers), readers
+    assert readers and all(r.startswith("runs/ledger/idempotency.py:") for r in readers), readers

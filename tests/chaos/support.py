@@ -26,9 +26,9 @@ from django.db.models import Count, Q, Sum
 
 from datasets.models import FrozenDataset
 from runs.models import TERMINAL_RUN_STATUSES, Call, CallEvidence, Cell, Run
-from runs.recovery import recovery_plan
-from runs.report import run_report
-from runs.services import run_cancel, run_create
+from runs.planning.services import run_cancel, run_create
+from runs.reporting.report import run_report
+from runs.settlement.recovery import recovery_plan
 from srbench.refusals import Refusal
 from tests.conftest import ROOT, WorkerProcess, database_url_for_worker
 from tests.runs.engine_support import fixture_dataset

@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from datasets.models import FrozenDataset, Question
-from runs.idempotency import IdempotencyKeyReused
+from runs.ledger.idempotency import IdempotencyKeyReused
 from runs.models import (
     Call,
     CallEvidence,
@@ -24,9 +24,9 @@ from runs.models import (
     RunEvent,
     Target,
 )
-from runs.plans import PlanError
-from runs.recovery import recovery_plan, recovery_submit
-from runs.services import run_create
+from runs.planning.plans import PlanError
+from runs.planning.services import run_create
+from runs.settlement.recovery import recovery_plan, recovery_submit
 from srbench.refusals import Refusal
 from tests import factories as f
 from tests.runs import engine_support as es
@@ -65,7 +65,9 @@ def bench(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
 def world(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     # No broker in these tests: a doorbell that would ring is recorded instead.
     rung: list[int] = []
-    monkeypatch.setattr("runs.services.run_dispatch", lambda *, run_id: rung.append(run_id))
+    monkeypatch.setattr(
+        "runs.planning.services.run_dispatch", lambda *, run_id: rung.append(run_id)
+    )
     target = f.target_create(slug="sim-strong", prices={"sim-strong": es.PRICES["sim-strong"]})
     f.target_create(
         slug="sim-judge", model="sim-judge", prices={"sim-judge": es.PRICES["sim-judge"]}
@@ -125,7 +127,7 @@ def test_malformed_plans_are_refused_by_the_service_and_change_nothing(world):
     assert accepted == [] and world["rung"] == []
 
 
-# runs/cli.py plan_from once did dict(plan.get("limits") or {}) and dict(plan.get("sampling") or {}):
+# runs/interfaces/cli.py plan_from once did dict(plan.get("limits") or {}) and dict(plan.get("sampling") or {}):
 # a plan file whose limits/sampling is a non-empty list or string raises TypeError/ValueError out
 # of the command (a traceback, not "error: ..."). Fixed; tested separately below.
 CLI_CRASHES = {"limits not an object", "limits a string", "sampling not an object"}

@@ -357,7 +357,7 @@ def set_lane(monkeypatch):  # type: ignore[no-untyped-def]
         with app.connection_for_write(current[-1].url) as conn:
             run_drive.apply_async(args=[run_id], connection=conn)
 
-    monkeypatch.setattr("runs.services.run_dispatch", dispatch)
+    monkeypatch.setattr("runs.planning.services.run_dispatch", dispatch)
     return current.append
 
 

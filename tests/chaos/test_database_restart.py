@@ -42,7 +42,7 @@ LEASE_SECONDS = 12.0
 OUTAGE_SECONDS = 3.0
 SETUP = """
 import json
-from runs.services import run_create
+from runs.planning.services import run_create
 from tests import factories as f
 from tests.chaos import support as cs
 from tests.runs import engine_support as es

@@ -110,7 +110,7 @@ def test_broker_restart_mid_run(transactional_db, sim_url, tmp_path: Path, monke
         with app.connection_for_write(url) as conn:
             run_drive.apply_async(args=[run_id], connection=conn)
 
-    monkeypatch.setattr("runs.services.run_dispatch", dispatch)
+    monkeypatch.setattr("runs.planning.services.run_dispatch", dispatch)
     es.sim_targets(sim_url)
     worker = cs.ChaosWorker(tmp_path / "worker.log", broker_url=url)
     worker.start()

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from runs.models import Call, Cell, Run, RunEvent
-from runs.recovery import recovery_plan
-from runs.regrade import run_regrade
+from runs.settlement.recovery import recovery_plan
+from runs.settlement.regrade import run_regrade
 from tests import factories as f
 from tests.chaos import support as cs
 from tests.conftest import WorkerProcess, purge_broker, wait_until

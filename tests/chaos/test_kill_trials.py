@@ -70,7 +70,7 @@ def test_seeded_kill_trials(transactional_db, sim_url, tmp_path: Path, monkeypat
     # Runs are sent to the victim's own queue; the reaper's re-dispatch uses the shared one.
     queue = {"name": ""}
     monkeypatch.setattr(
-        "runs.services.run_dispatch",
+        "runs.planning.services.run_dispatch",
         lambda *, run_id: run_drive.apply_async(args=[run_id], queue=queue["name"]),
     )
     workers: dict[str, cs.ChaosWorker] = {}

@@ -19,7 +19,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runs.accounting import Price, call_cost
 from runs.engine.sse import (
     KNOWN_FINISH_REASONS,
     ChatStreamAccumulator,
@@ -28,7 +27,12 @@ from runs.engine.sse import (
     SSELimitError,
     decode_sse,
 )
-from runs.usage import UsageBuckets, parse_model_usage_receipt_explained, usage_buckets_explained
+from runs.ledger.accounting import Price, call_cost
+from runs.ledger.usage import (
+    UsageBuckets,
+    parse_model_usage_receipt_explained,
+    usage_buckets_explained,
+)
 from tests.conftest import ROOT
 
 

@@ -104,7 +104,7 @@ def test_seeded_stall_trials(transactional_db, sim_url, tmp_path: Path, monkeypa
     dataset = cs.small_dataset("stall")
     owner = f.user_create()
     monkeypatch.setattr(
-        "runs.services.run_dispatch",
+        "runs.planning.services.run_dispatch",
         lambda *, run_id: run_drive.apply_async(args=[run_id], queue="chaos-victim"),
     )
     victim = cs.ChaosWorker(tmp_path / "victim.log")

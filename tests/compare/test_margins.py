@@ -12,7 +12,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from compare.services import comparison_build
-from runs.plans import plan_freeze
+from runs.planning.plans import plan_freeze
 from tests import factories as f
 from tests.cli.conftest import bench  # noqa: F401  (the CLI fixture)
 from tests.compare import builders as b

@@ -16,7 +16,7 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from compare.views import compare_url
-from runs.report import run_report
+from runs.reporting.report import run_report
 from tests import factories as f
 from tests.runs import official_support as o
 

@@ -22,7 +22,7 @@ from django.utils import timezone
 from compare.services import comparison_build
 from datasets.models import Question
 from runs.models import Call, Cell, Run, Target
-from runs.report import run_report
+from runs.reporting.report import run_report
 from srbench.stats import (
     paired_difference,
     paired_differences,

@@ -1,5 +1,5 @@
 """A run's per-cell figures are stored when it ends (issue 25): the run finish calls the
-run-end hooks (`runs.hooks`), compare's stores the figures under the run's fingerprint, and the
+run-end hooks (`runs.ledger.hooks`), compare's stores the figures under the run's fingerprint, and the
 first comparison of ended runs reads them instead of computing them. A failing hook is
 logged and never changes the run."""
 
@@ -15,12 +15,12 @@ from django.test.utils import CaptureQueriesContext
 from compare.figures import CELL_RECORD, FIGURES_VERSION, case_figures_keep, cells_pack
 from compare.models import CaseFigures
 from compare.services import comparison_build
-from runs import hooks
 from runs.engine.finish import run_finish_if_done
+from runs.ledger import hooks
+from runs.ledger.selectors import run_settled_fingerprint
 from runs.models import Call, Cell, Run, RunReport
-from runs.report import report_key
-from runs.selectors import run_settled_fingerprint
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.reporting.report import report_key
 from srbench.canonical import sha256_hex
 from tests import factories as f
 from tests.compare import builders as b
@@ -149,7 +149,7 @@ def test_a_failing_run_end_hook_is_logged_and_changes_neither_the_run_nor_the_ot
     run = _running_run()
     name = run.name
 
-    with caplog.at_level(logging.ERROR, logger="runs.hooks"):
+    with caplog.at_level(logging.ERROR, logger="runs.ledger.hooks"):
         assert run_finish_if_done(run_id=run.pk) == "completed"
 
     assert calls == [run.pk]

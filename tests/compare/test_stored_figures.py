@@ -16,9 +16,9 @@ import pytest
 from compare.figures import cells_pack
 from compare.models import CaseFigures
 from compare.services import comparison_build
+from runs.ledger.selectors import run_settled_fingerprint, runs_settled_fingerprints
 from runs.models import Cell, Run, RunReport, UsageCorrection
-from runs.regrade import run_regrade
-from runs.selectors import run_settled_fingerprint, runs_settled_fingerprints
+from runs.settlement.regrade import run_regrade
 from tests.compare import builders as b
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from datasets.services import source_prepare
 from runs.models import Call, Run, RunEvent
-from runs.services import run_create
+from runs.planning.services import run_create
 from tests import factories as f
 from tests.e2e.conftest import screenshot
 from tests.runs import engine_support as es

@@ -19,7 +19,7 @@ from playwright.sync_api import expect
 from datasets.benchmarks import ADAPTERS
 from datasets.services import source_prepare
 from runs.models import Cell, Run, RunEvent
-from runs.services import run_create
+from runs.planning.services import run_create
 from tests import factories as f
 from tests.conftest import purge_broker
 from tests.e2e.conftest import screenshot

@@ -27,10 +27,10 @@ import httpx
 import pytest
 import uvicorn
 
+from runs.ledger.usage import usage_buckets, usage_buckets_explained
 from runs.models import Call, CallEvidence, Cell
-from runs.report import run_report
-from runs.services import run_create, target_set_api_key
-from runs.usage import usage_buckets, usage_buckets_explained
+from runs.planning.services import run_create, target_set_api_key
+from runs.reporting.report import run_report
 from srbench.simulator.config import load_config
 from srbench.simulator.server import create_app
 from tests import factories as f

@@ -24,9 +24,9 @@ from datasets.provenance import FIXTURE, SYNTHETIC
 from datasets.services import dataset_compose, source_prepare
 from datasets.synthetic import write_synthetic
 from runs.engine.finish import run_report_keep
-from runs.export import export_csv, export_matrix
 from runs.models import Cell, Run
-from runs.report import run_report_compute
+from runs.reporting.export import export_csv, export_matrix
+from runs.reporting.report import run_report_compute
 from tests.compare import builders as b
 from tests.runs.test_live_attempts import expected, two_attempt_run
 

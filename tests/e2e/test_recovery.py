@@ -13,7 +13,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from runs.models import Cell, RecoveryRequest, Run
-from runs.services import run_create
+from runs.planning.services import run_create
 from tests import factories as f
 from tests.conftest import purge_broker
 from tests.e2e.conftest import screenshot

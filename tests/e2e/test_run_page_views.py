@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from runs.models import Cell
-from runs.services import run_create
+from runs.planning.services import run_create
 from tests.conftest import wait_until
 from tests.e2e.conftest import screenshot
 from tests.runs import engine_support as es

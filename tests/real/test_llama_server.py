@@ -29,9 +29,9 @@ import pytest
 from django.core.management import call_command
 
 from runs.models import Call, CallEvidence, Cell, Run
-from runs.reconcile import usage_reconcile
-from runs.report import run_report
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.reporting.reconcile import usage_reconcile
+from runs.reporting.report import run_report
 from tests import factories as f
 from tests.conftest import wait_until
 from tests.real.conftest import LlamaServer

@@ -13,8 +13,8 @@ from decimal import Decimal
 
 import pytest
 
-from runs.preflight import preflight_quote, target_preflight
-from runs.preflight_findings import NO_STREAM_USAGE
+from runs.preflight.checks import preflight_quote, target_preflight
+from runs.preflight.findings import NO_STREAM_USAGE
 from tests import factories as f
 from tests.real.conftest import N_CTX
 

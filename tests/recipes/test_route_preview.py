@@ -10,7 +10,7 @@ import httpx
 import pytest
 from django.core.management import call_command
 
-from runs.router_client import PreviewError, PreviewNotPossible, route_preview
+from runs.engine.router_client import PreviewError, PreviewNotPossible, route_preview
 from srbench.simulator.router import session_bucket
 from srbench.simulator.testing import running_simulator
 from tests import factories as f

@@ -16,7 +16,7 @@ from datasets.benchmarks import get_adapter
 from datasets.models import DatasetQuestion, FrozenDataset, Question, QuestionSecret
 from datasets.services import question_content_sha256
 from runs.models import Run, Target
-from runs.services import run_create
+from runs.planning.services import run_create
 from srbench.canonical import sha256_hex
 from srbench.simulator.config import load_config
 from srbench.simulator.oracle import AnswerKey

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runs.accounting import (
+from runs.ledger.accounting import (
     Price,
     PriceError,
     cache_neutral_cost,
@@ -19,7 +19,7 @@ from runs.accounting import (
     priced_call_cost,
     sum_known,
 )
-from runs.usage import (
+from runs.ledger.usage import (
     UsageBuckets,
     parse_model_usage_receipt,
     parse_model_usage_receipt_explained,

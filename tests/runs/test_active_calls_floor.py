@@ -1,4 +1,4 @@
-"""The live section's in-flight calls (`runs.selectors.active_calls_page`): the calls still in flight
+"""The live section's in-flight calls (`runs.ledger.selectors.active_calls_page`): the calls still in flight
 from before a run was created (a stream stuck in an earlier run) are not probed for their
 run, and the run's own finished calls are not read either (issue 25)."""
 
@@ -8,8 +8,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from runs.ledger.selectors import active_calls_page
 from runs.models import Call, Cell, Run
-from runs.selectors import active_calls_page
 from tests import factories as f
 from tests.runs.test_run_summary import build_run, rows_read
 

@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 from django.db import close_old_connections, transaction
 
-from runs.corrections import version_append
+from runs.ledger.corrections import version_append
 from runs.models import UsageCorrection
 from tests import factories as f
 

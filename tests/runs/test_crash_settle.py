@@ -20,11 +20,11 @@ from django.utils import timezone
 from runs.engine.finish import EPISODE_INTERRUPTED, LEGACY_SETTLED_ERROR
 from runs.engine.reaper import GRADER, ledger_reap
 from runs.models import Call, CallEvidence, Cell, Regrade, Run, RunEvent
-from runs.recovery import recovery_plan
-from runs.recovery_rules import REASONS
-from runs.regrade import run_regrade
-from runs.report import run_report
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.reporting.report import run_report
+from runs.settlement.recovery import recovery_plan
+from runs.settlement.recovery_rules import REASONS
+from runs.settlement.regrade import run_regrade
 from srbench.canonical import sha256_bytes
 from tests import factories as f
 from tests.runs import engine_support as es
@@ -40,7 +40,7 @@ MODES = ("undispatched", "failed")
 def every_question_runs_here(monkeypatch: pytest.MonkeyPatch) -> None:
     """SciCode problems are planned as on a server holding their test data (plan-time
     exclusion is tests/runs/test_not_run.py's subject); grading here still reads the h5."""
-    monkeypatch.setattr("runs.runnable.not_runnable_reason", lambda *args: None)
+    monkeypatch.setattr("runs.planning.runnable.not_runnable_reason", lambda *args: None)
 
 
 def world() -> Run:

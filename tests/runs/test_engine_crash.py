@@ -10,7 +10,7 @@ import pytest
 from django.db.models import Sum
 
 from runs.models import Call, CallEvidence, Cell, RunEvent
-from runs.services import run_cancel, run_create
+from runs.planning.services import run_cancel, run_create
 from runs.tasks import run_drive
 from tests import factories as f
 from tests.conftest import WorkerProcess, purge_broker, wait_until

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runs.models import Call, CallEvidence, Cell, Run, RunEvent
-from runs.services import run_create
+from runs.planning.services import run_create
 from tests import factories as f
 from tests.conftest import wait_until
 from tests.runs import engine_support as es
@@ -53,7 +53,7 @@ def test_report_counts_costs_and_intervals_match_an_independent_computation(cele
     from fractions import Fraction
 
     from datasets.benchmarks import get_adapter
-    from runs.report import run_report
+    from runs.reporting.report import run_report
     from srbench.simulator import oracle, tokens
     from srbench.simulator.config import load_config
 
@@ -157,7 +157,7 @@ def test_livecodebench_answers_are_graded_in_the_sandbox(celery_worker):
 def test_scicode_without_its_test_data_is_not_run_and_sends_nothing(settings):
     """Issue 22 point 3 (R4): without SciCode's test data on this server its problems are not
     run — refused at plan time with the reason, before any model call — never failed or 0."""
-    from runs.plans import PlanError
+    from runs.planning.plans import PlanError
 
     settings.SRBENCH_SCICODE_H5 = None
     benchmarks = ["scicode"]

@@ -6,7 +6,7 @@ import pytest
 from recipes.models import Recipe
 from recipes.selectors import recipe_confirmations
 from runs.models import Call, RunEvent
-from runs.services import run_create
+from runs.planning.services import run_create
 from tests import factories as f
 from tests.conftest import wait_until
 from tests.runs import engine_support as es

@@ -23,7 +23,7 @@ from rest_framework.test import APIClient
 
 from compare.views import compare_url
 from runs.models import Call, Cell, Run, Target
-from runs.report import run_report
+from runs.reporting.report import run_report
 from tests import factories as f
 from tests.compare import builders as b
 
@@ -70,7 +70,7 @@ def judge_tokens(case: int, scale: int) -> dict[str, int]:
 
 
 def cost(tokens: dict[str, int], price: dict[str, str]) -> Decimal:
-    """Σ bucket × price / 1e6, written out here rather than imported from runs.accounting."""
+    """Σ bucket × price / 1e6, written out here rather than imported from runs.ledger.accounting."""
     total = tokens["input_tokens"] * Decimal(price["input"])
     total += tokens["output_tokens"] * Decimal(price["output"])
     if tokens["cached_input_tokens"]:

@@ -1,6 +1,6 @@
 """A target's fixed parameters are checked (issue 35 item 7): the admin refuses
 `{"temperature": "hot"}` with a clear error and saves nothing, and a plan refuses a target
-stored with bad ones before any model call. One rule: `runs.fixed_params.fixed_params_errors`."""
+stored with bad ones before any model call. One rule: `runs.planning.fixed_params.fixed_params_errors`."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from runs.fixed_params import fixed_params_errors
 from runs.models import Target
-from runs.plans import PlanError, plan_freeze
+from runs.planning.fixed_params import fixed_params_errors
+from runs.planning.plans import PlanError, plan_freeze
 from tests import factories as f
 from tests.runs.engine_support import fixture_dataset
 from tests.runs.test_target_admin import target_form

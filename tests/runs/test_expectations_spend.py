@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 
 from runs.models import Cell
-from runs.report import run_report
+from runs.reporting.report import run_report
 from tests import factories as f
 from tests.compare import builders as b
 

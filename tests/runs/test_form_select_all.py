@@ -12,7 +12,7 @@ import pytest
 from datasets.benchmarks import ADAPTERS
 from datasets.services import source_prepare
 from runs.models import Run
-from runs.plans import LimitsSerializer
+from runs.planning.plans import LimitsSerializer
 from tests import factories as f
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from recipes.services import run_recipes_capture
-from runs import hooks
+from runs.ledger import hooks
 
 
 def test_recipes_registers_its_capture_and_its_tab_once() -> None:

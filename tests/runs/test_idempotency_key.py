@@ -1,7 +1,7 @@
 """An Idempotency-Key longer than the columns that store it is refused (a 400, never a database
 error) with the one refusal every entry point gives (issue 36 item 2: before, each entry point
 had its own shape); one of exactly that length is taken. The length is one rule
-(runs/idempotency.py), read from the model columns."""
+(runs/ledger/idempotency.py), read from the model columns."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from runs.idempotency import InvalidIdempotencyKey
+from runs.ledger.idempotency import InvalidIdempotencyKey
 from runs.models import RecoveryRequest, Run
-from runs.recovery import recovery_submit
-from runs.rejudge import rejudge_submit
+from runs.settlement.recovery import recovery_submit
+from runs.settlement.rejudge import rejudge_submit
 from srbench.refusals import Refusal
 from tests import factories as f
 from tests.compare import builders as b
@@ -51,7 +51,7 @@ def _finished_run(owner: Any) -> Run:
 
 
 def test_the_rule_is_the_columns_length() -> None:
-    from runs.idempotency import IDEMPOTENCY_KEY_MAX
+    from runs.ledger.idempotency import IDEMPOTENCY_KEY_MAX
 
     assert IDEMPOTENCY_KEY_MAX == LONGEST
     for model in (Run, RecoveryRequest):

@@ -115,7 +115,7 @@ def test_score_sort_ranks_runs_only_within_their_benchmark_set(client, monkeypat
         assert shown_ids(after)[0] == first.pk, head
 
     # Page by page the order goes on, and a set cut by a page starts with its heading again.
-    monkeypatch.setattr("runs.views.PAGE_SIZE", 4)
+    monkeypatch.setattr("runs.interfaces.views.PAGE_SIZE", 4)
     second = client.get("/?sort=score&page=2").content.decode()
     assert shown_ids(second) == expected[4:]
     assert re.findall(r'data-benchmark-set="([^"]*)"', second)[0] == ",".join(sets[expected[4]])

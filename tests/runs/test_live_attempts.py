@@ -16,9 +16,9 @@ from fractions import Fraction
 import pytest
 from django.utils import timezone
 
-from runs.cli import report_text
+from runs.interfaces.cli import report_text
 from runs.models import Cell, Run
-from runs.report import run_report, run_report_compute
+from runs.reporting.report import run_report, run_report_compute
 from tests import factories as f
 from tests.runs.test_pages import manifest_for
 

@@ -21,7 +21,7 @@ from django.utils import timezone
 from datasets.models import Question
 from runs.engine.reaper import ledger_reap
 from runs.models import Cell, Run
-from runs.services import run_cancel, run_create
+from runs.planning.services import run_cancel, run_create
 from tests import factories as f
 from tests.conftest import purge_broker, wait_until
 from tests.runs import engine_support as es

@@ -1,5 +1,5 @@
 """The running run's percentile snapshot is kept by the worker that drives the run (issue 25,
-tabs ≤ 100 ms): `runs.live_report.snapshot_keep`, called from the driver's checkpoints on a
+tabs ≤ 100 ms): `runs.reporting.live_report.snapshot_keep`, called from the driver's checkpoints on a
 database thread of its own, so no Results view pays for recomputing it (157-212 ms at 100,000
 calls) while a worker runs the run. A view still recomputes one older than SNAPSHOT_SECONDS."""
 
@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from runs.live_report import SNAPSHOT_KEEP_SECONDS, snapshot_keep
 from runs.models import Call, LiveSnapshot
+from runs.reporting.live_report import SNAPSHOT_KEEP_SECONDS, snapshot_keep
 from tests import factories as f
 from tests.conftest import wait_until
 from tests.runs import engine_support as es
@@ -92,12 +92,14 @@ def test_the_worker_driving_a_run_keeps_its_snapshot_without_any_page_view(celer
 
 
 def test_the_engine_keeps_the_snapshot_through_the_hook_the_app_registers() -> None:
-    """Issue 36 item 1: the driver calls `runs.hooks.live_snapshot_keep`, which the runs app
+    """Issue 36 item 1: the driver calls `runs.ledger.hooks.live_snapshot_keep`, which the runs app
     wires to the live results at start-up; the engine never imports them."""
     from pathlib import Path
 
-    from runs.hooks import live_snapshot_keepers
+    from runs.ledger.hooks import live_snapshot_keepers
 
     assert snapshot_keep in live_snapshot_keepers
     engine = Path(__file__).resolve().parents[2] / "runs" / "engine"
-    assert not [p.name for p in engine.glob("*.py") if "runs.live_report" in p.read_text()]
+    assert not [
+        p.name for p in engine.glob("*.py") if "runs.reporting.live_report" in p.read_text()
+    ]

@@ -25,11 +25,11 @@ from django.utils import timezone
 from datasets.models import Question
 from runs.engine import store
 from runs.engine.reaper import ledger_reap
-from runs.live_report import run_report_live_compute, run_results_compute
 from runs.models import Call, Cell, LiveCallSums, LiveCellSums, LiveSnapshot, Run
-from runs.recovery import recovery_reconcile
-from runs.report import run_report_compute
-from runs.report_types import report_doc
+from runs.reporting.live_report import run_report_live_compute, run_results_compute
+from runs.reporting.report import run_report_compute
+from runs.reporting.report_types import report_doc
+from runs.settlement.recovery import recovery_reconcile
 from tests import factories as f
 from tests.conftest import purge_broker, wait_until
 from tests.runs import engine_support as es

@@ -25,12 +25,12 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from compare.services import comparison_build
-from runs.accounting import Price, PriceError
-from runs.live_report import run_report_live_compute
+from runs.ledger.accounting import Price, PriceError
 from runs.models import Call, Cell, LiveCallSums, Run, Target
-from runs.plans import PlanError
-from runs.report_types import report_doc
-from runs.services import run_create
+from runs.planning.plans import PlanError
+from runs.planning.services import run_create
+from runs.reporting.live_report import run_report_live_compute
+from runs.reporting.report_types import report_doc
 from srbench.money import MoneyPrecisionError, money_stored
 from tests import factories as f
 from tests.conftest import wait_until
@@ -71,7 +71,7 @@ def dec(value: str) -> Decimal:
 
 
 def priced(model: str, uncached: int, cached: int, written: int, output: int) -> Decimal:
-    """Σ bucket × price / 1e6, written out here rather than imported from runs.accounting."""
+    """Σ bucket × price / 1e6, written out here rather than imported from runs.ledger.accounting."""
     p = PRICES[model]
     with localcontext() as ctx:
         ctx.prec = 80

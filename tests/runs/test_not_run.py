@@ -15,12 +15,12 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from datasets.models import DatasetQuestion, Question
-from runs.cli import report_text
+from runs.interfaces.cli import report_text
 from runs.models import Cell, Run
-from runs.plans import PlanError, plan_freeze
-from runs.report import run_report
-from runs.runnable import not_runnable_reason
-from runs.services import run_create
+from runs.planning.plans import PlanError, plan_freeze
+from runs.planning.runnable import not_runnable_reason
+from runs.planning.services import run_create
+from runs.reporting.report import run_report
 from tests import factories as f
 from tests.runs.engine_support import fixture_dataset
 

@@ -15,8 +15,8 @@ import pytest
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from runs.official_metrics import metric_value_text, official_metrics
-from runs.report import run_report
+from runs.reporting.official_metrics import metric_value_text, official_metrics
+from runs.reporting.report import run_report
 from tests import factories as f
 from tests.runs import official_support as o
 

@@ -13,8 +13,8 @@ import pytest
 from datasets import official
 from datasets.grading import parse_grids, score_arc_prize_task
 from runs.models import Call, Cell
-from runs.report import run_report
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.reporting.report import run_report
 from srbench.simulator.oracle import judge_verdict
 from tests import factories as f
 from tests.conftest import wait_until
@@ -137,8 +137,8 @@ def _stated_confidence(answer: str) -> int:
 
 @pytest.mark.django_db
 def test_plan_freezes_the_template_hash_or_not_available_with_the_reason(monkeypatch):
-    from runs.plans import PlanError, plan_freeze
-    from runs.selectors import plan_worst_case_subject_cost
+    from runs.ledger.selectors import plan_worst_case_subject_cost
+    from runs.planning.plans import PlanError, plan_freeze
 
     dataset = es.fixture_dataset(["simpleqa", "hle"])
     f.target_create(slug="subject")

@@ -12,9 +12,9 @@ from decimal import Decimal
 import httpx
 import pytest
 
-from runs.models_preflight import PreflightCall, TargetPreflight
-from runs.preflight import PreflightRefused, preflight_quote, target_preflight
-from runs.preflight_findings import NO_STREAM_USAGE
+from runs.models.preflight import PreflightCall, TargetPreflight
+from runs.preflight.checks import PreflightRefused, preflight_quote, target_preflight
+from runs.preflight.findings import NO_STREAM_USAGE
 from srbench.simulator.testing import running_simulator
 from tests import factories as f
 

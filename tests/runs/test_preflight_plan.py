@@ -17,8 +17,8 @@ from datasets.benchmarks import get_adapter
 from datasets.models import DatasetQuestion
 from datasets.services import source_prepare
 from runs.models import Call, Run
-from runs.models_preflight import TargetPreflight
-from runs.plans import PlanError, plan_freeze
+from runs.models.preflight import TargetPreflight
+from runs.planning.plans import PlanError, plan_freeze
 from srbench.simulator.testing import running_simulator
 from tests import factories as f
 from tests.runs import engine_support as es

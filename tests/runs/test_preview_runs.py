@@ -6,8 +6,8 @@ import pytest
 from django.utils import timezone
 
 from runs.models import Call, Cell
-from runs.report import run_report
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.reporting.report import run_report
 from tests import factories as f
 from tests.conftest import wait_until
 from tests.runs import engine_support as es
@@ -55,7 +55,7 @@ def test_preview_run_reports_routing_without_model_calls(celery_worker):
 
 
 def test_preview_mode_needs_mom_targets_with_a_preview_url(db):
-    from runs.plans import PlanError, plan_freeze
+    from runs.planning.plans import PlanError, plan_freeze
 
     f.target_create(slug="single")
     dataset = es.fixture_dataset(["mmlu-pro"])

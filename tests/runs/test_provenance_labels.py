@@ -29,7 +29,7 @@ from datasets.provenance import (
 )
 from datasets.services import source_prepare
 from datasets.synthetic import write_synthetic
-from runs.cli import report_text
+from runs.interfaces.cli import report_text
 from runs.models import Run
 from tests import factories as f
 from tests.compare import builders as b

@@ -34,7 +34,7 @@ def member(client):
 
 
 def outcome_of(cell: Cell) -> str:
-    """The outcome words' key, computed here from status and correct (not from runs.questions)."""
+    """The outcome words' key, computed here from status and correct (not from runs.interfaces.questions)."""
     if cell.status != "completed":
         return {"failed": "failed", "sent_unknown": "sent_unknown", "cancelled": "cancelled"}.get(
             cell.status, "unfinished"
@@ -297,7 +297,7 @@ def episode_run(benchmarks: list[str]) -> Run:
 
 
 def run_create_plan(dataset) -> tuple[Run, bool]:
-    from runs.services import run_create
+    from runs.planning.services import run_create
 
     return run_create(
         owner=f.user_create(username="owner"),
@@ -326,7 +326,7 @@ def in_order(html: str, pieces: list[str]) -> bool:
 def test_a_tau3_episode_shows_every_turn_in_order_and_no_hidden_value(celery_worker):
     """issue 35 item 7: the transcript shows the agent's messages, tool calls with arguments,
     tool results and the simulated user's messages in order; no page of the new views shows a
-    gold action id, a reference answer or a judge's traffic (runs.public)."""
+    gold action id, a reference answer or a judge's traffic (runs.interfaces.public)."""
     run = episode_run(["tau3", "simpleqa"])
     # τ³ tasks whose assertions need a judge end failed (not scored): the run may say failed.
     cells = list(Cell.objects.filter(run=run).values_list("benchmark", "status", "error"))

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from runs.engine.reaper import runs_finish_idle, runs_redispatch_idle
-from runs.events import events_append
+from runs.ledger.events import events_append
 from runs.models import RunEvent
 from tests import factories as f
 

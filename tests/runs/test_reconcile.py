@@ -12,9 +12,9 @@ from django.core.management import call_command
 from django.db import IntegrityError, transaction
 
 from runs.models import Call, CallEvidence, Run, UsageCorrection
-from runs.reconcile import ReconcileRefused, usage_reconcile
-from runs.report import run_report
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.reporting.reconcile import ReconcileRefused, usage_reconcile
+from runs.reporting.report import run_report
 from srbench.canonical import sha256_bytes
 from tests import factories as f
 from tests.compare import builders as b

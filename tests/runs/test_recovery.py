@@ -15,7 +15,6 @@ from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from runs.lineage import run_lineage
 from runs.models import (
     Call,
     CallEvidence,
@@ -25,9 +24,10 @@ from runs.models import (
     Run,
     RunEvent,
 )
-from runs.recovery import recovery_plan, recovery_submit
-from runs.report import run_report
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.reporting.report import run_report
+from runs.settlement.lineage import run_lineage
+from runs.settlement.recovery import recovery_plan, recovery_submit
 from srbench.canonical import sha256_hex
 from srbench.refusals import Refusal
 from tests import factories as f

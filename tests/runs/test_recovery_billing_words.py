@@ -16,8 +16,8 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from runs.models import Cell, Run, Target
-from runs.recovery_rules import REASONS
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.settlement.recovery_rules import REASONS
 from tests import factories as f
 from tests.runs import engine_support as es
 

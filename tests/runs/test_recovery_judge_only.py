@@ -1,7 +1,7 @@
 """Judge-only completion (issue 34): a judged cell whose answer is stored and whose judge call was
 never sent — its worker died between the two — is completed by one judge call over the stored
 answer and no subject call, in a recovery child that reuses the re-judge machinery
-(runs/rejudge.py), at a worst case quoted in the plan and confirmed on submission.
+(runs/settlement/rejudge.py), at a worst case quoted in the plan and confirmed on submission.
 
 Ledgers are written as a dead worker leaves them (a `running` cell under an expired lease with
 its completed calls) and settled by the recovery pass (`ledger_reap`), as in
@@ -23,15 +23,15 @@ from django.core.management import call_command
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from runs.accounting import worst_case_call_cost
 from runs.engine.finish import EPISODE_INTERRUPTED, LEGACY_SETTLED_ERROR
 from runs.engine.reaper import ledger_reap
 from runs.engine.scoring import judge_request_messages
+from runs.ledger.accounting import worst_case_call_cost
 from runs.models import Call, Cell, RecoveryClaim, RecoveryRequest, Run, Target
-from runs.recovery import recovery_plan, recovery_submit
-from runs.recovery_rules import JUDGE_ONLY_TEXT, REASONS
-from runs.report import run_report
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.reporting.report import run_report
+from runs.settlement.recovery import recovery_plan, recovery_submit
+from runs.settlement.recovery_rules import JUDGE_ONLY_TEXT, REASONS
 from srbench.refusals import Refusal
 from srbench.simulator import oracle
 from tests import factories as f

@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from runs.engine.calls import HTTP_ERROR_BODY_CAP
 from runs.models import Call, Cell, RecoveryRequest, Run, Target
-from runs.recovery import recovery_plan, recovery_submit
-from runs.recovery_rules import REASONS
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.settlement.recovery import recovery_plan, recovery_submit
+from runs.settlement.recovery_rules import REASONS
 from tests import factories as f
 from tests.conftest import wait_until
 from tests.runs import engine_support as es

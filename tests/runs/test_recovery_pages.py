@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from runs.models import Cell, RecoveryRequest, Run
-from runs.services import run_create
+from runs.planning.services import run_create
 from tests import factories as f
 from tests.conftest import purge_broker
 from tests.runs import engine_support as es

@@ -25,8 +25,8 @@ from datasets.grading import judge_messages
 from datasets.scicode_fixture_data import write_fixture_test_data
 from runs.engine.sandbox_command import TOOLS_DIR_ENV
 from runs.models import Call, Cell, Regrade, Run
-from runs.regrade import run_regrade
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.settlement.regrade import run_regrade
 from srbench.simulator import oracle
 from tests import factories as f
 from tests.compare import builders as b
@@ -250,7 +250,7 @@ def test_rejudging_is_refused_until_the_worst_case_judge_cost_is_confirmed() -> 
 def test_without_the_sandbox_flag_code_cells_are_left_to_a_worker() -> None:
     """The web process never runs code: `run_regrade` without `sandbox` skips code cells, and
     the API sees that the run needs a worker's regrade."""
-    from runs.regrade import sandbox_regrade_needed
+    from runs.settlement.regrade import sandbox_regrade_needed
 
     qs = b.questions({"mmlu-pro": 1, "livecodebench": 1})
     r = b.run(qs, {b.target("single"): [True, False]})

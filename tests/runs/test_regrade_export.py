@@ -12,10 +12,10 @@ from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
 from datasets.grading import grade_mcq
-from runs.export import ExportRefused, export_csv, export_matrix
 from runs.models import Cell, Regrade
-from runs.regrade import run_regrade
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.reporting.export import ExportRefused, export_csv, export_matrix
+from runs.settlement.regrade import run_regrade
 from tests import factories as f
 from tests.compare import builders as b
 from tests.conftest import wait_until

@@ -11,9 +11,9 @@ from datasets.benchmarks import get_adapter
 from datasets.grading import MCQ_GRADER_VERSION
 from runs.engine import scoring
 from runs.engine.scoring import GradingUnavailable, grade_direct
+from runs.interfaces.public import public_grade
 from runs.models import Call, Cell
-from runs.public import public_grade
-from runs.regrade import run_regrade
+from runs.settlement.regrade import run_regrade
 from tests.compare import builders as b
 
 # (saved reply, correct under mcq-strict/1, correct under mcq-final/2); the key is "B".

@@ -18,8 +18,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from runs.models import Call, Cell, Run
-from runs.report import run_report
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.reporting.report import run_report
 from srbench.simulator import oracle
 from tests import factories as f
 from tests.compare import builders as b

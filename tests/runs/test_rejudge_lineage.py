@@ -1,4 +1,4 @@
-"""A re-judge child run (issue 22 point 4, runs/rejudge.py) everywhere a child run is read:
+"""A re-judge child run (issue 22 point 4, runs/settlement/rejudge.py) everywhere a child run is read:
 the recovery pass, lineage (R15.4), comparison (R11.2) and recovery (R15.2, R15.3).
 
 Ledgers are written directly (a parent with stored answers, its confirmed re-judge child, judge
@@ -23,12 +23,12 @@ from runs.engine import scoring
 from runs.engine.episodes import parent_answer
 from runs.engine.finish import EPISODE_INTERRUPTED, cell_settlement
 from runs.engine.reaper import ledger_reap
-from runs.lineage import run_lineage
 from runs.models import Call, Cell, RecoveryRequest, Run, Target
-from runs.recovery import recovery_plan, recovery_submit
-from runs.recovery_rules import REJUDGE_NEW_ATTEMPT
-from runs.regrade import judge_cost_quote
-from runs.rejudge import rejudge_submit
+from runs.settlement.lineage import run_lineage
+from runs.settlement.recovery import recovery_plan, recovery_submit
+from runs.settlement.recovery_rules import REJUDGE_NEW_ATTEMPT
+from runs.settlement.regrade import judge_cost_quote
+from runs.settlement.rejudge import rejudge_submit
 from srbench.refusals import Refusal
 from tests import factories as f
 from tests.compare import builders as b

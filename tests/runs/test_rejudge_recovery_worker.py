@@ -13,11 +13,11 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from runs import rejudge
 from runs.models import Call, Cell, Run
-from runs.recovery import recovery_plan, recovery_submit
-from runs.regrade import judge_cost_quote
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.settlement import rejudge
+from runs.settlement.recovery import recovery_plan, recovery_submit
+from runs.settlement.regrade import judge_cost_quote
 from srbench.simulator import oracle
 from tests import factories as f
 from tests.conftest import WorkerProcess, wait_until

@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from runs.models import Call, Run, RunEvent, UsageCorrection
-from runs.report import run_report, run_report_settled
+from runs.reporting.report import run_report, run_report_settled
 from tests import factories as f
 from tests.runs.test_pages import member, run_with_calls  # noqa: F401  (fixture)
 

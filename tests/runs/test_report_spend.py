@@ -11,7 +11,7 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from runs.models import Cell
-from runs.report import run_report
+from runs.reporting.report import run_report
 from tests import factories as f
 from tests.compare import builders as b
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from runs.report import run_reports
+from runs.reporting.report import run_reports
 from tests import factories as f
 from tests.runs.test_pages import manifest_for
 

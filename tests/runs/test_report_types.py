@@ -14,14 +14,15 @@ from django.utils import timezone
 
 from compare.results import Entry
 from runs.models import Run, RunReport, UsageCorrection
-from runs.reconcile import correction_summary
-from runs.report import (
+from runs.planning.services import run_create
+from runs.reporting.reconcile import correction_summary
+from runs.reporting.report import (
     run_report,
     run_report_compute,
     run_report_settled,
     run_report_settled_compute,
 )
-from runs.report_types import (
+from runs.reporting.report_types import (
     TARGET_MONEY,
     BenchmarkRow,
     Correction,
@@ -29,7 +30,6 @@ from runs.report_types import (
     Score,
     report_doc,
 )
-from runs.services import run_create
 from tests import factories as f
 from tests.conftest import wait_until
 from tests.runs import engine_support as es

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from compare.services import comparison_build
-from runs.accounting import call_accounting
+from runs.ledger.accounting import call_accounting
 from runs.models import Call
-from runs.report import run_report
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.reporting.report import run_report
 from tests import factories as f
 from tests.conftest import wait_until
 from tests.runs import engine_support as es

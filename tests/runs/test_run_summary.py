@@ -21,13 +21,13 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from datasets.models import Question
-from runs import selectors
 from runs.engine import store
 from runs.engine.reaper import ledger_reap
-from runs.events import events_append
+from runs.ledger import selectors
+from runs.ledger.events import events_append
 from runs.models import Call, Cell, CellStatus, Run, RunEvent, RunSummary
-from runs.recovery import recovery_plan, recovery_reconcile, recovery_submit
-from runs.services import NewCell, run_cancel, run_create, run_insert
+from runs.planning.services import NewCell, run_cancel, run_create, run_insert
+from runs.settlement.recovery import recovery_plan, recovery_reconcile, recovery_submit
 from tests import factories as f
 from tests.conftest import purge_broker
 from tests.runs import engine_support as es

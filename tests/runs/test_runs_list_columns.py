@@ -12,7 +12,7 @@ import pytest
 
 from runs.engine.finish import run_report_keep
 from runs.models import Run, RunReport
-from runs.report import run_report
+from runs.reporting.report import run_report
 from tests import factories as f
 from tests.compare import builders as b
 
@@ -77,6 +77,6 @@ def test_the_page_and_api_show_score_spend_and_sort_by_them(client):
 def test_a_report_is_recomputed_when_the_code_that_computes_it_changes(monkeypatch):
     run = ended([True, False], "0.001", "v")
     first = RunReport.objects.get(run=run).fingerprint
-    monkeypatch.setattr("runs.report.REPORT_CACHE_VERSION", "test-next")
+    monkeypatch.setattr("runs.reporting.report.REPORT_CACHE_VERSION", "test-next")
     run_report_keep(run_id=run.pk)
     assert RunReport.objects.get(run=run).fingerprint != first

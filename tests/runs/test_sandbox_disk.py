@@ -29,7 +29,7 @@ from runs.engine.sandbox_command import (
     sandbox_python,
 )
 from runs.engine.terminal import TERMINAL_LIMITS, TerminalTaskError, terminal_session_start
-from runs.public import grade_reasons, public_grade
+from runs.interfaces.public import grade_reasons, public_grade
 
 # make test installs bubblewrap (scripts/ensure_sandbox.sh); without it these tests must fail,
 # not skip: a skipped escape test proves nothing.

@@ -18,19 +18,19 @@ from typing import Any
 import pytest
 from django.db import connection
 
-import runs.report
+import runs.reporting.report
 from compare.models import CaseFigures
-from runs.cli import report_text
 from runs.engine.finish import run_report_keep, runs_report_backfill
-from runs.export import export_matrix
+from runs.interfaces.cli import report_text
+from runs.ledger.selectors import run_settled_fingerprint
 from runs.models import Cell, RunReport, UsageCorrection
-from runs.official_metrics import official_metrics
-from runs.reconcile import usage_reconcile
-from runs.regrade import run_regrade
-from runs.report import REPORT_CACHE_VERSION, report_key, run_report_compute
-from runs.report_types import report_doc
-from runs.selectors import run_settled_fingerprint
-from runs.stored_report import run_report_served
+from runs.reporting.export import export_matrix
+from runs.reporting.official_metrics import official_metrics
+from runs.reporting.reconcile import usage_reconcile
+from runs.reporting.report import REPORT_CACHE_VERSION, report_key, run_report_compute
+from runs.reporting.report_types import report_doc
+from runs.reporting.stored_report import run_report_served
+from runs.settlement.regrade import run_regrade
 from tests import factories as f
 from tests.compare import builders as b
 from tests.runs.test_reconcile import EXPECTED_COST, damaged_run
@@ -47,7 +47,7 @@ def member(client):  # type: ignore[no-untyped-def]
 def computations(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     """Every full report computation (`run_reports_compute`), by the runs it computed."""
     seen: list[list[int]] = []
-    real = runs.report.run_reports_compute
+    real = runs.reporting.report.run_reports_compute
     lock = threading.Lock()
 
     def counted(*, runs: list[Any]) -> Any:
@@ -55,7 +55,7 @@ def computations(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
             seen.append([r.pk for r in runs])
         return real(runs=runs)
 
-    monkeypatch.setattr(runs.report, "run_reports_compute", counted)
+    monkeypatch.setattr(runs.reporting.report, "run_reports_compute", counted)
     return seen
 
 

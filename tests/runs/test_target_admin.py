@@ -6,8 +6,8 @@ import json
 import pytest
 from django.core.management import call_command
 
+from runs.ledger.selectors import target_api_key
 from runs.models import Target, TargetSecret
-from runs.selectors import target_api_key
 from tests import factories as f
 
 pytestmark = pytest.mark.django_db

@@ -248,7 +248,7 @@ def test_tau3_tasks_that_cannot_run_here_are_left_out_of_the_plan_with_the_reaso
     """Issue 22 points 2–3 (R4): a τ³ domain without local tools, or a database this machine
     does not hold, is "not available here" at plan time — never a failed or wrong cell."""
     from datasets.models import DatasetQuestion
-    from runs.plans import PlanError, plan_freeze
+    from runs.planning.plans import PlanError, plan_freeze
     from tests import factories as f
 
     def plan_for(payloads: list[dict[str, Any]]) -> dict[str, Any]:

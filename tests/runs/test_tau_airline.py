@@ -461,7 +461,7 @@ def test_an_airline_run_through_the_engine_grades_gold_and_wrong_agents(celery_w
     not exist), sim-user plays the customer; the airline tools run in the worker."""
     from datasets.answer_key import answer_key_from_sources
     from runs.models import Call, Cell
-    from runs.services import run_create
+    from runs.planning.services import run_create
     from srbench.simulator.testing import running_simulator
     from tests import factories as f
     from tests.conftest import wait_until

@@ -73,8 +73,8 @@ def test_retail_runs_on_the_packages_tools_and_evaluator_and_regrades_with_no_ca
 ):
     from datasets.answer_key import answer_key_from_sources
     from runs.models import Call, Cell
-    from runs.regrade import run_regrade
-    from runs.services import run_create
+    from runs.planning.services import run_create
+    from runs.settlement.regrade import run_regrade
     from srbench.simulator.testing import running_simulator
     from tests import factories as f
     from tests.conftest import wait_until

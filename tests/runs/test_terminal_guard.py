@@ -17,10 +17,10 @@ from django.utils import timezone
 from runs.engine import store
 from runs.engine.finish import run_finish_if_done
 from runs.engine.reaper import ledger_reap
-from runs.events import events_append
+from runs.ledger.events import events_append
 from runs.models import TERMINAL_RUN_STATUSES, Call, Cell, Run, RunEvent
-from runs.recovery import recovery_reconcile
-from runs.services import run_cancel, run_create
+from runs.planning.services import run_cancel, run_create
+from runs.settlement.recovery import recovery_reconcile
 from runs.tasks import run_drive
 from tests import factories as f
 from tests.conftest import WorkerProcess, purge_broker, wait_until
@@ -330,7 +330,7 @@ def test_a_run_whose_worker_is_killed_mid_run_ends_interrupted_with_nothing_open
     poller sees has nothing open. (The exact race of the defect — a run interrupted while cells under later
     leases still had open calls — is pinned without timing by the reaper test above.)"""
     monkeypatch.setattr(
-        "runs.services.run_dispatch",
+        "runs.planning.services.run_dispatch",
         lambda *, run_id: run_drive.apply_async(args=[run_id], queue="victim"),
     )
     with es.simulator(BENCHMARKS, models=SLOW) as url:

@@ -10,10 +10,10 @@ from decimal import Decimal
 import pytest
 
 from compare.services import comparison_build
-from runs.accounting import NO_STREAM_USAGE_NOTE
-from runs.cli import report_text
+from runs.interfaces.cli import report_text
+from runs.ledger.accounting import NO_STREAM_USAGE_NOTE
 from runs.models import Call
-from runs.report import run_report
+from runs.reporting.report import run_report
 from tests import factories as f
 from tests.compare import builders as b
 

@@ -1,6 +1,6 @@
 """The worst-case call cost and the MoM evidence predicate each have one home (issue 24):
-`runs.accounting.worst_case_call_cost` for the engine's reservation and the plan review, and
-`runs.usage.mom_evidence` for pricing, bucketing and `reconcile-usage`. Expected values are
+`runs.ledger.accounting.worst_case_call_cost` for the engine's reservation and the plan review, and
+`runs.ledger.usage.mom_evidence` for pricing, bucketing and `reconcile-usage`. Expected values are
 computed here from the rule's statement, not by calling the code under test."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from runs.accounting import mom_call_cost, worst_case_call_cost
 from runs.engine.driver import Driver
 from runs.engine.store import TargetInfo
+from runs.ledger.accounting import mom_call_cost, worst_case_call_cost
+from runs.ledger.usage import mom_call_buckets, mom_evidence
 from runs.models import Call, CallEvidence
-from runs.reconcile import usage_reconcile
-from runs.usage import mom_call_buckets, mom_evidence
+from runs.reporting.reconcile import usage_reconcile
 from srbench.canonical import sha256_bytes
 from tests.compare import builders as b
 

@@ -12,7 +12,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from runs.models import Run, Target
-from runs.regrade import judge_cost_quote
+from runs.settlement.regrade import judge_cost_quote
 from srbench.models import ApiToken, AuditEvent
 from srbench.tokens import create_token
 from tests import factories as f

@@ -32,10 +32,10 @@ from datasets.grading import MalformedVerdict
 from datasets.models import DatasetQuestion, FrozenDataset, Question, QuestionSecret
 from datasets.services import question_content_sha256
 from runs.engine import code_grading, scoring, tau
-from runs.events import events_append
+from runs.interfaces.public import JUDGE_WITHHELD, MALFORMED_VERDICT, public_grade
+from runs.ledger.events import events_append
 from runs.models import Call, Cell, Run, RunEvent
-from runs.public import JUDGE_WITHHELD, MALFORMED_VERDICT, public_grade
-from runs.services import run_create
+from runs.planning.services import run_create
 from srbench.canonical import sha256_hex
 from tests import factories as f
 from tests.datasets.test_no_secret_leak import NAMED_SECRETS, flatten_json, needles_of, strings
@@ -315,10 +315,10 @@ def _tau_cells(
 
 @pytest.fixture
 def world(settings: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    monkeypatch.setattr("runs.services.run_dispatch", lambda *, run_id: None)
+    monkeypatch.setattr("runs.planning.services.run_dispatch", lambda *, run_id: None)
     # Every planted question is planned, as on a server that holds every task's test data
     # and tools (what can run here is tests/runs/test_not_run.py's subject, not this one's).
-    monkeypatch.setattr("runs.runnable.not_runnable_reason", lambda *args: None)
+    monkeypatch.setattr("runs.planning.runnable.not_runnable_reason", lambda *args: None)
     dataset = _planted_dataset()
     questions = {q.benchmark: q for q in dataset.questions.all()}
     assert set(questions) == set(BENCHMARKS)

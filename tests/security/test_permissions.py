@@ -29,8 +29,8 @@ from runs.models import (
     Target,
     UsageCorrection,
 )
-from runs.recovery import recovery_plan
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.settlement.recovery import recovery_plan
 from tests import factories as f
 from tests.conftest import purge_broker
 from tests.runs import engine_support as es

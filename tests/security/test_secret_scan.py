@@ -29,7 +29,7 @@ from datasets.models import Question, Source
 from datasets.services import dataset_compose, source_prepare
 from runs.engine.driver import drive
 from runs.models import Call, Cell, Run, Target
-from runs.services import run_create, target_set_api_key
+from runs.planning.services import run_create, target_set_api_key
 from tests import factories as f
 from tests.datasets.test_no_secret_leak import NAMED_SECRETS, flatten_json, needles_of, strings
 from tests.runs import engine_support as es
@@ -66,7 +66,9 @@ def registered_patterns(patterns=None, prefix: str = "") -> list[tuple[str, Any]
 
 @pytest.fixture
 def world(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    monkeypatch.setattr("runs.services.run_dispatch", lambda *, run_id: None)  # driven below
+    monkeypatch.setattr(
+        "runs.planning.services.run_dispatch", lambda *, run_id: None
+    )  # driven below
     sources = [source_prepare(benchmark=key, profile="quick") for key in ADAPTERS]
     dataset = dataset_compose(sources=sources, name="all nine")
     with es.simulator(

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from runs.models import Cell
-from runs.report import run_report
-from runs.services import run_create
+from runs.planning.services import run_create
+from runs.reporting.report import run_report
 from tests import factories as f
 from tests.conftest import wait_until
 from tests.runs import engine_support as es

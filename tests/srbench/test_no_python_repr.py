@@ -21,8 +21,8 @@ from django.test import Client
 from django.urls import reverse
 
 from runs.models import Call, Cell, Run
-from runs.plans import LimitsSerializer
-from runs.services import run_create
+from runs.planning.plans import LimitsSerializer
+from runs.planning.services import run_create
 from tests import factories as f
 from tests.compare import builders as b
 from tests.conftest import wait_until

@@ -1,0 +1,274 @@
+"""Recovery API (R15): review a plan, submit it under an idempotency key, read the lineage.
+
+Thin views over runs.settlement.recovery; every refusal is a `srbench.refusals.Refusal` the service (or
+this module) raises, rendered by the API's one exception handler as {error, code, detail} with
+the status it carries (400 invalid, 409 ledger conflicts, 422 key reuse or unmet conditions).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from runs.interfaces.api import RUN_WRITE_PERMISSIONS
+from runs.interfaces.serializers import RunSerializer
+from runs.ledger import selectors
+from runs.ledger.idempotency import IDEMPOTENCY_HEADER, IdempotencyKey, key_value, replay_response
+from runs.models import Run
+from runs.settlement.lineage import run_lineage
+from runs.settlement.recovery import (
+    MAX_RECOVERY_PAGE,
+    recovery_plan,
+    recovery_plan_page,
+    recovery_submit,
+)
+from srbench.api import (
+    ApiSchema,
+    Keyset,
+    error_responses,
+    refuse_unknown_fields,
+    require_object,
+)
+from srbench.refusals import Refusal
+
+RECOVERY_MODES = ["undispatched", "failed", "judge_only"]
+# The recovery lists read their cursors and limit by the API's one keyset rule (srbench.api).
+ELIGIBLE_PAGE = Keyset(
+    "after",
+    cursor_param="eligible_after",
+    default_limit=MAX_RECOVERY_PAGE,
+    max_limit=MAX_RECOVERY_PAGE,
+    tail=False,
+)
+EXCLUDED_PAGE = Keyset(
+    "after",
+    cursor_param="excluded_after",
+    default_limit=MAX_RECOVERY_PAGE,
+    max_limit=MAX_RECOVERY_PAGE,
+    tail=False,
+)
+CHILDREN_PAGE = Keyset(
+    "after",
+    cursor_param="children_after",
+    default_limit=25,
+    max_limit=MAX_RECOVERY_PAGE,
+    tail=False,
+)
+RecoveryPlanPageSerializer = inline_serializer(
+    "RecoveryPlanPage",
+    {
+        "plan_sha256": serializers.CharField(),
+        "mode": serializers.ChoiceField(choices=RECOVERY_MODES),
+        "parent_run": serializers.IntegerField(),
+        "parent": serializers.DictField(),
+        "counts": serializers.DictField(),
+        "selected_cells_count": serializers.IntegerField(),
+        "eligible_cells": serializers.ListField(child=serializers.DictField()),
+        "next_eligible_after": serializers.IntegerField(allow_null=True),
+        "excluded": serializers.ListField(child=serializers.DictField()),
+        "next_excluded_after": serializers.IntegerField(allow_null=True),
+        "requires_acknowledgement": serializers.BooleanField(),
+        # judge_only mode (issue 34): submit with confirm_judge_cost = judge_cost_quote's worst.
+        "requires_judge_cost_confirmation": serializers.BooleanField(),
+        "judge_cost_quote": serializers.DictField(
+            required=False,
+            help_text="judge_only mode: judged_cells, judge_calls and worst_case_usd (null: a "
+            "judge price is missing, nothing can be confirmed) of the selected cells",
+        ),
+        "subject_requests": serializers.IntegerField(
+            required=False, help_text="judge_only mode: always 0"
+        ),
+        "judge_only": serializers.DictField(
+            allow_null=True,
+            required=False,
+            help_text="other modes: the cells whose answer is stored and whose judge call was "
+            "never sent (mode judge_only), with that plan's hash and quote; null when none",
+        ),
+        "previous_attempt_cost_assumptions": serializers.ListField(
+            child=serializers.CharField(),
+            required=False,
+            help_text="failed mode: the billing assumptions behind the previous attempts' "
+            "costs, e.g. an HTTP error answer counted $0 because its target's frozen "
+            "errors_billed is false",
+        ),
+        "model_requests": serializers.IntegerField(),
+    },
+)
+RecoverRequestSerializer = inline_serializer(
+    "RecoverRequest",
+    {
+        "plan_sha256": serializers.CharField(required=False),
+        "mode": serializers.ChoiceField(choices=RECOVERY_MODES, required=False),
+        "selected_cells": serializers.ListField(child=serializers.IntegerField(), required=False),
+        "plan": serializers.DictField(required=False, help_text="the reviewed plan, whole"),
+        "idempotency_key": serializers.CharField(required=False),
+        "acknowledge_new_attempt": serializers.BooleanField(required=False),
+        "confirm_judge_cost": serializers.CharField(
+            required=False,
+            help_text="judge_only mode: the plan's judge_cost_quote.worst_case_usd, exactly",
+        ),
+    },
+)
+
+
+class RecoveredRunSerializer(RunSerializer):
+    recovery = serializers.DictField(allow_null=True)
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "recovery"]
+
+
+LineageSerializer = inline_serializer(
+    "Lineage",
+    {
+        "run": serializers.DictField(),
+        "original_known_cost_usd": serializers.CharField(allow_null=True),
+        "original_cost_complete": serializers.BooleanField(),
+        "parent": serializers.DictField(allow_null=True),
+        "recovered_from": serializers.DictField(allow_null=True),
+        # A re-judge child's marker (runs/settlement/rejudge.py): its parent, judge calls, confirmed cost.
+        "rejudged_from": serializers.DictField(allow_null=True),
+        "children": serializers.ListField(child=serializers.DictField()),
+        "next_children_after": serializers.IntegerField(allow_null=True),
+        "model_requests": serializers.IntegerField(),
+    },
+)
+
+
+def _judge_cost(value: object) -> Decimal | None:
+    """The confirmed judge cost of a judge_only submission as an exact amount (a decimal
+    string; a JSON number is read by its text), None when absent; else refused (400)."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise InvalidOperation
+        amount = Decimal(str(value))
+        if not amount.is_finite() or amount < 0:
+            raise InvalidOperation
+    except InvalidOperation:
+        raise Refusal(
+            "confirm_judge_cost must be an amount in USD, as the plan's quote states it.",
+            code="invalid",
+        ) from None
+    return amount
+
+
+class RecoveryPlanView(APIView):
+    """Reconcile the run, then show what a recovery in `mode` would run and what it would
+    not, with a reason per excluded cell. Never calls a model (model_requests: 0). Mode
+    `judge_only` offers judged cells whose answer is stored and whose judge call was never
+    sent, each with its judge call's worst case and the selection's `judge_cost_quote`."""
+
+    schema = ApiSchema()
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("mode", str, enum=RECOVERY_MODES, required=True),
+            *ELIGIBLE_PAGE.parameters("cursor: cell id"),
+            EXCLUDED_PAGE.parameters("cursor: cell id")[0],
+        ],
+        responses={
+            200: RecoveryPlanPageSerializer,
+            **error_responses(
+                _409="the ledger is in a state that allows no plan",
+                _422="a preview run, or failed mode of a re-judge child (no new attempt)",
+            ),
+        },
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        run = get_object_or_404(Run, pk=pk)
+        plan = recovery_plan(run=run, mode=request.query_params.get("mode", ""))
+        return Response(
+            recovery_plan_page(
+                plan,
+                eligible_after=ELIGIBLE_PAGE.cursor(request),
+                excluded_after=EXCLUDED_PAGE.cursor(request),
+                limit=ELIGIBLE_PAGE.limit(request),
+            )
+        )
+
+
+class RecoverView(APIView):
+    """Create the child run of a reviewed plan: 201 new child, 200 replay of the same key,
+    plan and cells (header Idempotent-Replayed), 409 when the ledger or the claims changed,
+    422 when the key was used for something else or a condition is not met (failed mode
+    without acknowledge_new_attempt; judge_only mode without confirm_judge_cost equal to the
+    plan's quoted worst case). Only the run's owner or an operator may submit (403
+    otherwise): a recovery spends money."""
+
+    schema = ApiSchema()
+    permission_classes = RUN_WRITE_PERMISSIONS
+    run_action = "recover"
+
+    @extend_schema(
+        request=RecoverRequestSerializer,
+        parameters=[OpenApiParameter(IDEMPOTENCY_HEADER, str, OpenApiParameter.HEADER)],
+        responses={
+            201: RecoveredRunSerializer,
+            200: RecoveredRunSerializer,
+            **error_responses(
+                _409="the ledger or the claims changed since the review",
+                _422="the key was used for something else, or a condition is not met",
+            ),
+        },
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        run = get_object_or_404(Run, pk=pk)
+        self.check_object_permissions(request, run)
+        data: Any = request.data
+        require_object(data)
+        # The documented fields only; inside `plan` (the reviewed plan, whole) anything goes.
+        refuse_unknown_fields(data, frozenset(RecoverRequestSerializer.fields))
+        # The full reviewed plan, or just its hash, mode and the selected cells.
+        # A top-level selected_cells overrides the one in the plan.
+        source = data["plan"] if isinstance(data.get("plan"), dict) else data
+        plan = {k: source.get(k) for k in ("plan_sha256", "mode", "selected_cells")}
+        if "selected_cells" in data:
+            plan["selected_cells"] = data["selected_cells"]
+        key = IdempotencyKey.of_request(request.headers, data)
+        ack = data.get("acknowledge_new_attempt", False)
+        if not isinstance(ack, bool):
+            raise Refusal("acknowledge_new_attempt must be true or false.", code="invalid")
+        child, created = recovery_submit(
+            run=run,
+            plan=plan,
+            idempotency_key=key_value(key) or "",
+            acknowledge_new_attempt=ack,
+            confirm_judge_cost=_judge_cost(data.get("confirm_judge_cost")),
+            user=request.user,
+        )
+        child = selectors.runs_with_progress(Run.objects.filter(pk=child.pk)).get()
+        body = {**RunSerializer(child).data, "recovery": child.manifest.get("recovery")}
+        return replay_response(body, created=created)
+
+
+class LineageView(APIView):
+    """The run's parent and its children — recoveries and re-judges, each child's `mode` saying
+    which ("undispatched", "failed", "rejudge") — paginated, each with its own status,
+    progress and known cost; the original's known cost separately."""
+
+    schema = ApiSchema()
+
+    @extend_schema(
+        parameters=[
+            *CHILDREN_PAGE.parameters("cursor: child run id"),
+        ],
+        responses=LineageSerializer,
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        run = get_object_or_404(Run, pk=pk)
+        return Response(
+            run_lineage(
+                run=run,
+                children_after=CHILDREN_PAGE.cursor(request),
+                limit=CHILDREN_PAGE.limit(request),
+            )
+        )

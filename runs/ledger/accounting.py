@@ -1,0 +1,390 @@
+"""The accounting contract (DESIGN §5): prices, call cost, MoM call cost, the worst case.
+
+This module is the one place for these rules; reports, comparisons, exports, the API and the
+reconcile command all import from here. What was *used* (token buckets, MoM receipts, which
+evidence may price a MoM call) is counted in :mod:`runs.ledger.usage`; import those names from
+there. Unknown is ``None`` throughout and never becomes 0; money is ``Decimal`` and is never
+rounded here (display code quantises).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation, localcontext
+from typing import Any, NamedTuple
+
+from runs.ledger.usage import (
+    NO_USAGE_OBJECT,
+    UsageBuckets,
+    mom_call_buckets,
+    mom_evidence,
+    usage_buckets,
+    usage_buckets_explained,
+)
+from srbench.money import price_places_error
+
+__all__ = [
+    "CostOutcome",
+    "KnownSum",
+    "NO_STREAM_USAGE_NOTE",
+    "NO_STREAM_USAGE_REMEDY",
+    "Price",
+    "PriceError",
+    "CallAccounting",
+    "cache_neutral_cost",
+    "call_accounting",
+    "call_cost",
+    "mom_cache_neutral_cost",
+    "mom_call_cost",
+    "no_stream_usage_reason",
+    "price_for_model",
+    "priced_call_cost",
+    "sum_known",
+    "worst_case_call_cost",
+]
+
+TOKENS_PER_PRICE_UNIT = Decimal(1_000_000)
+
+# Token counts (≤ 1e12) times prices with a handful of decimals need far fewer digits than
+# this; a generous precision keeps every product and sum exact, so no cost is ever rounded.
+_EXACT_PRECISION = 60
+
+# Room for the request envelope around the messages when bounding input tokens by bytes.
+_REQUEST_OVERHEAD_BYTES = 64
+
+# --------------------------------------------------------------------------------------------
+# Prices and cost
+
+
+class PriceError(ValueError):
+    """A price table entry is malformed: an operator configuration error, not an unknown."""
+
+
+def _price_value(entry: Mapping[str, Any], key: str, *, required: bool) -> Decimal | None:
+    value = entry.get(key)
+    if value is None:
+        if required:
+            raise PriceError(f"price {key!r} is missing")
+        return None
+    if isinstance(value, bool):
+        raise PriceError(f"price {key!r} is not a number: {value!r}")
+    if isinstance(value, float):
+        # JSON numbers arrive as floats unless parsed with parse_float=Decimal. str() gives the
+        # shortest repr, which is the literal the operator wrote (0.15 → "0.15"), so no binary
+        # noise reaches the money arithmetic.
+        value = str(value)
+    if not isinstance(value, (int, str, Decimal)):
+        raise PriceError(f"price {key!r} is not a number: {value!r}")
+    try:
+        price = Decimal(value)
+    except InvalidOperation as exc:
+        raise PriceError(f"price {key!r} is not a number: {value!r}") from exc
+    if not price.is_finite() or price < 0:
+        raise PriceError(f"price {key!r} must be a finite number >= 0: {value!r}")
+    # Beyond the ledger's scale a cost could only be stored rounded (issue 35 item 5).
+    if (too_precise := price_places_error(price)) is not None:
+        raise PriceError(f"price {key!r}: {too_precise}")
+    return price
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """USD per 1M tokens for each bucket. ``cached_input``/``cache_write`` may be None (not
+    priced): a call that used such a bucket then has unknown cost."""
+
+    input: Decimal
+    output: Decimal
+    cached_input: Decimal | None = None
+    cache_write: Decimal | None = None
+
+    @classmethod
+    def from_mapping(cls, entry: Mapping[str, Any]) -> Price:
+        if not isinstance(entry, Mapping):
+            raise PriceError(f"price entry is not an object: {entry!r}")
+        input_price = _price_value(entry, "input", required=True)
+        output_price = _price_value(entry, "output", required=True)
+        assert input_price is not None and output_price is not None
+        return cls(
+            input=input_price,
+            output=output_price,
+            cached_input=_price_value(entry, "cached_input", required=False),
+            cache_write=_price_value(entry, "cache_write", required=False),
+        )
+
+
+def price_for_model(
+    price_table: Mapping[str, Mapping[str, Any]], served_model: str | None
+) -> Price | None:
+    """The price of the model the *response* says served the call.
+
+    The lookup is by exact key: case-sensitive, no prefix stripping (``openai/gpt-x`` is not
+    ``gpt-x``), no fallback to the requested or virtual model name. A near-miss stays unpriced
+    (unknown cost) instead of silently borrowing another model's price. A malformed entry raises
+    :class:`PriceError`.
+    """
+    if not served_model:
+        return None
+    entry = price_table.get(served_model)
+    if entry is None:
+        return None
+    return Price.from_mapping(entry)
+
+
+def call_cost(buckets: UsageBuckets | None, price: Price | None) -> Decimal | None:
+    """Σ bucket × price / 1e6 in exact Decimal; None when usage or price is unknown, or a
+    non-empty cache bucket has no price."""
+    if buckets is None or price is None:
+        return None
+    rates: list[tuple[int, Decimal | None]] = [
+        (buckets.input, price.input),
+        (buckets.cached_input, price.cached_input),
+        (buckets.cache_write, price.cache_write),
+        (buckets.output, price.output),
+    ]
+    with localcontext() as ctx:
+        ctx.prec = _EXACT_PRECISION
+        total = Decimal(0)
+        for tokens, rate in rates:
+            if tokens == 0:
+                continue  # an unpriced bucket that was not used costs nothing
+            if rate is None:
+                return None
+            total += tokens * rate
+        return total / TOKENS_PER_PRICE_UNIT
+
+
+def cache_neutral_cost(buckets: UsageBuckets | None, price: Price | None) -> Decimal | None:
+    """Counterfactual cost with every input token at the ordinary input price (R3.1): neither a
+    bill nor a measured cache-free run, but comparable across runs that warmed caches."""
+    if buckets is None or price is None:
+        return None
+    with localcontext() as ctx:
+        ctx.prec = _EXACT_PRECISION
+        return (
+            buckets.prompt_total * price.input + buckets.output * price.output
+        ) / TOKENS_PER_PRICE_UNIT
+
+
+class CostOutcome(NamedTuple):
+    cost: Decimal | None
+    reason: str
+
+
+# A single-model call's cost note when its finished stream carried no usage object (the words
+# `priced_call_cost` writes); the report counts such calls to say why a cost is unknown.
+NO_STREAM_USAGE_NOTE = f"usage missing: {NO_USAGE_OBJECT}"
+
+
+# What evidence would make such a call's usage known (the reconcile path says it per call).
+NO_STREAM_USAGE_REMEDY = (
+    "the saved stream holds no usage; only a server that sends usage with "
+    "stream_options.include_usage, or a router's usage receipt, would make it known"
+)
+
+
+def no_stream_usage_reason(calls: int, subject_calls: int | None) -> str | None:
+    """Why a target's tokens and cost are unknown when its server sent no usage while
+    streaming (issue 39), and what evidence would make them known; None when no call of it
+    ended that way. Said once per target, by the report."""
+    if not calls:
+        return None
+    subject_calls = subject_calls or calls
+    return (
+        f"this server reports no usage when streaming: {calls} of {subject_calls} subject calls "
+        "carried no usage object, so their tokens and cost are unknown; reconcile-usage cannot "
+        "recover them (the saved streams hold no usage) — a server that sends usage with "
+        "stream_options.include_usage, or a router's usage receipt, would make them known"
+    )
+
+
+def priced_call_cost(
+    raw_usage: object, served_model: str | None, price_table: Mapping[str, Mapping[str, Any]]
+) -> CostOutcome:
+    """Cost of a single-model call from its stream usage and served model."""
+    outcome = usage_buckets_explained(raw_usage)
+    if outcome.buckets is None:
+        return CostOutcome(None, f"usage {outcome.problem}: {outcome.reason}")
+    price = price_for_model(price_table, served_model)
+    if price is None:
+        return CostOutcome(None, f"no price for served model {served_model!r}")
+    cost = call_cost(outcome.buckets, price)
+    if cost is None:
+        return CostOutcome(None, f"a used cache bucket has no price for {served_model!r}")
+    return CostOutcome(cost, f"priced as {served_model}")
+
+
+def mom_call_cost(
+    headers: Mapping[str, str],
+    stream_usage: object,
+    price_table: Mapping[str, Mapping[str, Any]],
+) -> CostOutcome:
+    """Cost of one call to a MoM router, known only from explicit evidence (R2.5); see
+    :func:`_mom_priced` for which evidence counts."""
+    return _mom_priced(headers, stream_usage, price_table, call_cost)
+
+
+def mom_cache_neutral_cost(
+    headers: Mapping[str, str],
+    stream_usage: object,
+    price_table: Mapping[str, Mapping[str, Any]],
+) -> CostOutcome:
+    """Cache-neutral cost of one call to a MoM router (R3.2): the single-model rule
+    (:func:`cache_neutral_cost`) applied to each receipt entry at its own served model's
+    price, summed; from exactly the evidence that may price the call (:func:`_mom_priced`), so
+    it is unknown only when an entry is missing, has unusable usage or its model is unpriced."""
+    return _mom_priced(headers, stream_usage, price_table, cache_neutral_cost)
+
+
+def _mom_priced(
+    headers: Mapping[str, str],
+    stream_usage: object,
+    price_table: Mapping[str, Mapping[str, Any]],
+    price_call: Callable[[UsageBuckets | None, Price | None], Decimal | None],
+) -> CostOutcome:
+    """An amount of one MoM call, ``price_call`` applied per inference call the router made,
+    known only from the evidence :func:`runs.ledger.usage.mom_evidence` accepts (R2.5): a complete
+    receipt, whose every child must have valid usage and a price for its own model, or a proven
+    direct call, whose stream usage is priced at the selected model's rate. Otherwise unknown.
+    """
+    evidence = mom_evidence(headers)
+    if evidence.receipt is not None:
+        with localcontext() as ctx:
+            ctx.prec = _EXACT_PRECISION
+            total = Decimal(0)
+            for position, call in enumerate(evidence.receipt.calls):
+                if call.buckets is None:
+                    return CostOutcome(
+                        None, f"receipt call {position} has unusable usage: {call.usage_reason}"
+                    )
+                cost = price_call(call.buckets, price_for_model(price_table, call.model))
+                if cost is None:
+                    return CostOutcome(
+                        None, f"receipt call {position} model {call.model!r} is not priced"
+                    )
+                total += cost
+        return CostOutcome(total, evidence.reason)
+    model = evidence.direct_model
+    if model is None:
+        return CostOutcome(None, evidence.reason)
+    outcome = usage_buckets_explained(stream_usage)
+    if outcome.buckets is None:
+        return CostOutcome(None, f"usage {outcome.problem}: {outcome.reason}")
+    price = price_for_model(price_table, model)
+    if price is None:
+        return CostOutcome(None, f"no price for served model {model!r}")
+    cost = price_call(outcome.buckets, price)
+    if cost is None:
+        return CostOutcome(None, f"a used cache bucket has no price for {model!r}")
+    return CostOutcome(cost, evidence.reason)
+
+
+# --------------------------------------------------------------------------------------------
+# The worst case of a call, before it is sent
+
+
+def worst_case_call_cost(
+    price_table: Mapping[str, Mapping[str, Any]],
+    *,
+    kind: str,
+    model: str,
+    messages: Sequence[Any],
+    max_tokens: int,
+    max_inference_calls: int | None,
+) -> Decimal | None:
+    """An upper bound on what one request to a target can cost; the engine reserves it against
+    the budget and the plan review sums it over the cases (R5).
+
+    Every request byte counts as an input token (a byte-level tokenizer never makes more tokens
+    than bytes), plus room for the envelope; ``max_tokens`` of output; at the dearest model the
+    target may serve (its own model when ``single``, every priced model of a router); times a
+    router's internal call cap. Exact, never rounded: rounding could state a bound below the
+    worst case it promises. None when the target has no price for a model it may serve."""
+    models = [model] if kind == "single" else list(price_table)
+    prices = [price_for_model(price_table, m) for m in models]
+    if not prices or any(p is None for p in prices):
+        return None
+    input_upper = len(json.dumps(messages).encode()) + _REQUEST_OVERHEAD_BYTES
+    with localcontext() as ctx:
+        ctx.prec = _EXACT_PRECISION
+        worst = max(
+            (p.input * input_upper + p.output * max_tokens) / TOKENS_PER_PRICE_UNIT
+            for p in prices
+            if p is not None
+        )
+        return worst * (max_inference_calls or 1)
+
+
+# --------------------------------------------------------------------------------------------
+# Sums of possibly unknown amounts
+
+
+class KnownSum(NamedTuple):
+    """``total`` is the sum only if every value is known; ``known_sum`` adds the known ones
+    (the report's ``known_cost_usd``); ``complete`` says whether ``total`` is set."""
+
+    total: Decimal | None
+    known_sum: Decimal
+    complete: bool
+
+
+def sum_known(values: Iterable[Decimal | None]) -> KnownSum:
+    """Sum money where any unknown makes the total unknown. An empty input sums to a known 0
+    (nothing was spent); callers that need "nothing planned" to be unknown check that first."""
+    with localcontext() as ctx:
+        ctx.prec = _EXACT_PRECISION
+        known = Decimal(0)
+        complete = True
+        for value in values:
+            if value is None:
+                complete = False
+            else:
+                known += value
+    return KnownSum(known if complete else None, known, complete)
+
+
+# --------------------------------------------------------------------------------------------
+# One call: what the engine records and what reconcile recomputes from evidence
+
+
+class CallAccounting(NamedTuple):
+    """The usage and money of one finished call. ``buckets`` None means unknown usage, and then
+    ``cost`` and ``cache_neutral`` are None too (a cost without usage cannot be audited)."""
+
+    buckets: UsageBuckets | None
+    cost: Decimal | None
+    cache_neutral: Decimal | None
+    note: str
+
+
+def call_accounting(
+    *,
+    kind: str,
+    usage: object,
+    served_model: str | None,
+    headers: Mapping[str, str],
+    price_table: Mapping[str, Mapping[str, Any]],
+) -> CallAccounting:
+    """Buckets, cost and cache-neutral cost of one call of a finished stream: the one
+    composition that both the engine (at close) and ``reconcile-usage`` (from saved evidence)
+    apply. ``kind`` is the target's kind (``single`` or ``mom``); ``headers`` are the response
+    headers with lower-cased names (only MoM reads them). A MoM call is bucketed, priced and
+    cache-neutrally priced only from a complete receipt (each entry at its own served model's
+    price) or a proven direct call. When the cost is known but the cache-neutral cost is not,
+    the note says why. Raises :class:`PriceError` for a malformed price entry."""
+    if kind == "mom":
+        buckets = mom_call_buckets(headers, usage)
+        cost, note = mom_call_cost(headers, usage, price_table)
+        neutral, neutral_note = mom_cache_neutral_cost(headers, usage, price_table)
+        if neutral is None and cost is not None:
+            note = f"{note}; cache-neutral cost unknown: {neutral_note}"
+    else:
+        buckets = usage_buckets(usage)
+        cost, note = priced_call_cost(usage, served_model or None, price_table)
+        neutral = cache_neutral_cost(buckets, price_for_model(price_table, served_model))
+    if buckets is None:
+        if cost is not None:
+            note = "usage unknown"
+        cost, neutral = None, None
+    return CallAccounting(buckets, cost, neutral, note)

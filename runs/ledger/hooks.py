@@ -1,0 +1,126 @@
+"""What apps above `runs` plug into a run, so `runs` never imports them (issue 24).
+
+`recipes` registers its hooks in `RecipesConfig.ready()`: the engine calls the run-start hooks
+once, when a run starts (before its first dispatch), and the run page asks the tab providers
+for the context of tabs whose content another app owns (the Recipe tab). `compare` registers
+a run-end hook in `CompareConfig.ready()`: the run finish calls the run-end hooks after the
+run's terminal status is committed and its report stored (`runs.engine.finish.run_report_keep`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.db import transaction
+
+__all__ = [
+    "register_report_keeper",
+    "report_keep",
+    "report_keepers",
+    "live_snapshot_keep",
+    "live_snapshot_keepers",
+    "register_live_snapshot_keeper",
+    "register_run_end_hook",
+    "register_run_start_hook",
+    "register_run_tab",
+    "run_end",
+    "run_end_hooks",
+    "run_start",
+    "run_start_hooks",
+    "run_tab_context",
+    "run_tab_providers",
+]
+
+log = logging.getLogger(__name__)
+
+# Called as hook(run_id=...) in the engine's database thread; each must be idempotent, since
+# the engine calls them once per start and a start is the one moment a run's router config is
+# the one its calls will meet.
+run_start_hooks: list[Callable[..., Any]] = []
+# Called as hook(run_id=...) once a run has ended (its terminal status committed, its report
+# stored), each in its own transaction (a savepoint when the caller holds one). What a hook
+# keeps must be derived from the ledger and recomputable on read: a hook that raises is logged
+# and never changes the run. Each must be idempotent (a run end may be seen more than once).
+run_end_hooks: list[Callable[..., Any]] = []
+# Called as keeper(run_id=...) once a run has ended, before the run-end hooks: stores the run's
+# report (`runs.reporting.stored_report.report_keep_settled`, registered by `RunsConfig.ready()`), so the
+# engine never imports the report (issue 36 item 1).
+report_keepers: list[Callable[..., Any]] = []
+# Called as keeper(run_id=...) every few seconds on a driving worker's side database thread:
+# what the run's pages read young (`runs.reporting.live_report.snapshot_keep`, registered by
+# `RunsConfig.ready()`), so the engine never imports the live results (issue 36 item 1).
+live_snapshot_keepers: list[Callable[..., Any]] = []
+# tab name -> provider(request, run) -> the template context of that tab of the run page.
+run_tab_providers: dict[str, Callable[[Any, Any], dict[str, Any]]] = {}
+
+
+def register_run_start_hook(hook: Callable[..., Any]) -> None:
+    """Add a hook called once when a run starts; registering the same hook again is a no-op
+    (ready() may run more than once in tests)."""
+    if hook not in run_start_hooks:
+        run_start_hooks.append(hook)
+
+
+def register_run_end_hook(hook: Callable[..., Any]) -> None:
+    """Add a hook called once a run has ended; registering the same hook again is a no-op."""
+    if hook not in run_end_hooks:
+        run_end_hooks.append(hook)
+
+
+def register_report_keeper(keeper: Callable[..., Any]) -> None:
+    """Add the keeper of an ended run's report; registering the same one again is a no-op."""
+    if keeper not in report_keepers:
+        report_keepers.append(keeper)
+
+
+def report_keep(*, run_id: int) -> None:
+    """Every registered report keeper, in registration order (the caller logs a failure)."""
+    for keeper in list(report_keepers):
+        keeper(run_id=run_id)
+
+
+def register_live_snapshot_keeper(keeper: Callable[..., Any]) -> None:
+    """Add a keeper of a run's live figures; registering the same one again is a no-op."""
+    if keeper not in live_snapshot_keepers:
+        live_snapshot_keepers.append(keeper)
+
+
+def live_snapshot_keep(*, run_id: int) -> None:
+    """Every registered live-snapshot keeper, in registration order (the caller logs a
+    failure: a page's figure is never the run's concern)."""
+    for keeper in list(live_snapshot_keepers):
+        keeper(run_id=run_id)
+
+
+def register_run_tab(tab: str, provider: Callable[[Any, Any], dict[str, Any]]) -> None:
+    run_tab_providers[tab] = provider
+
+
+def run_start(*, run_id: int) -> None:
+    """Every registered run-start hook, in registration order."""
+    for hook in list(run_start_hooks):
+        hook(run_id=run_id)
+
+
+def run_end(*, run_id: int) -> None:
+    """Every registered run-end hook, in registration order. A hook that raises is logged, what
+    it wrote is rolled back, and the next one still runs: the run has ended whatever its hooks
+    do."""
+    for hook in list(run_end_hooks):
+        try:
+            with transaction.atomic():
+                hook(run_id=run_id)
+        except Exception:
+            log.exception("run-end hook %s failed for run %s", _name(hook), run_id)
+
+
+def _name(hook: Callable[..., Any]) -> str:
+    return f"{getattr(hook, '__module__', '?')}.{getattr(hook, '__qualname__', repr(hook))}"
+
+
+def run_tab_context(tab: str, request: Any, run: Any) -> dict[str, Any]:
+    """The context of a tab another app provides; empty when no app provides it."""
+    provider = run_tab_providers.get(tab)
+    return {} if provider is None else provider(request, run)

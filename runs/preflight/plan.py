@@ -1,0 +1,154 @@
+"""What a target's preflight means for a plan (issue 39): prompts that cannot fit the known
+context are "not run" (never sent), and the review warns, before any call, where the plan asks
+for more than a target showed.
+
+The prompt's size is estimated, never measured (freezing a plan calls no server): every run of
+word characters and every run of other non-space characters counts as one token, plus four per
+message and two for the reply. Real tokenizers make at least about that many (a word is one
+token or more, punctuation seldom merges with letters), so a prompt estimated above a context
+almost surely does not fit it; one just below it may still not fit (the review says so).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from datasets.benchmarks import get_adapter
+from datasets.models import Question
+from runs.models import Target
+from runs.models.preflight import PreflightStatus, TargetPreflight
+
+TOKEN_RE = re.compile(r"\w+|[^\w\s]+")
+MESSAGE_TOKENS = 4
+REPLY_TOKENS = 2
+
+
+def _texts(content: Any) -> Iterable[str]:
+    if isinstance(content, str):
+        yield content
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                yield part["text"]
+
+
+def prompt_token_estimate(messages: Sequence[Any]) -> int:
+    """The estimate of a prompt's tokens described in the module's docstring."""
+    total = REPLY_TOKENS
+    for message in messages:
+        total += MESSAGE_TOKENS
+        if isinstance(message, dict):
+            total += sum(len(TOKEN_RE.findall(t)) for t in _texts(message.get("content")))
+    return total
+
+
+def latest_preflights(targets: Iterable[Target]) -> dict[str, TargetPreflight]:
+    """Each target's latest completed preflight still about its current endpoint and model."""
+    found: dict[str, TargetPreflight] = {}
+    for target in targets:
+        preflight = (
+            TargetPreflight.objects.filter(
+                target=target,
+                status=PreflightStatus.COMPLETED,
+                base_url=target.base_url,
+                model=target.model,
+            )
+            .order_by("-created_at", "-pk")
+            .first()
+        )
+        if preflight is not None:
+            found[target.slug] = preflight
+    return found
+
+
+def context_reason(slug: str, preflight: TargetPreflight) -> str:
+    return (
+        f"prompt longer than the {preflight.context_tokens:,}-token context target {slug} "
+        f"showed (preflight #{preflight.pk}): left out for every target, never sent"
+    )
+
+
+def not_fitting(
+    entries: list[tuple[int, str, str]], chosen: list[str], targets: Iterable[Target]
+) -> dict[int, str]:
+    """{question id: reason} for the chosen questions whose estimated prompt exceeds the known
+    context of a target of the plan (the smallest such context gives the reason). A case is
+    left out for every target, so every target answers the same cases."""
+    limits = [
+        (p.context_tokens, slug, p)
+        for slug, p in latest_preflights(targets).items()
+        if p.context_tokens
+    ]
+    if not limits:
+        return {}
+    limits.sort(key=lambda item: item[0])
+    smallest, slug, preflight = limits[0]
+    out: dict[int, str] = {}
+    for qid, estimate in _estimates(entries, chosen).items():
+        if estimate > smallest:
+            out[qid] = context_reason(slug, preflight)
+    return out
+
+
+def _estimates(entries: list[tuple[int, str, str]], chosen: list[str]) -> dict[int, int]:
+    ids = [qid for qid, _sha, benchmark in entries if benchmark in chosen]
+    rows = Question.objects.filter(pk__in=ids).values_list("pk", "benchmark", "payload")
+    return {
+        pk: prompt_token_estimate(get_adapter(benchmark).messages(payload))
+        for pk, benchmark, payload in rows
+    }
+
+
+def plan_preflight_review(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per target of a frozen plan, what its latest preflight showed and the warnings for
+    this plan — before any call. A target never checked says so."""
+    slugs = [t["slug"] for t in manifest["targets"]]
+    targets = list(Target.objects.filter(slug__in=slugs))
+    preflights = latest_preflights(targets)
+    concurrency = manifest["limits"]["concurrency"]
+    rows = []
+    for slug in slugs:
+        preflight = preflights.get(slug)
+        if preflight is None:
+            rows.append({"slug": slug, "preflight": None, "warnings": [], "findings": []})
+            continue
+        rows.append(
+            {
+                "slug": slug,
+                "preflight": preflight,
+                "findings": preflight.findings,
+                "warnings": _warnings(manifest, preflight, concurrency),
+            }
+        )
+    return rows
+
+
+def _warnings(manifest: dict[str, Any], p: TargetPreflight, concurrency: int) -> list[str]:
+    warnings = []
+    if p.cuts_at is not None and concurrency > (p.max_whole_streams or 0):
+        warnings.append(
+            f"concurrency {concurrency} exceeds what this target showed: a second request "
+            f"cut the stream in progress at {p.cuts_at} concurrent streams (whole up to "
+            f"{p.max_whole_streams}); use concurrency ≤ {p.max_whole_streams} or its cells "
+            "will fail as incomplete streams"
+        )
+    if p.stream_usage is False:
+        warnings.append("this server reports no usage when streaming: cost unknown")
+    if p.served_model_priced is False:
+        warnings.append(
+            f"the served model {p.served_model!r} has no price: every cost will be unknown"
+        )
+    if p.length_finish_reason and p.length_finish_reason != "length":
+        warnings.append(
+            f'a max_tokens cut ends with finish_reason "{p.length_finish_reason}": truncated '
+            "answers will look finished"
+        )
+    if p.context_tokens:
+        warnings.append(
+            f"prompts of more than {p.context_tokens:,} tokens do not fit this target: those "
+            "estimated longer are listed as not run; one estimated just below may still not "
+            "fit and fail its cell"
+        )
+    return warnings

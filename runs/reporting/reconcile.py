@@ -1,0 +1,466 @@
+"""`reconcile-usage` (R2, DESIGN §5) and the effective usage every reader uses.
+
+Reconciliation re-parses each call's saved SSE evidence with the decoder the live engine used
+and re-prices what it proves with the manifest's frozen prices. Nothing recorded changes: the
+result is one appended, versioned :class:`~runs.models.UsageCorrection` whose ``corrections``
+JSON holds the corrected usage of every call. Readers (report, comparison, export) take a
+call's usage from the latest correction when it has an entry for the call, else from the call
+row: :func:`effective_call_sums` is that rule, in SQL.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Literal
+
+from django.db import connection, transaction
+from django.db.models import Count
+
+from runs.engine.sse import ChatStreamAccumulator, SSEError, decode_sse
+from runs.ledger.accounting import (
+    NO_STREAM_USAGE_NOTE,
+    NO_STREAM_USAGE_REMEDY,
+    PriceError,
+    call_accounting,
+    sum_known,
+)
+from runs.ledger.corrections import version_append, version_appended
+from runs.ledger.events import events_append
+from runs.ledger.usage import mom_evidence
+from runs.models import TERMINAL_RUN_STATUSES, Call, CallStatus, Cell, Run, UsageCorrection
+from runs.reporting.report_types import Correction
+from srbench.canonical import sha256_bytes, sha256_hex
+from srbench.money import money_stored, money_text
+from srbench.refusals import Refusal
+
+__all__ = [
+    "RULES_VERSION",
+    "ReconcileRefused",
+    "ReconcileResult",
+    "correction_summary",
+    "effective_call_sums",
+    "effective_cell_costs",
+    "latest_corrections",
+    "usage_reconcile",
+]
+
+# Part of the evidence hash: a change to these rules must produce a new correction version for
+# the same evidence, never be hidden behind the old one.
+RULES_VERSION = "reconcile-usage/1"
+
+BUCKET_COLUMNS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
+MONEY_COLUMNS = ("cost_usd", "cache_neutral_cost_usd")
+
+
+class ReconcileRefused(Refusal):
+    """The run cannot be reconciled (not terminal, preview mode, unknown)."""
+
+    http_status = 409
+    code = "reconcile_refused"
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    correction: UsageCorrection
+    created: bool
+
+
+# --------------------------------------------------------------------------------------------
+# One call
+
+
+def _money_text(value: Decimal | None) -> str | None:
+    """The amount as the ledger column stores it (every digit, srbench.money.money_stored), so
+    a recomputed cost is compared with the recorded one exactly (issue 35 item 5)."""
+    return money_text(money_stored(value))
+
+
+def _lower(headers: Mapping[str, Any] | None) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in (headers or {}).items()}
+
+
+def _mom_proof(headers: dict[str, str]) -> str | None:
+    """Why a MoM call's usage cannot be attributed (None: it can). Only a proven direct call or
+    a complete per-call receipt says what the router's internal calls cost (R2.5); the rule
+    lives in ``runs.ledger.usage.mom_evidence``, which the engine's pricing applies too."""
+    evidence = mom_evidence(headers)
+    return None if evidence.proven else f"MoM call is not attributable: {evidence.reason}"
+
+
+def _unverifiable(call_id: int, reason: str) -> dict[str, Any]:
+    # Missing or conflicting evidence leaves the usage unknown (R2.4), whatever the receipt said.
+    return {
+        "call_id": call_id,
+        "outcome": "unverifiable",
+        "reason": reason,
+        **dict.fromkeys(BUCKET_COLUMNS),
+        **dict.fromkeys(MONEY_COLUMNS),
+    }
+
+
+def _reconcile_call(row: dict[str, Any], kind: str, prices: Mapping[str, Any]) -> dict[str, Any]:
+    call_id = row["id"]
+    body, digest = row["evidence__body"], row["evidence__sha256"]
+    if body is None:
+        return _unverifiable(call_id, "no saved evidence")
+    try:
+        raw = zlib.decompress(bytes(body))
+    except zlib.error as exc:
+        return _unverifiable(call_id, f"evidence does not decompress: {exc}")
+    if sha256_bytes(raw) != digest:
+        return _unverifiable(call_id, "evidence bytes do not match their recorded sha256")
+    accumulator = ChatStreamAccumulator(clock=lambda: 0.0)
+    try:
+        accumulator.feed_events(decode_sse([raw]))
+    except SSEError as exc:
+        return _unverifiable(call_id, f"evidence is not a decodable event stream: {exc}")
+    result = accumulator.result()
+    if result.done_count != 1:
+        return _unverifiable(call_id, f"evidence has {result.done_count} [DONE] markers, not 1")
+    if not result.complete:
+        return _unverifiable(call_id, f"evidence stream is incomplete: {result.incomplete_reason}")
+    if (result.served_model or "") != row["served_model"]:
+        return _unverifiable(
+            call_id,
+            f"model in evidence {result.served_model!r} differs from the receipt "
+            f"{row['served_model']!r}",
+        )
+    if (result.finish_reason or "") != row["finish_reason"]:
+        return _unverifiable(
+            call_id,
+            f"finish_reason in evidence {result.finish_reason!r} differs from the receipt "
+            f"{row['finish_reason']!r}",
+        )
+    if result.usage != row["usage_raw"]:
+        return _unverifiable(call_id, "usage in evidence differs from the recorded raw usage")
+
+    headers = _lower(row["response_headers"]) if kind == "mom" else {}
+    if kind == "mom":
+        problem = _mom_proof(headers)
+        if problem:
+            return _unverifiable(call_id, problem)
+    try:
+        # The same composition the engine applied when it closed the call.
+        buckets, cost, neutral, note = call_accounting(
+            kind=kind,
+            usage=result.usage,
+            served_model=result.served_model,
+            headers=headers,
+            price_table=prices,
+        )
+    except PriceError as exc:
+        return _unverifiable(call_id, f"malformed frozen price: {exc}")
+
+    entry: dict[str, Any] = {
+        "call_id": call_id,
+        "input_tokens": None if buckets is None else buckets.input,
+        "cached_input_tokens": None if buckets is None else buckets.cached_input,
+        "cache_write_tokens": None if buckets is None else buckets.cache_write,
+        "output_tokens": None if buckets is None else buckets.output,
+        "cost_usd": _money_text(cost),
+        "cache_neutral_cost_usd": _money_text(neutral),
+    }
+    changed = [c for c in BUCKET_COLUMNS if entry[c] != row[c]] + [
+        c
+        for c in MONEY_COLUMNS
+        if (None if entry[c] is None else Decimal(entry[c])) != row[c]  # numeric, not textual
+    ]
+    entry["outcome"] = "changed" if changed else "verified"
+    if changed:
+        entry["reason"] = f"changed: {', '.join(changed)}"
+    else:  # a stream without usage: say what evidence would make it known (issue 39)
+        entry["reason"] = (
+            f"{note}; {NO_STREAM_USAGE_REMEDY}" if note == NO_STREAM_USAGE_NOTE else note
+        )
+    return entry
+
+
+# --------------------------------------------------------------------------------------------
+# One run
+
+
+def _call_rows(run: Run) -> Iterable[dict[str, Any]]:
+    return (
+        Call.objects.filter(cell__run=run)
+        .order_by("pk")
+        .values(
+            "id",
+            "target__slug",
+            "target__kind",
+            "served_model",
+            "finish_reason",
+            "usage_raw",
+            "response_headers",
+            "evidence__body",
+            "evidence__sha256",
+            *BUCKET_COLUMNS,
+            *MONEY_COLUMNS,
+        )
+        .iterator(chunk_size=500)
+    )
+
+
+def _target_kinds(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """Kinds as frozen in the plan, so a later edit of a target cannot change the rules."""
+    snapshots = [*manifest.get("targets", []), *manifest.get("judges", {}).values()]
+    return {s["slug"]: s["kind"] for s in snapshots}
+
+
+def usage_reconcile(*, run_id: int) -> ReconcileResult:
+    """Rebuild the run's usage from its saved evidence and append one correction (R2).
+
+    Makes no model call and changes no call, evidence or manifest. Idempotent: the correction
+    is keyed by a sha256 over every call's evidence hash and :data:`RULES_VERSION`, so running
+    it again on the same evidence returns the same correction (``created=False``) instead of a
+    new version.
+    """
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        raise ReconcileRefused(f"run {run_id} does not exist")
+    if run.mode != Run.Mode.LIVE:
+        raise ReconcileRefused(f"run {run_id} is a {run.mode} run: only live runs have usage")
+    if run.status not in TERMINAL_RUN_STATUSES:
+        raise ReconcileRefused(
+            f"run {run_id} is {run.status}: reconcile a run only once it has ended"
+        )
+    kinds = _target_kinds(run.manifest)
+    prices = run.manifest.get("prices", {})
+
+    entries: list[dict[str, Any]] = []
+    recorded_costs: list[Decimal | None] = []
+    evidence_ids: list[tuple[int, str | None]] = []
+    for row in _call_rows(run):
+        slug = row["target__slug"]
+        entries.append(
+            _reconcile_call(row, kinds.get(slug, row["target__kind"]), prices.get(slug, {}))
+        )
+        recorded_costs.append(row["cost_usd"])
+        evidence_ids.append((row["id"], row["evidence__sha256"]))
+    evidence_sha = sha256_hex({"rules": RULES_VERSION, "calls": evidence_ids})
+
+    verified = sum(1 for e in entries if e["outcome"] != "unverifiable")
+    changed = sum(1 for e in entries if e["outcome"] == "changed")
+    old_known = sum_known(recorded_costs).known_sum
+    new_known = sum_known(
+        None if e["cost_usd"] is None else Decimal(e["cost_usd"]) for e in entries
+    ).known_sum
+
+    with transaction.atomic(durable=True):
+        correction, created = version_append(
+            UsageCorrection,
+            run_id=run.pk,
+            key={"evidence_sha256": evidence_sha},
+            fields={
+                "verified_count": verified,
+                "changed_count": changed,
+                "unverifiable_count": len(entries) - verified,
+                "old_known_cost_usd": old_known,
+                "new_known_cost_usd": new_known,
+                "corrections": {"rules_version": RULES_VERSION, "calls": entries},
+            },
+        )
+        if not created:
+            return ReconcileResult(correction, created=False)
+        events_append(
+            run_id=run.pk,
+            events=[
+                (
+                    "usage.reconciled",
+                    {
+                        "version": correction.version,
+                        "evidence_sha256": evidence_sha,
+                        "verified": verified,
+                        "changed": changed,
+                        "unverifiable": len(entries) - verified,
+                        "old_known_cost_usd": money_text(old_known),
+                        "new_known_cost_usd": money_text(new_known),
+                    },
+                )
+            ],
+        )
+        version_appended(run_id=run.pk)  # the report of the corrected state, in this commit
+    correction.refresh_from_db()  # the stored Decimal precision, as every later reader sees it
+    return ReconcileResult(correction, created=True)
+
+
+def correction_summary(correction: UsageCorrection | None) -> dict[str, Any] | None:
+    """What a report shows about the correction in effect (R2.3): the typed report's receipt
+    (`runs.reporting.report_types.Correction`, its one home) as JSON."""
+    typed = Correction.of(correction)
+    return None if typed is None else typed.to_doc()
+
+
+# --------------------------------------------------------------------------------------------
+# Effective usage, in SQL
+
+
+_ENTRY_COLUMNS_PG = (
+    '"call_id" bigint, "input_tokens" bigint, "cached_input_tokens" bigint, '
+    '"cache_write_tokens" bigint, "output_tokens" bigint, "cost_usd" numeric, '
+    '"cache_neutral_cost_usd" numeric'
+)
+
+
+def _entries_sql() -> str:
+    """One row per corrected call of each run's latest correction."""
+    return (
+        "SELECT x.* FROM latest l CROSS JOIN LATERAL jsonb_to_recordset("
+        f"l.corrections -> 'calls') AS x({_ENTRY_COLUMNS_PG})"
+    )
+
+
+def _effective_calls_sql(run_ids: Sequence[int]) -> tuple[str, list[int]]:
+    """The ``WITH`` clause that defines ``eff``: one row per call of the runs with its effective
+    buckets and costs (run_id, target_id of the cell, cell_id, role, status, buckets, costs)."""
+    call_t, cell_t = Call._meta.db_table, Cell._meta.db_table
+    correction_t = UsageCorrection._meta.db_table
+    marks = ", ".join(["%s"] * len(run_ids))
+    effective = ",\n".join(
+        f"CASE WHEN e.call_id IS NULL THEN c.{col} ELSE e.{col} END AS {col}"
+        for col in (*BUCKET_COLUMNS, *MONEY_COLUMNS)
+    )
+    sql = f"""
+        WITH latest AS (
+            SELECT uc.run_id, uc.corrections FROM {correction_t} uc
+            WHERE uc.run_id IN ({marks}) AND uc.version = (
+                SELECT MAX(v.version) FROM {correction_t} v WHERE v.run_id = uc.run_id)
+        ),
+        entries AS ({_entries_sql()}),
+        eff AS (
+            SELECT cell.run_id, cell.target_id, cell.id AS cell_id, c.role, c.status, {effective}
+            FROM {call_t} c JOIN {cell_t} cell ON cell.id = c.cell_id
+            LEFT JOIN entries e ON e.call_id = c.id
+            WHERE cell.run_id IN ({marks})
+        )"""
+    return sql, [*run_ids, *run_ids]
+
+
+GroupBy = Literal["target_role", "cell_role"]
+
+
+def effective_call_sums(*, run_ids: Sequence[int], group_by: GroupBy) -> list[dict[str, Any]]:
+    """Sums of the effective usage of the runs' calls, grouped in SQL.
+
+    A call's usage and costs come from the latest correction of its run when that correction
+    has an entry for it (a null there is unknown, not "fall back"), else from the call row.
+    ``group_by`` is ``target_role`` (run, target of the cell, role) or ``cell_role`` (run,
+    cell, role). Each row carries ``calls``, ``usage_unknown``, ``cost_unknown``,
+    ``neutral_unknown``, the sums of the four buckets, ``cost`` and ``neutral``; sums over only
+    unknown values are None, and a sum is complete only when its ``*_unknown`` is 0.
+    """
+    if not run_ids:
+        return []
+    keys = {"target_role": "target_id", "cell_role": "cell_id"}[group_by]
+    effective, params = _effective_calls_sql(run_ids)
+    sql = f"""
+        {effective}
+        SELECT run_id, {keys}, role, COUNT(*),
+            SUM(CASE WHEN output_tokens IS NULL THEN 1 ELSE 0 END),
+            SUM(CASE WHEN cost_usd IS NULL THEN 1 ELSE 0 END),
+            SUM(CASE WHEN cache_neutral_cost_usd IS NULL THEN 1 ELSE 0 END),
+            SUM(input_tokens), SUM(cached_input_tokens), SUM(cache_write_tokens),
+            SUM(output_tokens), SUM(cost_usd), SUM(cache_neutral_cost_usd)
+        FROM eff GROUP BY run_id, {keys}, role
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    names = (
+        "run_id",
+        keys,
+        "role",
+        "calls",
+        "usage_unknown",
+        "cost_unknown",
+        "neutral_unknown",
+        *BUCKET_COLUMNS,
+        "cost",
+        "neutral",
+    )
+    out = []
+    for row in rows:
+        record = dict(zip(names, row, strict=True))
+        for name in ("cost", "neutral"):
+            # PostgreSQL numeric arrives as an exact Decimal; anything else is a defect.
+            assert record[name] is None or isinstance(record[name], Decimal), record[name]
+        for name in (*BUCKET_COLUMNS, "calls", "usage_unknown", "cost_unknown", "neutral_unknown"):
+            if record[name] is not None:
+                record[name] = int(record[name])
+        out.append(record)
+    return out
+
+
+def no_stream_usage_counts(*, run_ids: Sequence[int]) -> dict[tuple[int, int], int]:
+    """Per (run, target of the cell): subject calls whose finished stream carried no usage
+    object (`runs.ledger.accounting.NO_STREAM_USAGE_NOTE`): a server that sends none when streaming."""
+    rows = (
+        Call.objects.filter(
+            cell__run_id__in=run_ids, role=Call.Role.SUBJECT, cost_note=NO_STREAM_USAGE_NOTE
+        )
+        .values_list("cell__run_id", "cell__target_id")
+        .annotate(n=Count("id"))
+    )
+    return {(run_id, target_id): n for run_id, target_id, n in rows}
+
+
+# A call that spent money and produced nothing usable: an error, or a call whose outcome is
+# unknown (sent, then lost). Cancelled calls were stopped on purpose and are not waste.
+WASTE_CALL_STATUSES = (CallStatus.FAILED, CallStatus.SENT_UNKNOWN)
+
+
+def effective_run_spend(*, run_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Per run: the sum of the known effective costs of all its calls (``known``) and of its
+    failed and unknown-outcome calls (``waste_known``), with how many costs each leaves
+    unknown (``unknown``, ``waste_unknown``) and ``waste_calls``. A sum over no known cost is
+    None; a run with no calls is absent."""
+    if not run_ids:
+        return {}
+    effective, params = _effective_calls_sql(run_ids)
+    waste = "status IN (" + ", ".join(["%s"] * len(WASTE_CALL_STATUSES)) + ")"
+    sql = f"""
+        {effective}
+        SELECT run_id, SUM(cost_usd), COUNT(*) - COUNT(cost_usd),
+            SUM(cost_usd) FILTER (WHERE {waste}),
+            COUNT(*) FILTER (WHERE {waste}) - COUNT(cost_usd) FILTER (WHERE {waste}),
+            COUNT(*) FILTER (WHERE {waste})
+        FROM eff GROUP BY run_id
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, *WASTE_CALL_STATUSES * 4])
+        rows = cursor.fetchall()
+    names = ("known", "unknown", "waste_known", "waste_unknown", "waste_calls")
+    return {run_id: dict(zip(names, values, strict=True)) for run_id, *values in rows}
+
+
+def latest_corrections(*, run_ids: Sequence[int]) -> dict[int, UsageCorrection]:
+    """The correction in effect for each run that has one. The per-call JSON is not loaded: a
+    report shows only the summary, and the sums read the JSON in SQL."""
+    out: dict[int, UsageCorrection] = {}
+    for c in (
+        UsageCorrection.objects.filter(run_id__in=run_ids)
+        .defer("corrections")
+        .order_by("run_id", "-version")
+    ):
+        out.setdefault(c.run_id, c)
+    return out
+
+
+def effective_cell_costs(*, run_ids: Sequence[int], role: str) -> list[tuple[int, float | None]]:
+    """Per cell of the runs with calls in ``role``: the sum of their effective costs, or None
+    when any of them has no known cost. Floats (exact sums in SQL, then rounded once) for
+    numeric work over many cells; the same effective rule as :func:`effective_call_sums`."""
+    if not run_ids:
+        return []
+    effective, params = _effective_calls_sql(run_ids)
+    sql = f"""
+        {effective}
+        SELECT cell_id, CASE WHEN COUNT(cost_usd) = COUNT(*)
+            THEN CAST(SUM(cost_usd) AS DOUBLE PRECISION) END
+        FROM eff WHERE role = %s GROUP BY cell_id
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, role])
+        return cursor.fetchall()

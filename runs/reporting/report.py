@@ -1,0 +1,698 @@
+"""The run report (R1, R3, R4.2): what is known, from SQL aggregates over the whole ledger.
+
+Never from a loaded page of details (R13.2). Unknown is None: a token bucket or a cost is
+given only when every planned cell contributes a known value; the partial sum is labelled.
+
+The report is typed (`runs.reporting.report_types.Report`: Decimal money, exact fractions, None for
+unknown); the `*_compute` functions give it, and `run_report`, `run_reports` and
+`run_report_settled` give its JSON (`report_doc`), the form the API, the CLI and the stored
+row hold (issue 24 point 3).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from datasets.benchmarks import ADAPTERS
+from datasets.provenance import UNKNOWN
+from runs.ledger.accounting import no_stream_usage_reason, sum_known
+from runs.ledger.selectors import manifest_head, run_settled_fingerprint, runs_data_provenance
+from runs.models import Call, Cell, Run, RunReport, RunStatus, Target
+from runs.reporting.official_report import official_sections
+from runs.reporting.reconcile import (
+    effective_call_sums,
+    effective_run_spend,
+    latest_corrections,
+    no_stream_usage_counts,
+)
+from runs.reporting.report_types import (
+    COUNT_FIELDS,
+    TIMING_FIELDS,
+    BenchmarkRow,
+    Correction,
+    Counts,
+    OfficialSection,
+    Report,
+    RunHead,
+    Score,
+    Spend,
+    TargetReport,
+    report_doc,
+)
+from srbench.canonical import sha256_hex
+from srbench.stats import accuracy, weighted_quality, wilson_interval
+
+BUCKETS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
+# Part of a stored report's fingerprint: bump it whenever what a report computes changes, so a
+# report stored by the previous code is never served (v6, issue 39: why usage is unknown).
+REPORT_CACHE_VERSION = "v6"
+# pg_advisory_xact_lock(class, run id): one computation of a settled run's stored report at a
+# time (`run_report_settled_compute`).
+REPORT_LOCK_CLASS = 38001
+CELL_STATES = ("pending", "running", "completed", "failed", "cancelled", "sent_unknown")
+
+
+def _cell_counts(run_ids: list[int]) -> dict[tuple[int, int, str], dict[str, int]]:
+    rows = (
+        Cell.objects.filter(run_id__in=run_ids)
+        .values("run_id", "target_id", "benchmark")
+        .annotate(
+            planned=Count("id"),
+            correct=Count("id", filter=Q(correct=True)),
+            scored=Count("id", filter=Q(scored=True)),
+            **{s: Count("id", filter=Q(status=s)) for s in CELL_STATES},
+        )
+    )
+    return {(r.pop("run_id"), r.pop("target_id"), r.pop("benchmark")): r for r in rows}
+
+
+def question_interval(questions: int, score_sum: Fraction) -> tuple[float, float] | None:
+    """The report's 95% interval of a benchmark row: Wilson on the mean question score with
+    n = questions (the question is the unit). The final report and the live section's partial
+    rows (`runs.interfaces.views`) both call this, so a live interval is the final one of its cells."""
+    return wilson_interval(score_sum, questions) if questions else None
+
+
+def completed_question_scores(run_id: int) -> dict[tuple[int, str], tuple[int, Fraction]]:
+    """Per (target, benchmark) of a run: `_question_scores` over its completed cells only —
+    the questions with a completed attempt and the exact sum of their scores, each question
+    scoring the mean over its completed attempts. What the final report would give for the
+    cells completed so far (the live section's partial rows with several attempts)."""
+    got = _question_scores([run_id], completed_only=True)
+    return {(t, b): v for (_, t, b), v in got.items()}
+
+
+def _question_scores(
+    run_ids: list[int], *, completed_only: bool = False
+) -> dict[tuple[int, int, str], tuple[int, Fraction]]:
+    """Per (run, target, benchmark): how many questions, and the exact sum of their scores.
+
+    The question is the statistical unit (DESIGN §6, docs/statistics.md): a question's score is
+    the mean over its planned attempt cells, a cell that is not correct (wrong, failed, still
+    pending, cancelled, outcome unknown) counting 0 as it does in the accuracy. The inner query
+    counts each question's cells and correct cells; the outer one groups questions by their
+    number of cells k, so Σ_q correct_q / k_q = Σ_k (Σ correct) / k is summed exactly with
+    Fractions from a handful of rows (one per k, normally just k = slots), never one per
+    question.
+    """
+    cell_t = Cell._meta.db_table
+    marks = ", ".join(["%s"] * len(run_ids))
+    sql = f"""
+        SELECT run_id, target_id, benchmark, k, COUNT(*), SUM(c)
+        FROM (
+            SELECT run_id, target_id, benchmark, question_id,
+                COUNT(*) AS k, COUNT(*) FILTER (WHERE correct) AS c
+            FROM {cell_t}
+            WHERE run_id IN ({marks}){" AND status = 'completed'" if completed_only else ""}
+            GROUP BY run_id, target_id, benchmark, question_id
+        ) AS per_question
+        GROUP BY run_id, target_id, benchmark, k
+    """
+    out: dict[tuple[int, int, str], tuple[int, Fraction]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, run_ids)
+        for run_id, target_id, benchmark, k, questions, correct in cursor.fetchall():
+            n, total = out.get((run_id, target_id, benchmark), (0, Fraction(0)))
+            # SUM of a bigint is a numeric (a Decimal here): back to an exact integer.
+            score = Fraction(int(correct), int(k))
+            out[(run_id, target_id, benchmark)] = (n + int(questions), total + score)
+    return out
+
+
+def _cells_without_subject_call(run_ids: list[int]) -> dict[tuple[int, int], int]:
+    # An anti-join in its own query: as a filtered count beside _cell_counts PostgreSQL
+    # probes the calls once per cell (measured 5x slower at 100,000 cells).
+    rows = (
+        Cell.objects.filter(run_id__in=run_ids)
+        .exclude(calls__role="subject")
+        .values("run_id", "target_id")
+        .annotate(n=Count("id"))
+    )
+    return {(r["run_id"], r["target_id"]): r["n"] for r in rows}
+
+
+def _call_sums(run_ids: list[int]) -> dict[tuple[int, int, str], dict[str, Any]]:
+    """Per (run, target of the cell, role): sums of buckets and costs, and how many are unknown.
+
+    Effective usage (R2.2): the latest usage correction overrides a call where it has an entry.
+    """
+    sums: dict[tuple[int, int, str], dict[str, Any]] = {}
+    for r in effective_call_sums(run_ids=run_ids, group_by="target_role"):
+        sums[(r.pop("run_id"), r.pop("target_id"), r.pop("role"))] = r
+    return sums
+
+
+# Timings are shown to the microsecond. A clock difference times 1000 (553.2292899999902 ms),
+# an interpolated percentile or a float sum carries binary noise below that, which is not
+# part of the measurement and reads as a float artefact (issue 18).
+TIMING_DECIMALS = {"ms": 3, "seconds": 6}
+
+
+def timing_shown(value: float | None, unit: str = "ms") -> float | None:
+    return None if value is None else round(float(value), TIMING_DECIMALS[unit])
+
+
+def call_timings(run_ids: list[int]) -> dict[tuple[int, int], dict[str, float | None]]:
+    """Per (run, target): TTFT p50 and latency p50/p95 of the completed subject calls, and the
+    request seconds of every timed call. Percentiles interpolate linearly between order
+    statistics (PostgreSQL's percentile_cont), computed in SQL (no 100,000-row transfer); None
+    when nothing is timed."""
+    call_t, cell_t = Call._meta.db_table, Cell._meta.db_table
+    marks = ", ".join(["%s"] * len(run_ids))
+    done = "c.role = 'subject' AND c.status = 'completed'"
+    sql = f"""
+        SELECT cell.run_id, cell.target_id,
+            percentile_cont(0.5) WITHIN GROUP (ORDER BY c.ttft_ms) FILTER (WHERE {done}),
+            percentile_cont(0.5) WITHIN GROUP (ORDER BY c.duration_ms) FILTER (WHERE {done}),
+            percentile_cont(0.95) WITHIN GROUP (ORDER BY c.duration_ms) FILTER (WHERE {done}),
+            SUM(c.duration_ms) / 1000
+        FROM {call_t} c JOIN {cell_t} cell ON cell.id = c.cell_id
+        WHERE cell.run_id IN ({marks}) AND c.duration_ms IS NOT NULL
+        GROUP BY cell.run_id, cell.target_id
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, run_ids)
+        return {
+            (run_id, target_id): dict(
+                zip(
+                    TIMING_FIELDS,
+                    (
+                        timing_shown(v, "seconds" if name.endswith("_seconds_sum") else "ms")
+                        for name, v in zip(TIMING_FIELDS, values, strict=True)
+                    ),
+                    strict=True,
+                )
+            )
+            for run_id, target_id, *values in cursor.fetchall()
+        }
+
+
+def mom_routing(runs: list[Run]) -> dict[tuple[int, int], list[dict[str, Any]]]:
+    """Selected models and decisions of the MoM targets (by their frozen snapshots)."""
+    mom = {t["slug"] for r in runs for t in r.manifest["targets"] if t["kind"] == "mom"}
+    if not mom:
+        return {}
+    rows = (
+        Call.objects.filter(
+            cell__run_id__in=[r.pk for r in runs], cell__target__slug__in=mom, role="subject"
+        )
+        .values("cell__run_id", "cell__target_id", "selected_model", "selected_decision")
+        .annotate(n=Count("id"))
+    )
+    out: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        out[(r.pop("cell__run_id"), r.pop("cell__target_id"))].append(r)
+    return out
+
+
+def _benchmark_rows(
+    manifest: dict[str, Any],
+    counts: dict[str, dict[str, int]],
+    question_scores: dict[str, tuple[int, Fraction]] | None,
+    provenance: dict[str, str],
+) -> tuple[dict[str, BenchmarkRow], dict[str, int], dict[str, Fraction]]:
+    """Per benchmark: its counts, accuracy, interval and data provenance; and the target's
+    totals and the accuracies known (the score's inputs)."""
+    benchmarks: dict[str, BenchmarkRow] = {}
+    total: dict[str, int] = defaultdict(int)
+    accs: dict[str, Fraction] = {}
+    for b in manifest["benchmarks"]:
+        c = counts.get(
+            b, {"planned": 0, "correct": 0, "scored": 0, **dict.fromkeys(CELL_STATES, 0)}
+        )
+        for k, v in c.items():
+            total[k] += v
+        planned = c["planned"]
+        # Accuracy is over the planned cases: a failed or missing case counts as wrong.
+        acc = accuracy(c["correct"], planned) if planned else None
+        if acc is not None:
+            accs[b] = acc
+        # The interval counts questions, not cells (the question is the unit): Wilson on the
+        # mean question score with n = questions. With one attempt per question it is
+        # Wilson(correct, planned), as before; repeated attempts never narrow it.
+        questions, score_sum = (question_scores or {}).get(b, (0, Fraction(0)))
+        interval = question_interval(questions, score_sum) if planned else None
+        benchmarks[b] = BenchmarkRow(
+            planned=planned,
+            questions=questions,
+            completed=c["completed"],
+            correct=c["correct"],
+            scored=c["scored"],
+            failed=c["failed"],
+            pending=c["pending"] + c["running"],
+            sent_unknown=c["sent_unknown"],
+            cancelled=c["cancelled"],
+            accuracy=acc,
+            wilson_95=interval,
+            complete=planned > 0 and c["completed"] == planned,
+            provenance=provenance.get(b, UNKNOWN),
+        )
+    return benchmarks, total, accs
+
+
+def _target_score(
+    run: Run, benchmarks: dict[str, BenchmarkRow], accs: dict[str, Fraction]
+) -> Score:
+    """The sr-bench score when the run is complete over all nine benchmarks (and not a
+    re-run), else a labelled subset macro average, else none."""
+    manifest = run.manifest
+    weights = {b: Fraction(v["weight"]) for b, v in manifest["benchmarks"].items()}
+    run_complete = run.status == RunStatus.COMPLETED and all(
+        v.complete for v in benchmarks.values()
+    )
+    # Questions left out as not runnable here (runs.planning.runnable) make any score a subset.
+    nine = set(manifest["benchmarks"]) == set(ADAPTERS) and not manifest.get("not_run")
+    if not accs:
+        return Score("none")
+    quality = weighted_quality(accs, weights)
+    if run_complete and nine and run.parent_id is None:
+        return Score("sr-bench", quality)
+    label = (
+        "selected-benchmark subset macro average (not an sr-bench score)"
+        if not manifest.get("not_run")
+        else "subset macro average over the questions that could run here (not an sr-bench score)"
+    )
+    return Score("subset", quality, label, tuple(sorted(accs)))
+
+
+def _target_spend(
+    total: dict[str, int], sums: dict[str, dict[str, Any]], missing_subject: int
+) -> dict[str, Any]:
+    """The target's tokens and costs (`TargetReport`'s fields): a total only when every
+    planned cell contributes a known value, beside it the known partial sum."""
+    subject = sums.get("subject", {})
+    cells_all_subject_known = (
+        missing_subject == 0 and total["planned"] > 0 and total["completed"] == total["planned"]
+    )
+    usage_complete = cells_all_subject_known and subject.get("usage_unknown", 1) == 0
+    cost_complete = cells_all_subject_known and subject.get("cost_unknown", 1) == 0
+    neutral_complete = cells_all_subject_known and subject.get("neutral_unknown", 1) == 0
+    evaluation = [sums[r] for r in ("judge", "simulator") if r in sums]
+    # Exact sums (sum_known's precision), never a float: a report shows the ledger's digits.
+    # A known partial sum is None, never 0, when no call of its kind has a known cost (a target
+    # without prices); with no evaluation calls at all, nothing was spent on evaluation.
+    evaluation_costs = [e["cost"] for e in evaluation if e["cost"] is not None]
+    evaluation_known = (
+        sum_known(evaluation_costs).known_sum if evaluation_costs or not evaluation else None
+    )
+    evaluation_complete = all(e["cost_unknown"] == 0 for e in evaluation)
+    subject_known = subject.get("cost")
+    spend_parts = [subject_known, *evaluation_costs]
+    spend_known = (
+        sum_known(p for p in spend_parts if p is not None).known_sum
+        if any(p is not None for p in spend_parts)
+        else None
+    )
+    return {
+        "tokens": {
+            b.removesuffix("_tokens"): (subject.get(b) if usage_complete else None) for b in BUCKETS
+        },
+        "tokens_known_partial": {b.removesuffix("_tokens"): subject.get(b) for b in BUCKETS},
+        "subject_cost_usd": subject_known if cost_complete else None,
+        "known_cost_usd": subject_known,
+        "evaluation_cost_usd": evaluation_known if evaluation_complete else None,
+        "known_evaluation_cost_usd": evaluation_known,
+        "total_spend_usd": spend_known if cost_complete and evaluation_complete else None,
+        "known_total_spend_usd": spend_known,
+        "cache_neutral_cost_usd": subject.get("neutral") if neutral_complete else None,
+        "cache_neutral_unknown_reason": _cache_neutral_unknown_reason(
+            total, missing_subject, subject, cells_all_subject_known, neutral_complete
+        ),
+    }
+
+
+def _routed_counts(routed: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """A MoM target's selected models and decisions, summed over its subject calls."""
+    models: dict[str, int] = defaultdict(int)
+    decisions: dict[str, int] = defaultdict(int)
+    for r in routed:
+        models[r["selected_model"] or "unknown"] += r["n"]
+        decisions[r["selected_decision"] or "unknown"] += r["n"]
+    return {"selected_models": dict(models), "selected_decisions": dict(decisions)}
+
+
+@dataclass(frozen=True)
+class ReportBatch:
+    """What one set of queries read for several runs, keyed by run (and target)."""
+
+    counts: dict[tuple[int, int, str], dict[str, int]]
+    scores: dict[tuple[int, int, str], tuple[int, Fraction]]
+    sums: dict[tuple[int, int, str], dict[str, Any]]
+    missing: dict[tuple[int, int], int]
+    timings: dict[tuple[int, int], dict[str, Any]]
+    routing: dict[tuple[int, int], list[dict[str, Any]]]
+    target_ids: dict[tuple[int, str], int]
+    corrections: dict[int, Any]
+    spend: dict[int, dict[str, Any]]
+    official: dict[tuple[int, str], OfficialSection]
+    # Per run, per benchmark: where its questions came from (`datasets.provenance`); None
+    # (a batch built elsewhere) reads each run's on its own.
+    provenance: dict[int, dict[str, str]] | None = None
+    # Per (run, target): subject calls whose finished stream carried no usage object.
+    no_stream_usage: dict[tuple[int, int], int] | None = None
+
+    @classmethod
+    def read(cls, runs: list[Run]) -> ReportBatch:
+        run_ids = [r.pk for r in runs]
+        counts = _cell_counts(run_ids)
+        slugs = dict(
+            Target.objects.filter(pk__in={t for _, t, _ in counts}).values_list("pk", "slug")
+        )
+        target_ids = {(run_id, slugs[tid]): tid for run_id, tid, _ in counts}
+        return cls(
+            counts=counts,
+            scores=_question_scores(run_ids),
+            sums=_call_sums(run_ids),
+            missing=_cells_without_subject_call(run_ids),
+            timings=call_timings(run_ids),
+            routing=mom_routing(runs),
+            target_ids=target_ids,
+            corrections=latest_corrections(run_ids=run_ids),
+            spend=effective_run_spend(run_ids=run_ids),
+            # The official scorers beside the sr-bench score (issue 22 point 5).
+            official=official_sections(runs, target_ids),
+            provenance=runs_data_provenance(runs),
+            no_stream_usage=no_stream_usage_counts(run_ids=run_ids),
+        )
+
+
+def _target_report(
+    run: Run, snapshot: dict[str, Any], batch: ReportBatch, provenance: dict[str, str]
+) -> TargetReport:
+    """One target of the run, from the batch's figures of (run, target)."""
+    tid = batch.target_ids.get((run.pk, snapshot["slug"]))
+    mine = {b: c for (r, t, b), c in batch.counts.items() if r == run.pk and t == tid}
+    question_scores = {b: v for (r, t, b), v in batch.scores.items() if r == run.pk and t == tid}
+    by_role = {role: s for (r, t, role), s in batch.sums.items() if r == run.pk and t == tid}
+    timings = batch.timings.get((run.pk, tid), {})
+    no_usage = (batch.no_stream_usage or {}).get((run.pk, tid or 0), 0)
+    subject_calls = by_role.get("subject", {}).get("calls")
+    benchmarks, total, accs = _benchmark_rows(run.manifest, mine, question_scores, provenance)
+    report = TargetReport(
+        slug=snapshot["slug"],
+        kind=snapshot["kind"],
+        model=snapshot["model"],
+        planned=total["planned"],
+        completed=total["completed"],
+        correct=total["correct"],
+        scored=total["scored"],
+        failed=total["failed"],
+        pending=total["pending"] + total["running"],
+        sent_unknown=total["sent_unknown"],
+        cancelled=total["cancelled"],
+        benchmarks=benchmarks,
+        score=_target_score(run, benchmarks, accs),
+        **_target_spend(total, by_role, batch.missing.get((run.pk, tid), 0)),
+        **{k: timings.get(k) for k in TIMING_FIELDS},
+        official=batch.official.get((run.pk, snapshot["slug"])),
+        usage_unknown_reason=no_stream_usage_reason(no_usage, subject_calls),
+    )
+    if run.mode == "preview":
+        return _preview_only(report, run, tid)
+    if snapshot["kind"] == "mom":
+        return replace(report, **_routed_counts(batch.routing.get((run.pk, tid), [])))
+    return report
+
+
+def _cache_neutral_unknown_reason(
+    total: dict[str, int],
+    missing_subject: int,
+    subject: dict[str, Any],
+    cells_all_subject_known: bool,
+    neutral_complete: bool,
+) -> str | None:
+    """Why a target's cache-neutral cost is null, from the same counts that made it null. A
+    call's own reason (an unpriced receipt entry's model, a missing entry) is its cost note."""
+    if neutral_complete:
+        return None
+    if not cells_all_subject_known:
+        if total["planned"] == 0:
+            return "no planned cells"
+        if missing_subject:
+            return f"{missing_subject} planned cells have no subject call"
+        return (
+            f"{total['planned'] - total['completed']} of {total['planned']} planned cells "
+            "have no completed result"
+        )
+    unknown = subject.get("neutral_unknown")
+    return (
+        f"{unknown} of {subject.get('calls')} subject calls have no cache-neutral cost (a "
+        "missing or unusable usage receipt entry, or an entry whose model has no price; each "
+        "call's cost note names it)"
+    )
+
+
+def _preview_routing(run: Run, target_id: int | None) -> dict[str, dict[str, dict[str, int]]]:
+    """Per benchmark: the selected models, decisions and selection statuses of a preview."""
+    routing: dict[str, dict[str, dict[str, int]]] = {}
+    rows = Cell.objects.filter(run=run, target_id=target_id, grade__isnull=False).values_list(
+        "benchmark", "grade"
+    )
+    for benchmark, grade in rows:
+        preview = (grade or {}).get("preview") or {}
+        bucket = routing.setdefault(
+            benchmark, {"selected_models": {}, "decisions": {}, "selection_statuses": {}}
+        )
+        for key, field in (
+            ("selected_models", "selected_model"),
+            ("decisions", "decision"),
+            ("selection_statuses", "selection_status"),
+        ):
+            value = preview.get(field) or "unknown"
+            bucket[key][value] = bucket[key].get(value, 0) + 1
+    return routing
+
+
+def _preview_only(report: TargetReport, run: Run, target_id: int | None) -> TargetReport:
+    """A preview run answered nothing: accuracy, score, tokens and costs are absent (None,
+    never 0); what it has is the routing distribution per benchmark (R12, issue 11)."""
+    routing = _preview_routing(run, target_id)
+    totals: dict[str, dict[str, int]] = {"selected_models": {}, "decisions": {}}
+    for entry in routing.values():
+        for key in totals:
+            for value, n in entry[key].items():
+                totals[key][value] = totals[key].get(value, 0) + n
+    return replace(
+        report,
+        benchmarks={
+            b: replace(row, accuracy=None, wilson_95=None, routing=routing.get(b), has_routing=True)
+            for b, row in report.benchmarks.items()
+        },
+        score=Score("none", label="preview run: routing only, no answers"),
+        correct=None,
+        scored=None,
+        tokens=dict.fromkeys(report.tokens),
+        subject_cost_usd=None,
+        known_cost_usd=None,
+        evaluation_cost_usd=None,
+        total_spend_usd=None,
+        cache_neutral_cost_usd=None,
+        cache_neutral_unknown_reason="preview run: nothing was answered",
+        selected_models=totals["selected_models"],
+        selected_decisions=totals["decisions"],
+    )
+
+
+def refreshed_head(run: Run) -> Run:
+    """`run` with its row re-read, and a copy of it whose manifest holds only the targets and
+    benchmarks a report reads: a standard run's case list is megabytes, and the manifest is
+    frozen, so it need not be read again (the caller's object keeps its own manifest)."""
+    run.refresh_from_db(
+        fields=[f.attname for f in Run._meta.concrete_fields if f.name != "manifest"]
+    )
+    head = copy.copy(run)
+    head.manifest = manifest_head(run)
+    return head
+
+
+def run_report_compute(*, run: Run) -> Report:
+    """The full report of a run, typed. Reads only; no model call."""
+    return run_reports_compute(runs=[refreshed_head(run)])[run.pk]
+
+
+def run_report(*, run: Run) -> dict[str, Any]:
+    """The full report of a run as JSON (`report_doc`): what the API and the CLI give."""
+    return report_doc(run_report_compute(run=run))
+
+
+def run_report_settled_compute(*, run: Run) -> Report:
+    """`run_report_compute`, computed once per state of a settled run and then read from its
+    stored row (`RunReport`); a run in progress is always computed afresh. Used by the Run
+    detail page, the runs list's columns, the API (`runs.reporting.stored_report`) and the run finish.
+
+    The fingerprint is read before and after computing, and the report is kept only when
+    both agree, so a report computed across a change is never stored under the old name.
+    A missing or stale row is computed by one caller at a time (issue 38 item 1): the others
+    wait for it and read what it kept, so a run that ended without its report gets it once.
+    """
+    before = run_settled_fingerprint(run)
+    if before is None:
+        return run_report_compute(run=run)
+    key = report_key(before)
+    stored = stored_report_json(run_id=run.pk, key=key)
+    if stored is None:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [REPORT_LOCK_CLASS, run.pk])
+            stored = stored_report_json(run_id=run.pk, key=key)  # kept while this one waited
+            if stored is None:
+                report = run_report_compute(run=run)
+                if run_settled_fingerprint(run) == before:
+                    run_report_store(run_id=run.pk, fingerprint=key, report=report)
+                return report
+    run.refresh_from_db(
+        fields=[f.attname for f in Run._meta.concrete_fields if f.name != "manifest"]
+    )
+    return Report.from_doc(json.loads(stored))
+
+
+def stored_report_json(*, run_id: int, key: str) -> str | None:
+    """The report kept for the run under this key (`report_key`), as stored; None when none
+    is kept or the kept one names another state of the ledger."""
+    return (
+        RunReport.objects.filter(run_id=run_id, fingerprint=key)
+        .values_list("report_json", flat=True)
+        .first()
+    )
+
+
+def run_report_settled(*, run: Run) -> dict[str, Any]:
+    """`run_report_settled_compute` as JSON (`report_doc`)."""
+    return report_doc(run_report_settled_compute(run=run))
+
+
+def report_key(fingerprint: tuple[Any, ...]) -> str:
+    """The name a settled report is stored under (`run_settled_fingerprint`'s tuple)."""
+    return sha256_hex([REPORT_CACHE_VERSION, *[str(v) for v in fingerprint]])
+
+
+def run_report_row(*, run_id: int, fingerprint: str, report: Report) -> dict[str, Any]:
+    """The stored row's columns: the report's JSON and what the runs list sorts on."""
+    scored = [t for t in report.targets if t.score.value is not None]
+    best = max(scored, key=lambda t: (t.score.value, t.slug), default=None)
+    return {
+        "fingerprint": fingerprint,
+        "report_json": json.dumps(report_doc(report)),
+        "score": None if best is None else best.score.value,
+        "score_kind": "none" if best is None else best.score.kind,
+        "score_target": "" if best is None else best.slug,
+        "known_spend_usd": report.spend.known_total_spend_usd,
+        "spend_complete": report.spend.total_spend_usd is not None,
+        "complete": report.complete,
+    }
+
+
+def run_report_store(*, run_id: int, fingerprint: str, report: Report) -> None:
+    """Keep a settled report with the columns the runs list sorts on (upsert: last wins)."""
+    RunReport.objects.update_or_create(
+        run_id=run_id,
+        defaults=run_report_row(run_id=run_id, fingerprint=fingerprint, report=report),
+    )
+
+
+def run_reports_compute(*, runs: list[Run]) -> dict[int, Report]:
+    """The typed reports of several runs from one set of queries."""
+    batch = ReportBatch.read(runs)
+    return {run.pk: report_from_batch(run, batch) for run in runs}
+
+
+def run_reports(*, runs: list[Run]) -> dict[int, dict[str, Any]]:
+    """`run_reports_compute` as JSON (`report_doc`)."""
+    return {pk: report_doc(r) for pk, r in run_reports_compute(runs=runs).items()}
+
+
+def _run_spend(targets: list[TargetReport], sums: dict[str, Any] | None, ended: bool) -> Spend:
+    """The run's total spend over every call of every role, and beside it the waste: what its
+    failed and unknown-outcome calls cost. A known part is None when no cost of it is known
+    (never 0 for "no price"). The total is given when every call made has a known cost and no
+    more can be made: the run has ended (a cell never dispatched cost nothing, issue 35 item
+    7), or every target's own total is complete."""
+    if sums is None:  # no call at all (a preview, or nothing dispatched yet)
+        return Spend(None, None, None, None, waste_calls=0, waste_calls_cost_unknown=0)
+    settled = ended or all(t.total_spend_usd is not None for t in targets)
+    complete = sums["unknown"] == 0 and settled
+    # No failed or unknown call: nothing was wasted, a known 0.
+    waste_known = sums["waste_known"] if sums["waste_calls"] else Decimal(0)
+    return Spend(
+        total_spend_usd=sums["known"] if complete else None,
+        known_total_spend_usd=sums["known"],
+        waste_usd=waste_known if sums["waste_unknown"] == 0 else None,
+        known_waste_usd=waste_known,
+        waste_calls=sums["waste_calls"],
+        waste_calls_cost_unknown=sums["waste_unknown"],
+    )
+
+
+def _run_totals(targets: list[TargetReport]) -> Counts:
+    """The run's counts over its targets. A count a target leaves unknown (a preview run
+    grades nothing) keeps the total unknown."""
+
+    def total(name: str) -> Any:
+        values = [getattr(t, name) for t in targets]
+        return None if any(v is None for v in values) else sum(values)
+
+    return Counts(**{k: total(k) for k in COUNT_FIELDS})
+
+
+def incomplete_reasons(run: Run, totals: Counts) -> tuple[str, ...]:
+    """Why the run's report is not complete (empty when it is)."""
+    reasons = []
+    if run.status != RunStatus.COMPLETED:
+        reasons.append(f"run is {run.status}")
+    if run.stop_reason:
+        reasons.append(run.stop_reason)
+    if totals.completed < totals.planned:
+        reasons.append(
+            f"{totals.planned - totals.completed} of {totals.planned} "
+            "planned cells have no completed result"
+        )
+    return tuple(reasons)
+
+
+def _run_head(run: Run) -> RunHead:
+    """The run's identity and times; wall seconds run to now while it has not finished."""
+    wall = None
+    if run.started_at:
+        wall = ((run.finished_at or timezone.now()) - run.started_at).total_seconds()
+    return RunHead(
+        id=run.pk,
+        name=run.name,
+        status=run.status,
+        mode=run.mode,
+        profile=run.profile,
+        plan_sha256=run.plan_sha256,
+        parent=run.parent_id,
+        created_at=run.created_at,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        wall_seconds=wall,
+        stop_reason=run.stop_reason or None,
+    )
+
+
+def report_from_batch(run: Run, batch: ReportBatch) -> Report:
+    # One target report per target of the run's manifest, in the manifest's order.
+    known = batch.provenance if batch.provenance is not None else runs_data_provenance([run])
+    provenance = known.get(run.pk, {})
+    targets = [
+        _target_report(run, snapshot, batch, provenance) for snapshot in run.manifest["targets"]
+    ]
+    totals = _run_totals(targets)
+    return Report(
+        run=_run_head(run),
+        incomplete_reasons=incomplete_reasons(run, totals),
+        not_run=tuple(run.manifest.get("not_run", [])),
+        counts=totals,
+        targets=tuple(targets),
+        usage_correction=Correction.of(batch.corrections.get(run.pk)),
+        spend=_run_spend(targets, batch.spend.get(run.pk), run.is_terminal),
+    )

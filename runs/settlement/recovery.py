@@ -1,0 +1,669 @@
+"""Explicit recovery of unfinished runs (R15, DESIGN §3–4).
+
+Recovery never re-sends anything by itself. A person reviews a plan — which cells of a terminal
+run may be run again, which may not and why — and submits it with an idempotency key. The
+submission creates an independent child run over the selected cells only; the parent's cells,
+calls and evidence are never modified. Each parent cell can be claimed by one recovery only
+(``RecoveryClaim.cell`` is unique), and a key is bound to one plan and one selection
+(``RecoveryRequest`` is unique per (parent, key)), so a lost response can always be answered
+by resubmitting the same plan, cells and key.
+
+A third mode, ``judge_only`` (issue 34), completes judged cells whose answer is stored and
+whose judge call was never sent (`recovery_rules.awaits_judge`): its child is a re-judge child
+of those cells (runs/settlement/rejudge.py `judge_only_child_create`) that sends one judge call per cell
+and no subject call, at a worst case quoted per cell in the plan and confirmed on submission
+(``confirm_judge_cost``), like a re-judge.
+
+Plans are hashed over their canonical content (``plan_sha256``); a submission recomputes the
+plan from the ledger as it is now and refuses when the hash differs, so nothing is created
+from a review of a ledger that has changed since.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from decimal import Decimal
+from typing import Any, Literal
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Max, Q
+from django.utils import timezone
+
+from runs.engine.finish import calls_settle_unheld
+from runs.engine.reaper import ledger_reap
+from runs.ledger.idempotency import IdempotencyKey, IdempotencyKeyReused
+from runs.models import Cell, CellStatus, RecoveryClaim, RecoveryRequest, Run
+from runs.planning import services
+from runs.settlement import rejudge
+from runs.settlement.lineage import MAX_LINEAGE_PAGE, run_known_spend
+from runs.settlement.recovery_rules import (
+    JUDGE_ONLY,
+    JUDGE_ONLY_HINT,
+    JUDGE_ONLY_TEXT,
+    REASONS,
+    REJUDGE_NEW_ATTEMPT,
+    REJUDGE_NEW_ATTEMPT_TEXT,
+    awaits_judge,
+    cell_rows,
+    errors_not_billed_words,
+    exclusion,
+)
+from runs.settlement.rejudge import ChildRunRefused
+from srbench.api import Keyset
+from srbench.canonical import sha256_hex
+from srbench.money import money_text
+
+__all__ = [
+    "MAX_RECOVERY_PAGE",
+    "recovery_plan",
+    "recovery_plan_page",
+    "recovery_reconcile",
+    "recovery_submit",
+    "run_known_spend",
+]
+
+PLAN_VERSION = 1
+# R13.3 with R13.1: candidates and exclusions are read ≤ 100 at a time.
+MAX_RECOVERY_PAGE = MAX_LINEAGE_PAGE
+Mode = Literal["undispatched", "failed", "judge_only"]
+MODES = ("undispatched", "failed", JUDGE_ONLY)
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+# A plan's cells, ascending by id, as the plan stands (srbench.api.Keyset, the one cursor rule).
+PLAN_PAGE = Keyset("after", key="cell", tail=False)
+
+
+# --- reconciliation (R15.1) --------------------------------------------------------------------
+
+
+def recovery_reconcile(*, run: Run) -> dict[str, int]:
+    """Settle the ledger before a plan is offered: expired leases of dead workers (the
+    recovery pass), then calls of a terminal run still recorded as `sent`/`streaming` whose
+    cell no live worker holds → `sent_unknown` (they may have reached the model; they are never
+    sent again). Idempotent. Raises ChildRunRefused when the run is not terminal."""
+    # Code graded from a stored answer is left to the workers' pass: not in a web request.
+    stats = ledger_reap(sandbox=False)
+    now = timezone.now()
+    settled = 0
+    with transaction.atomic(durable=True):
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.is_terminal:
+            # Runs end with nothing open since the terminal-status guard (migration 0004);
+            # this settles runs that ended before it.
+            settled = calls_settle_unheld(run_id=locked.pk, now=now)
+    run.refresh_from_db()
+    if not run.is_terminal:
+        raise ChildRunRefused(
+            "run_not_terminal",
+            f"run {run.pk} is {run.status}: only a finished, failed, cancelled or interrupted "
+            "run can be recovered (cancel it, or wait for it to end)",
+            http_status=409,
+            detail={"status": run.status},
+        )
+    if Cell.objects.filter(run=run).running().exists():
+        # A live lease on a terminal run: a worker is still settling its last calls.
+        raise ChildRunRefused(
+            "calls_in_flight",
+            f"run {run.pk} still has cells held by a worker; ask again when their leases end",
+            http_status=409,
+        )
+    return {**stats, "settled_open_calls": settled}
+
+
+def _progress(run: Run) -> dict[str, int]:
+    counts = Cell.objects.filter(run=run).aggregate(
+        denominator=Count("id"), **{s: Count("id", filter=Q(status=s)) for s in CellStatus.values}
+    )
+    return {k: int(v) for k, v in counts.items()}
+
+
+# --- the plan (R15.2, R15.3) ---------------------------------------------------------------------
+
+
+def _entry(row: dict[str, Any], mode: str) -> dict[str, Any]:
+    entry = {
+        "cell": row["pk"],
+        "question": row["question_id"],
+        "benchmark": row["benchmark"],
+        "target": row["target__slug"],
+        "slot": row["slot"],
+        "status": row["status"],
+        "calls": row["n_calls"],
+    }
+    if mode == "failed" and row["n_calls"] and not row["cost_unknown"]:
+        # What the previous attempt cost: the best guide to what a new attempt will cost. An
+        # HTTP error answer has no usage; it counts as $0 only because its target's frozen
+        # registry entry says error responses are not billed — said next to the figure.
+        entry["previous_attempt_cost_usd"] = money_text(row["known_cost"])
+        entry["previous_attempt_cost_assumes"] = errors_not_billed_words(row["errors_not_billed"])
+    return entry
+
+
+def _plan_content(run: Run, mode: str, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The hashed part of a plan: everything a reviewer decides on, nothing time-dependent."""
+    eligible: list[dict[str, Any]] = []
+    excluded: list[dict[str, Any]] = []
+    for row in cell_rows(run) if rows is None else rows:
+        reason = exclusion(row, mode)
+        entry = _entry(row, mode)
+        if reason is None:
+            eligible.append(entry)
+        else:
+            excluded.append(
+                {
+                    **entry,
+                    "reason": reason,
+                    "detail": REASONS[reason]
+                    + (f" (child run {row['claimed_by']})" if row["claimed_by"] else ""),
+                }
+            )
+            if not row["claimed"] and awaits_judge(row):
+                excluded[-1]["judge_only"] = JUDGE_ONLY_HINT
+    if mode == JUDGE_ONLY:
+        # One judge call per cell over its stored answer: its worst case, quoted up front.
+        quotes = rejudge.judge_only_quotes(run, [e["cell"] for e in eligible])
+        for e in eligible:
+            e["why"] = JUDGE_ONLY_TEXT
+            e["judge_call_worst_case_usd"] = money_text(quotes[e["cell"]])
+    spend = run_known_spend(run_ids=[run.pk])[run.pk]
+    return {
+        "version": PLAN_VERSION,
+        "parent_run": run.pk,
+        "parent_plan_sha256": run.plan_sha256,
+        "mode": mode,
+        "parent": {
+            "status": run.status,
+            "known_spend_usd": spend["known_spend_usd"],
+            "spend_complete": spend["spend_complete"],
+            "progress": _progress(run),
+        },
+        "eligible_cells": eligible,
+        "excluded": excluded,
+    }
+
+
+def _check_mode(mode: object) -> str:
+    if mode not in MODES:
+        raise ChildRunRefused(
+            "invalid_mode",
+            "mode must be 'undispatched', 'failed' or 'judge_only'",
+            detail={"mode": mode},
+        )
+    return str(mode)
+
+
+def _check_cell_ids(cells: object) -> list[int]:
+    if not isinstance(cells, list) or not all(
+        isinstance(c, int) and not isinstance(c, bool) for c in cells
+    ):
+        raise ChildRunRefused("invalid_selection", "selected_cells must be a list of cell ids")
+    if len(set(cells)) != len(cells):
+        raise ChildRunRefused("invalid_selection", "selected_cells names a cell twice")
+    if not cells:
+        raise ChildRunRefused("invalid_selection", "selected_cells is empty: nothing to recover")
+    return sorted(cells)
+
+
+def _selection(content: dict[str, Any], selected: list[int] | None) -> list[int]:
+    """The reviewed subset, which must lie within the eligible cells; None = all eligible."""
+    eligible = [e["cell"] for e in content["eligible_cells"]]
+    if selected is None:
+        return eligible
+    chosen = _check_cell_ids(selected)
+    allowed = set(eligible)
+    reasons = {e["cell"]: e["reason"] for e in content["excluded"]}
+    outside = {str(c): reasons.get(c, "not a cell of this run") for c in chosen if c not in allowed}
+    if outside:
+        raise ChildRunRefused(
+            "cells_not_eligible",
+            f"{len(outside)} selected cell(s) are not eligible for {content['mode']} recovery",
+            http_status=422,
+            detail=outside,
+        )
+    return chosen
+
+
+def _finish_plan(content: dict[str, Any], selected: list[int] | None) -> dict[str, Any]:
+    chosen = _selection(content, selected)
+    plan = {
+        **content,
+        "plan_sha256": sha256_hex(content),
+        "selected_cells": chosen,
+        "requires_acknowledgement": content["mode"] == "failed",
+        "requires_judge_cost_confirmation": content["mode"] == JUDGE_ONLY,
+        "model_requests": 0,
+    }
+    if content["mode"] == "failed":
+        # Every billing assumption behind a figure of this plan, once (the entries name theirs).
+        plan["previous_attempt_cost_assumptions"] = sorted(
+            {w for e in content["eligible_cells"] if (w := e.get("previous_attempt_cost_assumes"))}
+        )
+    if content["mode"] == JUDGE_ONLY:
+        plan["judge_cost_quote"] = _judge_quote(content, chosen)
+        plan["subject_requests"] = 0
+    return plan
+
+
+def _judge_quote(content: dict[str, Any], chosen: list[int]) -> dict[str, Any]:
+    """The quote of a judge-only selection: one judge call per cell, its worst case the sum
+    of the cells' (unknown when any is)."""
+    by_id = {e["cell"]: e["judge_call_worst_case_usd"] for e in content["eligible_cells"]}
+    return rejudge.quote_of([None if by_id[c] is None else Decimal(by_id[c]) for c in chosen])
+
+
+def _judge_only_summary(run: Run, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the other modes say of the judge-only class: how many cells, the quote and the
+    hash of the judge-only plan (the recovery page submits it from there). None when the run
+    has no such cell."""
+    if not any(not r["claimed"] and awaits_judge(r) for r in rows):
+        return None
+    plan = _finish_plan(_plan_content(run, JUDGE_ONLY, rows), None)
+    return {
+        "mode": JUDGE_ONLY,
+        "reason": JUDGE_ONLY_TEXT,
+        "cells": len(plan["eligible_cells"]),
+        "plan_sha256": plan["plan_sha256"],
+        "judge_cost_quote": plan["judge_cost_quote"],
+    }
+
+
+def recovery_plan(
+    *, run: Run, mode: str, selected_cells: list[int] | None = None
+) -> dict[str, Any]:
+    """Reconcile, then classify every cell of the run for `mode`. Reads only after the
+    reconciliation; no model call. ``selected_cells`` (cell ids) must be ⊆ the eligible
+    cells; by default all eligible cells are selected."""
+    _check_mode(mode)
+    if run.mode != Run.Mode.LIVE:
+        raise ChildRunRefused("not_live", "only live runs can be recovered", http_status=422)
+    _check_rejudge_mode(run, mode)
+    recovery_reconcile(run=run)
+    rows = cell_rows(run)
+    plan = _finish_plan(_plan_content(run, mode, rows), selected_cells)
+    plan["judge_only"] = None if mode == JUDGE_ONLY else _judge_only_summary(run, rows)
+    return plan
+
+
+def _check_rejudge_mode(run: Run, mode: str) -> None:
+    """A re-judge child (runs/settlement/rejudge.py; a recovery of one inherits its marker) judges the
+    answers its parent stored for the same attempt slot: a new attempt (failed mode, the next
+    slot) would have no answer to judge, and a judge call beyond those confirmed would exceed
+    the confirmed cost. Only its never-sent cells can be recovered (undispatched mode)."""
+    marker = run.manifest.get("rejudge") if isinstance(run.manifest, dict) else None
+    if mode == "failed" and marker:
+        raise ChildRunRefused(
+            REJUDGE_NEW_ATTEMPT,
+            REJUDGE_NEW_ATTEMPT_TEXT.format(run=run.pk, parent=marker["parent_run"]),
+            http_status=422,
+            detail={"parent_run": marker["parent_run"], "modes": ["undispatched"]},
+        )
+
+
+def recovery_plan_page(
+    plan: dict[str, Any],
+    *,
+    eligible_after: int = 0,
+    excluded_after: int = 0,
+    limit: int = MAX_RECOVERY_PAGE,
+) -> dict[str, Any]:
+    """A plan with its candidate and exclusion lists cut to one page each (R13.3); the cursor
+    is the cell id, by the API's one keyset rule (a plan is read as it stands: null when no
+    cell follows). Totals and reasons are counted over the whole plan."""
+    limit = max(1, min(limit, MAX_RECOVERY_PAGE))
+
+    def page(items: list[dict[str, Any]], after: int) -> tuple[list[dict[str, Any]], int | None]:
+        rest = [i for i in items if i["cell"] > after]
+        return rest[:limit], PLAN_PAGE.next_cursor(rest[:limit], more=len(rest) > limit)
+
+    eligible, next_eligible = page(plan["eligible_cells"], eligible_after)
+    excluded, next_excluded = page(plan["excluded"], excluded_after)
+    summary = {k: v for k, v in plan.items() if k not in ("eligible_cells", "excluded")}
+    return {
+        **summary,
+        "selected_cells_count": len(plan["selected_cells"]),
+        "counts": {
+            "eligible": len(plan["eligible_cells"]),
+            "excluded": len(plan["excluded"]),
+            "excluded_by_reason": dict(Counter(e["reason"] for e in plan["excluded"])),
+        },
+        "eligible_cells": eligible,
+        "next_eligible_after": next_eligible,
+        "excluded": excluded,
+        "next_excluded_after": next_excluded,
+    }
+
+
+# --- submission (R15.3, R15.4) -------------------------------------------------------------------
+
+
+def _recovery_marker(
+    parent: Run, content: dict[str, Any], selected_ids: list[int], plan_sha256: str
+) -> dict[str, Any]:
+    """Where a recovery child came from (its manifest's ``recovery``)."""
+    return {
+        "parent_run": parent.pk,
+        "parent_plan_sha256": parent.plan_sha256,
+        "mode": content["mode"],
+        "recovery_plan_sha256": plan_sha256,
+        "selected_cells": selected_ids,
+        "selected_cells_sha256": sha256_hex(selected_ids),
+        "eligible_cells": [e["cell"] for e in content["eligible_cells"]],
+        "parent_snapshot": content["parent"],
+        "recovery_subset": True,
+    }
+
+
+def _child_manifest(
+    parent: Run, content: dict[str, Any], chosen: list[dict[str, Any]], plan_sha256: str
+) -> dict[str, Any]:
+    """The parent's frozen manifest limited to the selection. Targets, judges, prices,
+    sampling, limits and failure policy are copied unchanged so the child's results stay
+    comparable with the parent's; `recovery` records where the child came from."""
+    m = parent.manifest
+    questions = {c["question"] for c in chosen}
+    benchmarks = {c["benchmark"] for c in chosen}
+    slugs = {c["target"] for c in chosen}
+    cases = [c for c in m["cases"] if c[0] in questions]
+    return {
+        **m,
+        "name": f"{m['name']} · recovery ({content['mode']})",
+        "benchmarks": {
+            b: {**v, "cases": sum(1 for c in cases if c[2] == b)}
+            for b, v in m["benchmarks"].items()
+            if b in benchmarks
+        },
+        "cases": cases,
+        "targets": [t for t in m["targets"] if t["slug"] in slugs],
+        "judges": {b: j for b, j in m["judges"].items() if b in benchmarks},
+        "recovery": _recovery_marker(parent, content, [c["cell"] for c in chosen], plan_sha256),
+    }
+
+
+def _replay(
+    run: Run, key: IdempotencyKey, *, user: Any, plan_sha256: str, selected: list[int] | None
+) -> Run | None:
+    """The child of an earlier submission with this key to this parent (the one replay
+    helper, runs/ledger/idempotency.py), if the submission is the same; refused if it is not."""
+
+    def same(existing: RecoveryRequest) -> bool:
+        child = existing.child
+        same_owner = existing.owner_id == getattr(user, "pk", None)
+        if selected is None:
+            # "All eligible" of the same plan hash: the child recorded what that meant.
+            assert child is not None
+            recorded = child.manifest.get("recovery", {})
+            same_cells = recorded.get("selected_cells") == recorded.get("eligible_cells")
+        else:
+            same_cells = existing.selected_cells_sha256 == sha256_hex(selected)
+        return same_owner and existing.plan_sha256 == plan_sha256 and same_cells
+
+    def reused(existing: RecoveryRequest) -> IdempotencyKeyReused:
+        return IdempotencyKeyReused(
+            f"idempotency key {existing.idempotency_key!r} was already used for another "
+            f"recovery of run {existing.parent_id} (child run {existing.child_id})",
+            run=existing.child,
+            detail={
+                "child": existing.child_id,
+                "plan_sha256": existing.plan_sha256,
+                "selected_cells_sha256": existing.selected_cells_sha256,
+            },
+        )
+
+    existing = key.replay(RecoveryRequest.objects.filter(parent=run), same=same, reused=reused)
+    if existing is None:
+        return None
+    assert existing.child is not None
+    return existing.child
+
+
+def _submitted(plan: object) -> tuple[str, str, list[int] | None]:
+    """(mode, reviewed plan hash, selected cells or None for all eligible) of a submission."""
+    if not isinstance(plan, dict):
+        raise ChildRunRefused("invalid_plan", "the plan must be a JSON object")
+    mode = _check_mode(plan.get("mode"))
+    sha = plan.get("plan_sha256")
+    if not isinstance(sha, str) or not HEX64.match(sha):
+        raise ChildRunRefused(
+            "recovery_plan_required",
+            "the reviewed plan_sha256 is required (review the recovery plan first)",
+        )
+    selected = plan.get("selected_cells")
+    cells = None if selected is None else _check_cell_ids(selected)
+    if mode == "failed" and cells is None:
+        raise ChildRunRefused(
+            "invalid_selection",
+            "failed mode needs explicitly selected_cells (the failed cells to try again)",
+        )
+    return mode, sha, cells
+
+
+def recovery_submit(
+    *,
+    run: Run,
+    plan: dict[str, Any],
+    idempotency_key: str,
+    acknowledge_new_attempt: bool = False,
+    confirm_judge_cost: Decimal | None = None,
+    user: Any,
+) -> tuple[Run, bool]:
+    """Create the child run of a reviewed recovery plan; returns (child, created).
+
+    Mode ``judge_only`` needs ``confirm_judge_cost``: exactly the worst case the plan quotes
+    for the selected cells (`_judge_quote`), recomputed under the parent's lock.
+
+    Idempotent by (parent, idempotency_key): the same plan hash and cells return the same
+    child (created=False, nothing dispatched again); anything else with that key is refused.
+    The plan is recomputed from the ledger under the parent's row lock and must hash to the
+    reviewed ``plan_sha256``; the child, its cells, the request and one claim per parent cell
+    are written in one durable transaction, and the child is dispatched only after commit.
+    The parent is never modified.
+    """
+    mode, plan_sha256, selected = _submitted(plan)
+    key = _required_key(idempotency_key)
+
+    def replayed() -> Run | None:
+        return _replay(run, key, user=user, plan_sha256=plan_sha256, selected=selected)
+
+    if (child := replayed()) is not None:
+        return child, False
+    _check_may_recover(
+        run,
+        mode,
+        acknowledge_new_attempt=acknowledge_new_attempt,
+        confirm_judge_cost=confirm_judge_cost,
+    )
+    recovery_reconcile(run=run)
+    try:
+        with transaction.atomic(durable=True):
+            return _submission_write(
+                run,
+                mode=mode,
+                plan_sha256=plan_sha256,
+                selected=selected,
+                key=key,
+                acknowledge_new_attempt=acknowledge_new_attempt,
+                confirm_judge_cost=confirm_judge_cost,
+                user=user,
+            )
+    except IntegrityError:
+        # Only another writer can get here (the parent lock serialises our own path): answer
+        # as a replay would, or say which cells someone else claimed first.
+        if (child := replayed()) is not None:
+            return child, False
+        raise ChildRunRefused(
+            "cells_already_claimed",
+            "another recovery claimed some of these cells first; review the plan again",
+            http_status=409,
+        ) from None
+
+
+def _required_key(idempotency_key: object) -> IdempotencyKey:
+    """A recovery spends money: its key is required (runs/ledger/idempotency.py checks it)."""
+    key = IdempotencyKey.parse(idempotency_key)
+    if key is None:
+        raise ChildRunRefused("idempotency_key_required", "an Idempotency-Key is required")
+    return key
+
+
+def _check_may_recover(
+    run: Run, mode: str, *, acknowledge_new_attempt: bool, confirm_judge_cost: Decimal | None
+) -> None:
+    """Refusals that need no ledger read: a new attempt of a re-judge child, an
+    unacknowledged new attempt, an unconfirmed judge-only cost, a preview run."""
+    _check_rejudge_mode(run, mode)
+    if mode == JUDGE_ONLY and confirm_judge_cost is None:
+        raise ChildRunRefused(
+            "judge_cost_unconfirmed",
+            "judge_only mode sends one judge call per selected cell over its stored answer (no "
+            "subject call): confirm the worst case the plan quotes (confirm_judge_cost)",
+            http_status=422,
+        )
+    if mode == "failed" and not acknowledge_new_attempt:
+        raise ChildRunRefused(
+            "acknowledgement_required",
+            "failed mode sends new model calls for cells that already cost money: confirm the "
+            "new attempts and their extra cost (acknowledge_new_attempt)",
+            http_status=422,
+        )
+    if run.mode != Run.Mode.LIVE:
+        raise ChildRunRefused("not_live", "only live runs can be recovered", http_status=422)
+
+
+def _submission_write(
+    run: Run,
+    *,
+    mode: str,
+    plan_sha256: str,
+    selected: list[int] | None,
+    key: IdempotencyKey,
+    acknowledge_new_attempt: bool,
+    confirm_judge_cost: Decimal | None,
+    user: Any,
+) -> tuple[Run, bool]:
+    """The submission's writes, inside its durable transaction: recompute the plan under the
+    parent's lock, check its hash, create the child, the request and the claims, and dispatch
+    the child after commit."""
+    # One submission per parent at a time: the plan computed below is the ledger this
+    # transaction commits against. The unique claim row is the second line.
+    parent = Run.objects.select_for_update().get(pk=run.pk)
+    replayed = _replay(parent, key, user=user, plan_sha256=plan_sha256, selected=selected)
+    if replayed is not None:
+        return replayed, False
+    content = _plan_content(parent, mode)
+    current = sha256_hex(content)
+    if current != plan_sha256:
+        raise ChildRunRefused(
+            "recovery_plan_changed",
+            "the ledger changed since this recovery plan was reviewed; review the new "
+            "plan and submit again (nothing was created)",
+            http_status=409,
+            detail={"reviewed": plan_sha256, "current": current},
+        )
+    chosen_ids = _selection(content, selected)
+    if not chosen_ids:
+        raise ChildRunRefused(
+            "nothing_to_recover",
+            f"no cell of run {parent.pk} is eligible for {mode} recovery",
+            http_status=422,
+        )
+    by_id = {e["cell"]: e for e in content["eligible_cells"]}
+    chosen = [by_id[c] for c in chosen_ids]
+    if mode == JUDGE_ONLY:
+        child = _judge_only_child(
+            parent, content, chosen_ids, plan_sha256, confirm_judge_cost, user
+        )
+    else:
+        child = _child_create(parent, content, chosen, plan_sha256, mode, user)
+    request = RecoveryRequest.objects.create(
+        parent=parent,
+        owner=user,
+        idempotency_key=key.value,
+        # The request row's modes are the two of R15 (a database check, runs/models.py): a
+        # judge-only completion is recorded as "undispatched" — it sends only a call that was
+        # never dispatched and no new attempt — and its child's manifest says "judge_only".
+        mode=RecoveryRequest.Mode.UNDISPATCHED if mode == JUDGE_ONLY else mode,
+        plan_sha256=plan_sha256,
+        selected_cells_sha256=sha256_hex(chosen_ids),
+        acknowledged_new_attempt=bool(acknowledge_new_attempt),
+        child=child,
+    )
+    RecoveryClaim.objects.bulk_create(RecoveryClaim(cell_id=c, request=request) for c in chosen_ids)
+    transaction.on_commit(lambda: services.run_dispatch(run_id=child.pk))
+    return child, True
+
+
+def _child_create(
+    parent: Run,
+    content: dict[str, Any],
+    chosen: list[dict[str, Any]],
+    plan_sha256: str,
+    mode: str,
+    user: Any,
+) -> Run:
+    manifest = _child_manifest(parent, content, chosen, plan_sha256)
+    target_ids = dict(
+        Cell.objects.filter(pk__in=[c["cell"] for c in chosen]).values_list("pk", "target_id")
+    )
+    if mode == "failed":
+        # A new attempt gets the next slot of its (question, target): it is a different
+        # attempt from the parent's, and a later comparison must not confuse the two.
+        top = {
+            (r["question_id"], r["target_id"]): r["top"]
+            for r in Cell.objects.filter(run=parent)
+            .values("question_id", "target_id")
+            .annotate(top=Max("slot"))
+        }
+        slot_of = {c["cell"]: top[(c["question"], target_ids[c["cell"]])] + 1 for c in chosen}
+    else:
+        slot_of = {c["cell"]: c["slot"] for c in chosen}
+    child = services.run_insert(
+        run=Run(
+            name=manifest["name"],
+            mode=parent.mode,
+            profile=parent.profile,
+            manifest=manifest,
+            plan_sha256=sha256_hex(manifest),
+            dataset_id=parent.dataset_id,
+            owner=user,
+            parent=parent,
+        ),
+        cells=[
+            services.NewCell(
+                question_id=c["question"],
+                target_id=target_ids[c["cell"]],
+                slot=slot_of[c["cell"]],
+                benchmark=c["benchmark"],
+            )
+            for c in chosen
+        ],
+        created={
+            "recovery": {"parent": parent.pk, "mode": mode, "recovery_plan_sha256": plan_sha256}
+        },
+    )
+    return child
+
+
+def _judge_only_child(
+    parent: Run,
+    content: dict[str, Any],
+    chosen_ids: list[int],
+    plan_sha256: str,
+    confirmed: Decimal | None,
+    user: Any,
+) -> Run:
+    """The child of a judge-only recovery (runs/settlement/rejudge.py `judge_only_child_create`), once the
+    confirmed amount is the quote of the selection, exactly; else refused, nothing created."""
+    quote = _judge_quote(content, chosen_ids)
+    try:
+        worst = rejudge.confirmation_check(quote, confirmed, what="judging")
+    except ChildRunRefused as exc:  # the same refusal; a recovery answers it with 422
+        raise ChildRunRefused(exc.code, exc.message, http_status=422, detail=exc.detail) from None
+    return rejudge.judge_only_child_create(
+        parent,
+        cell_ids=chosen_ids,
+        quote=quote,
+        worst=worst,
+        user=user,
+        recovery=_recovery_marker(parent, content, chosen_ids, plan_sha256)
+        | {"judge_cost_quote": quote},
+    )

@@ -1,0 +1,246 @@
+"""Which cells of a run a recovery may run again, and why not (R15.2, R15.3): the ledger read
+per cell and the exclusion rules over it, in the order they apply. Used by runs.settlement.recovery to
+build the reviewed plan. Reads only."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Count, Q
+
+from datasets.benchmarks import get_adapter
+from runs.engine.calls import HTTP_ERROR_BODY_CAP
+from runs.engine.finish import EPISODE_INTERRUPTED, LEGACY_SETTLED_ERROR, single_answer
+from runs.models import OPEN_CALL_STATUSES, Call, CallStatus, Cell, CellStatus, RecoveryClaim, Run
+from runs.reporting.reconcile import effective_call_sums
+
+AMBIGUOUS_CALL_STATUSES = (*OPEN_CALL_STATUSES, CallStatus.SENT_UNKNOWN)
+
+# Exclusion reasons: stable codes for machines, a sentence for people.
+REASONS = {
+    "completed_evidence_preserved": "completed evidence is preserved; a finished answer is "
+    "never run again",
+    "already_claimed_by_another_recovery": "already claimed by another recovery",
+    "ambiguous_dispatch_requires_reconciliation": "a call may have reached the model "
+    "(sent or sent_unknown); its outcome is unknown, so the cell is not run again",
+    "ambiguous_saved_result_requires_reconciliation": "cost unclear: a saved call has unknown "
+    "usage or cost (a stream cut mid-way, a timeout after bytes arrived, output without a "
+    "usage receipt); the model may have billed it, so the cell is not run again",
+    "error_responses_billed": "cost unclear: a call failed with an HTTP error before any "
+    "stream byte, but the target's registry entry frozen into the plan bills error responses "
+    "(or predates that field), so the failure may have cost money",
+    "already_dispatched_requires_new_attempt": "a model call was already sent for this cell; "
+    "only 'failed' mode can start a new attempt",
+    "never_dispatched_use_undispatched_mode": "no model call was ever sent for this cell; "
+    "use 'undispatched' mode",
+    "not_failed": "the cell did not fail",
+    "complete_answer_stored": "complete answer stored: every call of this cell completed and "
+    "its answer is saved (a worker stopped before it recorded the grade); a finished answer is "
+    "never run again",
+    "not_awaiting_judge": "judge only needs a judged cell (SimpleQA, HLE) that failed with its "
+    "answer stored and its judge call never sent; this cell is not one (no stored answer, a "
+    "judge call already sent, or a benchmark without a judge)",
+    EPISODE_INTERRUPTED: "episode interrupted: a worker stopped after every call it sent for "
+    "this cell had completed and before the episode's next call (a later step, turn or the "
+    "judge); that call is never sent automatically and a new attempt would send the completed "
+    "ones again, so the cell is not run again (evidence kept)",
+}
+
+# The judge-only class (issue 34): what an eligible cell of mode "judge_only" is, and the note
+# the other modes add to such a cell's exclusion (their reason stays: neither may send its
+# completed subject call again).
+JUDGE_ONLY = "judge_only"
+JUDGE_ONLY_TEXT = "answer stored, judge call never sent: judge only"
+JUDGE_ONLY_HINT = (
+    f"{JUDGE_ONLY_TEXT} — review mode 'judge_only': one judge call over the stored answer, "
+    "no subject call, its worst case quoted and confirmed up front"
+)
+ERRORS_NOT_BILLED_TEXT = "assumes {target} does not bill error responses (errors_billed = false)"
+
+# A whole-plan refusal, not a cell's exclusion: failed mode of a re-judge child
+# (runs/settlement/recovery.py `_check_rejudge_mode`).
+REJUDGE_NEW_ATTEMPT = "rejudge_new_attempt_refused"
+REJUDGE_NEW_ATTEMPT_TEXT = (
+    "run {run} re-judges the answers of run {parent}: each of its cells judges the answer "
+    "run {parent} stored for the same attempt, so a new attempt (failed mode) would have no "
+    "answer to judge and its judge call was not in the confirmed cost; only cells that never "
+    "sent a call can be recovered (use 'undispatched' mode). Nothing was created or sent"
+)
+
+
+def http_error_before_stream(call: Mapping[str, Any]) -> bool:
+    """A known failure: the server answered with a complete HTTP 4xx/5xx response before any
+    stream byte. The engine records such a call as `failed` with error_code ``http_<status>``
+    and only when the error body was read to its end (a body cut off at the cap, a disconnect
+    or a timeout while reading it gets another code or more bytes). A router that reports
+    internal inference calls in its error response did work that may be billed."""
+    status = call["http_status"]
+    return (
+        call["status"] == CallStatus.FAILED
+        and status is not None
+        and 400 <= status <= 599
+        and call["error_code"] == f"http_{status}"
+        and call["bytes_received"] <= HTTP_ERROR_BODY_CAP
+        and not call["inference_call_count"]
+    )
+
+
+def _errors_billed(manifest: Mapping[str, Any]) -> dict[str, bool | None]:
+    """Whether each target bills error responses, as frozen in the run's plan (None: the plan
+    predates the field, so the rule is unknown and treated as billed)."""
+    snapshots = [
+        *manifest.get("targets", []),
+        *manifest.get("judges", {}).values(),
+        *manifest.get("simulators", {}).values(),
+    ]
+    return {s["slug"]: s.get("errors_billed") for s in snapshots}
+
+
+def _known_failures(run: Run) -> tuple[Counter[int], Counter[int], dict[int, set[str]]]:
+    """Per cell: the known failures known to have cost nothing (their target does not bill
+    error responses) and those whose cost stays unclear (it does, or the plan does not say),
+    and the targets whose frozen ``errors_billed = false`` made the first ones free. Such a
+    call never has usage, so its effective cost is always unknown; the first count is what
+    turns that unknown into a known zero for recovery — an assumption the plan states
+    (`ERRORS_NOT_BILLED_TEXT`) wherever it shows that zero."""
+    billed = _errors_billed(run.manifest)
+    free: Counter[int] = Counter()
+    unclear: Counter[int] = Counter()
+    assumed: dict[int, set[str]] = {}
+    calls = Call.objects.filter(
+        cell__run=run, status=CallStatus.FAILED, http_status__gte=400, cost_usd__isnull=True
+    ).values(
+        "cell_id",
+        "target__slug",
+        "status",
+        "http_status",
+        "error_code",
+        "bytes_received",
+        "inference_call_count",
+    )
+    for call in calls:
+        if http_error_before_stream(call):
+            if billed.get(call["target__slug"]) is False:
+                free[call["cell_id"]] += 1
+                assumed.setdefault(call["cell_id"], set()).add(call["target__slug"])
+            else:
+                unclear[call["cell_id"]] += 1
+    return free, unclear, assumed
+
+
+def errors_not_billed_words(targets: set[str]) -> str | None:
+    """The billing assumption behind a zero counted for these targets' error responses, in
+    words (None: no zero was assumed)."""
+    if not targets:
+        return None
+    return "; ".join(ERRORS_NOT_BILLED_TEXT.format(target=t) for t in sorted(targets))
+
+
+def cell_rows(run: Run) -> list[dict[str, Any]]:
+    rows = list(
+        Cell.objects.filter(run=run)
+        .order_by("pk")
+        .values("pk", "question_id", "benchmark", "target__slug", "slot", "status", "error")
+        .annotate(
+            n_calls=Count("calls"),
+            ambiguous_calls=Count("calls", filter=Q(calls__status__in=AMBIGUOUS_CALL_STATUSES)),
+            completed_calls=Count("calls", filter=Q(calls__status=CallStatus.COMPLETED)),
+            subject_completed=Count(
+                "calls",
+                filter=Q(calls__status=CallStatus.COMPLETED, calls__role=Call.Role.SUBJECT),
+            ),
+            # The first subject call completed with a whole answer (not cut off by "length").
+            subject_answered=Count(
+                "calls",
+                filter=Q(
+                    calls__status=CallStatus.COMPLETED,
+                    calls__role=Call.Role.SUBJECT,
+                    calls__sequence=0,
+                )
+                & ~Q(calls__finish_reason="length"),
+            ),
+        )
+    )
+    cost_unknown: Counter[int] = Counter()
+    known_cost: dict[int, Decimal] = {}
+    for row in effective_call_sums(run_ids=[run.pk], group_by="cell_role"):
+        cost_unknown[row["cell_id"]] += row["cost_unknown"]
+        if row["cost"] is not None:
+            known_cost[row["cell_id"]] = known_cost.get(row["cell_id"], Decimal(0)) + row["cost"]
+    claimed = dict(
+        RecoveryClaim.objects.filter(cell__run=run).values_list("cell_id", "request__child_id")
+    )
+    free_failures, billed_failures, assumed = _known_failures(run)
+    for row in rows:
+        row["cost_unknown"] = max(cost_unknown[row["pk"]] - free_failures[row["pk"]], 0)
+        row["billed_failures"] = billed_failures[row["pk"]]
+        row["errors_not_billed"] = assumed.get(row["pk"], set())
+        row["known_cost"] = known_cost.get(row["pk"], Decimal(0))
+        row["claimed_by"] = claimed.get(row["pk"], 0) or None
+        row["claimed"] = row["pk"] in claimed
+    return rows
+
+
+def exclusion(row: dict[str, Any], mode: str) -> str | None:
+    """The first reason a cell may not be recovered in `mode`, or None when it is eligible.
+    The order matters: a claim or a finished answer outranks everything; an ambiguous
+    dispatch outranks the mode's own rules because it must never be re-sent in any mode."""
+    if row["claimed"]:
+        return "already_claimed_by_another_recovery"
+    if row["status"] == CellStatus.COMPLETED:
+        return "completed_evidence_preserved"
+    if row["ambiguous_calls"] or row["status"] in (CellStatus.SENT_UNKNOWN, CellStatus.RUNNING):
+        return "ambiguous_dispatch_requires_reconciliation"
+    stored = _stored_answer(row)
+    if mode == JUDGE_ONLY:
+        # Only the class; every other cell keeps the reason its own mode would give it.
+        return None if awaits_judge(row) else stored or "not_awaiting_judge"
+    if stored:
+        return stored
+    if mode == "undispatched":
+        return "already_dispatched_requires_new_attempt" if row["n_calls"] else None
+    if not row["n_calls"]:
+        return "never_dispatched_use_undispatched_mode"
+    if row["cost_unknown"]:
+        if row["cost_unknown"] == row["billed_failures"]:
+            return "error_responses_billed"
+        return "ambiguous_saved_result_requires_reconciliation"
+    if row["status"] != CellStatus.FAILED:
+        return "not_failed"
+    return None
+
+
+def _stored_answer(row: dict[str, Any]) -> str | None:
+    """Cells a worker left after every call it sent had completed (R15.3: a complete answer is
+    never run again; issue 20 point 1). The recovery pass finishes such a cell from the ledger:
+    graded (then it is `completed`), or failed as `episode_interrupted` when the episode had
+    more calls to send. Cells settled before that rule carry its old message: one whose single
+    subject call completed holds a complete answer; a multi-call one was interrupted."""
+    error = row["error"] or ""
+    if error.startswith(f"{EPISODE_INTERRUPTED}:"):
+        return EPISODE_INTERRUPTED
+    if error != LEGACY_SETTLED_ERROR:
+        return None
+    if single_answer(row["benchmark"]):
+        return "complete_answer_stored" if row["subject_completed"] else None
+    return EPISODE_INTERRUPTED if row["completed_calls"] == row["n_calls"] else None
+
+
+def awaits_judge(row: dict[str, Any]) -> bool:
+    """A judged cell (adapter kind "judge") whose answer is stored and whose judge call was
+    never sent (issue 34): settled `failed` by the recovery pass as an interrupted episode
+    (or by the rule before it), its one call a completed, untruncated subject call. A cell
+    whose judge call was sent — failed, cancelled, open or `sent_unknown` — is not one, nor a
+    cell already claimed or completed (`exclusion` checks those first)."""
+    error = row["error"] or ""
+    interrupted = error.startswith(f"{EPISODE_INTERRUPTED}:") or error == LEGACY_SETTLED_ERROR
+    return (
+        interrupted
+        and row["status"] == CellStatus.FAILED
+        and row["n_calls"] == 1
+        and row["subject_answered"] == 1
+        and get_adapter(row["benchmark"]).kind == "judge"
+    )
