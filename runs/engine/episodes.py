@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,6 +21,7 @@ from runs.engine import official_code, scoring, store
 from runs.engine.calls import BUDGET_STOP, Caller
 from runs.engine.finish import parent_answers
 from runs.engine.judge_only import judge_only_answer
+from runs.engine.tau_episode import tau_episode as tau_session_episode
 
 # Agent episodes (benchmarks.md §8–9): step cap per case and per terminal command time.
 AGENT_MAX_STEPS = 30
@@ -312,138 +312,6 @@ async def terminal(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo)
     await d.complete(cell, reward == 1, grade, messages[-1].get("content") or "")
 
 
-async def tau_conversation(
-    d: Caller, cell: store.ClaimedCell, target: store.TargetInfo, environment: Any
-) -> tuple[list[dict[str, Any]], str, int] | None:
-    """The subject with the domain's tools and the simulated user, turn by turn, to a stop:
-    (messages, termination, calls made), or None when a turn ended the cell."""
-    from runs.engine import tau
-
-    user_target = d.ctx.simulators[cell.benchmark]
-    messages = tau.first_messages(cell.payload)
-    tools = environment.tool_schemas()
-    subject_calls = user_calls = 0
-    for _ in range(tau.MAX_STEPS):
-        outcome = await d.turn(
-            cell,
-            role="subject",
-            sequence=subject_calls,
-            target=target,
-            messages=messages,
-            tools=tools,
-            calls_made=subject_calls + user_calls,
-        )
-        if outcome is None:
-            return None
-        subject_calls += 1
-        messages = [*messages, tau.assistant_message(outcome.content, outcome.tool_calls)]
-        if outcome.tool_calls:
-            for call in outcome.tool_calls:
-                result = environment.call_tool(call.name, call.arguments)
-                messages = [*messages, tau.tool_message(call.id, result)]
-            continue
-        user = await d.turn(
-            cell,
-            role="simulator",
-            sequence=user_calls,
-            target=user_target,
-            messages=tau.user_simulator_messages(cell.payload, messages),
-            calls_made=subject_calls + user_calls,
-        )
-        if user is None:
-            return None
-        user_calls += 1
-        messages = [*messages, {"role": "user", "content": user.content}]
-        if tau.is_conversation_end(user.content):
-            return messages, "user_stop", subject_calls + user_calls
-    return messages, "max_steps", subject_calls + user_calls
-
-
-async def tau_episode(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
-    """τ³: the subject uses the domain's tools under its policy while the plan's simulator
-    target plays the user; the reward compares the final database and required outputs."""
-    from runs.engine import tau
-
-    try:
-        # Off the event loop: an airline episode loads and copies a 7 MB database (~0.5 s)
-        # while other cells' streams are being read on this loop.
-        environment = await asyncio.to_thread(tau.TauEnvironment.from_payload, cell.payload)
-    except tau.TauError as exc:
-        await d.fail(cell, f"τ³ task not runnable: {exc}")
-        return
-    if (conversation := await tau_conversation(d, cell, target, environment)) is None:
-        return
-    messages, termination, calls_made = conversation
-    reward = await asyncio.to_thread(  # a gold replay on a fresh database: off the loop
-        functools.partial(
-            tau.tau_reward,
-            payload=cell.payload,
-            secret=cell.secret,
-            environment=environment,
-            agent_outputs=tau.agent_texts(messages),
-            termination=termination,
-        )
-    )
-    detail = {"grader": "tau3", "termination": termination, **reward}
-    judge = d.ctx.judges.get(cell.benchmark)
-    pending = reward["detail"].get("not_evaluated", {})
-    if not reward["complete"] and set(pending) == {"NL_ASSERTION"} and judge is not None:
-        verdicts = await judge_assertions(
-            d, cell, judge, pending["NL_ASSERTION"], tau.agent_texts(messages), calls_made
-        )
-        if verdicts is None:
-            return
-        components = dict(reward["detail"]["components"])
-        components["NL_ASSERTION"] = all(verdicts.values())
-        normal = termination in tau.NORMAL_TERMINATIONS
-        passed = normal and all(v is True for v in components.values())
-        detail.update(reward=int(passed), complete=True, nl_verdicts=verdicts)
-        detail["detail"] = {**reward["detail"], "components": components}
-        await d.complete(cell, passed, detail)
-        return
-    if not reward.get("complete", True):
-        # Natural-language assertions need a judge we do not run yet: unknown, not wrong.
-        not_scored = "τ³ task has assertions this grader does not evaluate yet (not scored)"
-        await d.fail(cell, not_scored, grade=detail)
-        return
-    await d.complete(cell, reward["reward"] == 1, detail)
-
-
-async def judge_assertions(
-    d: Caller,
-    cell: store.ClaimedCell,
-    judge: store.TargetInfo,
-    assertions: list[str],
-    agent_texts: list[str],
-    calls_made: int,
-) -> dict[str, bool] | None:
-    """τ³ natural-language assertions graded by the plan's judge, one judge call each, with
-    the judge protocol of the judged benchmarks (a malformed verdict fails the cell)."""
-    transcript = "\n\n".join(agent_texts)
-    verdicts: dict[str, bool] = {}
-    for i, assertion in enumerate(assertions):
-        outcome = await d.turn(
-            cell,
-            role="judge",
-            sequence=i,
-            target=judge,
-            messages=scoring.judge_messages_for(
-                question=f"Does the agent's side of this conversation satisfy: {assertion}",
-                reference=assertion,
-                response=transcript,
-            ),
-            calls_made=calls_made + i,
-        )
-        if outcome is None:
-            return None
-        try:
-            verdicts[assertion] = scoring.grade_from_verdict(outcome.content).correct
-        except MalformedVerdict as exc:
-            await d.fail(cell, f"malformed judge verdict: {exc}")
-            return None
-    return verdicts
-
-
 # By the adapter's `episode` where a kind has more than one way to run, else by its `kind`.
 EPISODES: dict[str, Episode] = {
     "mcq": direct,
@@ -452,7 +320,7 @@ EPISODES: dict[str, Episode] = {
     "code": code,
     "scicode": scicode,
     "terminal": terminal,
-    "tau": tau_episode,
+    "tau": tau_session_episode,
 }
 
 

@@ -162,7 +162,22 @@ def _tau3(grade: Mapping[str, Any]) -> dict[str, Any]:
         "expected_actions_not_replayable": _count(inner.get("gold_action_errors")) or 0,
         "tool_calls": _int(inner.get("tool_calls")),
         "tool_errors": _int(inner.get("tool_errors")),
+        # Issue 37 item 2: the agent-turn limit, and the package's own evaluator beside ours.
+        "capped": grade.get("capped") is True,
+        "agent_turns": _int(grade.get("agent_turns")),
+        "max_turns": _int(grade.get("max_turns")),
+        "graded_by": _token(grade.get("graded_by")),
+        "official": _tau_official(grade.get("official")),
     }
+
+
+def _tau_official(official: Any) -> dict[str, Any] | None:
+    """The official τ² grade's verdict (its trajectory stays hidden)."""
+    if not isinstance(official, Mapping):
+        return None
+    shown = _pick(official, ("grader", "status", "reward", "termination", "db_match"))
+    shown["package"] = str(official.get("package") or "")[:60] or None
+    return shown
 
 
 def public_grade(grade: Any) -> dict[str, Any] | None:
@@ -211,7 +226,17 @@ def _of(missing: int, total: int | None, one: str, many: str | None = None) -> s
 def _tau3_reasons(g: Mapping[str, Any]) -> list[str]:
     words: list[str] = []
     termination = g.get("termination")
-    if termination not in (None, "user_stop", "agent_stop"):
+    official = g.get("official") or {}
+    if official.get("reward") is not None:
+        words.append(
+            f"the official τ² evaluator ({official.get('package')}) gives {official['reward']:g}"
+        )
+    if g.get("capped"):
+        words.append(
+            f"capped: the agent-turn limit of {g.get('max_turns')} was reached (reward 0 by the "
+            "official rule)"
+        )
+    elif termination not in (None, "user_stop", "agent_stop"):
         words.append(f"the episode ended by {termination}, not by the user or the agent")
     basis = g.get("reward_basis") or []
     if g.get("db_match") is True:

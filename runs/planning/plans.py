@@ -18,6 +18,7 @@ from datasets.models import DatasetQuestion, FrozenDataset, Question
 from datasets.official import OFFICIAL_JUDGED
 from datasets.official import manifest_entry as official_manifest_entry
 from datasets.official_prompts import OFFICIAL_PROMPTED, PromptingUnavailable, load_prompting
+from runs.engine.tau_episode import DEFAULT_TAU_MAX_TURNS
 from runs.models import Run, Target, WireApi, validate_price_table
 from runs.planning import runnable
 from runs.planning.fixed_params import fixed_params_errors
@@ -171,6 +172,11 @@ class PlanSerializer(StrictFieldsSerializer):
     )
     # Fixed before the run (R5.5): a parity verdict is judged only against this frozen value.
     non_inferiority_margin = MarginField(required=False, allow_null=True, default=None)
+    # τ episodes: the agent-turn limit, frozen in each τ benchmark's manifest entry (issue 37
+    # item 2); the default is the official τ² limit (runs/engine/tau_episode.py).
+    tau_max_turns = serializers.IntegerField(
+        default=DEFAULT_TAU_MAX_TURNS, min_value=1, max_value=1000
+    )
 
     def validate_targets(self, value: list[str]) -> list[str]:
         if len(set(value)) != len(value):
@@ -481,6 +487,9 @@ def _manifest_build(
         "preview_context": dict(plan["preview_context"]),
         "slots": plan["slots"],
     }
+    for b in chosen:
+        if ADAPTERS[b].episode == "tau":
+            manifest["benchmarks"][b]["tau_max_turns"] = plan["tau_max_turns"]
     for b in plan["official_scoring"]:
         if b in manifest["benchmarks"]:
             # Not installed: frozen as "not available here" with the reason, and no official

@@ -22,7 +22,7 @@ from django.conf import settings
 
 from runs.engine.code_grading import SCICODE_GOLD_STEPS
 from runs.engine.container import container_engine
-from runs.engine.tau import tau_unavailable_reason
+from runs.engine.tau_session import unavailable_reason as tau_unavailable_reason
 
 # Benchmarks with questions that may not run on every server.
 CHECKED = ("terminal-bench", "scicode", "tau3")

@@ -12,7 +12,8 @@ Makes no model call and changes no cell: the result is a separate, versioned
 - judged answers (SimpleQA, HLE) need a judge call each: `judge_cost_quote` states the worst
   case of re-judging them (`rejudge_cells`), and a confirmed re-judge is a child run of judge
   calls only (`runs.settlement.rejudge`), never part of this regrade;
-- τ³ conversations cannot be graded again without replaying the user simulator: skipped.
+- τ conversations are replayed from the ledger against fresh environments, the user's turns
+  read from the stored simulator calls, never asked again (`runs.settlement.regrade_tau`): no model call.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from datasets.benchmarks import get_adapter
 from runs.engine.finish import StoredCall, stored_calls
 from runs.ledger.corrections import version_append, version_appended
 from runs.models import TERMINAL_RUN_STATUSES, Call, CallStatus, Cell, CellStatus, Regrade, Run
+from runs.settlement.regrade_tau import grade_tau, tau_cells
 from srbench.canonical import sha256_hex
 from srbench.refusals import Refusal
 
@@ -131,6 +133,8 @@ class _Inputs:
         }
         if self.sandbox:  # unchanged key for a regrade without the sandbox (before issue 22)
             doc["episodes"] = [c.fingerprint() for c in self.cases if c.calls]
+        elif tau := [c.fingerprint() for c in self.cases if c.calls]:
+            doc["tau_episodes"] = tau  # only τ episodes are replayed outside a worker
         return sha256_hex(doc)
 
 
@@ -176,6 +180,8 @@ def _inputs(run: Run, *, sandbox: bool) -> _Inputs:
     episodes: list[tuple[Any, ...]] = []
     if in_sandbox:
         episodes = list(_sandbox_cells(run).order_by("pk").values_list(*_CELL_FIELDS))
+    episodes += list(tau_cells(run).order_by("pk").values_list(*_CELL_FIELDS))
+    graded += [b for b in kinds if get_adapter(b).episode == "tau"]
     calls = stored_calls([r[0] for r in episodes])
     cases = [_Case(*r[:5], r[5] or {}, *r[6:]) for r in rows] + [
         _Case(*r[:5], r[5] or {}, *r[6:], calls=calls[r[0]]) for r in episodes
@@ -211,6 +217,14 @@ def _grade(case: _Case, manifest: dict[str, Any]) -> tuple[bool | None, dict[str
             benchmark=case.benchmark, payload=case.payload, secret=case.secret, answer=case.answer
         )
         return g.correct, g.detail
+    if get_adapter(case.benchmark).episode == "tau":
+        return grade_tau(
+            benchmark=case.benchmark,
+            payload=case.payload,
+            secret=case.secret,
+            calls=case.calls,
+            manifest=manifest,
+        )
     try:
         if case.benchmark == "terminal-bench":
             s = terminal_settlement(
@@ -259,13 +273,13 @@ def _skipped_reason(sandbox: bool) -> str:
         return (
             "re-graded: completed mcq and grid cells, and code cells (LiveCodeBench, SciCode, "
             "Terminal-Bench) whose episode the ledger holds whole; judged kinds need a judge "
-            "call (see the judge cost quote), τ³ needs its user simulator, failed non-code cells "
-            "have no answer"
+            "call (see the judge cost quote), failed non-code cells have no answer; τ episodes "
+            "are replayed from the ledger with no model call"
         )
     return (
         "only completed mcq and grid cells are re-graded here; code cells are re-graded by a "
-        "worker in the sandbox, judged kinds need a judge call, τ³ its user simulator, failed "
-        "cells have no answer"
+        "worker in the sandbox, judged kinds need a judge call, failed cells have no answer; τ "
+        "episodes are replayed from the ledger with no model call"
     )
 
 
