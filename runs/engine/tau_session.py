@@ -24,6 +24,7 @@ from typing import Any
 
 from runs.engine import tau, tau_official
 from runs.engine.tau_tools import TauError
+from runs.models import CallStatus
 
 CAPPED = "max_steps"
 
@@ -152,11 +153,11 @@ def replay_stored(
     termination = CAPPED
     for call in calls:
         if call.role == "subject":
-            if call.status != "completed":
+            if call.status != CallStatus.COMPLETED:
                 raise TauError(f"subject call {call.sequence} ended {call.status}")
             session.agent(call.content, _stored_tool_calls(call.tool_calls))
         elif call.role == "simulator":
-            if call.status != "completed":
+            if call.status != CallStatus.COMPLETED:
                 raise TauError(f"simulator call {call.sequence} ended {call.status}")
             session.user(call.content)
             if tau.is_conversation_end(call.content):
