@@ -287,5 +287,6 @@ def test_the_remote_clients_are_the_api_clients_only() -> None:
         "runs/interfaces/rejudge_cli.py",
     } <= clients
     assert (
-        not {"runs/models/__init__.py", "runs/settlement/recovery.py", "runs/interfaces/views.py"} & clients
+        not {"runs/models/__init__.py", "runs/settlement/recovery.py", "runs/interfaces/views.py"}
+        & clients
     )
