@@ -37,6 +37,7 @@ def target_form(**over):
         "kind": "single",
         "active": "on",
         "base_url": "http://127.0.0.1:8100/v1",
+        "api": "openai",  # the Endpoint's wire (issue 37 item 4): the admin's select always posts one
         "model": "sim-strong",
         "api_key": KEY,
         "api_key_env": "",
