@@ -153,8 +153,8 @@ def test_raw_sql_writes_no_evidence_for_a_call_settled_as_sent_unknown():
     unknown = f.call_create(cell=cell, status="sent")
     Call.objects.filter(pk=unknown.pk).update(status="sent_unknown")
     sql = (
-        "INSERT INTO runs_callevidence (call_id, body, raw_size, sha256, created_at) "
-        "VALUES (%s, %s, 1, %s, now())"
+        "INSERT INTO runs_callevidence (call_id, body, codec, raw_size, sha256, created_at) "
+        "VALUES (%s, %s, 'identity', 1, %s, now())"
     )
     assert "settled (sent_unknown)" in refused(sql, [unknown.pk, b"x", H])
     done = f.call_create(cell=cell, sequence=1, status="completed")
