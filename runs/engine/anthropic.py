@@ -172,19 +172,9 @@ class AnthropicStreamAccumulator(ChatStreamAccumulator):
             return True
         return self.error is not None
 
-    def consume_data(self, data: str) -> None:
-        self.event_count += 1
-        number = self.event_count
-        if self._settled(data):
-            return
-        try:
-            event = json.loads(data)
-        except json.JSONDecodeError as exc:
-            self._fail(f"malformed JSON in event #{number}: {exc.msg} at {exc.pos}")
-            return
-        if not isinstance(event, dict):
-            self._fail(f"event #{number} is JSON but not an object")
-            return
+    def _apply_chunk(self, event: dict[str, Any], number: int) -> None:
+        """One Messages API event, parsed and checked by the chat accumulator's own
+        ``consume_data`` (JSON, an object, nothing after the end or an error)."""
         kind = event.get("type")
         if kind == "message_start":
             message = event.get("message") or {}
