@@ -52,6 +52,7 @@ from django.test import Client  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from bench.pages import PRICE, manifest  # noqa: E402
 from compare.services import comparison_build  # noqa: E402
 from datasets.models import FrozenDataset, Question  # noqa: E402
 from runs.engine.finish import run_report_keep  # noqa: E402
@@ -60,7 +61,6 @@ from runs.models.evidence import evidence_decode, evidence_encode, evidence_fiel
 from srbench.canonical import sha256_hex  # noqa: E402
 from srbench.simulator.testing import running_simulator  # noqa: E402
 
-PRICE = {"m": {"input": "3", "cached_input": "0.3", "output": "15"}}
 LEDGER = ("runs_cell", "runs_call", "runs_callevidence", "runs_runevent")
 SUMMARIES = ("runs_runsummary", "runs_livecellsums", "runs_livecallsums")
 STEPS: dict[str, float] = {}  # seconds spent inserting into each table
@@ -271,20 +271,6 @@ def templates(run: Run, question: Question, target: Target, raw: bytes) -> tuple
     return cell.pk, call.pk
 
 
-def manifest(questions: list[Question], target: Target) -> dict[str, Any]:
-    return {
-        "version": 1,
-        "benchmarks": {"mmlu-pro": {"weight": "1/10", "kind": "mcq", "cases": len(questions)}},
-        "cases": [[q.pk, q.content_sha256, "mmlu-pro"] for q in questions],
-        "targets": [{"slug": target.slug, "kind": "single", "model": "m", "fixed_params": {}}],
-        "judges": {},
-        "prices": {target.slug: PRICE},
-        "sampling": {},
-        "limits": {"concurrency": 64},
-        "slots": 1,
-    }
-
-
 def questions_build(n: int) -> list[Question]:
     """`n` MMLU-Pro-shaped questions: one made through the ORM, the rest cloned by SQL."""
     first = Question.objects.create(
@@ -320,7 +306,7 @@ def run_build(k: int, questions: list[Question], dataset: Any, owner: Any, raw: 
     target = Target.objects.create(
         slug=f"million-t{k}", name=f"t{k}", model="m", base_url="http://x/v1", prices=PRICE
     )
-    doc = manifest(questions, target)
+    doc = manifest(questions, target, concurrency=64)
     now = timezone.now()
     # As run_create sets it: the calls' id the run's own calls come after (the calls tab's
     # scan starts there).
@@ -393,7 +379,7 @@ def small_runs(n: int, owner: Any, dataset: Any, questions: list[Question]) -> N
     target = Target.objects.create(
         slug="million-small", name="small", model="m", base_url="http://x/v1", prices=PRICE
     )
-    doc = manifest(questions[:3], target)
+    doc = manifest(questions[:3], target, concurrency=64)
     now = timezone.now()
     runs = Run.objects.bulk_create(
         Run(

@@ -62,7 +62,9 @@ class Rollback(Exception):
     pass
 
 
-def manifest(questions: list[Question], target: Target) -> dict[str, Any]:
+def manifest(questions: list[Question], target: Target, concurrency: int = 8) -> dict[str, Any]:
+    """A frozen MMLU-Pro plan of one single-model target over ``questions`` (bench/million.py
+    builds its runs from it too)."""
     return {
         "version": 1,
         "benchmarks": {"mmlu-pro": {"weight": "1/10", "kind": "mcq", "cases": len(questions)}},
@@ -71,7 +73,7 @@ def manifest(questions: list[Question], target: Target) -> dict[str, Any]:
         "judges": {},
         "prices": {target.slug: PRICE},
         "sampling": {},
-        "limits": {"concurrency": 8},
+        "limits": {"concurrency": concurrency},
         "slots": 1,
     }
 
