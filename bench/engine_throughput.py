@@ -214,6 +214,25 @@ def ledger_footprint(run_id: int) -> dict[str, Any]:
     return out
 
 
+def dataset_of(questions: list[Any], key: list[Any]) -> Any:
+    """A frozen dataset of ``questions`` in order, named by ``key`` (unique per measurement)."""
+    from datasets.models import DatasetQuestion, FrozenDataset
+    from srbench.canonical import sha256_hex
+
+    dataset = FrozenDataset.objects.create(
+        identity_sha256=sha256_hex([*key, time.time()]),
+        name=str(key[0]),
+        profile="quick",
+        seed=1,
+        split="dev",
+        selection={},
+    )
+    DatasetQuestion.objects.bulk_create(
+        DatasetQuestion(dataset=dataset, question=q, position=i) for i, q in enumerate(questions)
+    )
+    return dataset
+
+
 def bench_setup(prefix: str) -> Path:
     """The bench's own environment, a fresh database (migrated) and an empty broker queue;
     returns the scratch directory. Django is set up on return."""
@@ -469,11 +488,9 @@ def main() -> None:
     work = bench_setup("srbench-bench-")
     from django.contrib.auth import get_user_model
 
-    from datasets.models import DatasetQuestion, FrozenDataset
     from runs.engine.doorbell import run_dispatch
     from runs.planning.services import run_create
     from runs.reporting.report import run_report
-    from srbench.canonical import sha256_hex
 
     adapter, loaded, questions, data = synthetic_questions(work, args.cells)
     sim, port = start_simulator(
@@ -505,18 +522,7 @@ def main() -> None:
             while len(workers) < n_workers:
                 workers.append(start_worker())
             wait_for_workers(len(workers))
-            dataset = FrozenDataset.objects.create(
-                identity_sha256=sha256_hex(["bench", concurrency, n_workers, time.time()]),
-                name="bench",
-                profile="quick",
-                seed=1,
-                split="dev",
-                selection={},
-            )
-            DatasetQuestion.objects.bulk_create(
-                DatasetQuestion(dataset=dataset, question=q, position=i)
-                for i, q in enumerate(questions[:cells])
-            )
+            dataset = dataset_of(questions[:cells], ["bench", concurrency, n_workers])
             worker_pids = [w.pid for w in workers]
             rss_before = rss_bytes(worker_pids)
             rss_peak = rss_before

@@ -158,26 +158,14 @@ def measure(
     """One run of `cells` cells driven by `n_workers` worker processes together."""
     import httpx
 
-    from datasets.models import DatasetQuestion, FrozenDataset
-    from runs.planning.services import run_create, run_dispatch
-    from srbench.canonical import sha256_hex
+    from runs.engine.doorbell import run_dispatch
+    from runs.planning.services import run_create
 
     workers = ctx["workers"]
     while len(workers) < n_workers:
         workers.append(et.start_worker())
     et.wait_for_workers(len(workers))
-    dataset = FrozenDataset.objects.create(
-        identity_sha256=sha256_hex(["scale", n_workers, cells, time.time()]),
-        name="scale",
-        profile="quick",
-        seed=1,
-        split="dev",
-        selection={},
-    )
-    DatasetQuestion.objects.bulk_create(
-        DatasetQuestion(dataset=dataset, question=q, position=i)
-        for i, q in enumerate(ctx["questions"][:cells])
-    )
+    dataset = et.dataset_of(ctx["questions"][:cells], ["scale", n_workers, cells])
     httpx.post(f"http://127.0.0.1:{ctx['port']}/_sim/reset", timeout=10)
     pids = [w.pid for w in workers]
     others = {"redis": et.broker_pids(), "simulator": [ctx["sim"].pid]}
