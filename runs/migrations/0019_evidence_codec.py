@@ -1,6 +1,8 @@
 """Call evidence names its codec (issue 38 item 5, runs/evidence.py). Every row written before
 this column existed is zlib: the default fills them in without rewriting a byte, so they read
-back as they did."""
+back as they did. The default stays in the database (`db_default`): a worker still on the code
+before this column (a rolling upgrade) writes zlib evidence without naming a codec, and its rows
+must be stored and read as zlib, not refused."""
 
 from django.db import migrations, models
 
@@ -15,6 +17,7 @@ class Migration(migrations.Migration):
             field=models.CharField(
                 choices=[("zlib", "Zlib"), ("identity", "Identity")],
                 default="zlib",
+                db_default="zlib",
                 max_length=16,
             ),
         ),

@@ -513,7 +513,12 @@ class CallEvidence(AppendOnlyModel):
         Call, on_delete=models.PROTECT, primary_key=True, related_name="evidence"
     )
     body = models.BinaryField()
-    codec = models.CharField(max_length=16, choices=EvidenceCodec, default=EvidenceCodec.ZLIB)
+    codec = models.CharField(
+        max_length=16,
+        choices=EvidenceCodec,
+        default=EvidenceCodec.ZLIB,
+        db_default=EvidenceCodec.ZLIB,  # writers from before migration 0019 wrote zlib
+    )
     raw_size = models.PositiveIntegerField()
     sha256 = models.CharField(max_length=64)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -92,3 +92,21 @@ def test_rows_written_before_the_codec_column_read_back():
     stored = CallEvidence.objects.get(call=call)
     assert stored.codec == EvidenceCodec.ZLIB
     assert evidence_raw(stored) == raw
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_writer_from_before_the_codec_column_is_stored_as_zlib():
+    """A worker still on the code before migration 0019 (a rolling upgrade) inserts its zlib
+    evidence without naming a codec, after the migration ran: the database's own default names
+    it zlib, so the row is stored (not refused as NOT NULL) and reads back identical."""
+    call = f.call_create(status="completed")
+    raw = HOSTILE["sse, 50 chunks"]
+    with connection.cursor() as cur:
+        cur.execute(
+            "INSERT INTO runs_callevidence (call_id, body, raw_size, sha256, created_at) "
+            "VALUES (%s, %s, %s, %s, now())",
+            [call.pk, zlib.compress(raw, 6), len(raw), sha256_bytes(raw)],
+        )
+    stored = CallEvidence.objects.get(call=call)
+    assert stored.codec == EvidenceCodec.ZLIB
+    assert evidence_raw(stored) == raw
