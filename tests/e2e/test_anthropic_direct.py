@@ -6,69 +6,25 @@ by key by ``message_delta``'s), and the bytes the ledger keeps must be those byt
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
-import threading
 import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 import pytest
-import uvicorn
 
 from runs.models import Call, CallEvidence, Cell
 from runs.planning.services import run_create, target_set_api_key
 from runs.reporting.report import run_report
-from srbench.simulator.config import load_config
-from srbench.simulator.server import create_app
 from tests import factories as f
 from tests.conftest import wait_until
+from tests.e2e.simulator_tap import BENCHMARKS, tapped_simulator
 from tests.runs import engine_support as es
 
-BENCHMARKS = ["mmlu-pro", "gpqa"]
 MODEL = "sim-strong"
 PRICE = {"input": "3", "cached_input": "0.3", "cache_write": "3.75", "output": "15"}
 KEY = "sk-ant-test-" + "0" * 24
 RUN_S = 300
-
-
-@dataclass
-class Exchange:
-    headers: dict[str, str]
-    request: dict[str, Any]
-    raw: bytes
-
-
-@dataclass
-class Tap:
-    """Records each Messages API request (headers, body) and the bytes the simulator sent."""
-
-    app: Any
-    exchanges: list[Exchange] = field(default_factory=list)
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] != "/v1/messages":
-            await self.app(scope, receive, send)
-            return
-        request, response = bytearray(), bytearray()
-
-        async def tapped_receive() -> dict:
-            message = await receive()
-            if message["type"] == "http.request":
-                request.extend(message.get("body", b""))
-            return message
-
-        async def tapped_send(message: dict) -> None:
-            if message["type"] == "http.response.body":
-                response.extend(message.get("body", b""))
-            await send(message)
-
-        await self.app(scope, tapped_receive, tapped_send)
-        headers = {k.decode(): v.decode() for k, v in scope["headers"]}
-        self.exchanges.append(Exchange(headers, json.loads(request), bytes(response)))
 
 
 def events(raw: bytes) -> list[tuple[str, dict[str, Any]]]:
@@ -80,29 +36,10 @@ def events(raw: bytes) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-@contextlib.contextmanager
-def tapped_simulator() -> Iterator[tuple[str, Tap]]:
-    config = load_config(None, {"models": es.FAST_MODELS})
-    tap = Tap(create_app(config, answer_key=es.answer_key(BENCHMARKS)))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(tap, log_level="warning", timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started or not thread.is_alive(), timeout=30, interval=0.02)
-    assert server.started, "simulator did not start"
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", tap
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
-
-
 @pytest.mark.worker
 @pytest.mark.timeout(RUN_S + 120)
 def test_a_run_against_the_messages_api_prices_anthropics_four_buckets(celery_worker):
-    with tapped_simulator() as (url, tap):
+    with tapped_simulator("/v1/messages") as (url, tap):
         target = f.target_create(
             slug="anthropic-direct",
             model=MODEL,

@@ -40,25 +40,33 @@ def fixture_dataset(
 ) -> FrozenDataset:
     """A frozen dataset of the bundled fixture questions (the first `per_benchmark` of each),
     stored under the project's own content address."""
-    hashes = []
-    rows = []
+    loaded = []
     for benchmark in benchmarks:
         adapter = get_adapter(benchmark)
-        for q in adapter.load(adapter.fixture_path())[:per_benchmark]:
-            sha = question_content_sha256(q)
-            question, created = Question.objects.get_or_create(
-                content_sha256=sha,
-                defaults={
-                    "benchmark": q.benchmark,
-                    "native_id": q.native_id,
-                    "subject": q.subject,
-                    "payload": q.payload,
-                },
-            )
-            if created:
-                QuestionSecret.objects.create(question=question, data=q.secret)
-            rows.append(question)
-            hashes.append(sha)
+        loaded += adapter.load(adapter.fixture_path())[:per_benchmark]
+    return questions_dataset(loaded, name=name, benchmarks=benchmarks)
+
+
+def questions_dataset(questions: list[Any], *, name: str, benchmarks: list[str]) -> FrozenDataset:
+    """A frozen dataset of loaded questions in order (an adapter's `load`, a package's tasks),
+    each stored once under its content address, as `benchmark prepare` would."""
+    hashes = []
+    rows = []
+    for q in questions:
+        sha = question_content_sha256(q)
+        question, created = Question.objects.get_or_create(
+            content_sha256=sha,
+            defaults={
+                "benchmark": q.benchmark,
+                "native_id": q.native_id,
+                "subject": q.subject,
+                "payload": q.payload,
+            },
+        )
+        if created:
+            QuestionSecret.objects.create(question=question, data=q.secret)
+        rows.append(question)
+        hashes.append(sha)
     dataset = FrozenDataset.objects.create(
         identity_sha256=sha256_hex([name, hashes]),
         name=name,

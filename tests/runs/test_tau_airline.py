@@ -423,35 +423,9 @@ def test_gold_replays_of_every_task_succeed_on_the_official_tools():
 
 def _airline_dataset(task_ids: list[str]) -> Any:
     """A frozen dataset of these packaged airline tasks, stored as `benchmark prepare` would."""
-    from datasets.models import DatasetQuestion, FrozenDataset, Question, QuestionSecret
-    from datasets.services import question_content_sha256
+    from tests.runs import engine_support as es
 
-    rows, hashes = [], []
-    for task_id in task_ids:
-        q = TASKS[task_id]
-        sha = question_content_sha256(q)
-        question = Question.objects.create(
-            content_sha256=sha,
-            benchmark=q.benchmark,
-            native_id=q.native_id,
-            subject=q.subject,
-            payload=q.payload,
-        )
-        QuestionSecret.objects.create(question=question, data=q.secret)
-        rows.append(question)
-        hashes.append(sha)
-    dataset = FrozenDataset.objects.create(
-        identity_sha256=sha256_hex(["airline", hashes]),
-        name="airline",
-        profile="smoke",
-        seed=1,
-        split="dev",
-        selection={"benchmarks": ["tau3"]},
-    )
-    DatasetQuestion.objects.bulk_create(
-        DatasetQuestion(dataset=dataset, question=q, position=i) for i, q in enumerate(rows)
-    )
-    return dataset
+    return es.questions_dataset([TASKS[t] for t in task_ids], name="airline", benchmarks=["tau3"])
 
 
 @pytest.mark.worker

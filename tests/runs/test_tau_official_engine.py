@@ -12,7 +12,6 @@ import pytest
 
 from datasets.benchmarks.tau3 import ADAPTER
 from runs.engine import tau_official
-from srbench.canonical import sha256_hex
 
 DOMAINS_DIR = tau_official.domains_dir()
 QUESTIONS = {
@@ -36,35 +35,12 @@ def _write_tasks(count: int) -> list[str]:
 
 
 def _dataset(task_ids: list[str]) -> Any:
-    from datasets.models import DatasetQuestion, FrozenDataset, Question, QuestionSecret
-    from datasets.services import question_content_sha256
+    """A frozen dataset of these packaged retail tasks, stored as `benchmark prepare` would."""
+    from tests.runs import engine_support as es
 
-    rows, hashes = [], []
-    for task_id in task_ids:
-        q = QUESTIONS[task_id]
-        sha = question_content_sha256(q)
-        question = Question.objects.create(
-            content_sha256=sha,
-            benchmark=q.benchmark,
-            native_id=q.native_id,
-            subject=q.subject,
-            payload=q.payload,
-        )
-        QuestionSecret.objects.create(question=question, data=q.secret)
-        rows.append(question)
-        hashes.append(sha)
-    dataset = FrozenDataset.objects.create(
-        identity_sha256=sha256_hex(["retail", hashes]),
-        name="retail",
-        profile="smoke",
-        seed=1,
-        split="dev",
-        selection={"benchmarks": ["tau3"]},
+    return es.questions_dataset(
+        [QUESTIONS[t] for t in task_ids], name="retail", benchmarks=["tau3"]
     )
-    DatasetQuestion.objects.bulk_create(
-        DatasetQuestion(dataset=dataset, question=q, position=i) for i, q in enumerate(rows)
-    )
-    return dataset
 
 
 @pytest.mark.worker
