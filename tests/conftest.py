@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -29,6 +30,20 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Outside the browser tests no event loop may be running in the main thread when a test
+    starts: one left running (Playwright's sync API keeps its loop marked as running while it
+    is open) makes Django's test client refuse every async view, so the tests that read the
+    events long poll would fail depending only on which tests ran before them."""
+    if "tests/e2e/" in str(item.fspath):
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    pytest.fail(f"an event loop is left running in the main thread by an earlier test: {loop!r}")
 
 
 def database_url_for_worker() -> str:

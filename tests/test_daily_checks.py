@@ -252,30 +252,34 @@ def test_make_test_passes_explicit_urls_on_and_unsets_stray_ones() -> None:
 # --- make bench ------------------------------------------------------------------------------
 
 # The shell chain `make bench` ran before issue 36, command by command.
-OLD_CHAIN = [
+BENCH_CHAIN = [
     "bench/simulator_load.py --streams 1000",
     "bench/engine_throughput.py --concurrency 32 256 --per-chunk 250 --workers 1 2 4",
     "bench/engine_throughput.py --cells 4096 --chunk-gap 0.016 --concurrency 1024",
+    "bench/scale_out.py --cells 3000 --workers 1 2 4",  # issue 38 item 4, added since
     "bench/cli_path.py --rounds 3",
     "bench/side_by_side.py --rounds 2",
     "bench/report_scale.py --commit",
     "bench/poll_scale.py --commit",
     "bench/pages.py --commit",
+    "bench/million.py --repeat 3",  # issue 38 item 5, added since
 ]
 
 
 def test_make_bench_is_one_python_entry_point_running_the_same_scripts() -> None:
-    """issue 36 item 4: the same scripts, arguments and order as the shell chain it replaced."""
+    """issue 36 item 4: the same scripts, arguments and order as the shell chain it replaced,
+    with the two measurements issue 38 added (scale-out, a million calls) in their places."""
     assert recipe("bench")[1] == ["$(BIN)/python bench/run_all.py"]
     listed = subprocess.run(
         [sys.executable, "bench/run_all.py", "--list"], cwd=ROOT, capture_output=True, text=True
     )
-    assert listed.returncode == 0 and listed.stdout.splitlines() == OLD_CHAIN
+    assert listed.returncode == 0 and listed.stdout.splitlines() == BENCH_CHAIN
     scratch = {s.script: s.scratch_db for s in run_all.STEPS if s.scratch_db}
     assert scratch == {
         "report_scale.py": "srbench_bench_scale",
         "poll_scale.py": "srbench_bench_poll",
         "pages.py": "srbench_bench_pages",
+        "million.py": "srbench_bench_million",
     }
     assert all((ROOT / "bench" / s.script).is_file() for s in run_all.STEPS)
 

@@ -44,8 +44,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
+    """One Chromium for the browser tests, closed after the last of them: Playwright's sync API
+    keeps its event loop marked as running in the main thread while it is open, where Django's
+    test client then refuses every async view (the events long poll) with "You cannot use
+    AsyncToSync in the same thread as an async event loop". Package scope ends it with
+    tests/e2e; tests/conftest.py fails any later test that still finds a loop running."""
     from playwright import sync_api  # installed by make test (scripts/ensure_browser.sh)
 
     sync_api.expect.set_options(timeout=ACTION_TIMEOUT_MS)  # 5 s by default
