@@ -132,6 +132,12 @@ class WorkerProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def warnings(self, last: int = 20) -> list[str]:
+        """The log's last WARNING/ERROR lines: what a failed assertion about a run should show
+        (a lost claim, a failed renewal), since the log itself is gone with tmp_path."""
+        lines = [line for line in self.log().splitlines() if "WARNING" in line or "ERROR" in line]
+        return lines[-last:]
+
 
 @pytest.fixture
 def celery_worker(transactional_db: None, tmp_path: Path) -> Iterator[WorkerProcess]:

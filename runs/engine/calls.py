@@ -614,17 +614,23 @@ class Caller(LeaseHolder):
         renew_every = max(lease_seconds / 3, 0.5)
         next_renew = time.monotonic() + renew_every
         next_keep = time.monotonic() + SNAPSHOT_CHECK_S
+        next_activity = time.monotonic() + 1.0
         while True:
-            await asyncio.sleep(1.0)
+            # Woken on time for the renewal, not at the next whole second after it: a renewal a
+            # tick late would leave a stalled loop or a queued write less of the lease as slack.
+            await asyncio.sleep(min(1.0, max(next_renew - time.monotonic(), 0.05)))
             if self.side_db is not None and time.monotonic() >= next_keep:
                 next_keep = time.monotonic() + SNAPSHOT_CHECK_S
                 if self.keeping is None or self.keeping.done():
                     self.keeping = asyncio.create_task(self._snapshot_keep(self.side_db))
-            dirty = [
-                (pk, a.stage, datetime.fromtimestamp(snap[0], tz=UTC), snap[1])
-                for pk, a in list(self.activity.items())
-                if (snap := a.snapshot()) is not None
-            ]
+            dirty = []
+            if time.monotonic() >= next_activity:
+                next_activity = time.monotonic() + 1.0
+                dirty = [
+                    (pk, a.stage, datetime.fromtimestamp(snap[0], tz=UTC), snap[1])
+                    for pk, a in list(self.activity.items())
+                    if (snap := a.snapshot()) is not None
+                ]
             if time.monotonic() >= next_renew:
                 # First after a stall: a cell settled elsewhere meanwhile is abandoned before
                 # its activity is written or its next call is opened.

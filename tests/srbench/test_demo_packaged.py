@@ -98,7 +98,7 @@ def test_the_demo_evaluates_packaged_data_and_prints_the_subset_with_what_is_mis
     assert data.origins["livecodebench"] == data.origins["terminal-bench"] == "bundled fixture"
     # Packaged SciCode problems have no targets here, so the demo does not invent any.
     assert scicode_test_data(tmp_path, data) is None
-    assert run.status == "completed", run.stop_reason
+    assert run.status == "completed", (run.stop_reason, celery_worker.warnings())
 
     report = run_report(run=run)
     not_run = {e["benchmark"]: e for e in report["not_run"]}
@@ -150,7 +150,7 @@ def test_with_scicode_targets_at_hand_all_nine_run_and_the_demo_prints_the_sr_be
     assert data.origins["scicode"] == "bundled fixture"
     assert str(scicode_test_data(tmp_path, data)) == scicode_targets
     _, run = _demo_run(tmp_path, ("arc", "tau3"))
-    assert run.status == "completed", run.stop_reason
+    assert run.status == "completed", (run.stop_reason, celery_worker.warnings())
     report = run_report(run=run)
     assert report["not_run"] == []
     strong = _strong_correct_as_rolled(run)
