@@ -23,6 +23,7 @@ __all__ = [
     "MEASURED_LIMITS",
     "Difference",
     "IncomparableRuns",
+    "baseline_refusal",
     "execution_differences",
     "measured_limits",
     "model_prices",
@@ -100,6 +101,20 @@ class IncomparableRuns(Refusal):
                 "differences": [d.as_dict() for d in differences],
             },
         )
+
+
+def baseline_refusal(*, kind: str, planned: int, with_outcome: int, cases: int) -> str | None:
+    """Why a target of the baseline run cannot be the baseline, or None when it can (R5.1): a
+    single model with an outcome (runs.models.CELL_OUTCOMES) for every planned case. The one
+    rule: the comparison applies it to its counts (compare.services), the Compare page's offer
+    of baseline runs to the same counts from the ledger (compare.selectors)."""
+    if kind != "single":
+        return "not a single model"
+    if planned != cases:
+        return f"{planned} cells planned for {cases} cases"
+    if with_outcome != cases:
+        return f"{cases - with_outcome} case(s) without a result"
+    return None
 
 
 def run_comparison_problems(run: Run) -> list[str]:

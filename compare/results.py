@@ -19,7 +19,7 @@ import numpy.typing as npt
 from compare.compatibility import Difference
 from compare.verdict import RULE, Verdict, frozen_margin, margin_terms, run_split
 from datasets.provenance import UNKNOWN
-from runs.models import Run
+from runs.models import CELL_OUTCOMES, Run
 from runs.reporting.official_metrics import NOTE as OFFICIAL_NOTE
 from runs.reporting.official_metrics import official_metrics
 from runs.reporting.report_types import Report, TargetReport
@@ -85,6 +85,11 @@ class Entry:
     @property
     def quality(self) -> Fraction | None:
         return self.target.score.exact
+
+    @property
+    def with_outcome(self) -> int:
+        """Cells with an outcome (runs.models.CELL_OUTCOMES); the rest are without a result."""
+        return sum(self.states.get(status, 0) for status in CELL_OUTCOMES)
 
     @property
     def provenance(self) -> dict[str, str]:

@@ -28,7 +28,7 @@ from django.db.models import F
 from django.db.models.expressions import RawSQL
 
 from compare.compatibility import COMPARED_FIELDS, EXECUTION_LIMITS, model_prices
-from runs.models import TERMINAL_RUN_STATUSES, Cell, CellStatus, Run
+from runs.models import TERMINAL_RUN_STATUSES, Cell, Run
 
 __all__ = [
     "RunOption",
@@ -37,10 +37,6 @@ __all__ = [
     "comparable_pool",
     "option_matches",
 ]
-
-# A baseline's single model needs an outcome for every planned case (the rule of
-# comparison_build's baseline pool); these are the states that are not an outcome.
-_NO_OUTCOME_STATES = tuple(s for s in CellStatus.values if s not in ("completed", "failed"))
 
 # Fields grouped by equality; "cases" is handled apart (a set), "prices" inside groups.
 _EQUAL_FIELDS = tuple(f for f in COMPARED_FIELDS if f not in ("cases", "prices"))
@@ -154,9 +150,14 @@ def _prices(raw: Any) -> dict[str, frozenset[tuple[str, Any]]] | None:
 
 
 def _baseline_targets(options: list[RunOption]) -> None:
+    """The offer of compatibility.baseline_refusal, read cheaply: a single model of a top-level
+    run is planned on every case of its run (plans make target × case), so what decides is
+    whether any of its cells is without an outcome; the comparison applies the whole rule
+    again to its own counts when it is built."""
     ids = [o.id for o in options if o.single_targets]
     lacking: set[tuple[int, str]] = set(
-        Cell.objects.filter(run_id__in=ids, target__kind="single", status__in=_NO_OUTCOME_STATES)
+        Cell.objects.without_outcome()
+        .filter(run_id__in=ids, target__kind="single")
         .values_list("run_id", "target__slug")
         .distinct()
     )

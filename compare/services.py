@@ -28,7 +28,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from compare.compatibility import IncomparableRuns, execution_differences, runs_differences
+from compare.compatibility import (
+    IncomparableRuns,
+    baseline_refusal,
+    execution_differences,
+    runs_differences,
+)
 from compare.figures import STATUSES, run_figures, target_slugs
 from compare.results import (
     CandidateResult,
@@ -61,10 +66,6 @@ __all__ = [
     "comparison_compute",
     "frozen_margin",
 ]
-
-# Cells with an outcome. Anything else (pending, running, cancelled, sent_unknown) is a case
-# without a result: counted wrong for a candidate, disqualifying for a baseline (R5.1).
-_OUTCOME_STATES = ("completed", "failed")
 
 
 class ComparisonError(Refusal):
@@ -279,14 +280,9 @@ def _baseline_pool(
     listed = []
     for e in entries:
         t = e.target
-        with_outcome = sum(e.states.get(s, 0) for s in _OUTCOME_STATES)
-        reason = None
-        if t.kind != "single":
-            reason = "not a single model"
-        elif t.planned != cases.keys.size:
-            reason = f"{t.planned} cells planned for {cases.keys.size} cases"
-        elif with_outcome != cases.keys.size:
-            reason = f"{cases.keys.size - with_outcome} case(s) without a result"
+        reason = baseline_refusal(
+            kind=t.kind, planned=t.planned, with_outcome=e.with_outcome, cases=cases.keys.size
+        )
         quality = e.quality
         listed.append(PoolMember(e.slug, t.kind, quality, t.subject_cost_usd, reason))
         if reason is None and quality is not None:
@@ -439,8 +435,7 @@ def _statistics(
                 cases=int(cases.keys.size),
                 questions=int(cases.questions),
                 attempts=cases.slots,
-                without_result=int(cases.keys.size)
-                - sum(e.states.get(s, 0) for s in _OUTCOME_STATES),
+                without_result=int(cases.keys.size) - e.with_outcome,
                 subject=subject_savings,
                 total=_savings(choice, e.total_spend, base.total_spend),
                 cache_neutral=_cache_neutral_savings(choice, e, base, tied),

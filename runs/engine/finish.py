@@ -51,9 +51,9 @@ def calls_settle_unheld(*, run_id: int, now: datetime) -> int:
         error="the run ended with this call unsettled; whether the model answered is unknown",
     )
     cells = sorted({cell for _, cell in open_calls})
-    Cell.objects.filter(pk__in=cells).exclude(
-        status__in=[CellStatus.COMPLETED, CellStatus.FAILED]
-    ).update(status=CellStatus.SENT_UNKNOWN, lease_expires_at=None)
+    Cell.objects.filter(pk__in=cells).without_outcome().update(
+        status=CellStatus.SENT_UNKNOWN, lease_expires_at=None
+    )
     events_append(
         run_id=run_id,
         events=[

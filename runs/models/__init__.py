@@ -310,6 +310,12 @@ class CellStatus(models.TextChoices):
     SENT_UNKNOWN = "sent_unknown"
 
 
+# A cell with an outcome: graded (completed) or ended without a grade that will come (failed).
+# Anything else (pending, running, cancelled, sent_unknown) is a case without a result:
+# counted wrong for a candidate, disqualifying for a baseline (R5.1), not regraded.
+CELL_OUTCOMES = (CellStatus.COMPLETED, CellStatus.FAILED)
+
+
 class CellQuerySet(models.QuerySet["Cell"]):
     """The cell states of the ledger, by name (claim loop, recovery pass, recovery review)."""
 
@@ -322,6 +328,12 @@ class CellQuerySet(models.QuerySet["Cell"]):
 
     def sent_unknown(self) -> CellQuerySet:
         return self.filter(status=CellStatus.SENT_UNKNOWN)
+
+    def with_outcome(self) -> CellQuerySet:
+        return self.filter(status__in=CELL_OUTCOMES)
+
+    def without_outcome(self) -> CellQuerySet:
+        return self.exclude(status__in=CELL_OUTCOMES)
 
     def lease_expired(self, now: datetime) -> CellQuerySet:
         """Running under a lease that ran out before `now`: its worker died (the recovery

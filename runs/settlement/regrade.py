@@ -154,12 +154,7 @@ def _sandbox_cells(run: Run):  # type: ignore[no-untyped-def]
     """Code cells with an episode to grade: ended (completed or failed) with a subject call."""
     benchmarks = [b for b in run.manifest["benchmarks"] if b in SANDBOX_BENCHMARKS]
     answered = Call.objects.filter(cell=OuterRef("pk"), role="subject")
-    return Cell.objects.filter(
-        Exists(answered),
-        run=run,
-        benchmark__in=benchmarks,
-        status__in=[CellStatus.COMPLETED, CellStatus.FAILED],
-    )
+    return Cell.objects.with_outcome().filter(Exists(answered), run=run, benchmark__in=benchmarks)
 
 
 def sandbox_regrade_needed(run: Run) -> bool:

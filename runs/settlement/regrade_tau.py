@@ -12,7 +12,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef, QuerySet
 
 from datasets.benchmarks import get_adapter
-from runs.models import Call, Cell, CellStatus, Run
+from runs.models import Call, Cell, Run
 
 
 def tau_benchmarks(run: Run) -> list[str]:
@@ -22,11 +22,8 @@ def tau_benchmarks(run: Run) -> list[str]:
 def tau_cells(run: Run) -> QuerySet[Cell]:
     """τ cells with an episode to replay: ended (completed or failed) with a subject call."""
     answered = Call.objects.filter(cell=OuterRef("pk"), role="subject")
-    return Cell.objects.filter(
-        Exists(answered),
-        run=run,
-        benchmark__in=tau_benchmarks(run),
-        status__in=[CellStatus.COMPLETED, CellStatus.FAILED],
+    return Cell.objects.with_outcome().filter(
+        Exists(answered), run=run, benchmark__in=tau_benchmarks(run)
     )
 
 

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from django.core.management import call_command
 
-from compare.compatibility import IncomparableRuns, runs_differences
+from compare.compatibility import IncomparableRuns, baseline_refusal, runs_differences
 from compare.results import STATEMENTS
+from compare.selectors import comparable_pool
 from compare.services import ComparisonError, comparison_build
-from runs.models import UsageCorrection
+from runs.models import CELL_OUTCOMES, CellStatus, UsageCorrection
 from tests.compare import builders as b
 
 pytestmark = pytest.mark.django_db
@@ -202,11 +203,15 @@ def test_failed_candidate_cases_count_as_wrong():
 
 
 def test_a_single_model_with_failed_cells_is_still_a_baseline_but_pending_ones_are_not():
+    """The comparison's baseline pool and the Compare page's offer of baseline targets apply
+    one rule (compatibility.baseline_refusal) and agree, before and after a cell loses its
+    outcome."""
     qs = b.questions({"mmlu-pro": 3})
     strong, weak = b.target("strong"), b.target("weak")
     r = b.run(qs, {strong: [True, True, None], weak: [True, False, False]})
     doc = comparison_build(baseline_run_id=r.pk, candidate_run_ids=[r.pk])
     assert doc["baseline"]["target"] == "strong"
+    assert comparable_pool()[r.pk].baseline_targets == ["strong", "weak"]
 
     r.cells.filter(target=strong, correct__isnull=True).update(status="sent_unknown")
     doc = comparison_build(baseline_run_id=r.pk, candidate_run_ids=[r.pk])
@@ -214,6 +219,21 @@ def test_a_single_model_with_failed_cells_is_still_a_baseline_but_pending_ones_a
     listed = {x["target"]: x for x in doc["baseline"]["candidates"]}
     assert listed["strong"]["eligible"] is False
     assert "1 case(s) without a result" in listed["strong"]["reason"]
+    assert comparable_pool()[r.pk].baseline_targets == ["weak"]
+
+
+def test_the_baseline_rule_names_the_first_thing_that_keeps_a_target_out():
+    """R5.1 in one function: a single model, planned on every case, an outcome for each."""
+    assert baseline_refusal(kind="mom", planned=3, with_outcome=3, cases=3) == "not a single model"
+    assert baseline_refusal(kind="single", planned=2, with_outcome=2, cases=3) == (
+        "2 cells planned for 3 cases"
+    )
+    assert baseline_refusal(kind="single", planned=3, with_outcome=1, cases=3) == (
+        "2 case(s) without a result"
+    )
+    assert baseline_refusal(kind="single", planned=3, with_outcome=3, cases=3) is None
+    # An outcome is completed or failed; every other cell state is a case without a result.
+    assert set(CELL_OUTCOMES) == {CellStatus.COMPLETED, CellStatus.FAILED}
 
 
 # --- baseline, ties and savings ----------------------------------------------------------------
