@@ -57,6 +57,8 @@ __all__ = [
 Z_95 = 1.959963984540054
 DEFAULT_ALPHA = 0.05
 DEFAULT_BOOTSTRAP_DRAWS = 2000
+# Resampled case indices held at once by the savings bootstrap (about 32 MB of int64).
+BOOTSTRAP_BLOCK_ELEMENTS = 1 << 22
 # sr-bench's default seed, so a diagnostic interval is reproducible run to run.
 DEFAULT_BOOTSTRAP_SEED = 20260918
 
@@ -593,6 +595,37 @@ def _cost_array(benchmark: str, raw: npt.ArrayLike, size: int | None) -> npt.NDA
     return costs
 
 
+def _resampled_sums(
+    rng: np.random.Generator, units: list[npt.NDArray[np.float64]], draws: int
+) -> npt.NDArray[np.int64]:
+    """Per resample, the exact sum of each cost column (whole units), resampling each block of
+    `units` (one per benchmark, in order; rows are cases) with replacement `draws` times.
+
+    The resamples are drawn a block of rows at a time: the generator's stream is the same as
+    one draw of (draws, n) (tests/compare/test_savings_interval.py checks it), and a block stays
+    in cache where the whole (draws, n) matrix took gigabytes at 100,000 cases."""
+    largest = sum(u.max(axis=0) * u.shape[0] for u in units)
+    if largest.max() >= 2**63:
+        raise ValueError("costs too large to resample exactly")
+    in_float = bool(largest.max() < 2**53)
+    sums = np.zeros((draws, units[0].shape[1]), dtype=np.int64)
+    for block in units:
+        n = block.shape[0]
+        exact = block.astype(np.int64)  # the int64 path's weights (past 2**53 units)
+        rows = max(1, BOOTSTRAP_BLOCK_ELEMENTS // n)
+        for start in range(0, draws, rows):
+            stop = min(start + rows, draws)
+            idx = rng.integers(0, n, size=(stop - start, n))
+            # counts[d, i]: how often resample d drew case i: a resample's sum is counts @ costs.
+            idx += (np.arange(stop - start, dtype=np.int64) * n)[:, None]
+            counts = np.bincount(idx.ravel(), minlength=(stop - start) * n).reshape(-1, n)
+            if in_float:
+                sums[start:stop] += (counts.astype(np.float64) @ block).astype(np.int64)
+            else:
+                sums[start:stop] += counts @ exact
+    return sums
+
+
 def savings_bootstrap_intervals(
     baseline_costs_by_benchmark: Mapping[str, npt.ArrayLike],
     candidates_costs_by_benchmark: Sequence[Mapping[str, npt.ArrayLike]],
@@ -648,23 +681,7 @@ def savings_bootstrap_intervals(
         )
         for b in benchmarks
     }
-    largest = sum(units[b].max(axis=0) * units[b].shape[0] for b in benchmarks)
-    if largest.max() >= 2**63:
-        raise ValueError("costs too large to resample exactly")
-    in_float = bool(largest.max() < 2**53)
-
-    rng = np.random.default_rng(seed)
-    sums = np.zeros((draws, 1 + len(known)), dtype=np.int64)
-    for benchmark in benchmarks:
-        n = base[benchmark].size
-        idx = rng.integers(0, n, size=(draws, n))
-        # counts[d, i]: how often resample d drew case i, so a resample's sum is counts @ costs.
-        idx += (np.arange(draws, dtype=np.int64) * n)[:, None]
-        counts = np.bincount(idx.ravel(), minlength=draws * n).reshape(draws, n)
-        if in_float:
-            sums += (counts.astype(np.float64) @ units[benchmark]).astype(np.int64)
-        else:
-            sums += counts @ units[benchmark].astype(np.int64)
+    sums = _resampled_sums(np.random.default_rng(seed), [units[b] for b in benchmarks], draws)
     if (sums[:, 0] == 0).any():
         return out
     savings = 100.0 * (1.0 - sums[:, 1:].astype(np.float64) / sums[:, :1].astype(np.float64))

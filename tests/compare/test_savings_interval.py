@@ -10,6 +10,7 @@ import pytest
 
 from compare.services import comparison_build
 from compare.views import compare_url
+from srbench import stats
 from srbench.stats import (
     DEFAULT_BOOTSTRAP_SEED,
     SAVINGS_INTERVAL_LABEL,
@@ -71,6 +72,29 @@ def test_a_batch_gives_each_candidate_the_interval_it_would_get_alone():
     assert savings_bootstrap_intervals({k: [0.0] * len(v) for k, v in base.items()}, cands) == [
         None
     ] * len(cands)
+
+
+@pytest.mark.parametrize("block", [1, 7, 40 * 3, 40 * 2000])
+def test_resamples_drawn_a_block_at_a_time_give_the_interval_of_one_draw(monkeypatch, block):
+    """Issue 38: the bootstrap draws its resamples a block of rows at a time to stay in cache at
+    100,000 cases; the generator's stream, so every interval, is that of one (draws, n) draw —
+    blocks of one row, of a few, and one block holding them all give the same exact figures."""
+    rng = np.random.default_rng(11)
+    base = {"mmlu-pro": np.round(rng.uniform(0.001, 0.02, 40), 10).tolist()}
+    base["gpqa"] = np.round(rng.uniform(0.001, 0.05, 9), 10).tolist()
+    cand = {
+        k: np.round(np.asarray(v) * rng.uniform(0.2, 1.5, len(v)), 10).tolist()
+        for k, v in base.items()
+    }
+    monkeypatch.setattr(stats, "BOOTSTRAP_BLOCK_ELEMENTS", block)
+    got = savings_bootstrap_interval(base, cand)
+    lo, hi = expected(base, cand)
+    assert (got.lower, got.upper) == pytest.approx((lo, hi), abs=1e-9)
+    # Past float exactness (the int64 path), in blocks too.
+    huge = {k: [x * 1e6 for x in v] for k, v in base.items()}  # Σ n·max ≥ 2**53 units
+    got = savings_bootstrap_interval(huge, cand)
+    lo, hi = expected(huge, cand)
+    assert (got.lower, got.upper) == pytest.approx((lo, hi), abs=1e-9)
 
 
 def test_costs_past_float_exactness_are_resampled_exactly_in_integers():
