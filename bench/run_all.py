@@ -52,6 +52,7 @@ STEPS = (
     Step("poll_scale.py", ("--commit",), scratch_db="srbench_bench_poll"),
     Step("pages.py", ("--commit",), scratch_db="srbench_bench_pages"),
     Step("million.py", ("--repeat", "3"), scratch_db="srbench_bench_million"),
+    Step("bootstrap_scale.py", ("--rounds", "2")),
 )
 
 

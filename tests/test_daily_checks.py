@@ -263,12 +263,13 @@ BENCH_CHAIN = [
     "bench/poll_scale.py --commit",
     "bench/pages.py --commit",
     "bench/million.py --repeat 3",  # issue 38 item 5, added since
+    "bench/bootstrap_scale.py --rounds 2",  # issue 38, the comparison's bootstrap, added since
 ]
 
 
 def test_make_bench_is_one_python_entry_point_running_the_same_scripts() -> None:
     """issue 36 item 4: the same scripts, arguments and order as the shell chain it replaced,
-    with the two measurements issue 38 added (scale-out, a million calls) in their places."""
+    with the measurements issue 38 added (scale-out, a million calls, the bootstrap) in place."""
     assert recipe("bench")[1] == ["$(BIN)/python bench/run_all.py"]
     listed = subprocess.run(
         [sys.executable, "bench/run_all.py", "--list"], cwd=ROOT, capture_output=True, text=True
