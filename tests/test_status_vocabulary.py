@@ -210,12 +210,6 @@ KEPT = {
     # constraint reads RecoveryPlanMode); its migration spells the same values.
     ("runs/models/__init__.py", "live"),
     ("runs/models/__init__.py", "preview"),
-    # runs/engine/ is being moved into sub-packages by a concurrent change (issue 36 item 1):
-    # a call's closing status and the driver's preview test go to the enums after that merge.
-    ("runs/engine/calls.py", "completed"),
-    ("runs/engine/calls.py", "cancelled"),
-    ("runs/engine/calls.py", "failed"),
-    ("runs/engine/driver.py", "preview"),
     # A SciCode grade's own verdict ("passed" / "failed"), not a ledger state.
     ("runs/engine/code_grading.py", "failed"),
 }

@@ -35,6 +35,7 @@ from runs.engine.sse import ChatStreamAccumulator, SSEDecoder, SSEError
 from runs.engine.transport import RequestHeld
 from runs.ledger.accounting import call_accounting, worst_case_call_cost
 from runs.ledger.hooks import live_snapshot_keep
+from runs.models import CallStatus, CellStatus
 from srbench.money import money_stored
 
 log = logging.getLogger(__name__)
@@ -343,7 +344,7 @@ class Caller(LeaseHolder):
         answer: str = "",
     ) -> None:
         """The cell was graded (`correct` None: an outcome recorded without a verdict)."""
-        await self.finish(cell, "completed", correct, grade, answer, "")
+        await self.finish(cell, CellStatus.COMPLETED, correct, grade, answer, "")
 
     async def fail(
         self,
@@ -353,7 +354,7 @@ class Caller(LeaseHolder):
         grade: dict[str, Any] | None = None,
     ) -> None:
         """The cell could not be graded: unknown, never wrong."""
-        await self.finish(cell, "failed", None, grade, answer, error)
+        await self.finish(cell, CellStatus.FAILED, None, grade, answer, error)
 
     async def stop(self, reason: str) -> None:
         if not self.stopping:
@@ -586,7 +587,9 @@ class Caller(LeaseHolder):
         error_code, error = stream.error_code, stream.error
         ok = not error_code
         fields["status"] = (
-            "completed" if ok else ("cancelled" if error_code == "cancelled" else "failed")
+            CallStatus.COMPLETED
+            if ok
+            else (CallStatus.CANCELLED if error_code == "cancelled" else CallStatus.FAILED)
         )
         fields["error_code"], fields["error"] = error_code, error
         failure = None if ok else {"error_code": error_code, "error": error[:500]}

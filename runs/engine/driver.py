@@ -35,6 +35,7 @@ from runs.engine.leases import ClaimLost
 from runs.engine.router_client import PreviewError, PreviewNotPossible, route_preview
 from runs.engine.transport import engine_client
 from runs.ledger.hooks import run_start
+from runs.models import Run
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class Driver(Caller):
     async def _run_cell(self, cell: store.ClaimedCell) -> None:
         target = self.ctx.targets[cell.target_id]
         adapter = get_adapter(cell.benchmark)
-        if self.ctx.manifest["mode"] == "preview":
+        if self.ctx.manifest["mode"] == Run.Mode.PREVIEW:
             await self._run_preview(cell, target)
             return
         # A re-judge child (runs/settlement/rejudge.py) is known by its manifest, never by a benchmark.
