@@ -120,6 +120,9 @@ class Target(models.Model):
                 condition=Q(capture_recipe=False) | (Q(kind="mom") & ~Q(preview_url="")),
                 name="target_capture_needs_mom_preview",
             ),
+            models.CheckConstraint(
+                condition=Q(kind="single") | Q(api=WireApi.OPENAI), name="target_mom_speaks_openai"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -135,6 +138,11 @@ class Target(models.Model):
             )
         if self.kind == self.Kind.MOM and not self.config_hash:
             errors.setdefault("config_hash", []).append("A MoM target needs a pinned config_hash.")
+        if self.kind == self.Kind.MOM and self.api != WireApi.OPENAI:
+            errors.setdefault("api", []).append(
+                "A MoM router is evaluated through its OpenAI chat route: its routing headers, "
+                "route preview and recipe capture are read there (set api to openai)."
+            )
         if self.capture_recipe and self.kind != self.Kind.MOM:
             errors.setdefault("capture_recipe", []).append(
                 "capture_recipe applies only to MoM targets."

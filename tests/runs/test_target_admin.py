@@ -121,6 +121,7 @@ def test_clear_api_key_removes_it(operator_client):
             "routing/preview",
         ),
         ({"capture_recipe": "on"}, "capture_recipe", "only to MoM targets"),
+        ({"kind": "mom", "config_hash": HASH, "api": "anthropic"}, "api", "OpenAI chat route"),
         ({"prices": {"m": {"input": "x", "output": "1"}}}, "prices", "not a decimal"),
         ({"prices": {"m": {"input": "1"}}}, "prices", "'output' price is required"),
         ({"prices": {"m": {"input": "-1", "output": "1"}}}, "prices", "≥ 0"),
@@ -138,6 +139,17 @@ def test_admin_rejects_an_invalid_target_with_a_clear_message(
     assert field in errors, errors
     assert any(message in e for e in errors[field]), errors[field]
     assert not Target.objects.filter(slug="gpt-x").exists()
+
+
+def test_the_database_refuses_a_mom_router_on_the_messages_api_from_any_writer():
+    """The admin's message above is for people; the constraint holds for every other writer."""
+    from django.db import IntegrityError, transaction
+
+    with pytest.raises(IntegrityError, match="target_mom_speaks_openai"), transaction.atomic():
+        Target.objects.create(
+            slug="router", kind="mom", config_hash=HASH, api="anthropic", base_url="http://x/v1"
+        )
+    Target.objects.create(slug="claude", api="anthropic", base_url="http://x/v1")
 
 
 def test_mom_target_with_recipe_capture_is_accepted(operator_client):
