@@ -15,6 +15,7 @@ from django import forms
 from datasets.benchmarks import ADAPTERS
 from datasets.models import FrozenDataset, Profile, Source
 from datasets.profiles import PROFILE_SPLIT
+from runs.engine.tau_episode import DEFAULT_TAU_MAX_TURNS
 from runs.models import RunStatus, Target
 from runs.planning.plans import SUPPORTED_KINDS, USER_SIMULATED, LimitsSerializer
 
@@ -166,6 +167,26 @@ class EvaluationForm(forms.Form):
         label="Official scoring beside sr-bench's",
         help_text="Also grade with the official judge template (from the installed "
         "inspect-evals; one more judge call per case). ARC's official pass@2 needs 2 attempts.",
+    )
+    # Issue 37 item 3: the benchmark's own prompts (and LiveCodeBench's own grader beside ours).
+    official_prompting = forms.MultipleChoiceField(
+        required=False,
+        choices=[("livecodebench", "LiveCodeBench"), ("scicode", "SciCode")],
+        widget=forms.CheckboxSelectMultiple,
+        label="Official prompts instead of sr-bench's",
+        help_text="Ask in the benchmark's own prompts, read from the installed "
+        "nvidia-livecodebench / nvidia-scicode with their hashes frozen in the plan; "
+        "LiveCodeBench's official grader runs beside ours.",
+    )
+    # Issue 37 item 2: τ episodes end after this many agent turns (the official τ² default).
+    tau_max_turns = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=1000,
+        initial=DEFAULT_TAU_MAX_TURNS,
+        label="τ agent-turn limit",
+        help_text="An episode that reaches it is reported as capped (official τ² limit: "
+        f"{DEFAULT_TAU_MAX_TURNS}).",
     )
     # R5.5: fixed before the run and frozen into the manifest; the plan checks 0 < margin < 1.
     non_inferiority_margin = forms.DecimalField(
@@ -367,6 +388,8 @@ class EvaluationForm(forms.Form):
             "failure_policy",
             "non_inferiority_margin",
             "official_scoring",
+            "official_prompting",
+            "tau_max_turns",
             "preview_prompt",
             "preview_history",
             "preview_session",
@@ -446,6 +469,11 @@ class EvaluationForm(forms.Form):
         official = [b for b in data.get("official_scoring") or [] if not scope or b in scope]
         if official:
             plan["official_scoring"] = official
+        prompted = [b for b in data.get("official_prompting") or [] if not scope or b in scope]
+        if prompted:
+            plan["official_prompting"] = prompted
+        if data.get("tau_max_turns") is not None:  # else the plan's default, the same value
+            plan["tau_max_turns"] = data["tau_max_turns"]
         if benchmarks:
             plan["benchmarks"] = benchmarks
         return plan

@@ -164,3 +164,35 @@ def test_every_error_is_listed_at_the_top_in_page_order_with_a_link_to_its_field
     # A form without errors has no summary.
     fine = client.get("/runs/new/?profile=smoke").content.decode()
     assert 'id="error-summary"' not in fine
+
+
+def test_the_form_asks_in_official_prompts_and_sets_the_tau_turn_limit(client, member):
+    """issue 37 items 2 and 3 on the web path, not only the API and --plan-file: official
+    prompting ticked for LiveCodeBench is frozen with the package's file and hash (and shown on
+    the review), a box for a benchmark not selected is ignored like official scoring's, the τ
+    turn limit is frozen as typed, and a limit out of range is an error at its field."""
+    source_prepare(benchmark="livecodebench", profile="smoke")
+    source_prepare(benchmark="tau3", profile="smoke")
+    f.target_create(slug="sim-strong", name="strong", model="sim-strong")
+    f.target_create(slug="sim-user", name="user", model="sim-user")
+    page = client.get("/runs/new/?profile=smoke").content.decode()
+    assert 'name="official_prompting" value="livecodebench"' in page
+    assert 'name="tau_max_turns" value="200"' in page
+
+    data = form_data(
+        benchmarks=["livecodebench", "tau3"],
+        simulator_tau3="sim-user",
+        official_prompting=["livecodebench", "scicode"],
+        tau_max_turns="37",
+    )
+    html = client.post("/runs/new/", data).content.decode()
+    assert 'id="plan-hash"' in html, summary_items(html)
+    prompting = re.search(r'<span class="meta official-prompting">(.*?)</span>', html, re.S)
+    assert prompting and "nvidia-livecodebench" in prompting.group(1), html
+    assert html.count('class="meta official-prompting"') == 1  # scicode was not selected
+    assert '<span class="meta tau-max-turns">agent-turn limit 37</span>' in html
+
+    refused = client.post("/runs/new/", {**data, "tau_max_turns": "0"}).content.decode()
+    assert 'id="plan-hash"' not in refused
+    assert [a for a, _ in summary_items(refused)] == ["id_tau_max_turns"]
+    assert Run.objects.count() == 0
