@@ -326,7 +326,8 @@ SRBENCH_CELL_LEASE_SECONDS = float(os.environ.get("SRBENCH_CELL_LEASE_SECONDS", 
 # SciCode's numeric test targets (the official test_data.h5, not bundled). Unset: the targets
 # of the bundled fixture problems that `make demo` writes under the var directory, when they
 # are there (so a CLI or web process beside the demo plans what the demo plans); else none, and
-# SciCode problems are left out of plans as not runnable here (runs/planning/runnable.py). A problem
+# SciCode problems are left out of plans as not runnable here (runs/engine/runnable_here.py,
+# asked by the plan and again by each worker before a cell's first call). A problem
 # whose targets the file does not hold is left out the same way, never graded wrong.
 _DEMO_SCICODE_H5 = VAR_DIR / "demo-data" / "scicode" / "test_data.h5"
 SRBENCH_SCICODE_H5 = os.environ.get("SRBENCH_SCICODE_H5") or (

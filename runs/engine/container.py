@@ -4,7 +4,7 @@ given (issue 37 item 5).
 An official task (not ``local_compatible``) names its own image. Where ``docker`` or ``podman``
 answers ``<engine> info`` (exit 0 within :data:`INFO_TIMEOUT_S`), such a task runs in that image
 (:mod:`runs.engine.container_session`); where none answers it stays "not run" with the reason
-(runs/planning/runnable.py), as before. ``SRBENCH_CONTAINER_ENGINE`` may name one engine (``docker`` or
+(runs/engine/runnable_here.py), as before. ``SRBENCH_CONTAINER_ENGINE`` may name one engine (``docker`` or
 ``podman``) or switch them off (``none``).
 
 Every container gets the host-side guarantees of the bubblewrap path

@@ -33,6 +33,7 @@ from runs.engine.finish import run_finish_if_done
 from runs.engine.group_commit import DbThread, LedgerBatcher
 from runs.engine.leases import ClaimLost
 from runs.engine.router_client import PreviewError, PreviewNotPossible, route_preview
+from runs.engine.runnable_here import CHECKED, not_runnable_reason
 from runs.engine.transport import engine_client
 from runs.ledger.hooks import run_start
 from runs.models import Run
@@ -112,8 +113,33 @@ class Driver(Caller):
         if self.ctx.manifest["mode"] == Run.Mode.PREVIEW:
             await self._run_preview(cell, target)
             return
+        rejudge = "rejudge" in self.ctx.manifest
+        if cell.benchmark in CHECKED and not rejudge:
+            # The plan's own rule again, on this worker (off the loop: it may read files or ask
+            # a container engine): what cannot run here is never sent, never a failed cell.
+            reason = await asyncio.to_thread(
+                not_runnable_reason, cell.benchmark, cell.payload, cell.secret
+            )
+            if reason is not None:
+                await self.not_runnable_here(cell, reason)
+                return
         # A re-judge child (runs/settlement/rejudge.py) is known by its manifest, never by a benchmark.
-        await episode_for(adapter, rejudge="rejudge" in self.ctx.manifest)(self, cell, target)
+        await episode_for(adapter, rejudge=rejudge)(self, cell, target)
+
+    async def not_runnable_here(self, cell: store.ClaimedCell, reason: str) -> None:
+        """This worker cannot run the cell although the plan could (a worker set up unlike the
+        web: no test data, no container engine). Nothing is sent for it: the run stops
+        dispatching with the reason (first, so no claim takes the cell again), and the cell
+        goes back to pending, to be recovered once the worker is set up."""
+        await self.stop(
+            f"{cell.benchmark} cannot run on worker {self.worker}: {reason}; nothing was sent "
+            "for it — set the workers up as the web that planned it, then recover the run's "
+            "undispatched cells"
+        )
+        self.held.pop(cell.cell_id, None)
+        await self.db(
+            store.cell_release, run_id=self.ctx.run_id, cell_id=cell.cell_id, token=cell.token
+        )
 
     async def _run_preview(self, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
         """A preview run asks the router where it would send the case; nothing is answered,

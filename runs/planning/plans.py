@@ -18,6 +18,7 @@ from datasets.models import DatasetQuestion, FrozenDataset, Question
 from datasets.official import OFFICIAL_JUDGED
 from datasets.official import manifest_entry as official_manifest_entry
 from datasets.official_prompts import OFFICIAL_PROMPTED, PromptingUnavailable, load_prompting
+from runs.engine.runnable_here import CHECKED
 from runs.engine.tau_episode import DEFAULT_TAU_MAX_TURNS
 from runs.models import Run, Target, WireApi, validate_price_table
 from runs.planning import runnable
@@ -220,7 +221,7 @@ def _target_snapshot(target: Target) -> dict[str, Any]:
 
 
 def _not_runnable_here(entries: list[tuple[int, str, str]], chosen: list[str]) -> dict[int, str]:
-    ids = [qid for qid, _, b in entries if b in chosen and b in runnable.CHECKED]
+    ids = [qid for qid, _, b in entries if b in chosen and b in CHECKED]
     if not ids:
         return {}
     rows = Question.objects.filter(pk__in=ids).values_list(
@@ -281,7 +282,7 @@ def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
         raise PlanError(errors)
 
     # Questions that cannot run on this server are left out before any model call, each with
-    # its reason (runs.planning.runnable): "not run" is never a wrong answer or a failed cell.
+    # its reason (runs.engine.runnable_here): "not run" is never a wrong answer or a failed cell.
     excluded = {} if preview else _not_runnable_here(entries, chosen)
     if not preview:  # longer than a target's context its preflight showed (issue 39)
         excluded = {**not_fitting(entries, chosen, targets.values()), **excluded}

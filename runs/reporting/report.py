@@ -270,7 +270,7 @@ def _target_score(
     run_complete = run.status == RunStatus.COMPLETED and all(
         v.complete for v in benchmarks.values()
     )
-    # Questions left out as not runnable here (runs.planning.runnable) make any score a subset.
+    # Questions left out as not runnable here (runs.engine.runnable_here) make any score a subset.
     nine = set(manifest["benchmarks"]) == set(ADAPTERS) and not manifest.get("not_run")
     if not accs:
         return Score("none")

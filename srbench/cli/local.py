@@ -193,7 +193,7 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
     if h5 is not None:
         env["SRBENCH_SCICODE_H5"] = str(h5)
         # This process freezes the demo's plan, and a plan leaves out SciCode problems whose
-        # test targets the server does not hold (runs.planning.runnable): it must see the same file.
+        # test targets the server does not hold (runs.engine.runnable_here): it must see the same file.
         settings.SRBENCH_SCICODE_H5 = str(h5)
     logs = var_dir / "logs"
     logs.mkdir(exist_ok=True)

@@ -16,10 +16,10 @@ from django.utils import timezone
 
 from datasets.models import DatasetQuestion, Question
 from runs.engine.container import ENGINE_ENV
+from runs.engine.runnable_here import not_runnable_reason
 from runs.interfaces.cli import report_text
 from runs.models import Cell, Run
 from runs.planning.plans import PlanError, plan_freeze
-from runs.planning.runnable import not_runnable_reason
 from runs.planning.services import run_create
 from runs.reporting.report import run_report
 from tests import factories as f
