@@ -16,6 +16,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from runs.vocabulary.recovery_modes import RecoveryPlanMode
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("SRBENCH_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -280,8 +282,9 @@ SPECTACULAR_SETTINGS = {
         "RunModeEnum": "runs.models.Run.Mode",
         "PlanModeEnum": ["live", "preview"],
         "BenchmarkEnum": "datasets.benchmarks.ADAPTERS",
-        "RecoveryModeEnum": ["undispatched", "failed"],
-        "RecoveryPlanModeEnum": ["undispatched", "failed", "judge_only"],
+        "RecoveryModeEnum": "runs.models.RecoveryRequest.Mode",
+        # Values, as the plan serializer's choices are (an Enum would be named by its members).
+        "RecoveryPlanModeEnum": [str(mode) for mode in RecoveryPlanMode],
         "ProfileEnum": "datasets.models.Profile",
     },
 }
