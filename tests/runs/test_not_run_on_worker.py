@@ -12,6 +12,8 @@ import pytest
 
 from runs.models import Call, Cell, CellStatus, RunStatus
 from runs.planning.services import run_create
+from runs.settlement.recovery import recovery_plan
+from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from tests import factories as f
 from tests.conftest import WorkerProcess, purge_broker, wait_until
 from tests.runs import engine_support as es
@@ -59,3 +61,8 @@ def test_a_worker_without_scicodes_test_data_sends_nothing_and_stops_the_run_wit
     assert cells.count() == 2
     assert set(cells.values_list("status", flat=True)) == {CellStatus.PENDING}
     assert not cells.exclude(claimed_by="").exists()
+    # What the reason promises: the cells are the undispatched ones a recovery takes.
+    plan = recovery_plan(run=run, mode=RecoveryPlanMode.UNDISPATCHED)
+    assert sorted(e["cell"] for e in plan["eligible_cells"]) == sorted(
+        cells.values_list("pk", flat=True)
+    )
