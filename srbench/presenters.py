@@ -1,6 +1,6 @@
 """The one presentation layer's words (issue 36 item 3): how an unknown figure, an interval, a
 signed difference and a verdict are shown, for the page filters (srbench/templatetags/display.py)
-and the views that format figures in Python (compare/views.py). Money and percent text stay in
+and the views that format figures in Python (compare/cards.py). Money and percent text stay in
 srbench/money.py, which these use.
 
 Unknown is shown as the one marker ``<span class="unknown">unknown</span>`` — with a title or a

@@ -15,10 +15,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from compare.cards import fmt_interval, fmt_pct, fmt_signed
 from compare.forms import ids_format, ids_parse
 from compare.results import STATEMENTS
 from compare.services import comparison_build
-from compare.views import fmt_interval, fmt_pct, fmt_signed
 from runs.models import Cell, Run
 from tests import factories as f
 from tests.compare import builders as b
@@ -387,7 +387,7 @@ def test_a_router_whose_whole_interval_is_below_zero_is_called_worse(member):
 def test_scatter_labels_never_overlap_when_candidates_sit_together():
     """Issue 23 (R11.4): numbers of candidates at the same or nearby points are spread so no
     two overlap; each stays within the plot."""
-    from compare.views import LABEL_CHAR_PX, LABEL_HEIGHT_PX, charts
+    from compare.charts import LABEL_CHAR_PX, LABEL_HEIGHT_PX, charts
 
     def comparison(delta: float, savings: str | None) -> dict:
         interval = {"display_lower": delta - 0.05, "display_upper": delta + 0.05}
@@ -416,7 +416,7 @@ def test_scatter_labels_never_overlap_when_candidates_sit_together():
 def test_the_baseline_diamond_has_no_binary_float_residue() -> None:
     """Found by the README path's artefact detector on the demo's headline comparison: the
     origin at y = 64.04 drew a corner at 57.040000000000006."""
-    from compare.views import diamond_points
+    from compare.charts import diamond_points
 
     assert 64.04 - 7 != 57.04  # the residue this guards against
     assert diamond_points(110.62, 64.04) == "110.62,57.04 117.62,64.04 110.62,71.04 103.62,64.04"

@@ -1,0 +1,235 @@
+"""The Compare page's charts (SPEC R11, issue 9): quality against savings per comparison, and
+the iteration series, as SVG geometry computed here (axes, ticks, marks, labels that do not
+overlap); the template only draws what this returns."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from srbench.money import percent_text
+
+
+@dataclass
+class Axis:
+    low: float
+    high: float
+    start: float  # pixels
+    end: float
+
+    def __call__(self, value: float) -> float:
+        span = self.high - self.low or 1.0
+        return round(self.start + (value - self.low) / span * (self.end - self.start), 2)
+
+    def ticks(self, count: int = 5, suffix: str = "") -> list[tuple[float, str]]:
+        step = _nice_step((self.high - self.low) / max(count - 1, 1))
+        digits = next(n for n in range(8) if abs(round(step, n) - step) < step * 1e-9)
+        out = []
+        k = math.ceil(self.low / step)
+        while k * step <= self.high + step * 1e-9:
+            value = k * step
+            label = "0" if abs(value) < step * 1e-6 else f"{value:+.{digits}f}"
+            out.append((self(value), label + suffix))
+            k += 1
+        return out
+
+
+def diamond_points(x: float, y: float, r: float = 7) -> str:
+    """The baseline's diamond around (x, y) as SVG points, each rounded again after the ±r:
+    64.04 - 7 is 57.040000000000006 in binary floating point."""
+    corners = ((0, -r), (r, 0), (0, r), (-r, 0))
+    return " ".join(f"{round(x + dx, 2)},{round(y + dy, 2)}" for dx, dy in corners)
+
+
+def _nice_step(raw: float) -> float:
+    if raw <= 0:
+        return 1.0
+    magnitude = 10 ** math.floor(math.log10(raw))
+    for factor in (1, 2, 2.5, 5, 10):
+        if raw <= factor * magnitude:
+            return factor * magnitude
+    return 10 * magnitude
+
+
+def _range(
+    values: Sequence[float], *, include: float = 0.0, pad: float = 0.08
+) -> tuple[float, float]:
+    low, high = min([*values, include]), max([*values, include])
+    if high - low < 1e-9:
+        low, high = low - 0.5, high + 0.5
+    margin = (high - low) * pad
+    return low - margin, high + margin
+
+
+LABEL_CHAR_PX, LABEL_HEIGHT_PX = 7.0, 12.0
+
+
+def _spread_labels(marks: list[dict[str, Any]], *, top: float, bottom: float) -> None:
+    """Place each mark's number where it overlaps no number placed before it (issue 23: the
+    scatter's labels overlapped when candidates sat close together): beside its point first,
+    then stepping up and down a line at a time, then further right."""
+    placed: list[tuple[float, float, float]] = []  # (left, baseline, right) of each number
+
+    def free(x0: float, y0: float, w: float) -> bool:
+        return all(
+            x0 + w <= left or right <= x0 or abs(y0 - base) >= LABEL_HEIGHT_PX
+            for left, base, right in placed
+        )
+
+    for m in marks:
+        w = LABEL_CHAR_PX * len(str(m["n"])) + 2
+        x0, y0 = m["cap_r"], m["label_y"]
+        spots = [
+            (x0 + dx, y0 + dy * LABEL_HEIGHT_PX)
+            for dx in (0.0, 14.0, 28.0)
+            for dy in (0, -1, 1, -2, 2, -3, 3)
+        ]
+        spot = next(
+            (
+                (sx, sy)
+                for sx, sy in spots
+                if top + LABEL_HEIGHT_PX <= sy <= bottom and free(sx, sy, w)
+            ),
+            (x0, y0),
+        )
+        m["label_x"], m["label_y"] = round(spot[0], 2), round(spot[1], 2)
+        placed.append((spot[0], spot[1], spot[0] + w))
+
+
+def charts(doc: dict[str, Any]) -> dict[str, Any]:
+    """Geometry of the two charts (R11.4) for every comparison, not just a page of cards.
+
+    Quality/cost: Δ with its Hoeffding interval (and the family-wise one when several are
+    compared) against subject-cost savings; the baseline is the marked origin. A candidate
+    whose savings are unknown is drawn in a separate "unknown" lane with a hollow square —
+    never at 0 %. Iteration: Δ with intervals over creation order, and savings below it,
+    unknown again as its own mark. Shapes and numbers carry the meaning, not colour.
+    """
+    comps = doc["comparisons"]
+    width, height, left, right, top, bottom = 760, 320, 64, 20, 16, 44
+    unknown_lane = 70  # px on the right of the scatter for unknown savings
+    lows = [c["interval"]["display_lower"] for c in comps]
+    highs = [c["interval"]["display_upper"] for c in comps]
+    if doc["family_size"] > 1:
+        lows += [c["family_interval"]["display_lower"] for c in comps]
+        highs += [c["family_interval"]["display_upper"] for c in comps]
+    y_low, y_high = _range([*lows, *highs], pad=0.04)
+    y_low, y_high = max(y_low, -1.0), min(y_high, 1.0)
+
+    savings = [c["savings"]["subject_cost_pct"] for c in comps]
+    known = [float(s) for s in savings if s is not None]
+    has_unknown = any(s is None for s in savings)
+    x_low, x_high = _range(known)
+    plot_right = width - right - (unknown_lane if has_unknown else 0)
+    x = Axis(x_low, x_high, left, plot_right)
+    y = Axis(y_low, y_high, height - bottom, top)
+
+    family = doc["family_size"] > 1
+
+    def mark(i: int, c: dict[str, Any], cx: float, ya: Axis) -> dict[str, Any]:
+        return _chart_mark(i, c, cx, ya, family)
+
+    lane_x = round(plot_right + unknown_lane / 2, 2)
+    zx, zy = x(0.0), y(0.0)
+    quality_cost: dict[str, Any] = {
+        "width": width,
+        "height": height,
+        "left": left,
+        "right": plot_right,
+        "top": top,
+        "bottom": height - bottom,
+        "zero_y": zy,
+        "zero_x": zx,
+        "diamond": diamond_points(zx, zy),
+        "y_ticks": y.ticks(),
+        "x_ticks": x.ticks(suffix="%"),
+        "unknown_lane": {"x": plot_right, "cx": lane_x, "width": unknown_lane}
+        if has_unknown
+        else None,
+        "marks": [
+            mark(i, c, lane_x if s is None else x(float(s)), y)
+            for i, (c, s) in enumerate(zip(comps, savings, strict=True))
+        ],
+    }
+    _spread_labels(quality_cost["marks"], top=top, bottom=height - bottom)
+
+    iteration = _iteration_chart(
+        comps, savings, (y_low, y_high), mark, box=(width, left, right, top)
+    )
+    return {"quality_cost": quality_cost, "iteration": iteration, "family": family}
+
+
+def _chart_mark(i: int, c: dict[str, Any], cx: float, ya: Axis, family: bool) -> dict[str, Any]:
+    """One candidate's mark: Δ with its interval (and the family-wise one) at x = cx."""
+    fam = c["family_interval"]
+    cy = ya(c["delta"])
+    return {
+        "n": i + 1,
+        "run": c["run"],
+        "target": c["target"],
+        "cx": cx,
+        "cy": cy,
+        "cap_l": round(cx - 4, 2),
+        "cap_r": round(cx + 4, 2),
+        "box_x": round(cx - 5, 2),
+        "box_y": round(cy - 5, 2),
+        "label_y": round(cy - 8, 2),
+        "lo": ya(c["interval"]["display_lower"]),
+        "hi": ya(c["interval"]["display_upper"]),
+        "flo": ya(fam["display_lower"]) if family else None,
+        "fhi": ya(fam["display_upper"]) if family else None,
+        "savings_unknown": c["savings"]["subject_cost_pct"] is None,
+        "title": (
+            f"#{i + 1} run {c['run']} / {c['target']}: Δ {c['delta']:+.4f}, interval "
+            f"[{c['interval']['display_lower']:+.4f}, {c['interval']['display_upper']:+.4f}]"
+            f", subject savings {percent_text(c['savings']['subject_cost_pct'])}"
+        ),
+    }
+
+
+def _iteration_chart(
+    comps: list[dict[str, Any]],
+    savings: list[str | None],
+    y_range: tuple[float, float],
+    mark: Any,
+    *,
+    box: tuple[int, int, int, int],
+) -> dict[str, Any]:
+    """The iteration chart: Δ with intervals over creation order, and savings below it, two
+    panels sharing the x axis."""
+    width, left, right, top = box
+    y_low, y_high = y_range
+    known = [float(v) for v in savings if v is not None]
+    panel, gap = 150, 46
+    step = (width - left - right) / max(len(comps), 1)
+    xs = [round(left + step * (i + 0.5), 2) for i in range(len(comps))]
+    qy = Axis(y_low, y_high, top + panel, top)
+    s_low, s_high = _range(known)
+    s_top = top + panel + gap
+    sy = Axis(s_low, s_high, s_top + panel, s_top)
+    every = max(1, math.ceil(len(comps) / 30))  # keep x labels legible for long series
+    iteration_marks = []
+    for i, (c, s) in enumerate(zip(comps, savings, strict=True)):
+        m = mark(i, c, xs[i], qy)
+        m["sy"] = None if s is None else sy(float(s))
+        m["s_box_y"] = round(sy(0.0) - 5, 2)
+        m["show_label"] = i % every == 0
+        iteration_marks.append(m)
+    return {
+        "width": width,
+        "height": s_top + panel + 30,
+        "left": left,
+        "right": width - right,
+        "q_top": top,
+        "q_bottom": top + panel,
+        "s_top": s_top,
+        "s_bottom": s_top + panel,
+        "x_label_y": s_top + panel + 16,
+        "q_zero": qy(0.0),
+        "s_zero": sy(0.0),
+        "q_ticks": qy.ticks(),
+        "s_ticks": sy.ticks(suffix="%"),
+        "marks": iteration_marks,
+    }
