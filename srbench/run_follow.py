@@ -62,14 +62,18 @@ def run_followed(
     seen: Callable[[dict[str, Any]], None],
     say: Callable[[str], None],
     sleep: Callable[[float], None] = time.sleep,
+    until: float | None = None,
 ) -> dict[str, Any]:
-    """Follow `run` (the API's run document) until its status is terminal; `seen` is given
-    every run document read, `say` one line on how the run is followed. Returns the last run
-    document."""
+    """Follow `run` (the API's run document) until its status is terminal, or until the
+    monotonic time `until` has passed (then the run returned is still going: the caller says
+    so); `seen` is given every run document read, `say` one line on how the run is followed.
+    Returns the last run document."""
     waiter = EndWaiter(client, run["id"], poll)
     follower = RunFollower(poll)
     told = False
     while run["status"] not in TERMINAL:
+        if until is not None and time.monotonic() > until:
+            return run
         pushed = waiter.wait()
         if not told:
             say(

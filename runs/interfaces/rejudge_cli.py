@@ -9,12 +9,14 @@ import time
 from typing import Any
 
 from runs.interfaces.cli import report_text
-from srbench.api_client import ApiClient, CliError, RunFollower
-from srbench.run_follow import TERMINAL
+from srbench.api_client import ApiClient, CliError
+from srbench.run_follow import TERMINAL, run_followed
+
+FOLLOW_POLL_S = 0.5  # each long poll holds at most this long, so --wait is kept to about it
 
 
 def rejudge_follow(client: ApiClient, doc: dict[str, Any], options: dict[str, Any]) -> int:
-    """Poll the child run until it ends or `--wait` runs out, then print its report (the
+    """Follow the child run until it ends or `--wait` runs out, then print its report (the
     re-judged scores). Exit 0 when the child completed, 1 otherwise."""
     child = doc["child_run"]
     print(
@@ -24,17 +26,20 @@ def rejudge_follow(client: ApiClient, doc: dict[str, Any], options: dict[str, An
         "subject requests: 0",
         file=sys.stderr,
     )
-    deadline = time.monotonic() + float(options.get("wait") or 0)
-    run = client.json("GET", f"runs/{child}/")
-    follower = RunFollower(0.5)
-    while run["status"] not in TERMINAL:
-        if time.monotonic() > deadline:
-            raise CliError(
-                f"re-judge child run {child} is still {run['status']}; follow it with "
-                f"`srbench show {child}` and `srbench report {child}`"
-            )
-        time.sleep(follower.wait(run))
-        run = client.json("GET", f"runs/{child}/")
+    # Pushed by the server's events long poll, else polled (srbench.run_follow), until --wait.
+    run = run_followed(
+        client,
+        client.json("GET", f"runs/{child}/"),
+        poll=FOLLOW_POLL_S,
+        seen=lambda _run: None,
+        say=lambda line: print(line, file=sys.stderr),
+        until=time.monotonic() + float(options.get("wait") or 0),
+    )
+    if run["status"] not in TERMINAL:
+        raise CliError(
+            f"re-judge child run {child} is still {run['status']}; follow it with "
+            f"`srbench show {child}` and `srbench report {child}`"
+        )
     report = client.json("GET", f"runs/{child}/report/")
     if options.get("json"):
         print(json.dumps({"rejudge": doc, "report": report}, indent=2))

@@ -174,8 +174,10 @@ def test_confirmed_rejudge_is_a_child_run_of_judge_calls_only_and_never_calls_th
     assert None not in costs and 0 < sum(costs) <= worst
     assert child.budget_committed_usd <= worst
 
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert f"run {child.pk} 'judged · re-judge': completed" in out, out
+    # Followed by the events push (issue 38 item 3), not a 0.5 s poll.
+    assert f"following run {child.pk}: the server pushes its end" in err, err
     for (slug, benchmark), n in expected.items():
         assert any(
             line.strip().startswith(benchmark) and f"{n}/4" in line for line in out.splitlines()
