@@ -58,19 +58,26 @@ def source_with_questions(
         count=len(loaded),
     )
     for position, (h, q) in enumerate(zip(hashes, loaded, strict=True)):
-        question, created = Question.objects.get_or_create(
-            content_sha256=h,
-            defaults={
-                "benchmark": q.benchmark,
-                "native_id": q.native_id,
-                "subject": q.subject,
-                "payload": q.payload,
-            },
-        )
-        if created:
-            QuestionSecret.objects.create(question=question, data=q.secret)
+        question = question_stored(q, h)
         SourceQuestion.objects.create(source=source, question=question, position=position)
     return source
+
+
+def question_stored(q: LoadedQuestion, content_sha256: str) -> Question:
+    """A loaded question stored once under its content address, with its secret (as
+    `benchmark prepare` stores it); an existing row is reused."""
+    question, created = Question.objects.get_or_create(
+        content_sha256=content_sha256,
+        defaults={
+            "benchmark": q.benchmark,
+            "native_id": q.native_id,
+            "subject": q.subject,
+            "payload": q.payload,
+        },
+    )
+    if created:
+        QuestionSecret.objects.create(question=question, data=q.secret)
+    return question
 
 
 def copy_tree(src: Path, dst: Path) -> Path:

@@ -13,7 +13,7 @@ import httpx
 
 from datasets.answer_key import answer_key_from_sources
 from datasets.benchmarks import get_adapter
-from datasets.models import DatasetQuestion, FrozenDataset, Question, QuestionSecret
+from datasets.models import DatasetQuestion, FrozenDataset
 from datasets.services import question_content_sha256
 from runs.models import Run, Target
 from runs.planning.services import run_create
@@ -21,6 +21,7 @@ from srbench.canonical import sha256_hex
 from srbench.simulator.config import load_config
 from srbench.simulator.oracle import AnswerKey
 from srbench.simulator.testing import running_simulator
+from tests.datasets.factories import question_stored
 from tests.factories import user_create
 
 FAST_MODELS = {
@@ -54,18 +55,7 @@ def questions_dataset(questions: list[Any], *, name: str, benchmarks: list[str])
     rows = []
     for q in questions:
         sha = question_content_sha256(q)
-        question, created = Question.objects.get_or_create(
-            content_sha256=sha,
-            defaults={
-                "benchmark": q.benchmark,
-                "native_id": q.native_id,
-                "subject": q.subject,
-                "payload": q.payload,
-            },
-        )
-        if created:
-            QuestionSecret.objects.create(question=question, data=q.secret)
-        rows.append(question)
+        rows.append(question_stored(q, sha))
         hashes.append(sha)
     dataset = FrozenDataset.objects.create(
         identity_sha256=sha256_hex([name, hashes]),
