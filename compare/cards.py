@@ -1,9 +1,11 @@
-"""The Compare page's result cards (SPEC R11, issue 9): each comparison's numbers as the card
-and the legend show them, formatted here through the shared presenters (srbench/presenters.py),
-so "unknown" is decided in one place and is never rendered as 0.
+"""The Compare page's presenters (SPEC R11, issue 9; issue 36 item 3): the baseline box, each
+result card and the legend, worded from the typed comparison (`compare.results.Comparison`:
+exact fractions, Decimal money, None for unknown) through the shared presenters
+(srbench/presenters.py, srbench/money.py), so "unknown" is decided in one place and is never
+rendered as 0. The templates read only what these return.
 
-Read from the comparison document (`compare.services.comparison_build`); the page, the API and
-the exports share that document, and tests/compare/test_page_matches_api.py holds the card to it.
+The API's JSON (`Comparison.as_dict`) is the other edge of the same typed result;
+tests/compare/test_page_matches_api.py holds the page to it, number by number.
 """
 
 from __future__ import annotations
@@ -12,6 +14,16 @@ from typing import Any
 
 from django.utils.safestring import SafeString
 
+from compare.charts import ChartPoint
+from compare.results import (
+    BASELINE_RULE,
+    CandidateResult,
+    Comparison,
+    Entry,
+    RunDifferences,
+    non_inferiority,
+)
+from datasets.provenance import UNKNOWN as PROVENANCE_UNKNOWN
 from datasets.provenance import provenance_summary
 from runs.reporting.official_metrics import METRICS as OFFICIAL_METRICS
 from runs.reporting.official_metrics import metric_value_text
@@ -26,6 +38,7 @@ from srbench.presenters import (
     usd_html,
     verdict_class,
 )
+from srbench.stats import PairedResult, SavingsInterval
 
 UNKNOWN = UNKNOWN_HTML  # the one marker (srbench/presenters.py)
 
@@ -33,35 +46,18 @@ UNKNOWN = UNKNOWN_HTML  # the one marker (srbench/presenters.py)
 # --- formatting: the shared presenters (srbench/presenters.py, issue 36 item 3) ---------------
 
 
-def fmt_signed(value: float | None, digits: int = 4) -> str | SafeString:
-    return signed_text(value, digits)
-
-
-def fmt_interval(interval: dict[str, Any] | None) -> str | SafeString:
+def fmt_interval(lower: float, upper: float, *, clipped: bool = False) -> str:
     """The displayed bounds (a difference of proportions lies in [−1, 1]); a clipped
     Hoeffding bound says so rather than pretending to be narrower."""
-    if interval is None:
-        return UNKNOWN
-    text = signed_interval_text(
-        interval.get("display_lower", interval["lower"]),
-        interval.get("display_upper", interval["upper"]),
-    )
-    return f"{text} (clipped to [−1, +1])" if interval.get("clipped") else text
+    text = signed_interval_text(lower, upper)
+    return f"{text} (clipped to [−1, +1])" if clipped else text
 
 
-def fmt_pct(value: str | None) -> str | SafeString:
-    return percent_html(value)
-
-
-def fmt_savings_interval(interval: dict[str, Any] | None) -> str | SafeString:
+def fmt_savings_interval(interval: SavingsInterval | None) -> str | SafeString:
     """Savings % bounds; None is unknown (some case cost unknown, or the savings are)."""
     if interval is None:
         return UNKNOWN
-    return f"[{percent_text(interval['lower'])}, {percent_text(interval['upper'])}]"
-
-
-def fmt_usd(value: str | None) -> str | SafeString:
-    return usd_html(value)
+    return f"[{percent_text(interval.lower)}, {percent_text(interval.upper)}]"
 
 
 def fmt_int(value: int | None) -> str | SafeString:
@@ -76,20 +72,58 @@ def fmt_seconds(value: float | None) -> str | SafeString:
     return known_or_unknown(value, None if value is None else f"{value:,.1f} s")
 
 
-def fmt_quality(value: float | None) -> str | SafeString:
-    return known_or_unknown(value, None if value is None else f"{value:.4f}")
+def fmt_quality(value: Any) -> str | SafeString:
+    """A weighted quality (an exact fraction or a float) to four places, or unknown."""
+    return known_or_unknown(value, None if value is None else f"{float(value):.4f}")
 
 
-def verdict(c: dict[str, Any]) -> tuple[str, str]:
-    """(css class, words) of a comparison's one verdict (compare.verdict, R11.5): its label
-    (better, non-inferior with its margin, inconclusive, worse) and its reason in words."""
-    return verdict_class(c["verdict"]), f"{c['verdict_label']}: {c['verdict_reason']}."
+# --- the baseline box ----------------------------------------------------------------------
+
+
+def baseline_box(comparison: Comparison) -> dict[str, Any]:
+    """The baseline summary above the cards: which run and target, its quality (exact beside
+    the rounded), cost, data, and the rule and facts the comparison shares."""
+    choice, base = comparison.choice, comparison.base
+    margin = comparison.shared_margin
+    return {
+        "run": comparison.baseline_run.pk,
+        "target": choice.slug,
+        "quality": fmt_quality(choice.quality),
+        "quality_exact": str(choice.quality),
+        "cost": usd_html(choice.subject_cost),
+        "data": provenance_summary(base.provenance),
+        "usage_unknown_reason": base.target.usage_unknown_reason,
+        "tied": list(choice.tied_slugs),
+        "savings_known": choice.savings_known,
+        "rule": BASELINE_RULE,
+        "split": comparison.split,
+        "margin": None if margin is None else float(margin),
+        "family_size": len(comparison.candidates),
+        "model_requests": 0,  # a comparison reads the ledger only (R11)
+    }
+
+
+def differences_rows(rows: list[RunDifferences]) -> list[dict[str, Any]]:
+    """Runs left out (refused) or driven differently, each with its differences in words."""
+    return [
+        {"run": r.run.pk, "run_name": r.run.name, "texts": [d.text for d in r.differences]}
+        for r in rows
+    ]
+
+
+def refused_rows(refused: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same rows from a refusal's detail (`compare.services.CandidatesRefused`), which
+    carries them as the API sends them."""
+    return [
+        {"run": r["run"], "run_name": r["run_name"], "texts": [d["text"] for d in r["differences"]]}
+        for r in refused
+    ]
 
 
 # --- result cards ----------------------------------------------------------------------------
 
 
-def _usage_rows(base: dict[str, Any], cand: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+def _usage_rows(base: Entry, cand: Entry) -> list[tuple[str, Any, Any]]:
     rows: list[tuple[str, Any, Any]] = []
     for bucket, label in (
         ("input", "Uncached input tokens"),
@@ -98,21 +132,26 @@ def _usage_rows(base: dict[str, Any], cand: dict[str, Any]) -> list[tuple[str, A
         ("output", "Output tokens"),
     ):
         rows.append(
-            (label, fmt_int(base["tokens"].get(bucket)), fmt_int(cand["tokens"].get(bucket)))
+            (
+                label,
+                fmt_int(base.target.tokens.get(bucket)),
+                fmt_int(cand.target.tokens.get(bucket)),
+            )
         )
+    b, c = base.target, cand.target
     rows += [
-        ("TTFT p50", fmt_ms(base["ttft_p50_ms"]), fmt_ms(cand["ttft_p50_ms"])),
-        ("Latency p50", fmt_ms(base["latency_p50_ms"]), fmt_ms(cand["latency_p50_ms"])),
-        ("Latency p95", fmt_ms(base["latency_p95_ms"]), fmt_ms(cand["latency_p95_ms"])),
+        ("TTFT p50", fmt_ms(b.ttft_p50_ms), fmt_ms(c.ttft_p50_ms)),
+        ("Latency p50", fmt_ms(b.latency_p50_ms), fmt_ms(c.latency_p50_ms)),
+        ("Latency p95", fmt_ms(b.latency_p95_ms), fmt_ms(c.latency_p95_ms)),
         (
             "Sum of request durations",
-            fmt_seconds(base["request_seconds_sum"]),
-            fmt_seconds(cand["request_seconds_sum"]),
+            fmt_seconds(b.request_seconds_sum),
+            fmt_seconds(c.request_seconds_sum),
         ),
         (
             "Wall time of the run",
-            fmt_seconds(base["wall_seconds"]),
-            fmt_seconds(cand["wall_seconds"]),
+            fmt_seconds(base.report.run.wall_seconds),
+            fmt_seconds(cand.report.run.wall_seconds),
         ),
     ]
     return rows
@@ -128,12 +167,10 @@ def fmt_official(m: dict[str, Any] | None) -> str | SafeString:
     return metric_value_text(m)
 
 
-def official_rows(
-    base: list[dict[str, Any]] | None, cand: list[dict[str, Any]] | None
-) -> list[dict[str, Any]]:
+def official_rows(base: Entry, cand: Entry) -> list[dict[str, Any]]:
     """Each benchmark's official metric, baseline beside candidate (issue 35 item 4): the
     official summaries' own values, n and intervals — no new statistic, no difference."""
-    by = [{(m["benchmark"], m["metric"]): m for m in side or []} for side in (base, cand)]
+    by = [{(m["benchmark"], m["metric"]): m for m in side.official} for side in (base, cand)]
     rows = []
     for spec in OFFICIAL_METRICS:
         key = (spec.benchmark, spec.key)
@@ -153,71 +190,139 @@ def official_rows(
     return rows
 
 
-def card(index: int, c: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
-    base_usage = doc["baseline"]["usage"]
-    usage = c["usage"]
-    s = c["savings"]
-    css, words = verdict(c)
-    ni = c["non_inferiority"]
+def _costs(base: Entry, c: CandidateResult) -> list[tuple[str, Any, Any, Any, str | None]]:
+    e = c.entry
+    return [
+        (
+            "Subject cost (measured, four token classes)",
+            usd_html(base.subject_cost),
+            usd_html(e.subject_cost),
+            percent_html(c.subject.pct),
+            c.subject.unknown_reason,
+        ),
+        (
+            "Total spend (subject + judge + simulator)",
+            usd_html(base.total_spend),
+            usd_html(e.total_spend),
+            percent_html(c.total.pct),
+            c.total.unknown_reason,
+        ),
+        (
+            "Cache-neutral cost (counterfactual)",
+            usd_html(base.cache_neutral_cost),
+            usd_html(e.cache_neutral_cost),
+            percent_html(c.cache_neutral.pct),
+            c.cache_neutral.unknown_reason,
+        ),
+    ]
+
+
+def _quality_figures(p: PairedResult) -> dict[str, Any]:
+    """The card's quality table: Δ, its intervals (the family-wise one when several candidates
+    are compared), the bootstrap diagnostic."""
+    boot = p.bootstrap
+    return {
+        "delta": signed_text(float(p.delta)),
+        "delta_exact": str(p.delta),
+        "micro_delta": signed_text(float(p.micro_delta)),
+        "interval": fmt_interval(p.display_lower, p.display_upper, clipped=p.clipped),
+        "interval_level": f"{1 - p.alpha:.0%}",
+        "family_interval": fmt_interval(
+            max(p.family_lower, -1.0), min(p.family_upper, 1.0), clipped=False
+        )
+        if p.family_size > 1
+        else None,
+        "family_size": p.family_size,
+        "family_level": f"{1 - p.family_alpha:.2%}",
+        "bootstrap": None if boot is None else signed_interval_text(boot.lower, boot.upper),
+        "wins": p.wins,
+        "losses": p.losses,
+        "ties": p.ties,
+    }
+
+
+def _identity(c: CandidateResult) -> dict[str, Any]:
+    """Which run and target a card or legend row is, and its verdict (compare.verdict, R11.5):
+    its label (better, non-inferior with its margin, inconclusive, worse) and its reason."""
+    e, v = c.entry, c.verdict
+    return {
+        "run": e.run.pk,
+        "run_name": e.run.name,
+        "target": e.slug,
+        "verdict_word": v.word,
+        "verdict_label": v.label,
+        "verdict_reason": v.reason,
+        "verdict_class": verdict_class(v.word),
+    }
+
+
+def card(index: int, c: CandidateResult, comparison: Comparison) -> dict[str, Any]:
+    """One candidate's result card, numbered ``index + 1`` in the comparison's order."""
+    e, base = c.entry, comparison.base
     return {
         "n": index + 1,
-        "c": c,
-        "verdict_class": css,
-        "verdict": words,
-        "quality": fmt_quality(c["quality"]),
+        **_identity(c),
+        "kind": e.target.kind,
+        "created": e.run.created_at.isoformat()[:16],
+        "quality": fmt_quality(e.quality),
         # Beside the quality: where the benchmarks' questions came from (issue 35).
-        "data": provenance_summary(c["provenance"]),
-        "delta": fmt_signed(c["delta"]),
-        "micro_delta": fmt_signed(c["micro_delta"]),
-        "interval": fmt_interval(c["interval"]),
-        "interval_level": f"{c['interval']['level']:.0%}",
-        "family_interval": fmt_interval(c["family_interval"])
-        if c["family_interval"]["family_size"] > 1
-        else None,
-        "family_level": f"{c['family_interval']['level']:.2%}",
-        "bootstrap": None
-        if c["bootstrap"] is None
-        else signed_interval_text(c["bootstrap"]["lower"], c["bootstrap"]["upper"]),
-        "non_inferiority": ni,
-        "savings_interval": fmt_savings_interval(c.get("savings_interval")),
-        "costs": [
-            (
-                "Subject cost (measured, four token classes)",
-                fmt_usd(base_usage["subject_cost_usd"]),
-                fmt_usd(usage["subject_cost_usd"]),
-                fmt_pct(s["subject_cost_pct"]),
-                s["subject_cost_unknown_reason"],
-            ),
-            (
-                "Total spend (subject + judge + simulator)",
-                fmt_usd(base_usage["total_spend_usd"]),
-                fmt_usd(usage["total_spend_usd"]),
-                fmt_pct(s["total_spend_pct"]),
-                s["total_spend_unknown_reason"],
-            ),
-            (
-                "Cache-neutral cost (counterfactual)",
-                fmt_usd(base_usage["cache_neutral_cost_usd"]),
-                fmt_usd(usage["cache_neutral_cost_usd"]),
-                fmt_pct(s["cache_neutral_pct"]),
-                s["cache_neutral_unknown_reason"],
-            ),
+        "data": provenance_summary(e.provenance),
+        "questions": c.questions,
+        "attempts": c.attempts,
+        "cases": c.cases,
+        "without_result": c.without_result,
+        **_quality_figures(c.paired),
+        "non_inferiority": non_inferiority(c.paired, e.run, comparison.baseline_run),
+        "savings_interval": fmt_savings_interval(c.savings_interval),
+        "savings_interval_note": None
+        if c.savings_interval is None
+        else f"{c.savings_interval.label}, {c.savings_interval.draws} draws",
+        "costs": _costs(base, c),
+        "usage": _usage_rows(base, e),
+        "usage_unknown_reason": e.target.usage_unknown_reason,
+        "official": official_rows(base, e),
+        "benchmarks": [
+            {
+                "benchmark": b.benchmark,
+                "n": b.n,
+                "weight": str(b.weight),
+                "mean_difference": float(b.mean_difference),
+                "wins": b.wins,
+                "losses": b.losses,
+                "ties": b.ties,
+                "provenance": e.provenance.get(b.benchmark, PROVENANCE_UNKNOWN),
+            }
+            for b in c.paired.benchmarks
         ],
-        "usage": _usage_rows(base_usage, usage),
-        "official": official_rows(doc["baseline"].get("official"), c.get("official")),
     }
 
 
-def legend_row(i: int, c: dict[str, Any]) -> dict[str, Any]:
+def legend_row(i: int, c: CandidateResult) -> dict[str, Any]:
     """One comparison in the legend under the charts: its number, Δ and interval, savings and
     verdict."""
+    p = c.paired
     return {
         "n": i + 1,
-        "c": c,
-        "delta": fmt_signed(c["delta"]),
-        "interval": fmt_interval(c["interval"]),
-        "savings": fmt_pct(c["savings"]["subject_cost_pct"]),
-        "neutral": fmt_pct(c["savings"]["cache_neutral_pct"]),
-        "verdict": c["verdict_label"],
-        "verdict_class": verdict_class(c["verdict"]),
+        **_identity(c),
+        "delta": signed_text(float(p.delta)),
+        "interval": fmt_interval(p.display_lower, p.display_upper, clipped=p.clipped),
+        "savings": percent_html(c.subject.pct),
+        "neutral": percent_html(c.cache_neutral.pct),
     }
+
+
+def chart_points(comparison: Comparison) -> list[ChartPoint]:
+    """Every candidate, in the comparison's order, as the charts (compare.charts) place it."""
+    return [
+        ChartPoint(
+            run=c.entry.run.pk,
+            target=c.entry.slug,
+            delta=float(c.paired.delta),
+            lower=c.paired.display_lower,
+            upper=c.paired.display_upper,
+            family_lower=max(c.paired.family_lower, -1.0),
+            family_upper=min(c.paired.family_upper, 1.0),
+            savings=c.subject.pct,
+        )
+        for c in comparison.ordered
+    ]

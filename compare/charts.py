@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from srbench.money import percent_text
@@ -98,7 +99,22 @@ def _spread_labels(marks: list[dict[str, Any]], *, top: float, bottom: float) ->
         placed.append((spot[0], spot[1], spot[0] + w))
 
 
-def charts(doc: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ChartPoint:
+    """One candidate as the charts place it: Δ with its displayed Hoeffding and family-wise
+    bounds, and its subject-cost savings in percent (None: unknown, drawn in its own lane)."""
+
+    run: int
+    target: str
+    delta: float
+    lower: float
+    upper: float
+    family_lower: float
+    family_upper: float
+    savings: Decimal | None
+
+
+def charts(points: Sequence[ChartPoint]) -> dict[str, Any]:
     """Geometry of the two charts (R11.4) for every comparison, not just a page of cards.
 
     Quality/cost: Δ with its Hoeffding interval (and the family-wise one when several are
@@ -107,29 +123,23 @@ def charts(doc: dict[str, Any]) -> dict[str, Any]:
     never at 0 %. Iteration: Δ with intervals over creation order, and savings below it,
     unknown again as its own mark. Shapes and numbers carry the meaning, not colour.
     """
-    comps = doc["comparisons"]
     width, height, left, right, top, bottom = 760, 320, 64, 20, 16, 44
     unknown_lane = 70  # px on the right of the scatter for unknown savings
-    lows = [c["interval"]["display_lower"] for c in comps]
-    highs = [c["interval"]["display_upper"] for c in comps]
-    if doc["family_size"] > 1:
-        lows += [c["family_interval"]["display_lower"] for c in comps]
-        highs += [c["family_interval"]["display_upper"] for c in comps]
+    family = len(points) > 1
+    lows = [p.lower for p in points] + ([p.family_lower for p in points] if family else [])
+    highs = [p.upper for p in points] + ([p.family_upper for p in points] if family else [])
     y_low, y_high = _range([*lows, *highs], pad=0.04)
     y_low, y_high = max(y_low, -1.0), min(y_high, 1.0)
 
-    savings = [c["savings"]["subject_cost_pct"] for c in comps]
-    known = [float(s) for s in savings if s is not None]
-    has_unknown = any(s is None for s in savings)
+    known = [float(p.savings) for p in points if p.savings is not None]
+    has_unknown = any(p.savings is None for p in points)
     x_low, x_high = _range(known)
     plot_right = width - right - (unknown_lane if has_unknown else 0)
     x = Axis(x_low, x_high, left, plot_right)
     y = Axis(y_low, y_high, height - bottom, top)
 
-    family = doc["family_size"] > 1
-
-    def mark(i: int, c: dict[str, Any], cx: float, ya: Axis) -> dict[str, Any]:
-        return _chart_mark(i, c, cx, ya, family)
+    def mark(i: int, p: ChartPoint, cx: float, ya: Axis) -> dict[str, Any]:
+        return _chart_mark(i, p, cx, ya, family)
 
     lane_x = round(plot_right + unknown_lane / 2, 2)
     zx, zy = x(0.0), y(0.0)
@@ -149,26 +159,23 @@ def charts(doc: dict[str, Any]) -> dict[str, Any]:
         if has_unknown
         else None,
         "marks": [
-            mark(i, c, lane_x if s is None else x(float(s)), y)
-            for i, (c, s) in enumerate(zip(comps, savings, strict=True))
+            mark(i, p, lane_x if p.savings is None else x(float(p.savings)), y)
+            for i, p in enumerate(points)
         ],
     }
     _spread_labels(quality_cost["marks"], top=top, bottom=height - bottom)
 
-    iteration = _iteration_chart(
-        comps, savings, (y_low, y_high), mark, box=(width, left, right, top)
-    )
+    iteration = _iteration_chart(points, (y_low, y_high), mark, box=(width, left, right, top))
     return {"quality_cost": quality_cost, "iteration": iteration, "family": family}
 
 
-def _chart_mark(i: int, c: dict[str, Any], cx: float, ya: Axis, family: bool) -> dict[str, Any]:
+def _chart_mark(i: int, p: ChartPoint, cx: float, ya: Axis, family: bool) -> dict[str, Any]:
     """One candidate's mark: Δ with its interval (and the family-wise one) at x = cx."""
-    fam = c["family_interval"]
-    cy = ya(c["delta"])
+    cy = ya(p.delta)
     return {
         "n": i + 1,
-        "run": c["run"],
-        "target": c["target"],
+        "run": p.run,
+        "target": p.target,
         "cx": cx,
         "cy": cy,
         "cap_l": round(cx - 4, 2),
@@ -176,22 +183,20 @@ def _chart_mark(i: int, c: dict[str, Any], cx: float, ya: Axis, family: bool) ->
         "box_x": round(cx - 5, 2),
         "box_y": round(cy - 5, 2),
         "label_y": round(cy - 8, 2),
-        "lo": ya(c["interval"]["display_lower"]),
-        "hi": ya(c["interval"]["display_upper"]),
-        "flo": ya(fam["display_lower"]) if family else None,
-        "fhi": ya(fam["display_upper"]) if family else None,
-        "savings_unknown": c["savings"]["subject_cost_pct"] is None,
+        "lo": ya(p.lower),
+        "hi": ya(p.upper),
+        "flo": ya(p.family_lower) if family else None,
+        "fhi": ya(p.family_upper) if family else None,
+        "savings_unknown": p.savings is None,
         "title": (
-            f"#{i + 1} run {c['run']} / {c['target']}: Δ {c['delta']:+.4f}, interval "
-            f"[{c['interval']['display_lower']:+.4f}, {c['interval']['display_upper']:+.4f}]"
-            f", subject savings {percent_text(c['savings']['subject_cost_pct'])}"
+            f"#{i + 1} run {p.run} / {p.target}: Δ {p.delta:+.4f}, interval "
+            f"[{p.lower:+.4f}, {p.upper:+.4f}], subject savings {percent_text(p.savings)}"
         ),
     }
 
 
 def _iteration_chart(
-    comps: list[dict[str, Any]],
-    savings: list[str | None],
+    points: Sequence[ChartPoint],
     y_range: tuple[float, float],
     mark: Any,
     *,
@@ -201,19 +206,19 @@ def _iteration_chart(
     panels sharing the x axis."""
     width, left, right, top = box
     y_low, y_high = y_range
-    known = [float(v) for v in savings if v is not None]
+    known = [float(p.savings) for p in points if p.savings is not None]
     panel, gap = 150, 46
-    step = (width - left - right) / max(len(comps), 1)
-    xs = [round(left + step * (i + 0.5), 2) for i in range(len(comps))]
+    step = (width - left - right) / max(len(points), 1)
+    xs = [round(left + step * (i + 0.5), 2) for i in range(len(points))]
     qy = Axis(y_low, y_high, top + panel, top)
     s_low, s_high = _range(known)
     s_top = top + panel + gap
     sy = Axis(s_low, s_high, s_top + panel, s_top)
-    every = max(1, math.ceil(len(comps) / 30))  # keep x labels legible for long series
+    every = max(1, math.ceil(len(points) / 30))  # keep x labels legible for long series
     iteration_marks = []
-    for i, (c, s) in enumerate(zip(comps, savings, strict=True)):
-        m = mark(i, c, xs[i], qy)
-        m["sy"] = None if s is None else sy(float(s))
+    for i, p in enumerate(points):
+        m = mark(i, p, xs[i], qy)
+        m["sy"] = None if p.savings is None else sy(float(p.savings))
         m["s_box_y"] = round(sy(0.0) - 5, 2)
         m["show_label"] = i % every == 0
         iteration_marks.append(m)

@@ -177,10 +177,24 @@ class Comparison:
     refused: list[RunDifferences]
     execution_differences: list[RunDifferences]
 
+    @property
+    def ordered(self) -> list[CandidateResult]:
+        """The candidates in the order every reader shows them (the API's ``comparisons``, the
+        Compare page's cards, legend and charts): by their run's creation, run, target."""
+        return sorted(
+            self.candidates, key=lambda c: (c.entry.run.created_at, c.entry.run.pk, c.entry.slug)
+        )
+
+    @property
+    def shared_margin(self) -> Decimal | None:
+        """The non-inferiority margin every candidate shares; None when they hold none or
+        differ (each comparison's own verdict names its margin)."""
+        margins = self.margins
+        return None if len(margins) != 1 or None in margins else next(iter(margins))
+
     def as_dict(self) -> dict[str, Any]:
         """The comparison as JSON: money and exact fractions are strings, unknown is None."""
-        margins = self.margins
-        comparisons = [self._candidate_dict(c) for c in self.candidates]
+        margin = self.shared_margin
         return {
             "baseline": self._baseline_dict(),
             "alpha": self.alpha,
@@ -188,12 +202,8 @@ class Comparison:
             "weights": {b: str(w) for b, w in self.weights.items()},
             "split": self.split,
             # Each comparison's own verdict names its margin; this is the one they share.
-            "non_inferiority_margin": (
-                None if len(margins) != 1 or None in margins else float(next(iter(margins)))
-            ),
-            "comparisons": sorted(
-                comparisons, key=lambda c: (c["run_created_at"], c["run"], c["target"])
-            ),
+            "non_inferiority_margin": None if margin is None else float(margin),
+            "comparisons": [self._candidate_dict(c) for c in self.ordered],
             "refused": [r.as_dict() for r in self.refused],
             # Compared runs may differ in how they were driven (concurrency, timeouts, a cost
             # cap), never in what they asked: each such difference is named here (R11.2).

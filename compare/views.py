@@ -4,11 +4,12 @@ Everything is a plain GET: the selection lives in the URL (R11.3), so the page w
 JavaScript and a link reproduces the comparison. A change of selection arrives as ``op`` plus
 the page's tick boxes; it is applied server-side and answered with a redirect to the canonical
 URL *without* ``compare=1``, which is what hides an old comparison until "Compare runs" is
-pressed again (R11.2). Results are computed afresh by ``comparison_build`` on every view, so
+pressed again (R11.2). Results are computed afresh by ``comparison_compute`` on every view, so
 every pair is re-verified each time.
 
-Numbers are formatted in `compare.cards` (the result cards and legend) and `compare.charts`
-(the charts' geometry), not in templates, so "unknown" is decided in one place and can never be
+The page renders from the typed comparison (`compare.results.Comparison`), worded by
+`compare.cards` (the baseline box, result cards and legend) and placed by `compare.charts` (the
+charts' geometry), not in templates, so "unknown" is decided in one place and can never be
 rendered as 0; this module holds the request handling and the URL state.
 """
 
@@ -24,14 +25,20 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from compare.cards import card, fmt_quality, fmt_usd, legend_row
+from compare.cards import (
+    baseline_box,
+    card,
+    chart_points,
+    differences_rows,
+    legend_row,
+    refused_rows,
+)
 from compare.charts import charts
 from compare.compatibility import run_comparison_problems
 from compare.forms import CompareForm, ids_format
 from compare.results import STATEMENTS
 from compare.selectors import RunOption, baseline_options, candidate_options, comparable_pool
-from compare.services import CandidatesRefused, ComparisonError, comparison_build
-from datasets.provenance import provenance_summary
+from compare.services import CandidatesRefused, ComparisonError, comparison_compute
 from runs.models import Run
 
 PAGE_SIZE = 25  # baseline and candidate tables
@@ -182,31 +189,33 @@ def _results(
     state: dict[str, Any],
 ) -> dict[str, Any]:
     try:
-        doc = comparison_build(
+        comparison = comparison_compute(
             baseline_run_id=baseline_id,
             candidate_run_ids=selection,
             baseline_target=d["bt"] or None,
         )
     except CandidatesRefused as exc:
-        return {"refused": exc.refused, "comparison_error": "Every selected run was refused."}
+        return {
+            "refused": refused_rows(exc.refused),
+            "comparison_error": "Every selected run was refused.",
+        }
     except ComparisonError as exc:
         return {"comparison_error": str(exc)}
-    comps = doc["comparisons"]
-    cards_page = Paginator(range(len(comps)), CARDS_PER_PAGE).get_page(d["rpage"])
+    ordered = comparison.ordered
+    cards_page = Paginator(range(len(ordered)), CARDS_PER_PAGE).get_page(d["rpage"])
     query = {"baseline": baseline_id, "candidates": ids_format(selection)}
     if d["bt"]:
         query["baseline_target"] = d["bt"]
-    base = doc["baseline"]
+    base = baseline_box(comparison)
     return {
-        "doc": doc,
-        "refused": doc["refused"],
+        "base": base,
+        "compared": len(ordered),
+        "refused": differences_rows(comparison.refused),
+        "execution_differences": differences_rows(comparison.execution_differences),
         "cards_page": cards_page,
-        "cards": [card(i, comps[i], doc) for i in cards_page.object_list],
-        "charts": charts(doc),
-        "legend": [legend_row(i, c) for i, c in enumerate(comps)],
-        "baseline_quality": fmt_quality(base["quality"]),
-        "baseline_cost": fmt_usd(base["subject_cost_usd"]),
-        "baseline_data": provenance_summary(base["provenance"]),
+        "cards": [card(i, ordered[i], comparison) for i in cards_page.object_list],
+        "charts": charts(chart_points(comparison)),
+        "legend": [legend_row(i, c) for i, c in enumerate(ordered)],
         "tied_links": [
             (slug, compare_url(**{**state, "bt": slug}, compare=True)) for slug in base["tied"]
         ]
@@ -214,5 +223,5 @@ def _results(
         else [],
         "export_csv": f"{reverse('compare-export-csv')}?{urlencode(query)}",
         "export_json": f"{reverse('compare-export-json')}?{urlencode(query)}",
-        "alpha_level": f"{1 - doc['alpha']:.0%}",
+        "alpha_level": f"{1 - comparison.alpha:.0%}",
     }

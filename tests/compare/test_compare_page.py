@@ -15,11 +15,12 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from compare.cards import fmt_interval, fmt_pct, fmt_signed
+from compare.cards import fmt_interval
 from compare.forms import ids_format, ids_parse
 from compare.results import STATEMENTS
 from compare.services import comparison_build
 from runs.models import Cell, Run
+from srbench.presenters import percent_html, signed_text
 from tests import factories as f
 from tests.compare import builders as b
 
@@ -240,13 +241,16 @@ def test_the_link_reproduces_the_comparison_and_numbers_equal_the_service(member
         for html in (first, again):
             text = card(html, c)
             assert (
-                f'<td class="num delta" title="{c["delta_exact"]}">{fmt_signed(c["delta"])}</td>'
+                f'<td class="num delta" title="{c["delta_exact"]}">{signed_text(c["delta"])}</td>'
                 in text
             )
-            assert f'<td class="num interval">{fmt_interval(c["interval"])}</td>' in text
+            assert (
+                f'<td class="num interval">{fmt_interval(c["interval"]["display_lower"], c["interval"]["display_upper"], clipped=c["interval"]["clipped"])}</td>'
+                in text
+            )
             assert f"{c['wins']} / {c['losses']} / {c['ties']}" in text
     by_run = {c["run"]: c for c in doc["comparisons"]}
-    assert fmt_pct(by_run[cheap.pk]["savings"]["subject_cost_pct"]) == "60.0%"
+    assert percent_html(by_run[cheap.pk]["savings"]["subject_cost_pct"]) == "60.0%"
     assert "60.0%" in card(first, by_run[cheap.pk])
     unknown_card = card(first, by_run[unknown.pk])
     savings_cells = re.findall(r'<td class="num savings">(.*?)</td>', unknown_card)
@@ -387,23 +391,25 @@ def test_a_router_whose_whole_interval_is_below_zero_is_called_worse(member):
 def test_scatter_labels_never_overlap_when_candidates_sit_together():
     """Issue 23 (R11.4): numbers of candidates at the same or nearby points are spread so no
     two overlap; each stays within the plot."""
-    from compare.charts import LABEL_CHAR_PX, LABEL_HEIGHT_PX, charts
+    from compare.charts import LABEL_CHAR_PX, LABEL_HEIGHT_PX, ChartPoint, charts
 
-    def comparison(delta: float, savings: str | None) -> dict:
-        interval = {"display_lower": delta - 0.05, "display_upper": delta + 0.05}
-        return {
-            "run": 1,
-            "target": "t",
-            "delta": delta,
-            "interval": interval,
-            "family_interval": interval,
-            "savings": {"subject_cost_pct": savings},
-        }
+    def point(delta: float, savings: str | None) -> ChartPoint:
+        lo, hi = delta - 0.05, delta + 0.05
+        return ChartPoint(
+            run=1,
+            target="t",
+            delta=delta,
+            lower=lo,
+            upper=hi,
+            family_lower=lo,
+            family_upper=hi,
+            savings=None if savings is None else Decimal(savings),
+        )
 
-    comps = [comparison(0.10, "20") for _ in range(6)]
-    comps += [comparison(0.101, "20.5"), comparison(0.0, None), comparison(0.0, None)]
-    comps += [comparison(-0.2, "-10")]
-    marks = charts({"comparisons": comps, "family_size": len(comps)})["quality_cost"]["marks"]
+    points = [point(0.10, "20") for _ in range(6)]
+    points += [point(0.101, "20.5"), point(0.0, None), point(0.0, None)]
+    points += [point(-0.2, "-10")]
+    marks = charts(points)["quality_cost"]["marks"]
     boxes = [
         (m["label_x"], m["label_y"], m["label_x"] + LABEL_CHAR_PX * len(str(m["n"])) + 2)
         for m in marks
