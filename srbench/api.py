@@ -189,25 +189,6 @@ def error_responses(**codes: str) -> dict[int, OpenApiResponse]:
     }
 
 
-# Named enum components are shared by field name across the whole schema: runs, cells and
-# calls each have a `status`, runs and recovery plans a `mode`. These names make the choice
-# sets distinct without drf-spectacular guessing. Used by the schema view (srbench/urls.py);
-# the same dict belongs in settings.SPECTACULAR_SETTINGS so `manage.py spectacular` agrees.
-SCHEMA_SETTINGS: dict[str, Any] = {
-    "ENUM_NAME_OVERRIDES": {
-        "RunStatusEnum": "runs.models.RunStatus",
-        "CellStatusEnum": "runs.models.CellStatus",
-        "CallStatusEnum": "runs.models.CallStatus",
-        "RunModeEnum": "runs.models.Run.Mode",
-        "PlanModeEnum": ["live", "preview"],
-        "BenchmarkEnum": "datasets.benchmarks.ADAPTERS",
-        "RecoveryModeEnum": ["undispatched", "failed"],
-        "RecoveryPlanModeEnum": ["undispatched", "failed", "judge_only"],
-        "ProfileEnum": "datasets.models.Profile",
-    },
-}
-
-
 # --------------------------------------------------------------------------------------------
 # Paging: the one keyset rule of every API list (DESIGN §9, issue 7)
 

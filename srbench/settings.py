@@ -17,6 +17,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
+from runs.vocabulary.run_modes import RunMode
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("SRBENCH_VAR_DIR", BASE_DIR / "var"))
@@ -280,7 +281,7 @@ SPECTACULAR_SETTINGS = {
         "CellStatusEnum": "runs.models.CellStatus",
         "CallStatusEnum": "runs.models.CallStatus",
         "RunModeEnum": "runs.models.Run.Mode",
-        "PlanModeEnum": ["live", "preview"],
+        "PlanModeEnum": [str(mode) for mode in RunMode],
         "BenchmarkEnum": "datasets.benchmarks.ADAPTERS",
         "RecoveryModeEnum": "runs.models.RecoveryRequest.Mode",
         # Values, as the plan serializer's choices are (an Enum would be named by its members).

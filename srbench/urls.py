@@ -11,7 +11,7 @@ from runs.interfaces.api import PlanReviewView, RunViewSet, TargetViewSet
 from runs.interfaces.events_wait import events_long_poll
 from runs.interfaces.preflight_api import TargetPreflightView
 from runs.interfaces.recovery_api import LineageView, RecoverView, RecoveryPlanView
-from srbench.api import SCHEMA_SETTINGS, api_not_found
+from srbench.api import api_not_found
 from srbench.api_docs import ApiDocsView, ApiRedocView
 from srbench.audit_api import AuditEventListView
 from srbench.token_views import token_list, token_revoke
@@ -67,7 +67,7 @@ urlpatterns = [
     path("api/v1/", include("compare.api_urls")),
     path(
         "api/schema/",
-        SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS),
+        SpectacularAPIView.as_view(),
         name="api-schema",
     ),
     # Swagger UI and Redoc: the schema's own protection, assets from drf_spectacular_sidecar.

@@ -9,6 +9,7 @@ import time
 import uuid
 from typing import Any
 
+from runs.interfaces.follow import run_followed
 from runs.reporting.official_metrics import metric_text, official_metrics
 from srbench.api_client import (
     ApiUnreachable,
@@ -21,7 +22,6 @@ from srbench.api_client import (
     text_file_write,
 )
 from srbench.money import usd_text
-from srbench.run_follow import run_followed
 
 
 def _plan_arguments(p: Any) -> None:
@@ -353,7 +353,7 @@ def _run(options: dict[str, Any]) -> int:
             last.append(progress)
 
     try:
-        # Pushed by the server's events long poll, else polled (srbench.run_follow).
+        # Pushed by the server's events long poll, else polled (runs.interfaces.follow).
         run = run_followed(
             client,
             run,

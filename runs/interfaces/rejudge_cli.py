@@ -9,8 +9,9 @@ import time
 from typing import Any
 
 from runs.interfaces.cli import report_text
+from runs.interfaces.follow import run_followed
+from runs.vocabulary.run_states import TERMINAL_RUN_STATES
 from srbench.api_client import ApiClient, CliError
-from srbench.run_follow import TERMINAL, run_followed
 
 FOLLOW_POLL_S = 0.5  # each long poll holds at most this long, so --wait is kept to about it
 
@@ -26,7 +27,7 @@ def rejudge_follow(client: ApiClient, doc: dict[str, Any], options: dict[str, An
         "subject requests: 0",
         file=sys.stderr,
     )
-    # Pushed by the server's events long poll, else polled (srbench.run_follow), until --wait.
+    # Pushed by the server's events long poll, else polled (runs.interfaces.follow), until --wait.
     run = run_followed(
         client,
         client.json("GET", f"runs/{child}/"),
@@ -35,7 +36,7 @@ def rejudge_follow(client: ApiClient, doc: dict[str, Any], options: dict[str, An
         say=lambda line: print(line, file=sys.stderr),
         until=time.monotonic() + float(options.get("wait") or 0),
     )
-    if run["status"] not in TERMINAL:
+    if run["status"] not in TERMINAL_RUN_STATES:
         raise CliError(
             f"re-judge child run {child} is still {run['status']}; follow it with "
             f"`srbench show {child}` and `srbench report {child}`"

@@ -22,6 +22,8 @@ from runs.models.regrade import Regrade  # noqa: F401
 from runs.models.summaries import RunReport, RunSummary  # noqa: F401
 from runs.models.wire import WireApi
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
+from runs.vocabulary.run_modes import RunMode
+from runs.vocabulary.run_states import TERMINAL_RUN_STATES, RunState
 from srbench.ledger import HEX64_REGEX, AppendOnlyModel
 from srbench.money import price_error
 
@@ -186,20 +188,17 @@ class TargetSecret(models.Model):
 
 
 class RunStatus(models.TextChoices):
-    QUEUED = "queued"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    INTERRUPTED = "interrupted"
+    """The ledger's run states; their words are runs.vocabulary.run_states.RunState's."""
+
+    QUEUED = RunState.QUEUED.value
+    RUNNING = RunState.RUNNING.value
+    COMPLETED = RunState.COMPLETED.value
+    FAILED = RunState.FAILED.value
+    CANCELLED = RunState.CANCELLED.value
+    INTERRUPTED = RunState.INTERRUPTED.value
 
 
-TERMINAL_RUN_STATUSES = (
-    RunStatus.COMPLETED,
-    RunStatus.FAILED,
-    RunStatus.CANCELLED,
-    RunStatus.INTERRUPTED,
-)
+TERMINAL_RUN_STATUSES = tuple(RunStatus(state.value) for state in TERMINAL_RUN_STATES)
 # A run that may still dispatch or be dispatched: not yet terminal.
 ACTIVE_RUN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
 
@@ -224,8 +223,10 @@ class RunQuerySet(models.QuerySet["Run"]):
 
 class Run(models.Model):
     class Mode(models.TextChoices):
-        LIVE = "live"
-        PREVIEW = "preview"
+        """Its words are runs.vocabulary.run_modes.RunMode's."""
+
+        LIVE = RunMode.LIVE.value
+        PREVIEW = RunMode.PREVIEW.value
 
     name = models.CharField(max_length=200)
     mode = models.CharField(max_length=8, choices=Mode, default=Mode.LIVE)
@@ -273,7 +274,7 @@ class Run(models.Model):
                 condition=Q(status__in=RunStatus.values), name="run_status_known"
             ),
             models.CheckConstraint(
-                condition=Q(mode__in=("live", "preview")), name="run_mode_known"
+                condition=Q(mode__in=[str(m) for m in RunMode]), name="run_mode_known"
             ),
             models.CheckConstraint(
                 condition=Q(plan_sha256__regex=HEX64_REGEX), name="run_plan_sha256_hex"

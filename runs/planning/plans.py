@@ -24,6 +24,7 @@ from runs.models import Run, Target, WireApi, validate_price_table
 from runs.planning import runnable
 from runs.planning.fixed_params import fixed_params_errors
 from runs.preflight.plan import not_fitting
+from runs.vocabulary.run_modes import RunMode
 from srbench.api import StrictFieldsSerializer
 from srbench.canonical import sha256_hex
 from srbench.refusals import Refusal
@@ -158,7 +159,7 @@ class PlanSerializer(StrictFieldsSerializer):
     failure_policy = serializers.ChoiceField(choices=["stop", "continue"], default="stop")
     # preview: every case goes to the MoM target's routing preview instead of being answered
     # (no model call); the report gives the routing distribution, never accuracy or cost.
-    mode = serializers.ChoiceField(choices=["live", "preview"], default="live")
+    mode = serializers.ChoiceField(choices=[str(m) for m in RunMode], default=RunMode.LIVE.value)
     preview_context = serializers.DictField(required=False, default=dict)
     slots = serializers.IntegerField(default=1, min_value=1, max_value=16)
     # Judged benchmarks also scored by their official judge template (issue 22 point 5), read

@@ -1,4 +1,4 @@
-"""`run_followed(…, until=…)` (srbench/run_follow.py): a follower with a deadline, as the
+"""`run_followed(…, until=…)` (runs/interfaces/follow.py): a follower with a deadline, as the
 re-judge command's `--wait` uses it, returns the run still going once the deadline has passed —
 and not before; no database, a scripted API."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from srbench.run_follow import run_followed
+from runs.interfaces.follow import run_followed
 
 
 class ScriptedApi:

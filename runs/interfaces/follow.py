@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from runs.vocabulary.run_states import TERMINAL_RUN_STATES
 from srbench.api_client import ApiClient, RunFollower
 
 # A run's end, as the run's events say it (runs.engine.finish appends it when the run ends).
 RUN_END_EVENT = "run.finished"
-TERMINAL = frozenset({"completed", "failed", "cancelled", "interrupted"})
 
 
 class EndWaiter:
@@ -71,7 +71,7 @@ def run_followed(
     waiter = EndWaiter(client, run["id"], poll)
     follower = RunFollower(poll)
     told = False
-    while run["status"] not in TERMINAL:
+    while run["status"] not in TERMINAL_RUN_STATES:
         if until is not None and time.monotonic() > until:
             return run
         pushed = waiter.wait()
