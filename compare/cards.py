@@ -27,12 +27,12 @@ from datasets.provenance import UNKNOWN as PROVENANCE_UNKNOWN
 from datasets.provenance import provenance_summary
 from runs.reporting.official_metrics import METRICS as OFFICIAL_METRICS
 from runs.reporting.official_metrics import metric_value_text
+from srbench.figures_text import signed_interval_text
 from srbench.money import percent_text
 from srbench.presenters import (
     UNKNOWN_HTML,
     known_or_unknown,
     percent_html,
-    signed_interval_text,
     signed_text,
     unknown_html,
     usd_html,

@@ -28,7 +28,8 @@ from srbench.api_client import (
     refused_text,
     text_file_write,
 )
-from srbench.money import percent_text
+from srbench.figures_text import signed_figure, signed_interval_text
+from srbench.money import percent_text, usd_text
 
 
 def register(verbs: Any) -> None:
@@ -91,14 +92,6 @@ def _call(client: ApiClient, method: str, path: str, **kwargs: Any) -> Any:
     return response
 
 
-def _fmt(value: Any, suffix: str = "") -> str:
-    if value is None:
-        return "unknown"
-    if isinstance(value, float):
-        return f"{value:+.4f}{suffix}"
-    return f"{value}{suffix}"
-
-
 def compare(options: dict[str, Any]) -> int:
     """THE comparison endpoint, POST compare/ (issue 24): refused candidate runs are listed
     and the rest compared; exit 2 only when every candidate run is refused (409)."""
@@ -117,22 +110,26 @@ def compare(options: dict[str, Any]) -> int:
     tied = ", ".join(b["tied"])
     print(
         f"Baseline: run {b['run']} / {b['target']}  quality {b['quality']:.4f} "
-        f"({b['quality_exact']})  subject cost {_fmt(b['subject_cost_usd'])} USD  tied: {tied}"
+        f"({b['quality_exact']})  subject cost {usd_text(b['subject_cost_usd'])}  tied: {tied}"
     )
+    comps = doc["comparisons"]
     level = f"{1 - doc['alpha']:.0%}"
-    family_level = f"{1 - doc['alpha'] / max(doc['family_size'], 1):.2%}".replace(".00%", "%")
+    # The family-wise level as the comparison states it (compare.results), not recomputed here.
+    family = comps[0]["family_interval"]["level"] if comps else 1 - doc["alpha"]
+    family_level = f"{family:.2%}".replace(".00%", "%")
     print(
         f"{'candidate':<32} {'Δ':>8} {level + ' Hoeffding':>22} {family_level + ' family':>22} "
         f"{'W/L/T':>12} {'savings':>9} {'cache-neutral':>13}  verdict"
     )
-    for c in doc["comparisons"]:
+    for c in comps:
         i, fam = c["interval"], c["family_interval"]
         name = f"run {c['run']} / {c['target']}"
-        interval = f"[{i['lower']:+.4f}, {i['upper']:+.4f}]"
-        family = f"[{fam['lower']:+.4f}, {fam['upper']:+.4f}]"
+        interval = signed_interval_text(i["lower"], i["upper"])
+        family_interval = signed_interval_text(fam["lower"], fam["upper"])
         wlt = f"{c['wins']}/{c['losses']}/{c['ties']}"
         print(
-            f"{name:<32} {c['delta']:>+8.4f} {interval:>22} {family:>22} {wlt:>12} "
+            f"{name:<32} {signed_figure(c['delta']):>8} {interval:>22} {family_interval:>22} "
+            f"{wlt:>12} "
             f"{percent_text(c['savings']['subject_cost_pct']):>9} "
             f"{percent_text(c['savings']['cache_neutral_pct']):>13}  "
             f"{c['verdict_label']}"

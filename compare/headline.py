@@ -15,8 +15,8 @@ from decimal import Decimal
 from typing import Any
 
 from compare.verdict import level_text
+from srbench.figures_text import signed_interval_text
 from srbench.money import UNKNOWN_TEXT, percent_text, usd_text
-from srbench.presenters import signed_interval_text
 
 # The answer to "does it keep the quality?", by verdict word.
 ANSWERS = {

@@ -1,7 +1,8 @@
 """The one presentation layer's words (issue 36 item 3): how an unknown figure, an interval, a
 signed difference and a verdict are shown, for the page filters (srbench/templatetags/display.py)
 and the views that format figures in Python (compare/cards.py). Money and percent text stay in
-srbench/money.py, which these use.
+srbench/money.py, a difference's text in srbench/figures_text.py (both Django-free, for the CLI),
+which these use.
 
 Unknown is shown as the one marker ``<span class="unknown">unknown</span>`` — with a title or a
 reason beside it where one is known — never as 0, never as an empty cell. A template never spells
@@ -18,6 +19,7 @@ from django.template.defaultfilters import floatformat
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from srbench.figures_text import signed_figure
 from srbench.money import UNKNOWN_TEXT, percent_text, usd_text
 
 __all__ = [
@@ -26,7 +28,6 @@ __all__ = [
     "interval_text",
     "known_or_unknown",
     "percent_html",
-    "signed_interval_text",
     "signed_text",
     "unknown_html",
     "usd_html",
@@ -69,8 +70,8 @@ def percent_html(value: Any) -> str | SafeString:
 
 
 def signed_text(value: float | None, digits: int = 4) -> str | SafeString:
-    """A difference with its sign (``+0.1250``), or the unknown marker."""
-    return known_or_unknown(value, None if value is None else f"{value:+.{digits}f}")
+    """A difference with its sign (srbench.figures_text.signed_figure), or the unknown marker."""
+    return known_or_unknown(value, None if value is None else signed_figure(value, digits))
 
 
 def interval_text(bounds: Sequence[Any] | None, digits: int = 3) -> str | SafeString:
@@ -80,11 +81,6 @@ def interval_text(bounds: Sequence[Any] | None, digits: int = 3) -> str | SafeSt
         return UNKNOWN_HTML
     lo, hi = (floatformat(b, digits) for b in bounds[:2])
     return f"[{lo}, {hi}]"
-
-
-def signed_interval_text(lower: float, upper: float, digits: int = 4) -> str:
-    """A difference's interval with the sign of each bound: ``[-0.1250, +0.0625]``."""
-    return f"[{lower:+.{digits}f}, {upper:+.{digits}f}]"
 
 
 def verdict_class(verdict: str) -> str:

@@ -534,6 +534,15 @@ def test_cli_compare_prints_json_and_a_table(capsys):
     call_command("benchmark", "compare", str(r.pk), str(r.pk))
     out = capsys.readouterr().out
     assert "Baseline: run" in out and "cand" in out and "Neither interval covers" in out
+    # The table's words are the page's (issue 36 item 3): the same signed Δ and interval text,
+    # the baseline's cost as money text, the family level as the comparison states it.
+    c = doc["comparisons"][0]
+    lo, hi = c["interval"]["lower"], c["interval"]["upper"]
+    row = next(line for line in out.splitlines() if line.startswith(f"run {r.pk} / cand"))
+    assert f"{c['delta']:+.4f}" in row and f"[{lo:+.4f}, {hi:+.4f}]" in row
+    cost = doc["baseline"]["subject_cost_usd"]
+    assert f"subject cost {'unknown' if cost is None else '$' + cost}  tied: base" in out
+    assert f"{c['family_interval']['level']:.2%}".replace(".00%", "%") + " family" in out
 
 
 def test_cli_compare_fails_with_one_line_listing_the_differences(capsys):

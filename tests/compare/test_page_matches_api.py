@@ -12,11 +12,11 @@ import pytest
 from rest_framework.test import APIClient
 
 from compare.headline import headline_sentence
+from srbench.figures_text import signed_interval_text
 from srbench.money import percent_text, usd_text
 from srbench.presenters import (
     UNKNOWN_HTML,
     percent_html,
-    signed_interval_text,
     signed_text,
     usd_html,
 )
