@@ -184,6 +184,9 @@ def build(n_runs: int, n_calls: int) -> tuple[Any, Run]:
             content="The answer is B",
             stage="done" if i % 50 else "streaming",
             bytes_received=800,
+            # The cell's claim (its claim_token, 0 here): the ledger refuses a call on a running
+            # cell under any other claim (runs.models fencing, issue 34).
+            claim_token=cell.claim_token,
         )
         for i, cell in enumerate(cells)
     )

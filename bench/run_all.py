@@ -8,7 +8,7 @@ The engine scripts share the database `srbench_bench` and Redis DB 12 (BENCH_DAT
 BENCH_BROKER_URL); each scale script gets a scratch database of its own, created and migrated
 before it runs and dropped after, so a live database's rows never mix with its numbers.
 
-    .venv/bin/python bench/run_all.py [--list]
+    .venv/bin/python bench/run_all.py [--list] [--from SCRIPT]
 """
 
 from __future__ import annotations
@@ -125,12 +125,33 @@ def bench_env() -> tuple[dict[str, str], str]:
     return env, database_server
 
 
+def steps_from(script: str | None) -> tuple[Step, ...]:
+    """Every step, or those from the first step of ``script`` on; stops naming the steps when
+    none runs it."""
+    if script is None:
+        return STEPS
+    names = [step.script for step in STEPS]
+    name = script.removeprefix("bench/")
+    if name not in names:
+        raise SystemExit(
+            f"run_all.py: --from {script}: no such step; the steps: {', '.join(names)}"
+        )
+    return STEPS[names.index(name) :]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--list", action="store_true", help="print the steps and stop")
+    parser.add_argument(
+        "--from",
+        dest="start",
+        metavar="SCRIPT",
+        help="start at the first step of this script (e.g. pages.py), after a failed step",
+    )
     args = parser.parse_args(argv)
+    steps = steps_from(args.start)
     if args.list:
-        for step in STEPS:
+        for step in steps:
             print(" ".join([f"bench/{step.script}", *step.args]))
         return 0
     env, server = bench_env()
@@ -139,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     embedded = ""
     try:
         embedded = ensure_services(services)
-        for step in STEPS:
+        for step in steps:
             run_step(step, env, server)
     except BenchFailed as failure:
         print(f"\nmake bench: FAILED: {failure}", file=sys.stderr)

@@ -283,6 +283,21 @@ def test_make_bench_is_one_python_entry_point_running_the_same_scripts() -> None
         "million.py": "srbench_bench_million",
     }
     assert all((ROOT / "bench" / s.script).is_file() for s in run_all.STEPS)
+    # After a failed step, the rest of the chain alone; an unknown script names the steps.
+    rest = subprocess.run(
+        [sys.executable, "bench/run_all.py", "--list", "--from", "bench/pages.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert rest.stdout.splitlines() == BENCH_CHAIN[BENCH_CHAIN.index("bench/pages.py --commit") :]
+    wrong = subprocess.run(
+        [sys.executable, "bench/run_all.py", "--from", "page.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert wrong.returncode != 0 and "pages.py, million.py" in wrong.stderr
 
 
 def database_exists(server: str, name: str) -> bool:
