@@ -20,7 +20,6 @@ import sys
 import time
 from decimal import Decimal
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -32,19 +31,15 @@ django.setup()
 
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection, reset_queries, transaction  # noqa: E402
-from django.db.models import Count, Q  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from datasets.models import FrozenDataset, Question  # noqa: E402
 from runs.engine.finish import run_report_keep  # noqa: E402
-from runs.interfaces import views  # noqa: E402
-from runs.ledger import selectors  # noqa: E402
 from runs.models import (  # noqa: E402
     Call,
     Cell,
-    CellStatus,
     LiveSnapshot,
     Run,
     RunEvent,
@@ -255,79 +250,6 @@ def running_results(client: Client, big: Run, repeat: int) -> None:
     print(f"{label:40} {median * 1000:8.0f}ms {worst * 1000:8.0f}ms {queries:8d}")
 
 
-def grouped_partial_counts(run: Run) -> dict[tuple[int, str], dict[str, int]]:
-    """What the live section's "Partial results" read before issue 25's sums: one grouped
-    count over the run's cells (kept here only to time it beside the sums)."""
-    return {
-        (r.pop("target_id"), r.pop("benchmark")): r
-        for r in Cell.objects.filter(run=run)
-        .values("target_id", "benchmark")
-        .annotate(
-            planned=Count("id"),
-            completed=Count("id", filter=Q(status=CellStatus.COMPLETED)),
-            correct=Count("id", filter=Q(correct=True)),
-            failed=Count("id", filter=Q(status=CellStatus.FAILED)),
-        )
-    }
-
-
-class GroupedCellSums:
-    """Stands in for `LiveCellSums` in the live section: its rows from the grouped count over
-    the run's cells, so the live section computes what it showed before, the way it did."""
-
-    class objects:  # noqa: N801 (the manager's name)
-        @staticmethod
-        def filter(run: Run) -> list[SimpleNamespace]:
-            return [
-                SimpleNamespace(
-                    target_id=target_id,
-                    benchmark=benchmark,
-                    completed=r["completed"],
-                    failed=r["failed"],
-                    correct=r["correct"],
-                    # planned is the sum of the statuses: the rest goes to one of them
-                    sent_unknown=r["planned"] - r["completed"] - r["failed"],
-                    pending=0,
-                    running=0,
-                    cancelled=0,
-                )
-                for (target_id, benchmark), r in grouped_partial_counts(run).items()
-            ]
-
-
-def active_calls_joined(run: Run) -> list[Any]:
-    """The in-flight calls as the live section read them before: their ids joined with the
-    run's cells (the planner hashes every cell of the run), then the page from the first."""
-    ids = list(
-        Call.objects.filter(cell__run=run, status__in=selectors.ACTIVE_CALL_STATUSES).values_list(
-            "pk", flat=True
-        )
-    )
-    return selectors.calls_page(run=run, after=min(ids) - 1, active=True) if ids else []
-
-
-def live_section_before(client: Client, big: Run, repeat: int) -> None:
-    """The live poll and the recipe tab of the running run with the live section's two reads
-    as they were before (grouped cell count; in-flight ids joined with the run's cells), timed
-    beside the rows above: the page shows the same rows, only what is read differs."""
-    sums, active = views.LiveCellSums, selectors.active_calls_page
-    views.LiveCellSums = GroupedCellSums  # type: ignore[assignment,misc]
-    selectors.active_calls_page = active_calls_joined
-    try:
-        for label, url, headers in (
-            ("live poll", f"/runs/{big.pk}/?tab=results&was=active", POLL_HEADERS),
-            ("recipe", f"/runs/{big.pk}/?tab=recipe", {}),
-        ):
-            client.defaults.update(headers)
-            median, worst, queries = timed(client, url, repeat)
-            for header in headers:
-                client.defaults.pop(header, None)
-            label = f"Run detail: {label}, live reads before"
-            print(f"{label:40} {median * 1000:8.0f}ms {worst * 1000:8.0f}ms {queries:8d}")
-    finally:
-        views.LiveCellSums, selectors.active_calls_page = sums, active  # type: ignore[misc]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10_000)
@@ -394,7 +316,6 @@ def measure(args: argparse.Namespace) -> None:
         client.defaults.pop("HTTP_HX_REQUEST", None)
         client.defaults.pop("HTTP_HX_TARGET", None)
         print(f"{label:40} {median * 1000:8.0f}ms {worst * 1000:8.0f}ms {queries:8d}")
-    live_section_before(client, big, args.repeat)
     running_results(client, big, args.repeat)
     # The same run once it has ended. The worker that ends a run stores its report then
     # (run_finish_if_done → run_report_keep), once, off any page: timed here on its own. A
