@@ -28,3 +28,20 @@ class CaseFigures(models.Model):
 
     def __str__(self) -> str:
         return f"case figures of run {self.run_id}"
+
+
+class SavingsIntervalMemo(models.Model):
+    """One candidate's subject-savings bootstrap interval, kept under the address of what it
+    was computed from (`compare.bootstrap_memo`): the algorithm's version, draws, seed, α and
+    the per-question costs of both sides, benchmark by benchmark. The same inputs give the same
+    interval, so a row is never stale; it is only the answer a comparison would compute again
+    (1–2 s at 100,000 cases, most of it the generator's draws). Null bounds: the interval is
+    unknown for those inputs (a resample whose baseline cost sums to zero)."""
+
+    key = models.CharField(max_length=64, primary_key=True)
+    lower = models.FloatField(null=True)
+    upper = models.FloatField(null=True)
+    computed_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"savings interval {self.key[:12]}"

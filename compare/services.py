@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from compare.bootstrap_memo import savings_intervals
 from compare.compatibility import (
     IncomparableRuns,
     baseline_refusal,
@@ -54,7 +55,6 @@ from srbench.stats import (
     paired_difference,
     question_differences,
     question_totals,
-    savings_bootstrap_intervals,
     savings_pct,
     select_baseline,
 )
@@ -390,7 +390,8 @@ def _savings_intervals(
         return out
     base_q = question_totals(base_costs, cases.slots)
     masks = cases.masks()
-    intervals = savings_bootstrap_intervals(
+    # Kept under the address of their inputs (compare.bootstrap_memo): drawn once per inputs.
+    intervals = savings_intervals(
         {b: base_q[m] for b, m in masks.items()},
         [{b: q[m] for b, m in masks.items()} for _, q in wanted],
         alpha=alpha,

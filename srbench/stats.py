@@ -535,6 +535,9 @@ def savings_pct(candidate_cost: Decimal | None, baseline_cost: Decimal | None) -
 # issue 35 item 5); this diagnostic interval resamples float64 per-cell costs, and whole units
 # this small keep its integer sums exact (below 2**53 units, about 900,000 USD, in float64).
 COST_UNITS_PER_USD = 10**10
+# The savings bootstrap's algorithm, as a memo of its results is addressed
+# (compare.bootstrap_memo): change it whenever the same inputs could give another interval.
+SAVINGS_BOOTSTRAP_VERSION = 1
 
 SAVINGS_INTERVAL_LABEL = "diagnostic: stratified paired bootstrap of the cost ratio"
 
