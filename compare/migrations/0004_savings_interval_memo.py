@@ -4,19 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('compare', '0003_regrade_moved_to_runs'),
+        ("compare", "0003_regrade_moved_to_runs"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='SavingsIntervalMemo',
+            name="SavingsIntervalMemo",
             fields=[
-                ('key', models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ('lower', models.FloatField(null=True)),
-                ('upper', models.FloatField(null=True)),
-                ('computed_at', models.DateTimeField(auto_now_add=True)),
+                ("key", models.CharField(max_length=64, primary_key=True, serialize=False)),
+                ("lower", models.FloatField(null=True)),
+                ("upper", models.FloatField(null=True)),
+                ("computed_at", models.DateTimeField(auto_now_add=True)),
             ],
         ),
     ]
