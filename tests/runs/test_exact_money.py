@@ -422,7 +422,7 @@ def test_cli_report_show_compare_and_lineage_print_exact_amounts(world, ops, cap
 
     base, cand = world.runs["base"], world.runs["cand"]
     out = bench(capsys, "compare", str(base.pk), str(cand.pk))
-    assert f"subject cost {plain(world.expected['base'].subject_total)} USD" in out
+    assert f"subject cost ${plain(world.expected['base'].subject_total)}  tied" in out
     doc = json.loads(bench(capsys, "compare", str(base.pk), str(cand.pk), "--json"))
     assert_target_money(doc["baseline"]["usage"], world.expected["base"], "compare --json")
     assert_target_money(doc["comparisons"][0]["usage"], world.expected["cand"], "compare --json")
