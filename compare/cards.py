@@ -38,7 +38,7 @@ from srbench.presenters import (
     usd_html,
     verdict_class,
 )
-from srbench.stats import PairedResult, SavingsInterval
+from srbench.stats import PairedResult, SavingsInterval, clipped_to_unit
 
 UNKNOWN = UNKNOWN_HTML  # the one marker (srbench/presenters.py)
 
@@ -108,15 +108,6 @@ def differences_rows(rows: list[RunDifferences]) -> list[dict[str, Any]]:
     return [
         {"run": r.run.pk, "run_name": r.run.name, "texts": [d.text for d in r.differences]}
         for r in rows
-    ]
-
-
-def refused_rows(refused: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The same rows from a refusal's detail (`compare.services.CandidatesRefused`), which
-    carries them as the API sends them."""
-    return [
-        {"run": r["run"], "run_name": r["run_name"], "texts": [d["text"] for d in r["differences"]]}
-        for r in refused
     ]
 
 
@@ -227,9 +218,7 @@ def _quality_figures(p: PairedResult) -> dict[str, Any]:
         "micro_delta": signed_text(float(p.micro_delta)),
         "interval": fmt_interval(p.display_lower, p.display_upper, clipped=p.clipped),
         "interval_level": f"{1 - p.alpha:.0%}",
-        "family_interval": fmt_interval(
-            max(p.family_lower, -1.0), min(p.family_upper, 1.0), clipped=False
-        )
+        "family_interval": fmt_interval(*clipped_to_unit(p.family_lower, p.family_upper))
         if p.family_size > 1
         else None,
         "family_size": p.family_size,
@@ -320,9 +309,10 @@ def chart_points(comparison: Comparison) -> list[ChartPoint]:
             delta=float(c.paired.delta),
             lower=c.paired.display_lower,
             upper=c.paired.display_upper,
-            family_lower=max(c.paired.family_lower, -1.0),
-            family_upper=min(c.paired.family_upper, 1.0),
+            family_lower=family[0],
+            family_upper=family[1],
             savings=c.subject.pct,
         )
         for c in comparison.ordered
+        for family in [clipped_to_unit(c.paired.family_lower, c.paired.family_upper)]
     ]

@@ -24,7 +24,7 @@ from runs.reporting.official_metrics import NOTE as OFFICIAL_NOTE
 from runs.reporting.official_metrics import official_metrics
 from runs.reporting.report_types import Report, TargetReport
 from srbench.money import money_text
-from srbench.stats import BaselineChoice, PairedResult, SavingsInterval
+from srbench.stats import BaselineChoice, PairedResult, SavingsInterval, clipped_to_unit
 
 # Fixed statements every comparison carries, whatever its numbers (R3.2, R5.5, R6.2, R6.3).
 STATEMENTS = {
@@ -304,11 +304,12 @@ class Comparison:
 
 
 def _interval(lower: float, upper: float, half: float, alpha: float) -> dict[str, Any]:
+    display_lower, display_upper = clipped_to_unit(lower, upper)
     return {
         "lower": lower,
         "upper": upper,
-        "display_lower": max(lower, -1.0),
-        "display_upper": min(upper, 1.0),
+        "display_lower": display_lower,
+        "display_upper": display_upper,
         "half_width": half,
         "alpha": alpha,
         "level": 1 - alpha,

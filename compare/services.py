@@ -81,9 +81,10 @@ class CandidatesRefused(IncomparableRuns):
 
     http_status = 409
 
-    def __init__(self, baseline_run: int, refused: list[dict[str, Any]], first: IncomparableRuns):
+    def __init__(self, baseline_run: int, runs: list[RunDifferences], first: IncomparableRuns):
         super().__init__(baseline_run, first.candidate_run, first.differences)
-        self.refused = refused
+        self.runs = runs  # typed, for the page (compare.cards.differences_rows)
+        self.refused = refused = [r.as_dict() for r in runs]
         # As a refusal: every refused candidate run with its differences.
         self.message = f"every candidate run was refused against run {baseline_run}"
         self.detail = {"baseline_run": baseline_run, "refused": refused}
@@ -246,7 +247,7 @@ def _check_compatibility(
     kept = [pk for pk in dict.fromkeys(candidate_run_ids) if pk not in refused_ids]
     if not kept:
         assert first is not None
-        raise CandidatesRefused(baseline_run_id, [r.as_dict() for r in refused], first)
+        raise CandidatesRefused(baseline_run_id, refused, first)
     for run_id in refused_ids - {baseline_run_id}:
         del runs[run_id]
     return kept, refused

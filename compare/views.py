@@ -31,7 +31,6 @@ from compare.cards import (
     chart_points,
     differences_rows,
     legend_row,
-    refused_rows,
 )
 from compare.charts import charts
 from compare.compatibility import run_comparison_problems
@@ -196,7 +195,7 @@ def _results(
         )
     except CandidatesRefused as exc:
         return {
-            "refused": refused_rows(exc.refused),
+            "refused": differences_rows(exc.runs),
             "comparison_error": "Every selected run was refused.",
         }
     except ComparisonError as exc:

@@ -283,6 +283,12 @@ def stratified_bootstrap_interval(
     return BootstrapInterval(float(lower), float(upper), alpha, draws, seed)
 
 
+def clipped_to_unit(lower: float, upper: float) -> tuple[float, float]:
+    """An interval of a difference of proportions as displayed: its bounds clipped to [−1, 1]
+    (the Hoeffding bounds can reach past them on small samples; verdicts use them unclipped)."""
+    return max(lower, -1.0), min(upper, 1.0)
+
+
 @dataclass(frozen=True, slots=True)
 class BenchmarkPaired:
     benchmark: str
@@ -408,7 +414,7 @@ def paired_difference(
     half_width = hoeffding_half_width(sizes, normalised, alpha)
     point = float(delta)
     lower, upper = point - half_width, point + half_width
-    display_lower, display_upper = max(lower, -1.0), min(upper, 1.0)
+    display_lower, display_upper = clipped_to_unit(lower, upper)
 
     family_alpha = alpha / family_size
     family_half = hoeffding_half_width(sizes, normalised, family_alpha)
