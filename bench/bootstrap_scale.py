@@ -3,7 +3,7 @@ at 10,000 and 100,000 cases, drawn a block of rows at a time (what the product d
 one (draws × cases) block (what it did before), on the same machine in alternating rounds.
 
 Prints per size and layout: wall and CPU seconds per call of
-`srbench.stats.savings_bootstrap_intervals`, its peak of allocated memory (tracemalloc), and whether
+`srbench.savings_bootstrap.savings_bootstrap_intervals`, its peak of allocated memory (tracemalloc), and whether
 the intervals of both layouts are identical (they must be: the generator's stream is the same).
 No database, no network.
 
@@ -24,7 +24,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "srbench.settings")
 
-from srbench import stats  # noqa: E402
+from srbench import savings_bootstrap as stats  # noqa: E402
+from srbench.stats import DEFAULT_BOOTSTRAP_DRAWS  # noqa: E402
 
 # The nine benchmarks' shares of a composed dataset's cases (the demo's proportions).
 SHARES = (0.30, 0.20, 0.15, 0.10, 0.10, 0.05, 0.05, 0.03, 0.02)
@@ -59,11 +60,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     blocked = stats.BOOTSTRAP_BLOCK_ELEMENTS
-    print(f"load {os.getloadavg()[0]:.1f}; draws {stats.DEFAULT_BOOTSTRAP_DRAWS}")
+    print(f"load {os.getloadavg()[0]:.1f}; draws {DEFAULT_BOOTSTRAP_DRAWS}")
     print("cases   candidates  layout            wall s   cpu s   peak MB  identical")
     for cases in args.cases:
         base, cands = costs(cases, args.candidates)
-        one_block = stats.DEFAULT_BOOTSTRAP_DRAWS * cases
+        one_block = DEFAULT_BOOTSTRAP_DRAWS * cases
         for _ in range(args.rounds):
             a = timed(base, cands, one_block)
             b = timed(base, cands, blocked)

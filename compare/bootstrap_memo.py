@@ -1,14 +1,15 @@
-"""The savings bootstrap's intervals, computed once per set of inputs (issue 38 item 5).
+"""The savings bootstrap's resampled sums, drawn once per side (issue 38 item 5).
 
-`srbench.stats.savings_bootstrap_intervals` draws 2,000 resamples of every question: 1–2 s at
-100,000 cases, most of it the generator's bounded integers, and every Compare page, card page,
-export and CLI comparison drew them again. Each candidate's interval depends only on its
-inputs — the algorithm (`SAVINGS_BOOTSTRAP_VERSION`), draws, seed, α, and both sides'
-per-question costs benchmark by benchmark (a batch gives every candidate what a lone call would
-draw) — so it is kept under the SHA-256 of exactly those (`SavingsIntervalMemo`) and read back
-bit for bit: a row can never be stale, only absent. A miss computes the missing candidates in
-one batch and keeps them (concurrent readers may both compute; the first row stays, and both
-are the same numbers).
+`srbench.savings_bootstrap` draws 2,000 resamples of every question: 1–2 s at 100,000
+questions, most of it the generator's bounded integers. The resamples depend only on the
+benchmarks' sizes, the draws and the seed, and a side's resampled sums (exact integers) only
+on those and its own per-question costs — not on what it is paired with, nor on α. So each
+side's sums are kept under the SHA-256 of exactly those (`ResampledCostSums`) and read back bit
+for bit: a row can never be stale, only absent. The interval of a pair is then two rows and a
+quantile. A run's end keeps the sums of each of its targets (`compare.services`'s run-end
+hook), so a comparison of ended runs draws nothing; a side without a row is drawn with the
+other missing sides in one batch and kept (concurrent readers may both compute; the first row
+stays, and both are the same numbers).
 """
 
 from __future__ import annotations
@@ -19,29 +20,51 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from compare.models import SavingsIntervalMemo
-from srbench.stats import (
-    DEFAULT_BOOTSTRAP_DRAWS,
-    DEFAULT_BOOTSTRAP_SEED,
+from compare.models import ResampledCostSums
+from srbench.savings_bootstrap import (
     SAVINGS_BOOTSTRAP_VERSION,
     SavingsInterval,
-    savings_bootstrap_intervals,
+    resampled_cost_sums,
+    savings_interval_from_sums,
 )
+from srbench.stats import DEFAULT_BOOTSTRAP_DRAWS, DEFAULT_BOOTSTRAP_SEED
 
 Costs = Mapping[str, npt.ArrayLike]
+Sums = npt.NDArray[np.int64]
 
 
-def memo_key(base: Costs, candidate: Costs, *, draws: int, seed: int, alpha: float) -> str:
-    """The address of one candidate's interval: everything it is computed from."""
+def sums_key(side: Costs, *, draws: int, seed: int) -> str:
+    """The address of one side's resampled sums: everything they are computed from."""
     h = hashlib.sha256()
-    h.update(f"savings-bootstrap v{SAVINGS_BOOTSTRAP_VERSION} {draws} {seed} {alpha!r}".encode())
-    for benchmark in sorted(base):
-        for side in (base, candidate):
-            values = np.ascontiguousarray(side.get(benchmark, ()), dtype="<f8")
-            h.update(f"\n{benchmark} {values.size}\n".encode())
-            h.update(values.tobytes())
-    h.update(f"\n{sorted(candidate)}".encode())
+    h.update(f"resampled-cost-sums v{SAVINGS_BOOTSTRAP_VERSION} {draws} {seed}".encode())
+    for benchmark in sorted(side):
+        values = np.ascontiguousarray(side[benchmark], dtype="<f8")
+        h.update(f"\n{benchmark} {values.size}\n".encode())
+        h.update(values.tobytes())
     return h.hexdigest()
+
+
+def resampled_sums_kept(sides: Sequence[Costs], *, draws: int, seed: int) -> list[Sums | None]:
+    """`resampled_cost_sums(sides, draws, seed)`, each side read from its row when one is
+    kept; the missing known sides drawn in one batch and kept. A side with an unknown cost is
+    None and drawn never (nothing is kept for it)."""
+    keys = [sums_key(s, draws=draws, seed=seed) for s in sides]
+    kept = dict(ResampledCostSums.objects.filter(key__in=set(keys)).values_list("key", "sums"))
+    out: list[Sums | None] = [
+        np.frombuffer(bytes(kept[k]), dtype="<i8") if k in kept else None for k in keys
+    ]
+    missing = [i for i, k in enumerate(keys) if k not in kept and _known(sides[i])]
+    if not missing:
+        return out
+    computed = resampled_cost_sums([sides[i] for i in missing], draws=draws, seed=seed)
+    rows = {}
+    for i, sums in zip(missing, computed, strict=True):
+        out[i] = sums
+        if sums is not None:
+            blob = sums.astype("<i8").tobytes()
+            rows[keys[i]] = ResampledCostSums(key=keys[i], sums=blob)
+    ResampledCostSums.objects.bulk_create(rows.values(), ignore_conflicts=True)
+    return out
 
 
 def savings_intervals(
@@ -52,30 +75,13 @@ def savings_intervals(
     seed: int = DEFAULT_BOOTSTRAP_SEED,
     alpha: float,
 ) -> list[SavingsInterval | None]:
-    """`savings_bootstrap_intervals(base, candidates, …)`, each candidate's read from its memo
-    row when one is kept, the rest computed (in one batch) and kept."""
-    keys = [memo_key(base, c, draws=draws, seed=seed, alpha=alpha) for c in candidates]
-    kept = {m.key: m for m in SavingsIntervalMemo.objects.filter(key__in=set(keys))}
-    out: list[SavingsInterval | None] = [None] * len(candidates)
-    missing = []
-    for i, key in enumerate(keys):
-        row = kept.get(key)
-        if row is None:
-            missing.append(i)
-        elif row.lower is not None and row.upper is not None:
-            out[i] = SavingsInterval(row.lower, row.upper, alpha, draws, seed)
-    if not missing:
-        return out
-    computed = savings_bootstrap_intervals(
-        base, [candidates[i] for i in missing], draws=draws, seed=seed, alpha=alpha
-    )
-    rows = {}
-    for i, interval in zip(missing, computed, strict=True):
-        out[i] = interval
-        rows[keys[i]] = SavingsIntervalMemo(
-            key=keys[i],
-            lower=None if interval is None else interval.lower,
-            upper=None if interval is None else interval.upper,
-        )
-    SavingsIntervalMemo.objects.bulk_create(rows.values(), ignore_conflicts=True)
-    return out
+    """`savings_bootstrap_intervals(base, candidates, …)` from the sides' kept sums."""
+    base_sums, *candidate_sums = resampled_sums_kept([base, *candidates], draws=draws, seed=seed)
+    return [
+        savings_interval_from_sums(base_sums, s, alpha=alpha, draws=draws, seed=seed)
+        for s in candidate_sums
+    ]
+
+
+def _known(side: Costs) -> bool:
+    return not any(np.isnan(np.asarray(v, dtype=np.float64)).any() for v in side.values())

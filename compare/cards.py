@@ -38,7 +38,8 @@ from srbench.presenters import (
     usd_html,
     verdict_class,
 )
-from srbench.stats import PairedResult, SavingsInterval, clipped_to_unit
+from srbench.savings_bootstrap import SavingsInterval
+from srbench.stats import PairedResult, clipped_to_unit
 
 UNKNOWN = UNKNOWN_HTML  # the one marker (srbench/presenters.py)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from runs.ledger.selectors import MANIFEST_WITHOUT_CASES
 from runs.models import TERMINAL_RUN_STATUSES, Run
 from srbench.refusals import Refusal
 
@@ -24,6 +25,7 @@ __all__ = [
     "Difference",
     "IncomparableRuns",
     "baseline_refusal",
+    "compared_manifest",
     "execution_differences",
     "measured_limits",
     "model_prices",
@@ -56,6 +58,13 @@ EXECUTION_LIMITS = (
     "max_cost_usd",
 )
 _MAX_LISTED = 5
+
+
+def compared_manifest(run: Run) -> Mapping[str, Any]:
+    """The manifest fields a comparison reads (all but the case list): what the run was loaded
+    with by `runs.ledger.selectors.without_case_list`, else its manifest."""
+    head = getattr(run, MANIFEST_WITHOUT_CASES, None)
+    return head if head is not None else run.manifest
 
 
 def measured_limits(limits: Any) -> Any:
@@ -135,8 +144,9 @@ def _child_problem(run: Run) -> str:
     judged benchmarks only, so as a run it would compare a part of the parent's test with a
     whole one; a user who wants the re-judged scores reads its report beside the parent's,
     and compares the parent. A recovery of a re-judge child is a recovery child."""
-    marker = run.manifest.get("rejudge") if isinstance(run.manifest, dict) else None
-    recovery = run.manifest.get("recovery") if isinstance(run.manifest, dict) else None
+    manifest = compared_manifest(run)
+    marker = manifest.get("rejudge") if isinstance(manifest, dict) else None
+    recovery = manifest.get("recovery") if isinstance(manifest, dict) else None
     if marker and not recovery:
         return (
             f"run {run.pk} is a re-judge of run {run.parent_id}: its scores are run "
@@ -237,9 +247,13 @@ def _price_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Diffe
     return out
 
 
-def runs_differences(baseline: Run, candidate: Run) -> list[Difference]:
+def runs_differences(
+    baseline: Run, candidate: Run, *, same_cases: bool | None = None
+) -> list[Difference]:
     """Every reason the pair is not comparable; empty means comparable. Re-run on each
-    comparison, never cached: the server re-verifies every pair (R11.2)."""
+    comparison, never cached: the server re-verifies every pair (R11.2). ``same_cases``: True
+    when the caller knows both runs planned the same set of cases (their `PlanCases` digests
+    agree); otherwise both case lists are read and compared."""
     out = [
         Difference("run", None, None, problem)
         for run in dict.fromkeys([baseline, candidate])
@@ -247,10 +261,15 @@ def runs_differences(baseline: Run, candidate: Run) -> list[Difference]:
     ]
     if baseline.pk == candidate.pk:
         return out
-    a, b = baseline.manifest, candidate.manifest
+    a, b = compared_manifest(baseline), compared_manifest(candidate)
     for name in COMPARED_FIELDS:
         if name == "cases":
-            out.extend(_case_differences(a.get("cases", []), b.get("cases", [])))
+            if not same_cases:
+                cases_a, cases_b = (
+                    baseline.manifest.get("cases", []),
+                    candidate.manifest.get("cases", []),
+                )
+                out.extend(_case_differences(cases_a, cases_b))
         elif name == "prices":
             out.extend(_price_differences(a, b))
         elif name == "limits":
@@ -264,8 +283,8 @@ def execution_differences(baseline: Run, candidate: Run) -> list[Difference]:
     """The execution limits in which a comparable pair differs: shown beside the comparison,
     never a reason to refuse it."""
     out: list[Difference] = []
-    limits_a = baseline.manifest.get("limits") or {}
-    limits_b = candidate.manifest.get("limits") or {}
+    limits_a = compared_manifest(baseline).get("limits") or {}
+    limits_b = compared_manifest(candidate).get("limits") or {}
     for key in EXECUTION_LIMITS:
         if key in limits_a or key in limits_b:
             _diff_values(f"limits.{key}", limits_a.get(key), limits_b.get(key), out)

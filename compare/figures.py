@@ -94,7 +94,7 @@ def cells_pack(run_ids: Sequence[int]) -> dict[int, npt.NDArray[np.void]]:
 
 
 def run_figures(runs: Sequence[Run]) -> RunFigures:
-    """The reports and cells of ``runs`` (with their manifests loaded), stored ones where their
+    """The reports and cells of ``runs``, stored ones where their
     fingerprint still holds, the rest computed in one batch and kept when settled."""
     keys = {pk: report_key(fp) for pk, fp in runs_settled_fingerprints(list(runs)).items() if fp}
     reports = {
@@ -112,13 +112,25 @@ def run_figures(runs: Sequence[Run]) -> RunFigures:
         if fp == _figures_key(keys[pk])
     }
     missing = [r for r in runs if r.pk not in reports]
-    new_reports = run_reports_compute(runs=missing) if missing else {}
+    new_reports = run_reports_compute(runs=_with_manifests(missing)) if missing else {}
     new_cells = cells_pack([r.pk for r in runs if r.pk not in cells])
     reports.update(new_reports)
     cells.update(new_cells)
     if any(pk in keys for pk in [*new_reports, *new_cells]):
         _keep(runs, keys, new_reports, new_cells)
     return RunFigures(reports, cells)
+
+
+def _with_manifests(runs: list[Run]) -> list[Run]:
+    """The runs with their whole manifests, read in one query for those loaded without (a
+    report reads the case list)."""
+    wanted = [r.pk for r in runs if "manifest" not in r.__dict__]
+    if wanted:
+        manifests = dict(Run.objects.filter(pk__in=wanted).values_list("pk", "manifest"))
+        for r in runs:
+            if r.pk in manifests:
+                r.manifest = manifests[r.pk]
+    return runs
 
 
 def _keep(

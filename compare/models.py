@@ -30,18 +30,36 @@ class CaseFigures(models.Model):
         return f"case figures of run {self.run_id}"
 
 
-class SavingsIntervalMemo(models.Model):
-    """One candidate's subject-savings bootstrap interval, kept under the address of what it
-    was computed from (`compare.bootstrap_memo`): the algorithm's version, draws, seed, α and
-    the per-question costs of both sides, benchmark by benchmark. The same inputs give the same
-    interval, so a row is never stale; it is only the answer a comparison would compute again
-    (1–2 s at 100,000 cases, most of it the generator's draws). Null bounds: the interval is
-    unknown for those inputs (a resample whose baseline cost sums to zero)."""
+class ResampledCostSums(models.Model):
+    """One side's resampled cost sums of the savings bootstrap, kept under the address of what
+    they are computed from (`compare.bootstrap_memo`): the algorithm's version, draws, seed and
+    the side's per-question costs, benchmark by benchmark. The same inputs give the same sums,
+    so a row is never stale; it is only what a comparison would draw again (1–2 s at 100,000
+    questions). `sums`: one little-endian int64 per draw, in whole 1e-10 USD."""
 
     key = models.CharField(max_length=64, primary_key=True)
-    lower = models.FloatField(null=True)
-    upper = models.FloatField(null=True)
+    sums = models.BinaryField()
     computed_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
-        return f"savings interval {self.key[:12]}"
+        return f"resampled cost sums {self.key[:12]}"
+
+
+class PlanCases(models.Model):
+    """A run's planned cases as a comparison reads them (issue 38 item 5): the frozen
+    manifest's case list, which is megabytes of JSON at 100,000 cases, packed once. `digest`:
+    the SHA-256 of the cases as a set of (question, content hash, benchmark) — two runs planned
+    the same cases exactly when their digests agree, which is how the comparison checks it
+    (`compare.compatibility.runs_differences`); `cases`: per case in the manifest's order its
+    question (<i8) and the index of its benchmark in `benchmarks` (<i2). The manifest never
+    changes, so neither does the row (`compare.plan_cases`)."""
+
+    run = models.OneToOneField(
+        "runs.Run", on_delete=models.CASCADE, primary_key=True, related_name="plan_cases"
+    )
+    digest = models.CharField(max_length=64)
+    benchmarks = models.JSONField()
+    cases = models.BinaryField()
+
+    def __str__(self) -> str:
+        return f"planned cases of run {self.run_id}"

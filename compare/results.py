@@ -24,7 +24,8 @@ from runs.reporting.official_metrics import NOTE as OFFICIAL_NOTE
 from runs.reporting.official_metrics import official_metrics
 from runs.reporting.report_types import Report, TargetReport
 from srbench.money import money_text
-from srbench.stats import BaselineChoice, PairedResult, SavingsInterval, clipped_to_unit
+from srbench.savings_bootstrap import SavingsInterval
+from srbench.stats import BaselineChoice, PairedResult, clipped_to_unit
 
 # Fixed statements every comparison carries, whatever its numbers (R3.2, R5.5, R6.2, R6.3).
 STATEMENTS = {

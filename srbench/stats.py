@@ -16,7 +16,7 @@ tuning choices, or of data contamination (R6.3); the UI has to say so.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
@@ -29,7 +29,6 @@ __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_BOOTSTRAP_DRAWS",
     "DEFAULT_BOOTSTRAP_SEED",
-    "SAVINGS_INTERVAL_LABEL",
     "Z_95",
     "BaselineCandidate",
     "BaselineChoice",
@@ -37,7 +36,6 @@ __all__ = [
     "BootstrapInterval",
     "NonInferiority",
     "PairedResult",
-    "SavingsInterval",
     "accuracy",
     "hoeffding_half_width",
     "paired_difference",
@@ -45,8 +43,6 @@ __all__ = [
     "question_differences",
     "question_totals",
     "renormalised_weights",
-    "savings_bootstrap_interval",
-    "savings_bootstrap_intervals",
     "savings_pct",
     "select_baseline",
     "stratified_bootstrap_interval",
@@ -57,8 +53,6 @@ __all__ = [
 Z_95 = 1.959963984540054
 DEFAULT_ALPHA = 0.05
 DEFAULT_BOOTSTRAP_DRAWS = 2000
-# Resampled case indices held at once by the savings bootstrap (about 32 MB of int64).
-BOOTSTRAP_BLOCK_ELEMENTS = 1 << 22
 # sr-bench's default seed, so a diagnostic interval is reproducible run to run.
 DEFAULT_BOOTSTRAP_SEED = 20260918
 
@@ -535,166 +529,3 @@ def savings_pct(candidate_cost: Decimal | None, baseline_cost: Decimal | None) -
     with localcontext() as ctx:
         ctx.prec = 34
         return 100 * (1 - candidate_cost / baseline_cost)
-
-
-# The savings bootstrap's unit of cost: 1e-10 USD. The ledger keeps every digit (18 places,
-# issue 35 item 5); this diagnostic interval resamples float64 per-cell costs, and whole units
-# this small keep its integer sums exact (below 2**53 units, about 900,000 USD, in float64).
-COST_UNITS_PER_USD = 10**10
-# The savings bootstrap's algorithm, as a memo of its results is addressed
-# (compare.bootstrap_memo): change it whenever the same inputs could give another interval.
-SAVINGS_BOOTSTRAP_VERSION = 1
-
-SAVINGS_INTERVAL_LABEL = "diagnostic: stratified paired bootstrap of the cost ratio"
-
-
-@dataclass(frozen=True, slots=True)
-class SavingsInterval:
-    lower: float  # savings %, 100 × (1 − candidate / baseline)
-    upper: float
-    alpha: float
-    draws: int
-    seed: int
-    label: str = SAVINGS_INTERVAL_LABEL
-
-
-def savings_bootstrap_interval(
-    baseline_costs_by_benchmark: Mapping[str, npt.ArrayLike],
-    candidate_costs_by_benchmark: Mapping[str, npt.ArrayLike],
-    draws: int = DEFAULT_BOOTSTRAP_DRAWS,
-    seed: int = DEFAULT_BOOTSTRAP_SEED,
-    alpha: float = DEFAULT_ALPHA,
-) -> SavingsInterval | None:
-    """Percentile bootstrap of subject-cost savings, 100 × (1 − Σ candidate / Σ baseline).
-
-    The arrays hold one cost per *question* (its attempts' costs summed, see
-    :func:`question_totals`: the question is the unit). Questions are resampled with
-    replacement within each benchmark (so every resample keeps the plan's n_b), and the same
-    drawn indices are applied to both arrays: the pair (baseline cost, candidate cost) of one
-    question stays together, because the two costs are correlated through the question's
-    length. Savings are a ratio of *sums*, not a mean of per-question ratios, matching the
-    point estimate. Benchmarks are drawn in sorted order so one seed gives one interval
-    whatever the dict order. A diagnostic only: it says how much the savings depend on which
-    questions happened to be sampled, nothing about prices or other workloads.
-
-    None (unknown) when any cost is unknown (None or NaN) — an interval over the known part
-    would pass a partial sum off as the whole — when the baseline's total cost is 0, or when
-    some resample draws only free baseline questions, so that its ratio does not exist.
-    """
-    (interval,) = savings_bootstrap_intervals(
-        baseline_costs_by_benchmark,
-        [candidate_costs_by_benchmark],
-        draws=draws,
-        seed=seed,
-        alpha=alpha,
-    )
-    return interval
-
-
-def _cost_array(benchmark: str, raw: npt.ArrayLike, size: int | None) -> npt.NDArray[np.float64]:
-    # Casting to float64 turns None into NaN, so one NaN test catches both spellings of
-    # unknown; Decimals become floats, enough for a diagnostic interval.
-    costs = np.asarray(raw, dtype=np.float64)
-    if costs.ndim != 1 or costs.size == 0:
-        raise ValueError(f"{benchmark}: costs must be a non-empty 1-D array")
-    if size is not None and costs.size != size:
-        raise ValueError(f"{benchmark}: baseline and candidate must be paired on cases")
-    if (costs < 0).any():
-        raise ValueError("costs cannot be negative")
-    return costs
-
-
-def _resampled_sums(
-    rng: np.random.Generator, units: list[npt.NDArray[np.float64]], draws: int
-) -> npt.NDArray[np.int64]:
-    """Per resample, the exact sum of each cost column (whole units), resampling each block of
-    `units` (one per benchmark, in order; rows are cases) with replacement `draws` times.
-
-    The resamples are drawn a block of rows at a time: the generator's stream is the same as
-    one draw of (draws, n) (tests/compare/test_savings_interval.py checks it), and a block stays
-    in cache where the whole (draws, n) matrix took gigabytes at 100,000 cases."""
-    largest = sum(u.max(axis=0) * u.shape[0] for u in units)
-    if largest.max() >= 2**63:
-        raise ValueError("costs too large to resample exactly")
-    in_float = bool(largest.max() < 2**53)
-    sums = np.zeros((draws, units[0].shape[1]), dtype=np.int64)
-    for block in units:
-        n = block.shape[0]
-        exact = block.astype(np.int64)  # the int64 path's weights (past 2**53 units)
-        rows = max(1, BOOTSTRAP_BLOCK_ELEMENTS // n)
-        for start in range(0, draws, rows):
-            stop = min(start + rows, draws)
-            idx = rng.integers(0, n, size=(stop - start, n))
-            # counts[d, i]: how often resample d drew case i: a resample's sum is counts @ costs.
-            idx += (np.arange(stop - start, dtype=np.int64) * n)[:, None]
-            counts = np.bincount(idx.ravel(), minlength=(stop - start) * n).reshape(-1, n)
-            if in_float:
-                sums[start:stop] += (counts.astype(np.float64) @ block).astype(np.int64)
-            else:
-                sums[start:stop] += counts @ exact
-    return sums
-
-
-def savings_bootstrap_intervals(
-    baseline_costs_by_benchmark: Mapping[str, npt.ArrayLike],
-    candidates_costs_by_benchmark: Sequence[Mapping[str, npt.ArrayLike]],
-    draws: int = DEFAULT_BOOTSTRAP_DRAWS,
-    seed: int = DEFAULT_BOOTSTRAP_SEED,
-    alpha: float = DEFAULT_ALPHA,
-) -> list[SavingsInterval | None]:
-    """:func:`savings_bootstrap_interval` of several candidates against one baseline, in order.
-
-    Every candidate gets the resamples a lone call would draw (one generator per seed,
-    benchmarks in sorted order) and the sums are exact, so the batch changes no interval. The
-    resamples are drawn once and turned into per-case counts, so the resampled sums of all
-    candidates are one matrix product rather than a gather per candidate. Costs are taken in
-    whole 1e-10 USD (:data:`COST_UNITS_PER_USD`).
-    """
-    if draws < 1:
-        raise ValueError("draws must be at least 1")
-    if not 0 < alpha < 1:
-        raise ValueError("alpha must be in (0, 1)")
-    if not baseline_costs_by_benchmark:
-        raise ValueError("no benchmarks")
-    benchmarks = sorted(baseline_costs_by_benchmark)
-    for candidate in candidates_costs_by_benchmark:
-        if set(candidate) != set(benchmarks):
-            raise ValueError("baseline and candidate must cover the same benchmarks")
-    base = {b: _cost_array(b, baseline_costs_by_benchmark[b], None) for b in benchmarks}
-    # Column j + 1 of each benchmark's matrix is candidate j; column 0 is the baseline.
-    columns = {
-        b: [base[b]] + [_cost_array(b, c[b], base[b].size) for c in candidates_costs_by_benchmark]
-        for b in benchmarks
-    }
-    out: list[SavingsInterval | None] = [None] * len(candidates_costs_by_benchmark)
-    if any(np.isnan(base[b]).any() for b in benchmarks):
-        return out
-    if sum(float(base[b].sum()) for b in benchmarks) == 0:
-        return out
-    known = [
-        j
-        for j in range(len(candidates_costs_by_benchmark))
-        if not any(np.isnan(columns[b][j + 1]).any() for b in benchmarks)
-    ]
-    if not known:
-        return out
-
-    # Whole units of COST_UNITS_PER_USD, so that every resample's sum
-    # is an exact integer: float64 products and sums of integers below 2**53 are exact in any
-    # order, so an interval never depends on the other candidates in the batch nor on how the
-    # matrix product is blocked. Past 2**53 units the product is done in int64, still exact.
-    units = {
-        b: np.column_stack(
-            [np.rint(columns[b][0] * COST_UNITS_PER_USD)]
-            + [np.rint(columns[b][j + 1] * COST_UNITS_PER_USD) for j in known]
-        )
-        for b in benchmarks
-    }
-    sums = _resampled_sums(np.random.default_rng(seed), [units[b] for b in benchmarks], draws)
-    if (sums[:, 0] == 0).any():
-        return out
-    savings = 100.0 * (1.0 - sums[:, 1:].astype(np.float64) / sums[:, :1].astype(np.float64))
-    bounds = np.quantile(savings, [alpha / 2, 1 - alpha / 2], axis=0)
-    for k, j in enumerate(known):
-        out[j] = SavingsInterval(float(bounds[0, k]), float(bounds[1, k]), alpha, draws, seed)
-    return out

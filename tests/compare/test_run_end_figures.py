@@ -6,6 +6,7 @@ logged and never changes the run."""
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -13,8 +14,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from compare.figures import CELL_RECORD, FIGURES_VERSION, case_figures_keep, cells_pack
-from compare.models import CaseFigures
-from compare.services import comparison_build
+from compare.models import CaseFigures, PlanCases, ResampledCostSums
+from compare.services import comparison_build, savings_sums_keep
 from runs.engine.finish import run_finish_if_done
 from runs.ledger import hooks
 from runs.ledger.selectors import run_settled_fingerprint
@@ -31,6 +32,9 @@ FIGURES_TABLE = CaseFigures._meta.db_table
 REPORTS_TABLE = RunReport._meta.db_table
 CELLS_TABLE = Cell._meta.db_table
 CALLS_TABLE = Call._meta.db_table
+# A read of a run's whole manifest (its case list is megabytes at 100,000 cases); a key of it
+# (`-> 'targets'`) or the manifest without its case list (`- 'cases'`) is not one.
+WHOLE_MANIFEST = re.compile(rf'"{Run._meta.db_table}"\."manifest"(?!\s*-)')
 
 
 def _expected_key(run: Run) -> str:
@@ -59,8 +63,12 @@ def _writes(queries: list[dict[str, str]], table: str) -> list[str]:
     ]
 
 
-def test_compare_registers_its_run_end_hook_once() -> None:
+def test_compare_registers_its_run_end_hooks_once_in_order() -> None:
     assert hooks.run_end_hooks.count(case_figures_keep) == 1
+    assert hooks.run_end_hooks.count(savings_sums_keep) == 1
+    # The sums are computed from the stored figures, so after them.
+    order = hooks.run_end_hooks.index
+    assert order(case_figures_keep) < order(savings_sums_keep)
 
 
 @pytest.mark.worker
@@ -92,14 +100,18 @@ def test_runs_ended_by_a_worker_have_their_figures_stored_and_the_first_comparis
     baseline, candidate = runs
     for run in runs:
         assert run.status == "completed", (run.stop_reason, celery_worker.log()[-3000:])
-    # The hooks run after the transaction that made the run terminal.
+    # The hooks run after the transaction that made the run terminal: the figures, the packed
+    # cases, and the savings bootstrap's sums of every target (three, all costs known).
     wait_until(lambda: CaseFigures.objects.filter(run__in=runs).count() == 2, timeout=60)
+    wait_until(lambda: ResampledCostSums.objects.count() == 3, timeout=60)
+    assert PlanCases.objects.filter(run__in=runs).count() == 2
     for run in runs:
         _assert_stored_as_computed(run)
         assert RunReport.objects.get(run=run).fingerprint == report_key(
             run_settled_fingerprint(Run.objects.get(pk=run.pk))
         )
     stamped = dict(CaseFigures.objects.values_list("run_id", "computed_at"))
+    kept_sums = dict(ResampledCostSums.objects.values_list("key", "computed_at"))
 
     with CaptureQueriesContext(connection) as first:
         doc = comparison_build(baseline_run_id=baseline.pk, candidate_run_ids=[candidate.pk])
@@ -110,6 +122,11 @@ def test_runs_ended_by_a_worker_have_their_figures_stored_and_the_first_comparis
     # it knows the stored figures hold).
     assert _writes(first.captured_queries, FIGURES_TABLE) == []
     assert _writes(first.captured_queries, REPORTS_TABLE) == []
+    # Nor did it draw the savings bootstrap or pack a case list, and it read no whole manifest.
+    for table in (ResampledCostSums._meta.db_table, PlanCases._meta.db_table):
+        assert _writes(first.captured_queries, table) == []
+    assert dict(ResampledCostSums.objects.values_list("key", "computed_at")) == kept_sums
+    assert [q["sql"] for q in first.captured_queries if WHOLE_MANIFEST.search(q["sql"])] == []
     outcome_reads = [
         q["sql"]
         for q in first.captured_queries
@@ -121,6 +138,8 @@ def test_runs_ended_by_a_worker_have_their_figures_stored_and_the_first_comparis
     # What it read gives the comparison computed afresh from the ledger.
     CaseFigures.objects.all().delete()
     RunReport.objects.all().delete()
+    ResampledCostSums.objects.all().delete()
+    PlanCases.objects.all().delete()
     assert comparison_build(baseline_run_id=baseline.pk, candidate_run_ids=[candidate.pk]) == doc
 
 

@@ -10,13 +10,13 @@ import pytest
 
 from compare.services import comparison_build
 from compare.views import compare_url
-from srbench import stats
-from srbench.stats import (
-    DEFAULT_BOOTSTRAP_SEED,
+from srbench import savings_bootstrap as stats
+from srbench.savings_bootstrap import (
     SAVINGS_INTERVAL_LABEL,
     savings_bootstrap_interval,
     savings_bootstrap_intervals,
 )
+from srbench.stats import DEFAULT_BOOTSTRAP_SEED
 from tests import factories as f
 from tests.compare import builders as b
 

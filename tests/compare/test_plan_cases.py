@@ -1,0 +1,43 @@
+"""A run's planned cases packed for comparisons (compare/plan_cases.py, issue 38 item 5): the
+digest is the case *set*, the packed columns are the manifest's cases, and a comparison reads
+them instead of the manifest's megabytes of case list."""
+
+from __future__ import annotations
+
+import pytest
+
+from compare.models import PlanCases
+from compare.plan_cases import case_set_digest, plan_cases, planned_cases
+from runs.models import Run
+from tests.compare import builders as b
+
+pytestmark = pytest.mark.django_db
+
+CASES = [[7, "a" * 64, "gpqa"], [3, "b" * 64, "mmlu-pro"], [5, "c" * 64, "gpqa"]]
+
+
+def test_the_digest_is_the_set_of_cases() -> None:
+    digest = case_set_digest(CASES)
+    assert case_set_digest(list(reversed(CASES))) == digest  # a plan's order is not measured
+    assert case_set_digest([*CASES, CASES[0]]) == digest  # nor is a repeat (a set)
+    assert case_set_digest([tuple(c) for c in CASES]) == digest
+    changed = [CASES[0], CASES[1], [5, "d" * 64, "gpqa"]]  # one content hash
+    moved = [CASES[0], CASES[1], [5, "c" * 64, "mmlu-pro"]]  # one benchmark
+    assert len({digest, case_set_digest(changed), case_set_digest(moved)}) == 3
+
+
+def test_the_packed_cases_are_the_manifests() -> None:
+    qs = b.questions({"mmlu-pro": 3, "gpqa": 2})
+    run = b.run(qs, {b.target("one"): [True, False, True, True, False]})
+    manifest = Run.objects.get(pk=run.pk).manifest
+    (kept,) = plan_cases([Run.objects.defer("manifest").get(pk=run.pk)]).values()
+    assert (
+        PlanCases.objects.get(run=run).digest == kept.digest == case_set_digest(manifest["cases"])
+    )
+    order = list(manifest["benchmarks"])
+    questions, benchmarks = planned_cases(PlanCases.objects.get(run=run), order)
+    assert questions.tolist() == [c[0] for c in manifest["cases"]]
+    assert [order[i] for i in benchmarks.tolist()] == [c[2] for c in manifest["cases"]]
+    # A benchmark the manifest does not list is an error, as reading the list would be.
+    with pytest.raises(KeyError):
+        planned_cases(kept, [o for o in order if o != "gpqa"])
