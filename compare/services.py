@@ -18,7 +18,6 @@ so n_b, the Hoeffding radius, the family-wise interval and both bootstraps count
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -180,9 +179,14 @@ class _CellTable:
             for i, code in enumerate(pair_codes)
         }
         states: dict[tuple[int, int], dict[str, int]] = {}
-        counted = Counter(zip(inverse.tolist(), packed["status"].tolist(), strict=True))
-        for (pair, state), n in sorted(counted.items()):
+        # Cells per (pair, status), counted in one pass: 100,000 cells a run.
+        width = len(STATUSES)
+        counted = np.bincount(
+            inverse * width + packed["status"].astype(np.int64), minlength=pair_codes.size * width
+        ).reshape(-1, width)
+        for pair, state in zip(*np.nonzero(counted), strict=True):
             code = int(pair_codes[pair])
+            n = int(counted[pair, state])
             states.setdefault((code // span, code % span), {})[STATUSES[state]] = n
         slugs = target_slugs(cells)
         return cls(
