@@ -240,7 +240,7 @@ class CompareCandidatesView(APIView):
     def get(self, request: Request) -> Response:
         baseline = int_param(request, "baseline", 0, low=1)
         q = request.query_params.get("q", "")[:200]
-        pool = comparable_pool()
+        pool = comparable_pool(baseline)
         if baseline not in pool and not Run.objects.filter(pk=baseline).exists():
             raise NotFound(f"unknown run: {baseline}")
         options = candidate_options(baseline, q, pool=pool)

@@ -52,7 +52,9 @@ class PlanCases(models.Model):
     the same cases exactly when their digests agree, which is how the comparison checks it
     (`compare.compatibility.runs_differences`); `cases`: per case in the manifest's order its
     question (<i8) and the index of its benchmark in `benchmarks` (<i2). The manifest never
-    changes, so neither does the row (`compare.plan_cases`)."""
+    changes, so neither does the row (`compare.plan_cases`). `head`: every other field of the
+    manifest (targets, prices, benchmarks, limits…), which a comparison and the Compare page's
+    offer read: out of a 7 MB manifest, each key costs the database a detoast of all of it."""
 
     run = models.OneToOneField(
         "runs.Run", on_delete=models.CASCADE, primary_key=True, related_name="plan_cases"
@@ -60,6 +62,7 @@ class PlanCases(models.Model):
     digest = models.CharField(max_length=64)
     benchmarks = models.JSONField()
     cases = models.BinaryField()
+    head = models.JSONField()
 
     def __str__(self) -> str:
         return f"planned cases of run {self.run_id}"

@@ -19,11 +19,13 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from django.db.models import JSONField, OuterRef, Subquery
 
 from compare.models import PlanCases
+from runs.ledger.selectors import MANIFEST_WITHOUT_CASES, without_case_list
 from runs.models import Run
 
-__all__ = ["CASE_RECORD", "case_set_digest", "plan_cases", "planned_cases"]
+__all__ = ["CASE_RECORD", "case_set_digest", "kept_head", "plan_cases", "planned_cases"]
 
 CASE_RECORD = np.dtype([("question", "<i8"), ("benchmark", "<i2")])
 
@@ -35,7 +37,7 @@ def case_set_digest(cases: Sequence[Any]) -> str:
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
-def _pack(run_id: int, cases: Sequence[Any]) -> PlanCases:
+def _pack(run_id: int, cases: Sequence[Any], head: dict[str, Any]) -> PlanCases:
     names = sorted({str(c[2]) for c in cases})
     position = {b: i for i, b in enumerate(names)}
     packed = np.array([(c[0], position[str(c[2])]) for c in cases], dtype=CASE_RECORD)
@@ -44,26 +46,33 @@ def _pack(run_id: int, cases: Sequence[Any]) -> PlanCases:
         digest=case_set_digest(cases),
         benchmarks=names,
         cases=packed.tobytes(),
+        head=head,
     )
 
 
 def plan_cases(runs: Sequence[Run]) -> dict[int, PlanCases]:
-    """Every run's packed cases: the kept rows, the rest packed from the case lists (read alone,
-    one query) and kept."""
+    """Every run's packed cases: the kept rows, the rest packed from the manifests (each read
+    once, the case list apart from the rest) and kept."""
     out = {p.run_id: p for p in PlanCases.objects.filter(run_id__in=[r.pk for r in runs])}
-    missing = [r for r in runs if r.pk not in out]
-    if not missing:
+    wanted = [r.pk for r in runs if r.pk not in out]
+    if not wanted:
         return out
-    lists: dict[int, Any] = {
-        r.pk: r.manifest.get("cases") for r in missing if "manifest" in r.__dict__
-    }
-    wanted = [r.pk for r in missing if r.pk not in lists]
-    if wanted:
-        lists.update(Run.objects.filter(pk__in=wanted).values_list("pk", "manifest__cases"))
-    rows = [_pack(pk, cases or []) for pk, cases in lists.items()]
+    read = without_case_list(Run.objects.filter(pk__in=wanted))
+    rows = [
+        _pack(pk, cases or [], head)
+        for pk, cases, head in read.values_list("pk", "manifest__cases", MANIFEST_WITHOUT_CASES)
+    ]
     PlanCases.objects.bulk_create(rows, ignore_conflicts=True)
     out.update({p.run_id: p for p in rows})
     return out
+
+
+def kept_head(key: str | None = None) -> Subquery:
+    """The run's kept manifest head (or one key of it), for a Run query: null where its cases
+    were not packed yet."""
+    field = "head" if key is None else f"head__{key}"
+    kept = PlanCases.objects.filter(run=OuterRef("pk")).values(field)[:1]
+    return Subquery(kept, output_field=JSONField())
 
 
 def planned_cases(

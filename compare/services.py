@@ -38,7 +38,7 @@ from compare.compatibility import (
 )
 from compare.figures import STATUSES, run_figures, target_slugs
 from compare.models import PlanCases
-from compare.plan_cases import plan_cases, planned_cases
+from compare.plan_cases import kept_head, plan_cases, planned_cases
 from compare.results import (
     CandidateResult,
     Comparison,
@@ -235,7 +235,8 @@ def _load_runs(baseline_run_id: int, candidate_run_ids: Sequence[int]) -> dict[i
     """The runs, each with its manifest's fields but the case list (`compared_manifest`):
     the case lists are read packed (`compare.plan_cases`)."""
     wanted = list(dict.fromkeys([baseline_run_id, *candidate_run_ids]))
-    runs = {r.pk: r for r in without_case_list(Run.objects.filter(pk__in=wanted))}
+    found = without_case_list(Run.objects.filter(pk__in=wanted), kept=kept_head())
+    runs = {r.pk: r for r in found}
     missing = [str(pk) for pk in wanted if pk not in runs]
     if missing:
         raise ComparisonError(f"unknown run(s): {', '.join(missing)}")

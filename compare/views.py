@@ -128,7 +128,8 @@ def compare_page(request: HttpRequest) -> HttpResponse:
         )
     d = form.cleaned_data
     baseline_id: int | None = d["baseline"]
-    pool = comparable_pool()
+    # Step 2 needs the baseline's group only; step 1 offers every run.
+    pool = comparable_pool(baseline_id)
     if baseline_id is not None and ("op" in request.GET or d["goto"]):
         return _apply(form, pool, request)
 

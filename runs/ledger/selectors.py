@@ -18,8 +18,8 @@ from django.db.models import (
     QuerySet,
     Subquery,
 )
-from django.db.models.expressions import RawSQL
-from django.db.models.functions import Cast, NullIf
+from django.db.models.expressions import BaseExpression, RawSQL
+from django.db.models.functions import Cast, Coalesce, NullIf
 from django.utils import timezone
 
 from datasets.benchmarks import ADAPTERS, get_adapter
@@ -364,12 +364,16 @@ def runs_data_provenance(runs: list[Run]) -> dict[int, dict[str, str]]:
 MANIFEST_WITHOUT_CASES = "manifest_without_cases"
 
 
-def without_case_list(qs: QuerySet[Run]) -> QuerySet[Run]:
+def without_case_list(qs: QuerySet[Run], *, kept: BaseExpression | None = None) -> QuerySet[Run]:
     """Runs with their frozen manifest deferred and, as `MANIFEST_WITHOUT_CASES`, every field of
     it but the case list (megabytes of JSON at 100,000 cases), cut by the database: for
-    readers that need the manifest's small fields of several runs (a comparison)."""
+    readers that need the manifest's small fields of several runs (a comparison). ``kept``: a
+    copy of those fields kept elsewhere, read first (null where there is none); cutting a
+    toasted manifest still decompresses all of it."""
     column = f'"{Run._meta.db_table}"."manifest"'
-    head = RawSQL(f"{column} - %s", ("cases",), output_field=JSONField())
+    head: BaseExpression = RawSQL(f"{column} - %s", ("cases",), output_field=JSONField())
+    if kept is not None:
+        head = Coalesce(kept, head, output_field=JSONField())
     return qs.defer("manifest").annotate(**{MANIFEST_WITHOUT_CASES: head})
 
 

@@ -11,6 +11,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from compare.compatibility import IncomparableRuns, baseline_refusal, runs_differences
 from compare.results import STATEMENTS
@@ -624,3 +626,45 @@ def test_execution_limits_do_not_make_runs_incomparable_and_are_named():
         "limits.max_output_tokens"
     }
     assert shorter.pk not in [o.id for o in candidate_options(baseline_run.pk)]
+
+
+def test_a_baselines_pool_is_its_group_of_the_whole_pool():
+    """Issue 38 (10,000 runs): step 2 of the page reads the baseline's fingerprint group only.
+    What it offers is exactly the whole pool's options of that group — the same runs, counts,
+    prices and baseline targets — and nothing of the other groups (none is ever comparable)."""
+    from compare.selectors import candidate_options, comparable_pool
+
+    qs = b.questions({"mmlu-pro": 3})
+    other_qs = b.questions({"mmlu-pro": 4})
+    base, cand, weak = b.target("base"), b.target("cand"), b.target("weak")
+    baseline_run = b.run(qs, {base: [True, False, True], weak: [False, False, True]})
+    partner = b.run(qs, {cand: [True, True, False]})
+    lacking = b.run(qs, {base: [True, None, True]})
+    lacking.cells.filter(correct__isnull=True).update(
+        status="sent_unknown"
+    )  # no result: no baseline
+    elsewhere = [b.run(other_qs, {cand: [True] * 4}) for _ in range(2)]
+    whole = comparable_pool()
+    with CaptureQueriesContext(connection) as read:
+        group = comparable_pool(baseline_run.pk)
+    fingerprint = whole[baseline_run.pk].fingerprint
+    assert {elsewhere[0].pk, elsewhere[1].pk} <= set(whole)
+    assert set(group) == {pk for pk, o in whole.items() if o.fingerprint == fingerprint}
+    assert {baseline_run.pk, partner.pk, lacking.pk} <= set(group)
+    assert not set(group) & {r.pk for r in elsewhere}
+    for pk, option in group.items():
+        assert option == whole[pk]
+    assert group[baseline_run.pk].compatible_count == whole[baseline_run.pk].compatible_count >= 2
+    assert [o.id for o in candidate_options(baseline_run.pk)] == [
+        o.id for o in candidate_options(baseline_run.pk, pool=whole)
+    ]
+    # Only a run whose summary counts a cell without an outcome has its cells read (one run).
+    cells = [q["sql"] for q in read.captured_queries if 'FROM "runs_cell"' in q["sql"]]
+    assert len(cells) == 1 and f"IN ({lacking.pk})" in cells[0]
+    assert group[lacking.pk].baseline_targets == [] and group[partner.pk].baseline_targets == [
+        "cand"
+    ]
+    assert group[baseline_run.pk].baseline_targets == ["base", "weak"]
+    # A baseline that cannot take part has an empty group, as its absence from the whole pool.
+    running = b.run(qs, {base: [True, True, True]}, status="running")
+    assert running.pk not in comparable_pool() and comparable_pool(running.pk) == {}

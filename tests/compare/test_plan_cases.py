@@ -41,3 +41,23 @@ def test_the_packed_cases_are_the_manifests() -> None:
     # A benchmark the manifest does not list is an error, as reading the list would be.
     with pytest.raises(KeyError):
         planned_cases(kept, [o for o in order if o != "gpqa"])
+
+
+def test_the_kept_head_is_the_manifest_without_its_cases_and_is_what_a_comparison_reads():
+    from compare.services import comparison_build
+    from srbench.refusals import Refusal
+
+    qs = b.questions({"mmlu-pro": 3})
+    baseline_run = b.run(qs, {b.target("base"): [True, False, True]})
+    other = b.run(qs, {b.target("cand"): [True, True, False]})
+    doc = comparison_build(baseline_run_id=baseline_run.pk, candidate_run_ids=[other.pk])
+    assert [c["run"] for c in doc["comparisons"]] == [other.pk]
+    manifest = Run.objects.get(pk=other.pk).manifest
+    row = PlanCases.objects.get(run=other)
+    assert row.head == {k: v for k, v in manifest.items() if k != "cases"}
+    # The comparison reads the kept head, not the manifest: a head changed by hand (a limit
+    # that changes what is asked) is what it checks, and it refuses the pair.
+    row.head = {**row.head, "limits": {**row.head["limits"], "max_output_tokens": 7}}
+    row.save()
+    with pytest.raises(Refusal, match="max_output_tokens"):
+        comparison_build(baseline_run_id=baseline_run.pk, candidate_run_ids=[other.pk])
