@@ -22,9 +22,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 
@@ -59,11 +59,18 @@ _FINGERPRINT_SQL = (
     + "))"
 )
 
-# (run id, plan sha256) → fingerprint. A run's manifest is written once, with the run, so
-# the entry never goes stale; the size bound only caps memory in a long-lived worker.
-_FINGERPRINTS: dict[tuple[int, str], str] = {}
-_FINGERPRINTS_MAX = 200_000
-_FINGERPRINTS_LOCK = threading.Lock()
+# (run id, plan sha256) → what the page's offer reads of a run's frozen manifest: its
+# fingerprint, targets and normalised prices. A run's manifest is written once, with the run,
+# so an entry never goes stale; the size bound only caps memory in a long-lived worker.
+_FROZEN: dict[tuple[int, str], _Frozen] = {}
+_FROZEN_MAX = 100_000
+_FROZEN_LOCK = threading.Lock()
+
+
+class _Frozen(NamedTuple):
+    fingerprint: str
+    targets: list[dict[str, Any]]
+    prices: dict[str, frozenset[tuple[str, Any]]] | None
 
 
 @dataclass
@@ -117,13 +124,15 @@ def option_matches(option: RunOption, q: str) -> bool:
     )
 
 
-def _fingerprints(rows: list[tuple[int, str]]) -> dict[int, str]:
-    """Fingerprints for (id, plan sha256) pairs: cached ones from memory, the rest in one
-    query."""
-    out: dict[int, str] = {}
+def _frozen(rows: list[tuple[int, str]]) -> dict[int, _Frozen]:
+    """The frozen parts of the offer of (id, plan sha256) pairs: from memory, the rest in one
+    query (targets and prices from the kept manifest head where the run's cases were packed: a
+    key of a toasted manifest costs a decompression of all of it, 9 ms a key at 100,000
+    cases)."""
+    out: dict[int, _Frozen] = {}
     missing = []
     for pk, plan in rows:
-        cached = _FINGERPRINTS.get((pk, plan))
+        cached = _FROZEN.get((pk, plan))
         if cached is None:
             missing.append(pk)
         else:
@@ -131,14 +140,18 @@ def _fingerprints(rows: list[tuple[int, str]]) -> dict[int, str]:
     if missing:
         column = f'"{Run._meta.db_table}"."manifest"'
         fresh = Run.objects.filter(pk__in=missing).annotate(
-            fp=RawSQL(_FINGERPRINT_SQL.format(m=column), [])
+            fp=RawSQL(_FINGERPRINT_SQL.format(m=column), []),
+            m_targets=Coalesce(kept_head("targets"), F("manifest__targets")),
+            m_prices=Coalesce(kept_head("prices"), F("manifest__prices")),
         )
-        with _FINGERPRINTS_LOCK:
-            if len(_FINGERPRINTS) > _FINGERPRINTS_MAX:
-                _FINGERPRINTS.clear()
-            for pk, plan, fp in fresh.values_list("pk", "plan_sha256", "fp"):
-                _FINGERPRINTS[(pk, plan)] = fp
-                out[pk] = fp
+        read = fresh.values_list("pk", "plan_sha256", "fp", "m_targets", "m_prices")
+        with _FROZEN_LOCK:
+            if len(_FROZEN) > _FROZEN_MAX:
+                _FROZEN.clear()
+            for pk, plan, fp, targets, prices in read:
+                frozen = _Frozen(fp, targets if isinstance(targets, list) else [], _prices(prices))
+                _FROZEN[(pk, plan)] = frozen
+                out[pk] = frozen
     return out
 
 
@@ -155,7 +168,7 @@ def _prices(raw: Any) -> dict[str, frozenset[tuple[str, Any]]] | None:
 _WITHOUT_OUTCOME = tuple(s for s in CellStatus.values if s not in CELL_OUTCOMES)
 
 
-def _baseline_targets(options: list[RunOption]) -> None:
+def _baseline_targets(options: list[RunOption], runs: QuerySet[Run]) -> None:
     """The offer of compatibility.baseline_refusal, read cheaply: a single model of a top-level
     run is planned on every case of its run (plans make target × case), so what decides is
     whether any of its cells is without an outcome; the comparison applies the whole rule
@@ -163,8 +176,11 @@ def _baseline_targets(options: list[RunOption]) -> None:
     ids = [o.id for o in options if o.single_targets]
     # Only runs that may hold a cell without an outcome are scanned: the run's summary row (its
     # cell counts by status, kept by triggers) says none is pending, running, cancelled or of
-    # unknown fate in most ended runs; a run without the row is scanned.
-    counted = RunSummary.objects.filter(run_id__in=ids).values_list("run_id", *_WITHOUT_OUTCOME)
+    # unknown fate in most ended runs; a run without the row is scanned. The summaries are
+    # selected by the options' query (``runs``), not by a list of 10,000 ids.
+    counted = RunSummary.objects.filter(run__in=runs.values("pk")).values_list(
+        "run_id", *_WITHOUT_OUTCOME
+    )
     complete = {run_id for run_id, *counts in counted if not any(counts)}
     scan = [pk for pk in ids if pk not in complete]
     lacking: set[tuple[int, str]] = set(
@@ -216,36 +232,30 @@ def comparable_pool(baseline_id: int | None = None) -> dict[int, RunOption]:
 
     With ``baseline_id``, only the runs of that run's fingerprint group (none when it cannot
     take part): all that its candidates and its own option depend on, since runs of other
-    groups are never comparable with it. Step 2 of the page then reads the targets, prices and
-    cells of its group, not of every run (issue 38: 10,000 runs took the page to 1 s)."""
+    groups are never comparable with it. Step 2 of the page then counts price conflicts and
+    reads the cells' summaries of its group only (issue 38: 10,000 runs took the page to 1 s).
+    What a run's manifest gives its option is read once per process (`_frozen`)."""
     eligible = Run.objects.filter(
         mode=Run.Mode.LIVE, status__in=TERMINAL_RUN_STATUSES, parent__isnull=True
     )
+    heads = list(eligible.values_list("id", "plan_sha256"))
+    frozen = _frozen(heads)
     if baseline_id is not None:
-        every = _fingerprints(list(eligible.values_list("id", "plan_sha256")))
-        group = every.get(baseline_id)
-        eligible = eligible.filter(pk__in=[pk for pk, fp in every.items() if fp == group])
-    rows = list(
-        eligible.order_by("created_at", "id")
-        .annotate(
-            # From the kept head where the run's cases were packed: a key of a toasted manifest
-            # costs a decompression of all of it (9 ms a key at 100,000 cases).
-            m_targets=Coalesce(kept_head("targets"), F("manifest__targets")),
-            m_prices=Coalesce(kept_head("prices"), F("manifest__prices")),
+        group = frozen[baseline_id].fingerprint if baseline_id in frozen else None
+        eligible = eligible.filter(
+            pk__in=[pk for pk, _ in heads if frozen[pk].fingerprint == group]
         )
-        .values_list("id", "name", "created_at", "status", "plan_sha256", "m_targets", "m_prices")
-    )
-    fingerprints = _fingerprints([(r[0], r[4]) for r in rows])
+    rows = eligible.order_by("created_at", "id").values_list("id", "name", "created_at", "status")
     pool: dict[int, RunOption] = {}
-    for pk, name, created_at, status, _plan, targets, prices in rows:
+    for pk, name, created_at, status in rows:
         pool[pk] = RunOption(
             id=pk,
             name=name,
             created_at=created_at,
             status=status,
-            targets=targets if isinstance(targets, list) else [],
-            fingerprint=fingerprints[pk],
-            prices=_prices(prices),
+            targets=frozen[pk].targets,
+            fingerprint=frozen[pk].fingerprint,
+            prices=frozen[pk].prices,
         )
     groups: dict[str, list[RunOption]] = defaultdict(list)
     for o in pool.values():
@@ -255,7 +265,7 @@ def comparable_pool(baseline_id: int | None = None) -> dict[int, RunOption]:
         for o in members:
             bad = index.incompatible_with(o)
             o.compatible_count = 0 if bad is None else len(members) - 1 - len(bad)
-    _baseline_targets(list(pool.values()))
+    _baseline_targets(list(pool.values()), eligible)
     return pool
 
 
