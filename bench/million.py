@@ -53,6 +53,7 @@ from django.test.utils import setup_test_environment  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from bench.pages import PRICE, manifest  # noqa: E402
+from compare.plan_cases import plan_cases  # noqa: E402
 from compare.services import comparison_build  # noqa: E402
 from compare.views import compare_url  # noqa: E402
 from datasets.models import FrozenDataset, Question  # noqa: E402
@@ -411,6 +412,8 @@ def small_runs(n: int, owner: Any, dataset: Any, questions: list[Question]) -> N
         for r in runs
         for s, t in ((1, "run.created"), (2, "run.started"))
     )
+    # What each one's run end keeps for comparisons (the compare hook packs a run's cases).
+    plan_cases(list(Run.objects.defer("manifest").filter(pk__in=[r.pk for r in runs])))
 
 
 def vacuum(tables: tuple[str, ...]) -> None:
@@ -495,8 +498,9 @@ def pages_report(owner: Any, runs: list[Run], repeat: int) -> None:
 
     timed(f"{label}, first read", compare, 1)
     timed(f"{label}, later reads", compare, repeat)
+    timed("Compare page, step 1 (choose a baseline)", get(client, compare_url()), repeat)
     page = compare_url(baseline=runs[0].pk, candidates=[runs[1].pk], compare=True)
-    timed("Compare page, 1 candidate", get(client, page), repeat)
+    timed("Compare page, 1 candidate compared", get(client, page), repeat)
 
 
 def main() -> None:

@@ -63,6 +63,8 @@ class PlanCases(models.Model):
     benchmarks = models.JSONField()
     cases = models.BinaryField()
     head = models.JSONField()
+    # The Compare page's offer groups runs by it (`compare.plan_cases.offer_fingerprint`).
+    fingerprint = models.CharField(max_length=32)
 
     def __str__(self) -> str:
         return f"planned cases of run {self.run_id}"

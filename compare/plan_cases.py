@@ -19,15 +19,59 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from django.db.models import JSONField, OuterRef, Subquery
+from django.db.models import CharField, JSONField, OuterRef, Subquery
+from django.db.models.expressions import RawSQL
 
+from compare.compatibility import COMPARED_FIELDS, EXECUTION_LIMITS
 from compare.models import PlanCases
 from runs.ledger.selectors import MANIFEST_WITHOUT_CASES, without_case_list
 from runs.models import Run
 
-__all__ = ["CASE_RECORD", "case_set_digest", "kept_head", "plan_cases", "planned_cases"]
+__all__ = [
+    "CASE_RECORD",
+    "case_set_digest",
+    "kept_fingerprint",
+    "kept_head",
+    "offer_fingerprint",
+    "plan_cases",
+    "planned_cases",
+]
 
 CASE_RECORD = np.dtype([("question", "<i8"), ("benchmark", "<i2")])
+
+# The offer's fingerprint of a run (`compare.selectors`): the md5 of everything
+# `runs_differences` compares but prices — the case *set* and the other compared fields, the
+# execution limits left out. Runs with equal fingerprints are one group of the Compare page's
+# offer; prices are matched within a group. Computed by the database from the manifest, once
+# per run when its cases are packed (kept in `PlanCases.fingerprint`), so a process's first
+# offer does not render the case lists of every run again.
+_EQUAL_FIELDS = tuple(f for f in COMPARED_FIELDS if f not in ("cases", "prices"))
+_DROP_EXECUTION_LIMITS = "".join(f" - '{key}'" for key in EXECUTION_LIMITS)
+_FINGERPRINT_SQL = (
+    "md5(concat_ws('|', "
+    "coalesce((SELECT string_agg(DISTINCT e::text, ',' ORDER BY e::text) "
+    "FROM jsonb_array_elements(CASE WHEN jsonb_typeof({m}->'cases') = 'array' "
+    "THEN {m}->'cases' ELSE '[]'::jsonb END) AS e), ''), "
+    + ", ".join(
+        # Execution limits are not compared (compatibility.measured_limits): drop their keys.
+        f"coalesce((({{m}}->'{name}'){_DROP_EXECUTION_LIMITS if name == 'limits' else ''})"
+        "::text, 'null')"
+        for name in _EQUAL_FIELDS
+    )
+    + "))"
+)
+
+
+def offer_fingerprint() -> RawSQL:
+    """The offer's fingerprint of a Run query's rows, computed from their manifests."""
+    column = f'"{Run._meta.db_table}"."manifest"'
+    return RawSQL(_FINGERPRINT_SQL.format(m=column), [], output_field=CharField())
+
+
+def kept_fingerprint() -> Subquery:
+    """The run's kept offer fingerprint, for a Run query: null where its cases were not packed."""
+    kept = PlanCases.objects.filter(run=OuterRef("pk")).values("fingerprint")[:1]
+    return Subquery(kept, output_field=CharField())
 
 
 def case_set_digest(cases: Sequence[Any]) -> str:
@@ -37,7 +81,7 @@ def case_set_digest(cases: Sequence[Any]) -> str:
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
-def _pack(run_id: int, cases: Sequence[Any], head: dict[str, Any]) -> PlanCases:
+def _pack(run_id: int, cases: Sequence[Any], head: dict[str, Any], fingerprint: str) -> PlanCases:
     names = sorted({str(c[2]) for c in cases})
     position = {b: i for i, b in enumerate(names)}
     packed = np.array([(c[0], position[str(c[2])]) for c in cases], dtype=CASE_RECORD)
@@ -47,6 +91,7 @@ def _pack(run_id: int, cases: Sequence[Any], head: dict[str, Any]) -> PlanCases:
         benchmarks=names,
         cases=packed.tobytes(),
         head=head,
+        fingerprint=fingerprint,
     )
 
 
@@ -57,10 +102,12 @@ def plan_cases(runs: Sequence[Run]) -> dict[int, PlanCases]:
     wanted = [r.pk for r in runs if r.pk not in out]
     if not wanted:
         return out
-    read = without_case_list(Run.objects.filter(pk__in=wanted))
+    read = without_case_list(Run.objects.filter(pk__in=wanted)).annotate(fp=offer_fingerprint())
     rows = [
-        _pack(pk, cases or [], head)
-        for pk, cases, head in read.values_list("pk", "manifest__cases", MANIFEST_WITHOUT_CASES)
+        _pack(pk, cases or [], head, fp)
+        for pk, cases, head, fp in read.values_list(
+            "pk", "manifest__cases", MANIFEST_WITHOUT_CASES, "fp"
+        )
     ]
     PlanCases.objects.bulk_create(rows, ignore_conflicts=True)
     out.update({p.run_id: p for p in rows})

@@ -6,13 +6,15 @@ built from the same manifest fields (``COMPARED_FIELDS``), grouped rather than p
 
 * cases (as a set), slots, benchmarks, sampling, limits and judges must be *equal*, which is an
   equivalence relation, so runs are grouped by a fingerprint of those parts. The database
-  computes it (md5 over the canonical jsonb text, cases sorted and de-duplicated), so a
-  megabyte manifest never leaves PostgreSQL; it is cached per run because manifests are frozen.
+  computes it (md5 over the canonical jsonb text, cases sorted and de-duplicated;
+  `compare.plan_cases.offer_fingerprint`), so a megabyte manifest never leaves PostgreSQL; it
+  is kept once per run when its cases are packed (`PlanCases.fingerprint`, at run end) and
+  cached per process, because manifests are frozen.
 * prices only have to agree on the models *both* runs price, which is not transitive, so they
   are checked inside a group through a per-model index of prices (no all-pairs loop when, as
   usual, a group prices each model one way).
 
-Queries per call are constant (three at most), whatever the number of runs.
+Queries per call are constant, whatever the number of runs.
 """
 
 from __future__ import annotations
@@ -25,11 +27,10 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db.models import F, QuerySet
-from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 
-from compare.compatibility import COMPARED_FIELDS, EXECUTION_LIMITS, model_prices
-from compare.plan_cases import kept_head
+from compare.compatibility import model_prices
+from compare.plan_cases import kept_fingerprint, kept_head, offer_fingerprint
 from runs.models import CELL_OUTCOMES, TERMINAL_RUN_STATUSES, Cell, CellStatus, Run, RunSummary
 
 __all__ = [
@@ -39,25 +40,6 @@ __all__ = [
     "comparable_pool",
     "option_matches",
 ]
-
-# Fields grouped by equality; "cases" is handled apart (a set), "prices" inside groups.
-_EQUAL_FIELDS = tuple(f for f in COMPARED_FIELDS if f not in ("cases", "prices"))
-
-_DROP_EXECUTION_LIMITS = "".join(f" - '{key}'" for key in EXECUTION_LIMITS)
-
-_FINGERPRINT_SQL = (
-    "md5(concat_ws('|', "
-    "coalesce((SELECT string_agg(DISTINCT e::text, ',' ORDER BY e::text) "
-    "FROM jsonb_array_elements(CASE WHEN jsonb_typeof({m}->'cases') = 'array' "
-    "THEN {m}->'cases' ELSE '[]'::jsonb END) AS e), ''), "
-    + ", ".join(
-        # Execution limits are not compared (compatibility.measured_limits): drop their keys.
-        f"coalesce((({{m}}->'{name}'){_DROP_EXECUTION_LIMITS if name == 'limits' else ''})"
-        "::text, 'null')"
-        for name in _EQUAL_FIELDS
-    )
-    + "))"
-)
 
 # (run id, plan sha256) → what the page's offer reads of a run's frozen manifest: its
 # fingerprint, targets and normalised prices. A run's manifest is written once, with the run,
@@ -138,9 +120,8 @@ def _frozen(rows: list[tuple[int, str]]) -> dict[int, _Frozen]:
         else:
             out[pk] = cached
     if missing:
-        column = f'"{Run._meta.db_table}"."manifest"'
         fresh = Run.objects.filter(pk__in=missing).annotate(
-            fp=RawSQL(_FINGERPRINT_SQL.format(m=column), []),
+            fp=Coalesce(kept_fingerprint(), offer_fingerprint()),
             m_targets=Coalesce(kept_head("targets"), F("manifest__targets")),
             m_prices=Coalesce(kept_head("prices"), F("manifest__prices")),
         )

@@ -61,3 +61,32 @@ def test_the_kept_head_is_the_manifest_without_its_cases_and_is_what_a_compariso
     row.save()
     with pytest.raises(Refusal, match="max_output_tokens"):
         comparison_build(baseline_run_id=baseline_run.pk, candidate_run_ids=[other.pk])
+
+
+def test_the_kept_offer_fingerprint_is_the_computed_one_and_is_what_the_offer_reads():
+    from compare import selectors
+    from compare.plan_cases import offer_fingerprint
+
+    qs = b.questions({"mmlu-pro": 3})
+    first = b.run(qs, {b.target("base"): [True, False, True]})
+    second = b.run(qs, {b.target("cand"): [True, True, False]})
+    plan_cases(list(Run.objects.defer("manifest").filter(pk__in=[first.pk, second.pk])))
+    computed = dict(
+        Run.objects.filter(pk__in=[first.pk, second.pk])
+        .annotate(fp=offer_fingerprint())
+        .values_list("pk", "fp")
+    )
+    kept = dict(PlanCases.objects.values_list("run_id", "fingerprint"))
+    assert kept == computed and computed[first.pk] == computed[second.pk]
+    selectors._FROZEN.clear()
+    pool = selectors.comparable_pool()
+    assert pool[first.pk].fingerprint == computed[first.pk]
+    assert [o.id for o in selectors.candidate_options(first.pk, pool=pool)] == [second.pk]
+    # Read from the row, not computed again: a row changed by hand moves the run to another
+    # group, and the page offers the other run no more.
+    PlanCases.objects.filter(run=second).update(fingerprint="0" * 32)
+    selectors._FROZEN.clear()
+    pool = selectors.comparable_pool()
+    assert pool[second.pk].fingerprint == "0" * 32
+    assert [o.id for o in selectors.candidate_options(first.pk, pool=pool)] == []
+    selectors._FROZEN.clear()
