@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from django.db.models import F, QuerySet
+from django.db.models import F
 from django.db.models.functions import Coalesce
 
 from compare.compatibility import model_prices
 from compare.plan_cases import kept_fingerprint, kept_head, offer_fingerprint
-from runs.models import CELL_OUTCOMES, TERMINAL_RUN_STATUSES, Cell, CellStatus, Run, RunSummary
+from runs.models import CELL_OUTCOMES, TERMINAL_RUN_STATUSES, Cell, CellStatus, Run
 
 __all__ = [
     "RunOption",
@@ -145,25 +145,18 @@ def _prices(raw: Any) -> dict[str, frozenset[tuple[str, Any]]] | None:
     return {model: frozenset(row.items()) for model, row in table.items()}
 
 
-# The summary counts of the cell states that are not an outcome (runs.models.CELL_OUTCOMES).
-_WITHOUT_OUTCOME = tuple(s for s in CellStatus.values if s not in CELL_OUTCOMES)
+# A run's summary counts of the cell states that are not an outcome (runs.models.CELL_OUTCOMES).
+_WITHOUT_OUTCOME = tuple(f"summary__{s}" for s in CellStatus.values if s not in CELL_OUTCOMES)
 
 
-def _baseline_targets(options: list[RunOption], runs: QuerySet[Run]) -> None:
+def _baseline_targets(options: list[RunOption], maybe_lacking: set[int]) -> None:
     """The offer of compatibility.baseline_refusal, read cheaply: a single model of a top-level
     run is planned on every case of its run (plans make target × case), so what decides is
     whether any of its cells is without an outcome; the comparison applies the whole rule
-    again to its own counts when it is built."""
-    ids = [o.id for o in options if o.single_targets]
-    # Only runs that may hold a cell without an outcome are scanned: the run's summary row (its
-    # cell counts by status, kept by triggers) says none is pending, running, cancelled or of
-    # unknown fate in most ended runs; a run without the row is scanned. The summaries are
-    # selected by the options' query (``runs``), not by a list of 10,000 ids.
-    counted = RunSummary.objects.filter(run__in=runs.values("pk")).values_list(
-        "run_id", *_WITHOUT_OUTCOME
-    )
-    complete = {run_id for run_id, *counts in counted if not any(counts)}
-    scan = [pk for pk in ids if pk not in complete]
+    again to its own counts when it is built. Only the runs in ``maybe_lacking`` have their
+    cells read: the others' summary rows (cell counts by status, kept by triggers) say that
+    none is pending, running, cancelled or of unknown fate."""
+    scan = [o.id for o in options if o.single_targets and o.id in maybe_lacking]
     lacking: set[tuple[int, str]] = set(
         Cell.objects.without_outcome()
         .filter(run_id__in=scan, target__kind="single")
@@ -219,16 +212,21 @@ def comparable_pool(baseline_id: int | None = None) -> dict[int, RunOption]:
     eligible = Run.objects.filter(
         mode=Run.Mode.LIVE, status__in=TERMINAL_RUN_STATUSES, parent__isnull=True
     )
-    heads = list(eligible.values_list("id", "plan_sha256"))
-    frozen = _frozen(heads)
-    if baseline_id is not None:
+    # One row per run: what the offer shows, and its summary's counts of cells without an
+    # outcome (None: no summary row, so its cells are read).
+    columns = ("id", "plan_sha256", "name", "created_at", "status", *_WITHOUT_OUTCOME)
+    if baseline_id is None:
+        rows = list(eligible.order_by("created_at", "id").values_list(*columns))
+        frozen = _frozen([(r[0], r[1]) for r in rows])
+    else:
+        heads = list(eligible.values_list("id", "plan_sha256"))
+        frozen = _frozen(heads)
         group = frozen[baseline_id].fingerprint if baseline_id in frozen else None
-        eligible = eligible.filter(
-            pk__in=[pk for pk, _ in heads if frozen[pk].fingerprint == group]
-        )
-    rows = eligible.order_by("created_at", "id").values_list("id", "name", "created_at", "status")
+        ids = [pk for pk, _ in heads if frozen[pk].fingerprint == group]
+        rows = list(eligible.filter(pk__in=ids).order_by("created_at", "id").values_list(*columns))
     pool: dict[int, RunOption] = {}
-    for pk, name, created_at, status in rows:
+    maybe_lacking: set[int] = set()
+    for pk, _plan, name, created_at, status, *counts in rows:
         pool[pk] = RunOption(
             id=pk,
             name=name,
@@ -238,6 +236,8 @@ def comparable_pool(baseline_id: int | None = None) -> dict[int, RunOption]:
             fingerprint=frozen[pk].fingerprint,
             prices=frozen[pk].prices,
         )
+        if any(n is None or n > 0 for n in counts):
+            maybe_lacking.add(pk)
     groups: dict[str, list[RunOption]] = defaultdict(list)
     for o in pool.values():
         groups[o.fingerprint].append(o)
@@ -246,7 +246,7 @@ def comparable_pool(baseline_id: int | None = None) -> dict[int, RunOption]:
         for o in members:
             bad = index.incompatible_with(o)
             o.compatible_count = 0 if bad is None else len(members) - 1 - len(bad)
-    _baseline_targets(list(pool.values()), eligible)
+    _baseline_targets(list(pool.values()), maybe_lacking)
     return pool
 
 
