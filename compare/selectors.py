@@ -22,11 +22,11 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from django.db.models import F
+from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 
 from compare.compatibility import model_prices
@@ -53,9 +53,10 @@ class _Frozen(NamedTuple):
     fingerprint: str
     targets: list[dict[str, Any]]
     prices: dict[str, frozenset[tuple[str, Any]]] | None
+    single_slugs: tuple[str, ...]
 
 
-@dataclass
+@dataclass(slots=True)
 class RunOption:
     """One live, terminal, top-level run as the Compare page lists it."""
 
@@ -68,8 +69,10 @@ class RunOption:
     # model → frozen price row; None when the run prices one model two ways (then it is
     # comparable with no other run: runs_differences reports the conflict for every partner).
     prices: dict[str, frozenset[tuple[str, Any]]] | None
+    # Slugs of the single-model targets, in target order (from the frozen manifest).
+    single_slugs: tuple[str, ...] = ()
     # Single-model targets with an outcome for every planned case.
-    baseline_targets: list[str] = field(default_factory=list)
+    baseline_targets: tuple[str, ...] = ()
     compatible_count: int = 0  # other runs comparable with this one (the run itself not counted)
 
     @property
@@ -130,7 +133,9 @@ def _frozen(rows: list[tuple[int, str]]) -> dict[int, _Frozen]:
             if len(_FROZEN) > _FROZEN_MAX:
                 _FROZEN.clear()
             for pk, plan, fp, targets, prices in read:
-                frozen = _Frozen(fp, targets if isinstance(targets, list) else [], _prices(prices))
+                targets = targets if isinstance(targets, list) else []
+                singles = tuple(t["slug"] for t in targets if t.get("kind") == "single")
+                frozen = _Frozen(fp, targets, _prices(prices), singles)
                 _FROZEN[(pk, plan)] = frozen
                 out[pk] = frozen
     return out
@@ -156,17 +161,22 @@ def _baseline_targets(options: list[RunOption], maybe_lacking: set[int]) -> None
     again to its own counts when it is built. Only the runs in ``maybe_lacking`` have their
     cells read: the others' summary rows (cell counts by status, kept by triggers) say that
     none is pending, running, cancelled or of unknown fate."""
-    scan = [o.id for o in options if o.single_targets and o.id in maybe_lacking]
+    scan = [o.id for o in options if o.single_slugs and o.id in maybe_lacking]
     lacking: set[tuple[int, str]] = set(
         Cell.objects.without_outcome()
         .filter(run_id__in=scan, target__kind="single")
         .values_list("run_id", "target__slug")
         .distinct()
     )
+    lacking_runs = {run_id for run_id, _ in lacking}
     for o in options:
-        o.baseline_targets = [
-            t["slug"] for t in o.single_targets if (o.id, t["slug"]) not in lacking
-        ]
+        # Shared, not copied, where nothing lacks: 10,000 runs' options allocate little, so a
+        # page builds them without a full garbage collection every other request.
+        o.baseline_targets = (
+            tuple(slug for slug in o.single_slugs if (o.id, slug) not in lacking)
+            if o.id in lacking_runs
+            else o.single_slugs
+        )
 
 
 class _PriceIndex:
@@ -183,6 +193,12 @@ class _PriceIndex:
                 continue
             for model, price in o.prices.items():
                 self.by_model[model][price].add(o.id)
+
+    @property
+    def uniform(self) -> bool:
+        """No member prices a model two ways and each model has one price in the group: then
+        no member's prices conflict with another's."""
+        return not self.conflicting_runs and all(len(p) == 1 for p in self.by_model.values())
 
     def incompatible_with(self, option: RunOption) -> set[int] | None:
         """Run ids of the group whose prices disagree with ``option``'s; None means all."""
@@ -212,9 +228,12 @@ def comparable_pool(baseline_id: int | None = None) -> dict[int, RunOption]:
     eligible = Run.objects.filter(
         mode=Run.Mode.LIVE, status__in=TERMINAL_RUN_STATUSES, parent__isnull=True
     )
-    # One row per run: what the offer shows, and its summary's counts of cells without an
-    # outcome (None: no summary row, so its cells are read).
-    columns = ("id", "plan_sha256", "name", "created_at", "status", *_WITHOUT_OUTCOME)
+    # One row per run: what the offer shows, and its summary's count of cells without an
+    # outcome (-1: no summary row, so its cells are read).
+    eligible = eligible.annotate(
+        without_outcome=Coalesce(sum((F(c) for c in _WITHOUT_OUTCOME), Value(0)), Value(-1))
+    )
+    columns = ("id", "plan_sha256", "name", "created_at", "status", "without_outcome")
     if baseline_id is None:
         rows = list(eligible.order_by("created_at", "id").values_list(*columns))
         frozen = _frozen([(r[0], r[1]) for r in rows])
@@ -226,7 +245,7 @@ def comparable_pool(baseline_id: int | None = None) -> dict[int, RunOption]:
         rows = list(eligible.filter(pk__in=ids).order_by("created_at", "id").values_list(*columns))
     pool: dict[int, RunOption] = {}
     maybe_lacking: set[int] = set()
-    for pk, _plan, name, created_at, status, *counts in rows:
+    for pk, _plan, name, created_at, status, without_outcome in rows:
         pool[pk] = RunOption(
             id=pk,
             name=name,
@@ -235,16 +254,18 @@ def comparable_pool(baseline_id: int | None = None) -> dict[int, RunOption]:
             targets=frozen[pk].targets,
             fingerprint=frozen[pk].fingerprint,
             prices=frozen[pk].prices,
+            single_slugs=frozen[pk].single_slugs,
         )
-        if any(n is None or n > 0 for n in counts):
+        if without_outcome != 0:  # some cell may lack an outcome, or no summary row (-1)
             maybe_lacking.add(pk)
     groups: dict[str, list[RunOption]] = defaultdict(list)
     for o in pool.values():
         groups[o.fingerprint].append(o)
     for members in groups.values():
         index = _PriceIndex(members)
+        uniform = index.uniform
         for o in members:
-            bad = index.incompatible_with(o)
+            bad = set() if uniform else index.incompatible_with(o)
             o.compatible_count = 0 if bad is None else len(members) - 1 - len(bad)
     _baseline_targets(list(pool.values()), maybe_lacking)
     return pool
@@ -255,7 +276,8 @@ def baseline_options(q: str = "", *, pool: dict[int, RunOption] | None = None) -
     at least one comparable candidate; newest first, narrowed by the search."""
     pool = comparable_pool() if pool is None else pool
     offered = [o for o in pool.values() if o.can_be_baseline and option_matches(o, q)]
-    return sorted(offered, key=lambda o: (o.created_at, o.id), reverse=True)
+    # The pool is in creation order already (`comparable_pool`); newest first is its reverse.
+    return offered[::-1]
 
 
 def candidate_options(

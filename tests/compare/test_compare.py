@@ -213,7 +213,7 @@ def test_a_single_model_with_failed_cells_is_still_a_baseline_but_pending_ones_a
     r = b.run(qs, {strong: [True, True, None], weak: [True, False, False]})
     doc = comparison_build(baseline_run_id=r.pk, candidate_run_ids=[r.pk])
     assert doc["baseline"]["target"] == "strong"
-    assert comparable_pool()[r.pk].baseline_targets == ["strong", "weak"]
+    assert comparable_pool()[r.pk].baseline_targets == ("strong", "weak")
 
     r.cells.filter(target=strong, correct__isnull=True).update(status="sent_unknown")
     doc = comparison_build(baseline_run_id=r.pk, candidate_run_ids=[r.pk])
@@ -221,7 +221,7 @@ def test_a_single_model_with_failed_cells_is_still_a_baseline_but_pending_ones_a
     listed = {x["target"]: x for x in doc["baseline"]["candidates"]}
     assert listed["strong"]["eligible"] is False
     assert "1 case(s) without a result" in listed["strong"]["reason"]
-    assert comparable_pool()[r.pk].baseline_targets == ["weak"]
+    assert comparable_pool()[r.pk].baseline_targets == ("weak",)
 
 
 def test_the_baseline_rule_names_the_first_thing_that_keeps_a_target_out():
@@ -661,10 +661,32 @@ def test_a_baselines_pool_is_its_group_of_the_whole_pool():
     # Only a run whose summary counts a cell without an outcome has its cells read (one run).
     cells = [q["sql"] for q in read.captured_queries if 'FROM "runs_cell"' in q["sql"]]
     assert len(cells) == 1 and f"IN ({lacking.pk})" in cells[0]
-    assert group[lacking.pk].baseline_targets == [] and group[partner.pk].baseline_targets == [
-        "cand"
-    ]
-    assert group[baseline_run.pk].baseline_targets == ["base", "weak"]
+    assert group[lacking.pk].baseline_targets == ()
+    assert group[partner.pk].baseline_targets == ("cand",)
+    assert group[baseline_run.pk].baseline_targets == ("base", "weak")
     # A baseline that cannot take part has an empty group, as its absence from the whole pool.
     running = b.run(qs, {base: [True, True, True]}, status="running")
     assert running.pk not in comparable_pool() and comparable_pool(running.pk) == {}
+
+
+def test_a_group_pricing_a_model_two_ways_offers_each_run_only_its_agreeing_partners():
+    """Prices are matched inside a fingerprint group (`compare.selectors._PriceIndex`): a run
+    that prices a model another way is comparable with neither of the runs that price it the
+    first way, which stay comparable with each other; a group with one price per model (the
+    usual case) counts every other member."""
+    from compare.selectors import candidate_options, comparable_pool
+
+    qs = b.questions({"mmlu-pro": 3})
+    first = b.run(qs, {b.target("p-one"): [True, False, True]})
+    second = b.run(qs, {b.target("p-two"): [True, True, False]})
+    dearer = {model: {**row, "output": "99"} for model, row in b.PRICES.items()}
+    dear = b.run(qs, {b.target("p-dear", prices=dearer): [False, True, True]})
+    pool = comparable_pool()
+    assert pool[first.pk].fingerprint == pool[dear.pk].fingerprint
+    assert (pool[first.pk].compatible_count, pool[second.pk].compatible_count) == (1, 1)
+    assert pool[dear.pk].compatible_count == 0
+    assert [o.id for o in candidate_options(first.pk)] == [second.pk]
+    assert candidate_options(dear.pk) == []
+    for run in (first, dear):
+        differences = {d.field for d in runs_differences(run, second)}
+        assert (run is dear) == any(f.startswith("prices") for f in differences)
