@@ -64,7 +64,7 @@ class PlanCases(models.Model):
     cases = models.BinaryField()
     head = models.JSONField()
     # The Compare page's offer groups runs by it (`compare.plan_cases.offer_fingerprint`).
-    fingerprint = models.CharField(max_length=32)
+    fingerprint = models.CharField(max_length=32, db_index=True)
 
     def __str__(self) -> str:
         return f"planned cases of run {self.run_id}"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from django.db.models import F, Value
+from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 
 from compare.compatibility import model_prices
@@ -230,19 +230,23 @@ def comparable_pool(baseline_id: int | None = None) -> dict[int, RunOption]:
     )
     # One row per run: what the offer shows, and its summary's count of cells without an
     # outcome (-1: no summary row, so its cells are read).
-    eligible = eligible.annotate(
-        without_outcome=Coalesce(sum((F(c) for c in _WITHOUT_OUTCOME), Value(0)), Value(-1))
-    )
+    counted = Coalesce(sum((F(c) for c in _WITHOUT_OUTCOME), Value(0)), Value(-1))
     columns = ("id", "plan_sha256", "name", "created_at", "status", "without_outcome")
     if baseline_id is None:
-        rows = list(eligible.order_by("created_at", "id").values_list(*columns))
+        shown = eligible.annotate(without_outcome=counted).order_by("created_at", "id")
+        rows = list(shown.values_list(*columns))
         frozen = _frozen([(r[0], r[1]) for r in rows])
     else:
-        heads = list(eligible.values_list("id", "plan_sha256"))
+        base = list(eligible.filter(pk=baseline_id).values_list("id", "plan_sha256"))
+        group = _frozen(base)[baseline_id].fingerprint if base else None
+        # The group's members by their kept fingerprints (indexed), and the runs whose cases
+        # were never packed (their fingerprint computed, then cached per process).
+        maybe = eligible.filter(Q(plan_cases__fingerprint=group) | Q(plan_cases__isnull=True))
+        heads = list(maybe.values_list("id", "plan_sha256"))
         frozen = _frozen(heads)
-        group = frozen[baseline_id].fingerprint if baseline_id in frozen else None
         ids = [pk for pk, _ in heads if frozen[pk].fingerprint == group]
-        rows = list(eligible.filter(pk__in=ids).order_by("created_at", "id").values_list(*columns))
+        shown = eligible.filter(pk__in=ids).annotate(without_outcome=counted)
+        rows = list(shown.order_by("created_at", "id").values_list(*columns))
     pool: dict[int, RunOption] = {}
     maybe_lacking: set[int] = set()
     for pk, _plan, name, created_at, status, without_outcome in rows:

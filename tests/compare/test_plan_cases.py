@@ -82,6 +82,8 @@ def test_the_kept_offer_fingerprint_is_the_computed_one_and_is_what_the_offer_re
     pool = selectors.comparable_pool()
     assert pool[first.pk].fingerprint == computed[first.pk]
     assert [o.id for o in selectors.candidate_options(first.pk, pool=pool)] == [second.pk]
+    # Step 2 finds the group by the kept fingerprints (both runs packed) as step 1 does.
+    assert set(selectors.comparable_pool(first.pk)) == {first.pk, second.pk}
     # Read from the row, not computed again: a row changed by hand moves the run to another
     # group, and the page offers the other run no more.
     PlanCases.objects.filter(run=second).update(fingerprint="0" * 32)
@@ -89,4 +91,21 @@ def test_the_kept_offer_fingerprint_is_the_computed_one_and_is_what_the_offer_re
     pool = selectors.comparable_pool()
     assert pool[second.pk].fingerprint == "0" * 32
     assert [o.id for o in selectors.candidate_options(first.pk, pool=pool)] == []
+    selectors._FROZEN.clear()
+    assert set(selectors.comparable_pool(first.pk)) == {first.pk}
+    assert selectors.candidate_options(first.pk) == []
+    selectors._FROZEN.clear()
+
+
+def test_a_group_of_packed_and_unpacked_runs_is_found_whole():
+    from compare import selectors
+
+    qs = b.questions({"mmlu-pro": 3})
+    first = b.run(qs, {b.target("base"): [True, False, True]})
+    second = b.run(qs, {b.target("cand"): [True, True, False]})
+    plan_cases(list(Run.objects.defer("manifest").filter(pk=first.pk)))  # only the first
+    assert not PlanCases.objects.filter(run=second).exists()
+    selectors._FROZEN.clear()
+    assert set(selectors.comparable_pool(first.pk)) == {first.pk, second.pk}
+    assert set(selectors.comparable_pool(second.pk)) == {first.pk, second.pk}
     selectors._FROZEN.clear()
