@@ -510,7 +510,7 @@ class Caller(LeaseHolder):
         try:
             async with asyncio.timeout(self.limits["total_timeout_s"]):
                 async with self.client.stream(
-                    "POST", url, json=wire_body, headers=headers, extensions=self.send_gate
+                    "POST", url, json=wire_body, headers=headers, extensions=self.send_gate(cell_id)
                 ) as resp:
                     stream.http_status = resp.status_code
                     stream.kept = {

@@ -49,16 +49,24 @@ class LeaseHolder:
                 doing,
             )
 
-    @property
-    def send_gate(self) -> dict[str, Any]:
+    def send_gate(self, cell_id: int) -> dict[str, Any]:
         """The engine transport asks this just before a request's bytes are written: within
-        the known life of the leases, else the request is held (RequestHeld) unsent."""
-        return {SEND_GATE: lambda: time.monotonic() < self.lease_valid_until}
+        the known life of the leases and for a cell whose claim was not found gone, else the
+        request is held (RequestHeld) unsent. The leases' life is one for all held cells: a
+        renewal that found one cell's claim gone still extends it for the others, so the cell
+        itself is asked too."""
+        return {
+            SEND_GATE: lambda: (
+                time.monotonic() < self.lease_valid_until and cell_id not in self.lost
+            )
+        }
 
     async def lease_check(self, cell: store.ClaimedCell) -> None:
         """Before a request leaves: past the known life of the leases (this worker stalled, or
         the database was away), renew first; a lost claim abandons the cell before anything
         is sent (its committed call is then the recovery pass's sent_unknown, never sent)."""
+        if cell.cell_id in self.lost:
+            raise ClaimLost(cell.cell_id)
         waited_since = time.monotonic()
         while time.monotonic() >= self.lease_valid_until:
             await self.leases_renew(self.lease_seconds)

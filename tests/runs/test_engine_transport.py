@@ -171,3 +171,28 @@ def test_a_closed_send_gate_holds_the_request_before_any_byte_leaves() -> None:
         assert response.content == b"ok" and len(heads) == 1 and b"/sent" in heads[0]
 
     serve(counting, test, timeout=httpx.Timeout(5.0, read=1.0))
+
+
+def test_the_send_gate_is_shut_for_a_cell_whose_claim_was_found_gone() -> None:
+    """Fencing (issue 34): the leases' known life is one for all of a driver's cells, and a
+    renewal that found one cell's claim gone still extends it for the others; the gate and the
+    check before a request ask the cell too, so a cell found lost sends nothing even while the
+    leases are fresh (a stall trial saw one request leave for a settled cell)."""
+    import time
+    from types import SimpleNamespace
+
+    from runs.engine.leases import ClaimLost, LeaseHolder
+    from runs.engine.transport import SEND_GATE
+
+    holder = LeaseHolder()
+    holder.lost, holder.held = set(), {}
+    holder.lease_valid_until = time.monotonic() + 60
+    lost_cell, kept_cell = holder.send_gate(7)[SEND_GATE], holder.send_gate(8)[SEND_GATE]
+    assert lost_cell() and kept_cell()
+    holder.lost.add(7)
+    assert not lost_cell() and kept_cell()
+    with pytest.raises(ClaimLost):
+        asyncio.run(holder.lease_check(SimpleNamespace(cell_id=7)))  # type: ignore[arg-type]
+    asyncio.run(holder.lease_check(SimpleNamespace(cell_id=8)))  # type: ignore[arg-type]
+    holder.lease_valid_until = time.monotonic() - 1  # past the leases' life: shut for all
+    assert not kept_cell()
