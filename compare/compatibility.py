@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from runs.ledger.selectors import MANIFEST_WITHOUT_CASES
+from runs.ledger.selectors import manifest_without_cases
 from runs.models import TERMINAL_RUN_STATUSES, Run
 from srbench.refusals import Refusal
 
@@ -25,7 +25,6 @@ __all__ = [
     "Difference",
     "IncomparableRuns",
     "baseline_refusal",
-    "compared_manifest",
     "execution_differences",
     "measured_limits",
     "model_prices",
@@ -58,13 +57,6 @@ EXECUTION_LIMITS = (
     "max_cost_usd",
 )
 _MAX_LISTED = 5
-
-
-def compared_manifest(run: Run) -> Mapping[str, Any]:
-    """The manifest fields a comparison reads (all but the case list): what the run was loaded
-    with by `runs.ledger.selectors.without_case_list`, else its manifest."""
-    head = getattr(run, MANIFEST_WITHOUT_CASES, None)
-    return head if head is not None else run.manifest
 
 
 def measured_limits(limits: Any) -> Any:
@@ -144,7 +136,7 @@ def _child_problem(run: Run) -> str:
     judged benchmarks only, so as a run it would compare a part of the parent's test with a
     whole one; a user who wants the re-judged scores reads its report beside the parent's,
     and compares the parent. A recovery of a re-judge child is a recovery child."""
-    manifest = compared_manifest(run)
+    manifest = manifest_without_cases(run)
     marker = manifest.get("rejudge") if isinstance(manifest, dict) else None
     recovery = manifest.get("recovery") if isinstance(manifest, dict) else None
     if marker and not recovery:
@@ -261,7 +253,7 @@ def runs_differences(
     ]
     if baseline.pk == candidate.pk:
         return out
-    a, b = compared_manifest(baseline), compared_manifest(candidate)
+    a, b = manifest_without_cases(baseline), manifest_without_cases(candidate)
     for name in COMPARED_FIELDS:
         if name == "cases":
             if not same_cases:
@@ -283,8 +275,8 @@ def execution_differences(baseline: Run, candidate: Run) -> list[Difference]:
     """The execution limits in which a comparable pair differs: shown beside the comparison,
     never a reason to refuse it."""
     out: list[Difference] = []
-    limits_a = compared_manifest(baseline).get("limits") or {}
-    limits_b = compared_manifest(candidate).get("limits") or {}
+    limits_a = manifest_without_cases(baseline).get("limits") or {}
+    limits_b = manifest_without_cases(candidate).get("limits") or {}
     for key in EXECUTION_LIMITS:
         if key in limits_a or key in limits_b:
             _diff_values(f"limits.{key}", limits_a.get(key), limits_b.get(key), out)

@@ -31,7 +31,6 @@ from compare.bootstrap_memo import resampled_sums_kept, savings_intervals
 from compare.compatibility import (
     IncomparableRuns,
     baseline_refusal,
-    compared_manifest,
     execution_differences,
     run_comparison_problems,
     runs_differences,
@@ -48,7 +47,7 @@ from compare.results import (
     Savings,
 )
 from compare.verdict import comparison_verdict, frozen_margin, run_split
-from runs.ledger.selectors import without_case_list
+from runs.ledger.selectors import manifest_without_cases, without_case_list
 from runs.models import Run
 from srbench.refusals import Refusal
 from srbench.savings_bootstrap import SavingsInterval
@@ -232,7 +231,7 @@ class _Loaded:
 
 
 def _load_runs(baseline_run_id: int, candidate_run_ids: Sequence[int]) -> dict[int, Run]:
-    """The runs, each with its manifest's fields but the case list (`compared_manifest`):
+    """The runs, each with its manifest's fields but the case list (`manifest_without_cases`):
     the case lists are read packed (`compare.plan_cases`)."""
     wanted = list(dict.fromkeys([baseline_run_id, *candidate_run_ids]))
     found = without_case_list(Run.objects.filter(pk__in=wanted), kept=kept_head())
@@ -275,7 +274,7 @@ def _load(runs: dict[int, Run], plan: PlanCases, baseline_run_id: int) -> _Loade
     over the baseline run's planned cases (``plan``)."""
     baseline_run = runs[baseline_run_id]
     figures = run_figures(list(runs.values()))
-    cases = _Cases.from_plan(plan, compared_manifest(baseline_run))
+    cases = _Cases.from_plan(plan, manifest_without_cases(baseline_run))
     cells = _CellTable.from_figures(figures.cells, cases.slots)
     empty = np.zeros(0, dtype=np.int64)
     entries: dict[int, list[Entry]] = {}
@@ -490,7 +489,7 @@ def savings_sums_keep(*, run_id: int) -> None:
 
 
 def _weights(loaded: _Loaded) -> dict[str, Fraction]:
-    benchmarks = compared_manifest(loaded.baseline_run)["benchmarks"]
+    benchmarks = manifest_without_cases(loaded.baseline_run)["benchmarks"]
     return {b: Fraction(benchmarks[b]["weight"]) for b in loaded.cases.benchmarks}
 
 

@@ -31,7 +31,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Literal
 
-from compare.compatibility import compared_manifest
+from runs.ledger.selectors import manifest_without_cases
 from runs.models import Run
 from srbench.stats import PairedResult
 
@@ -89,12 +89,14 @@ class Verdict:
 
 def frozen_margin(run: Run) -> Decimal | None:
     """The non-inferiority margin frozen in a run's manifest before the run, or None."""
-    raw = compared_manifest(run).get("non_inferiority_margin")
+    raw = manifest_without_cases(run).get("non_inferiority_margin")
     return None if raw is None else Decimal(str(raw))
 
 
 def run_split(run: Run) -> str | None:
-    split: str | None = compared_manifest(run).get("dataset", {}).get("split") or run.dataset.split
+    split: str | None = (
+        manifest_without_cases(run).get("dataset", {}).get("split") or run.dataset.split
+    )
     return split
 
 

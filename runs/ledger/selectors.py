@@ -377,12 +377,23 @@ def without_case_list(qs: QuerySet[Run], *, kept: BaseExpression | None = None) 
     return qs.defer("manifest").annotate(**{MANIFEST_WITHOUT_CASES: head})
 
 
+def manifest_without_cases(run: Run, *, load: bool = True) -> Any:
+    """Every field of the run's frozen manifest the run was loaded with, the case list aside:
+    the fields `without_case_list` cut, else the manifest itself if loaded; else, with
+    ``load``, the manifest read now (None without). The one accessor of a manifest's small
+    fields (a comparison's verdict, margins, limits and weights; `manifest_head`)."""
+    head = getattr(run, MANIFEST_WITHOUT_CASES, None)
+    if head is not None:
+        return head
+    if load or "manifest" in run.__dict__:
+        return run.manifest
+    return None
+
+
 def manifest_head(run: Run) -> dict[str, Any]:
     """The targets and benchmarks of the run's frozen manifest (what a report reads), without
     loading its case list; cached like `manifest_target_kinds`."""
-    loaded = (
-        run.manifest if "manifest" in run.__dict__ else getattr(run, MANIFEST_WITHOUT_CASES, None)
-    )
+    loaded = manifest_without_cases(run, load=False)
     if loaded is not None:
         return {
             "targets": loaded["targets"],
