@@ -13,6 +13,7 @@ from django.conf import settings
 
 from runs.engine.doorbell import RUN_DRIVE_TASK, RUN_REGRADE_TASK
 from runs.engine.driver import drive
+from runs.engine.gc_policy import worker_gc_policy
 from runs.engine.reaper import start_reaper_thread
 from runs.settlement.regrade import run_regrade
 
@@ -21,6 +22,7 @@ from runs.settlement.regrade import run_regrade
 def run_drive(run_id: int) -> None:
     """Drive a run. Safe to deliver twice: cells are claimed in the database, and a
     dispatched call is never sent again (a redelivery only claims what is still pending)."""
+    worker_gc_policy()
     asyncio.run(drive(run_id))
 
 
