@@ -25,7 +25,7 @@ from django.db.models.expressions import RawSQL
 from compare.compatibility import COMPARED_FIELDS, EXECUTION_LIMITS
 from compare.models import PlanCases
 from runs.ledger.selectors import MANIFEST_WITHOUT_CASES, without_case_list
-from runs.models import Run
+from runs.models import TERMINAL_RUN_STATUSES, Run
 
 __all__ = [
     "CASE_RECORD",
@@ -35,6 +35,7 @@ __all__ = [
     "offer_fingerprint",
     "plan_cases",
     "planned_cases",
+    "runs_without_plan_cases",
 ]
 
 CASE_RECORD = np.dtype([("question", "<i8"), ("benchmark", "<i2")])
@@ -112,6 +113,23 @@ def plan_cases(runs: Sequence[Run]) -> dict[int, PlanCases]:
     PlanCases.objects.bulk_create(rows, ignore_conflicts=True)
     out.update({p.run_id: p for p in rows})
     return out
+
+
+def runs_without_plan_cases(*, limit: int, exclude: set[int]) -> list[int]:
+    """compare's run-end backlog (`runs.ledger.hooks.run_end_backlog`): ended runs, report
+    kept, whose cases were never packed — they ended before compare's run-end hooks packed
+    every run's cases and kept its savings sums — the newest first."""
+    return list(
+        Run.objects.filter(
+            status__in=TERMINAL_RUN_STATUSES,
+            finished_at__isnull=False,
+            stored_report__isnull=False,
+            plan_cases__isnull=True,
+        )
+        .exclude(pk__in=exclude)
+        .order_by("-finished_at", "-pk")
+        .values_list("pk", flat=True)[:limit]
+    )
 
 
 def kept_head(key: str | None = None) -> Subquery:

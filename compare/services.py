@@ -470,11 +470,14 @@ def savings_sums_keep(*, run_id: int) -> None:
     keep the savings bootstrap's resampled sums of each of the ended run's targets whose
     per-question costs are known (`compare.bootstrap_memo`), the inputs a comparison of the run
     would draw them from — so the first comparison of ended runs draws nothing (1–2 s at
-    100,000 questions). Nothing for a run no comparison may read; idempotent."""
+    100,000 questions). For a run no comparison may read, only its packed cases; idempotent."""
     runs = _load_runs(run_id, [])
+    # Every ended run's cases packed, comparable or not: the Compare page's offer reads its
+    # kept fingerprint, and `runs_without_plan_cases` (the backlog) asks for the row.
+    plans = plan_cases(list(runs.values()))
     if run_comparison_problems(runs[run_id]):
         return
-    loaded = _load(runs, plan_cases(list(runs.values()))[run_id], run_id)
+    loaded = _load(runs, plans[run_id], run_id)
     masks = loaded.cases.masks()
     if not masks:
         return

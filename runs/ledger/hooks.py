@@ -22,10 +22,13 @@ __all__ = [
     "live_snapshot_keep",
     "live_snapshot_keepers",
     "register_live_snapshot_keeper",
+    "register_run_end_backlog",
     "register_run_end_hook",
     "register_run_start_hook",
     "register_run_tab",
     "run_end",
+    "run_end_backlog",
+    "run_end_backlogs",
     "run_end_hooks",
     "run_start",
     "run_start_hooks",
@@ -44,6 +47,11 @@ run_start_hooks: list[Callable[..., Any]] = []
 # keeps must be derived from the ledger and recomputable on read: a hook that raises is logged
 # and never changes the run. Each must be idempotent (a run end may be seen more than once).
 run_end_hooks: list[Callable[..., Any]] = []
+# Called as backlog(limit=..., exclude=...) by the workers' recovery pass: the ids of ended runs
+# (at most `limit`, none of `exclude`, the newest first) that lack what the registering app's
+# run-end hooks keep — runs that ended before a hook existed, or whose hook failed — so the
+# pass calls the run-end hooks for them (`runs.engine.finish.runs_report_backfill`).
+run_end_backlogs: list[Callable[..., list[int]]] = []
 # Called as keeper(run_id=...) once a run has ended, before the run-end hooks: stores the run's
 # report (`runs.reporting.stored_report.report_keep_settled`, registered by `RunsConfig.ready()`), so the
 # engine never imports the report (issue 36 item 1).
@@ -67,6 +75,23 @@ def register_run_end_hook(hook: Callable[..., Any]) -> None:
     """Add a hook called once a run has ended; registering the same hook again is a no-op."""
     if hook not in run_end_hooks:
         run_end_hooks.append(hook)
+
+
+def register_run_end_backlog(backlog: Callable[..., list[int]]) -> None:
+    """Add an app's backlog of ended runs its run-end hooks have not kept; registering the same
+    one again is a no-op."""
+    if backlog not in run_end_backlogs:
+        run_end_backlogs.append(backlog)
+
+
+def run_end_backlog(*, limit: int, exclude: set[int]) -> list[int]:
+    """Ended runs some registered backlog names, at most `limit`, in registration order."""
+    found: list[int] = []
+    for backlog in list(run_end_backlogs):
+        for run_id in backlog(limit=limit, exclude=exclude):
+            if run_id not in found and len(found) < limit:
+                found.append(run_id)
+    return found
 
 
 def register_report_keeper(keeper: Callable[..., Any]) -> None:

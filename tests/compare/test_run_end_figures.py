@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
+from decimal import Decimal as D
 
 import numpy as np
 import pytest
@@ -16,7 +17,8 @@ from django.test.utils import CaptureQueriesContext
 from compare.figures import CELL_RECORD, FIGURES_VERSION, case_figures_keep, cells_pack
 from compare.models import CaseFigures, PlanCases, ResampledCostSums
 from compare.services import comparison_build, savings_sums_keep
-from runs.engine.finish import run_finish_if_done
+from runs.engine import finish
+from runs.engine.finish import run_finish_if_done, runs_report_backfill
 from runs.ledger import hooks
 from runs.ledger.selectors import run_settled_fingerprint
 from runs.models import Call, Cell, Run, RunReport
@@ -143,11 +145,55 @@ def test_runs_ended_by_a_worker_have_their_figures_stored_and_the_first_comparis
     assert comparison_build(baseline_run_id=baseline.pk, candidate_run_ids=[candidate.pk]) == doc
 
 
-def _running_run() -> Run:
+def _running_run(mode: str = "live", slug: str = "end-s") -> Run:
     """A constructed run whose cells have all ended but which is still `running`: the next
     `run_finish_if_done` ends it."""
     qs = b.questions({"mmlu-pro": 4})
-    return b.run(qs, {b.target("end-s"): [True, False, True, True]}, status="running")
+    target = b.target(slug)
+    costs = {target: [D("0.0012"), D("0.0007"), D("0.0021"), D("0.0009")]}
+    return b.run(qs, {target: [True, False, True, True]}, costs=costs, status="running", mode=mode)
+
+
+@pytest.mark.django_db
+def test_the_recovery_pass_gives_runs_that_ended_before_compares_hooks_their_kept_parts_once(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """issue 38 item 1: a run that ended before compare's run-end hooks packed its cases and
+    kept its savings sums (its report kept, nothing of compare's) gets them from the workers'
+    recovery pass, as its run end would have kept them, and only once; a run no comparison may
+    read (a preview) gets its packed cases alone."""
+    monkeypatch.setattr(finish, "_BACKFILL_TRIED", set())
+    monkeypatch.setattr(finish, "_RUN_END_TRIED", set())
+    live, preview = _running_run(), _running_run("preview", "end-preview")
+    for run in (live, preview):
+        assert run_finish_if_done(run_id=run.pk) == "completed"
+    plans = {p.run_id: (p.digest, bytes(p.cases), p.head) for p in PlanCases.objects.all()}
+    sums = dict(ResampledCostSums.objects.values_list("key", "sums"))
+    assert set(plans) == {live.pk, preview.pk}  # every ended run's cases are packed
+    assert len(sums) == 1  # the live run's one target; the preview's none
+    assert runs_report_backfill(limit=5) == 0  # nothing is missing
+
+    # As runs that ended before the hooks: the report kept, nothing of compare's.
+    PlanCases.objects.all().delete()
+    ResampledCostSums.objects.all().delete()
+    CaseFigures.objects.all().delete()
+    still_running = _running_run(slug="end-later")
+    assert runs_report_backfill(limit=5) == 2
+    again = {p.run_id: (p.digest, bytes(p.cases), p.head) for p in PlanCases.objects.all()}
+    assert again == plans
+    assert {k: bytes(v) for k, v in ResampledCostSums.objects.values_list("key", "sums")} == {
+        k: bytes(v) for k, v in sums.items()
+    }
+    _assert_stored_as_computed(live)
+    assert not PlanCases.objects.filter(run=still_running).exists()
+    assert runs_report_backfill(limit=5) == 0  # each once
+
+    # A run whose hooks failed is named again by a new process only, not by every pass.
+    PlanCases.objects.filter(run=live).delete()
+    assert runs_report_backfill(limit=5) == 0
+    monkeypatch.setattr(finish, "_RUN_END_TRIED", set())
+    assert runs_report_backfill(limit=5) == 1
+    assert PlanCases.objects.filter(run=live).exists()
 
 
 @pytest.mark.django_db(transaction=True)
