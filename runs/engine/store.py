@@ -30,7 +30,7 @@ from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from datasets.models import Question
-from runs.engine.bulk_sql import bulk_update_sql, first_per_key
+from runs.ledger.bulk_sql import bulk_insert_sql, bulk_update_sql, first_per_key
 from runs.ledger.events import events_append
 from runs.ledger.selectors import target_api_key
 from runs.models import (
@@ -433,25 +433,25 @@ def _calls_open(
     """Write the Call rows (status `sent`) of the allowed opens; each op's result is its id."""
     if not allowed:
         return
-    calls = Call.objects.bulk_create(
-        Call(
-            cell_id=op.cell_id,
-            role=op.role,
-            sequence=op.sequence,
-            target_id=op.target_id,
-            request=op.request,
-            worker=op.worker,
-            claim_token=op.token,
-            status=CallStatus.SENT,
-            stage=Call.Stage.WAITING,
-            sent_at=now,
-            reserved_cost_usd=op.reservation,
-        )
+    fields: tuple[str, ...] = ("cell", "role", "sequence", "target", "request", "worker")
+    fields += ("claim_token",)
+    fields += ("status", "stage", "sent_at", "reserved_cost_usd")
+    rows = [
+        (op.cell_id, op.role, op.sequence, op.target_id, op.request, op.worker, op.token)
+        + (CallStatus.SENT.value, Call.Stage.WAITING.value, now, op.reservation)
         for _, op in allowed
-    )
-    for (i, op), call in zip(allowed, calls, strict=True):
-        results[i] = call.pk
-        events.append(("call.sent", {"call": call.pk, "cell": op.cell_id, "role": op.role}))
+    ]
+    # A call is one (cell, role, sequence): the constraint call_unique_sequence.
+    ids = {
+        (cell, role, sequence): pk
+        for pk, cell, role, sequence in bulk_insert_sql(
+            Call, fields=fields, rows=rows, returning=("id", "cell", "role", "sequence")
+        )
+    }
+    for i, op in allowed:
+        pk = ids[(op.cell_id, op.role, op.sequence)]
+        results[i] = pk
+        events.append(("call.sent", {"call": pk, "cell": op.cell_id, "role": op.role}))
 
 
 def _closes_apply(
@@ -476,8 +476,13 @@ def _closes_apply(
         if op.failure is not None:
             events.append(("call.failed", {"call": op.call_id, **op.failure}))
     if closes:
-        CallEvidence.objects.bulk_create(
-            CallEvidence(call_id=op.call_id, **evidence_fields(op.raw)) for _, op in closes
+        kept = [(op.call_id, evidence_fields(op.raw)) for _, op in closes]
+        bulk_insert_sql(
+            CallEvidence,
+            fields=("call", "codec", "body", "raw_size", "sha256"),
+            rows=[
+                (call, *(e[k] for k in ("codec", "body", "raw_size", "sha256"))) for call, e in kept
+            ],
         )
     if budget_delta:
         Run.objects.filter(pk=run_id).update(

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import transaction
 
+from runs.ledger.bulk_sql import bulk_insert_sql
 from runs.models import RunEvent
 
 EVENTS_CHANNEL_PREFIX = "srbench_run_events_"
@@ -37,7 +38,10 @@ def events_append(*, run_id: int, events: Sequence[tuple[str, dict[str, Any]]]) 
         )
         last, _ = cursor.fetchone()
     last -= len(events)
-    RunEvent.objects.bulk_create(
-        RunEvent(run_id=run_id, seq=last + i, type=kind, payload=payload)
-        for i, (kind, payload) in enumerate(events, start=1)
+    bulk_insert_sql(
+        RunEvent,
+        fields=("run", "seq", "type", "payload"),
+        rows=[
+            (run_id, last + i, kind, payload) for i, (kind, payload) in enumerate(events, start=1)
+        ],
     )

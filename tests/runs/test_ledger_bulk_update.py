@@ -1,4 +1,4 @@
-"""The ledger's many-row updates (runs/engine/bulk_sql.py `bulk_update_sql`, issue 25) send one
+"""The ledger's many-row updates (runs/ledger/bulk_sql.py `bulk_update_sql`, issue 25) send one
 array per column through `unnest`: whatever a model or a provider puts in a value (quotes,
 backslashes, braces, the word NULL, line separators, nested JSON, many-digit money) reads back
 exactly as written, a value too long for its column is refused rather than cut, and the
@@ -205,3 +205,104 @@ def test_the_statement_text_is_the_same_for_3_rows_and_700(what):
 
     assert len(few) == len(many) == 1
     assert few == many
+
+
+# --- many-row inserts (bulk_insert_sql, issue 38 item 2) --------------------------------------
+
+# Columns a row's identity or time makes differ between two inserts of the same values.
+_OWN = {"id", "sequence", "call", "seq", "created_at"}
+
+
+def _row(obj: object, model: type) -> dict[str, object]:
+    return {
+        fl.attname: getattr(obj, fl.attname)
+        for fl in model._meta.concrete_fields
+        if fl.name not in _OWN and fl.attname not in _OWN
+    }
+
+
+def test_inserted_calls_are_the_rows_bulk_create_writes_with_hostile_values_read_back_exactly():
+    """An opened call written by `bulk_insert_sql` is the row the ORM's `bulk_create` wrote
+    (every column not named gets the model's default: blank strings, {}, 0, null), and hostile
+    request JSON and worker text read back as written."""
+    from runs.ledger.bulk_sql import bulk_insert_sql
+
+    cell = f.cell_create(run=f.run_create(status="running"), status="running", claim_token=7)
+    now = timezone.now()
+    orm = Call.objects.bulk_create(
+        [
+            Call(
+                cell=cell,
+                role="subject",
+                sequence=0,
+                target=cell.target,
+                request={},
+                worker="w",
+                claim_token=7,
+                status="sent",
+                stage="waiting",
+                sent_at=now,
+                reserved_cost_usd=Decimal("0.5"),
+            )
+        ]
+    )[0]
+    fields = ("cell", "role", "sequence", "target", "request", "worker", "claim_token")
+    fields += ("status", "stage", "sent_at", "reserved_cost_usd")
+    rows = [
+        (
+            cell.pk,
+            "subject",
+            i,
+            cell.target_id,
+            HOSTILE_JSON[i % len(HOSTILE_JSON)],
+            HOSTILE_TEXTS[i][:255],
+            7,
+            "sent",
+            "waiting",
+            now,
+            Decimal("1234567890.0123456789") - i,
+        )
+        for i in range(1, len(HOSTILE_TEXTS))
+    ]
+    back = bulk_insert_sql(Call, fields=fields, rows=rows, returning=("id", "sequence"))
+    assert sorted(s for _, s in back) == [r[2] for r in rows]
+    by_sequence = {s: pk for pk, s in back}
+    expected = _row(Call.objects.get(pk=orm.pk), Call)
+    for r in rows:
+        got = Call.objects.get(pk=by_sequence[r[2]])
+        assert (got.request, got.worker, got.reserved_cost_usd) == (r[4], r[5], r[10])
+        assert (
+            _row(got, Call) | {"request": {}, "worker": "w", "reserved_cost_usd": Decimal("0.5")}
+            == expected
+        )
+
+
+def test_inserted_events_and_evidence_are_the_rows_bulk_create_writes():
+    from runs.ledger.bulk_sql import bulk_insert_sql
+    from runs.models import CallEvidence, RunEvent
+
+    calls = _sent_calls(2)
+    run_id = calls[0].cell.run_id
+    before = timezone.now()
+    RunEvent.objects.bulk_create([RunEvent(run_id=run_id, seq=1, type="t", payload={"a": 1})])
+    bulk_insert_sql(
+        RunEvent,
+        fields=("run", "seq", "type", "payload"),
+        rows=[(run_id, 2, "t", {"a": 1}), (run_id, 3, HOSTILE_TEXTS[0][:64], HOSTILE_JSON[0])],
+    )
+    events = list(RunEvent.objects.filter(run_id=run_id).order_by("seq"))
+    assert _row(events[0], RunEvent) == _row(events[1], RunEvent)
+    assert (events[2].type, events[2].payload) == (HOSTILE_TEXTS[0][:64], HOSTILE_JSON[0])
+    assert all(e.created_at >= before for e in events)  # auto_now_add: the time of the write
+
+    CallEvidence.objects.bulk_create(
+        [CallEvidence(call=calls[0], body=b"\x00x", raw_size=2, sha256="a" * 64)]
+    )
+    bulk_insert_sql(
+        CallEvidence,
+        fields=("call", "body", "raw_size", "sha256"),
+        rows=[(calls[1].pk, b"\x00x", 2, "a" * 64)],
+    )
+    kept = list(CallEvidence.objects.filter(call__in=calls).order_by("call_id"))
+    assert _row(kept[0], CallEvidence) == _row(kept[1], CallEvidence)
+    assert bytes(kept[1].body) == b"\x00x" and kept[1].codec == kept[0].codec  # the db default
