@@ -24,8 +24,9 @@ from django.db.models.expressions import RawSQL
 
 from compare.compatibility import COMPARED_FIELDS, EXECUTION_LIMITS
 from compare.models import PlanCases
+from runs.ledger.hooks import runs_ended_newest
 from runs.ledger.selectors import MANIFEST_WITHOUT_CASES, without_case_list
-from runs.models import TERMINAL_RUN_STATUSES, Run
+from runs.models import Run
 
 __all__ = [
     "CASE_RECORD",
@@ -119,16 +120,8 @@ def runs_without_plan_cases(*, limit: int, exclude: set[int]) -> list[int]:
     """compare's run-end backlog (`runs.ledger.hooks.run_end_backlog`): ended runs, report
     kept, whose cases were never packed — they ended before compare's run-end hooks packed
     every run's cases and kept its savings sums — the newest first."""
-    return list(
-        Run.objects.filter(
-            status__in=TERMINAL_RUN_STATUSES,
-            finished_at__isnull=False,
-            stored_report__isnull=False,
-            plan_cases__isnull=True,
-        )
-        .exclude(pk__in=exclude)
-        .order_by("-finished_at", "-pk")
-        .values_list("pk", flat=True)[:limit]
+    return runs_ended_newest(
+        limit=limit, exclude=exclude, stored_report__isnull=False, plan_cases__isnull=True
     )
 
 

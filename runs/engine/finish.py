@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from runs.engine.judge_only import judge_only_answers
 from runs.ledger.events import events_append
-from runs.ledger.hooks import report_keep, run_end, run_end_backlog
+from runs.ledger.hooks import report_keep, run_end, run_end_backlog, runs_ended_newest
 from runs.models import (
     OPEN_CALL_STATUSES,
     TERMINAL_RUN_STATUSES,
@@ -152,16 +152,7 @@ def runs_report_backfill(*, limit: int = 5) -> int:
     Then the run-end hooks of ended runs whose report is kept but which an app's backlog names
     (`runs.ledger.hooks.run_end_backlog`), as many again, each once per process. Returns how
     many runs it did."""
-    candidates = list(
-        Run.objects.filter(
-            status__in=TERMINAL_RUN_STATUSES,
-            finished_at__isnull=False,
-            stored_report__isnull=True,
-        )
-        .exclude(pk__in=_BACKFILL_TRIED)
-        .order_by("-finished_at", "-pk")
-        .values_list("pk", flat=True)[:limit]
-    )
+    candidates = runs_ended_newest(limit=limit, exclude=_BACKFILL_TRIED, stored_report__isnull=True)
     for run_id in candidates:
         _BACKFILL_TRIED.add(run_id)
         run_report_keep(run_id=run_id)

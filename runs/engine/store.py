@@ -424,6 +424,13 @@ def _budget_reserve(
     return allowed
 
 
+# The columns of an opened call, in the order of `_calls_open`'s rows.
+_CALL_OPEN_FIELDS = (
+    *("cell", "role", "sequence", "target", "request", "worker", "claim_token"),
+    *("status", "stage", "sent_at", "reserved_cost_usd"),
+)
+
+
 def _calls_open(
     allowed: list[tuple[int, OpenCall]],
     now: Any,
@@ -433,9 +440,6 @@ def _calls_open(
     """Write the Call rows (status `sent`) of the allowed opens; each op's result is its id."""
     if not allowed:
         return
-    fields: tuple[str, ...] = ("cell", "role", "sequence", "target", "request", "worker")
-    fields += ("claim_token",)
-    fields += ("status", "stage", "sent_at", "reserved_cost_usd")
     rows = [
         (op.cell_id, op.role, op.sequence, op.target_id, op.request, op.worker, op.token)
         + (CallStatus.SENT.value, Call.Stage.WAITING.value, now, op.reservation)
@@ -445,7 +449,7 @@ def _calls_open(
     ids = {
         (cell, role, sequence): pk
         for pk, cell, role, sequence in bulk_insert_sql(
-            Call, fields=fields, rows=rows, returning=("id", "cell", "role", "sequence")
+            Call, fields=_CALL_OPEN_FIELDS, rows=rows, returning=("id", "cell", "role", "sequence")
         )
     }
     for i, op in allowed:

@@ -38,7 +38,10 @@ def bulk_update_sql(
         return []
     qn = connection.ops.quote_name
     cols = [_column(model, name) for name in (*keys, *fields)]
-    arrays = ", ".join(f"%s::{_value_type(c)}[]" for c in cols)
+    # This thread's connection itself: through the `connection` proxy, each of the many
+    # values' preparations would look it up again.
+    db = connections[DEFAULT_DB_ALIAS]
+    arrays, params = _column_arrays(cols, rows, db)
     names = ", ".join(_quoted(c) for c in cols)
     sets = [f"{_quoted(c)} = v.{_quoted(c)}" for c in cols[len(keys) :]]
     if extra_set:
@@ -50,13 +53,6 @@ def bulk_update_sql(
         + (f" AND {where}" if where else "")
         + (" RETURNING t.id" if returning else "")
     )
-    # This thread's connection itself: through the `connection` proxy, each of the many
-    # values' preparations would look it up again.
-    db = connections[DEFAULT_DB_ALIAS]
-    values = zip(*rows, strict=True)  # by column
-    params = [
-        [c.get_db_prep_save(v, db) for v in column] for c, column in zip(cols, values, strict=True)
-    ]
     with db.cursor() as cursor:
         cursor.execute(sql, params)
         return [r[0] for r in cursor.fetchall()] if returning else []
@@ -94,15 +90,11 @@ def bulk_insert_sql(
         elif field.has_default() or not field.null:
             constants.append((field, field.get_default()))
     db = connections[DEFAULT_DB_ALIAS]
-    arrays = ", ".join(f"%s::{_value_type(c)}[]" for c in cols)
+    arrays, columns = _column_arrays(cols, rows, db)
     extra = "".join(f", %s::{_value_type(f)}" for f, _ in constants)
     names = ", ".join(_quoted(c) for c in [*cols, *(f for f, _ in constants)])
-    values = zip(*rows, strict=True)  # by column
     # In the statement's order: the constants of the select list, then one array per column.
-    params: list[Any] = [f.get_db_prep_save(v, db) for f, v in constants]
-    params += [
-        [c.get_db_prep_save(v, db) for v in column] for c, column in zip(cols, values, strict=True)
-    ]
+    params: list[Any] = [f.get_db_prep_save(v, db) for f, v in constants] + columns
     back = ", ".join(_quoted(_column(model, name)) for name in returning)
     sql = (
         f"INSERT INTO {qn(meta.db_table)} ({names}) SELECT v.*{extra} FROM unnest({arrays}) AS v"
@@ -111,6 +103,19 @@ def bulk_insert_sql(
     with db.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall() if returning else []
+
+
+def _column_arrays(
+    cols: list[models.Field], rows: list[tuple[Any, ...]], db: Any
+) -> tuple[str, list[list[Any]]]:
+    """The `%s::type[]` list of one array per column and those arrays: each row's values,
+    column by column, through the field's own database preparation."""
+    arrays = ", ".join(f"%s::{_value_type(c)}[]" for c in cols)
+    values = zip(*rows, strict=True)  # by column
+    params = [
+        [c.get_db_prep_save(v, db) for v in column] for c, column in zip(cols, values, strict=True)
+    ]
+    return arrays, params
 
 
 def _column(model: type[models.Model], name: str) -> models.Field:

@@ -15,6 +15,8 @@ from typing import Any
 
 from django.db import transaction
 
+from runs.models import TERMINAL_RUN_STATUSES, Run
+
 __all__ = [
     "register_report_keeper",
     "report_keep",
@@ -34,6 +36,7 @@ __all__ = [
     "run_start_hooks",
     "run_tab_context",
     "run_tab_providers",
+    "runs_ended_newest",
 ]
 
 log = logging.getLogger(__name__)
@@ -92,6 +95,16 @@ def run_end_backlog(*, limit: int, exclude: set[int]) -> list[int]:
             if run_id not in found and len(found) < limit:
                 found.append(run_id)
     return found
+
+
+def runs_ended_newest(*, limit: int, exclude: set[int], **filters: Any) -> list[int]:
+    """Ended runs (terminal, finished) matching `filters`, none of `exclude`, the newest first,
+    at most `limit`: the recovery pass's candidates, for the reports it keeps
+    (`runs.engine.finish.runs_report_backfill`) and for an app's run-end backlog."""
+    ended = Run.objects.filter(
+        status__in=TERMINAL_RUN_STATUSES, finished_at__isnull=False, **filters
+    ).exclude(pk__in=exclude)
+    return list(ended.order_by("-finished_at", "-pk").values_list("pk", flat=True)[:limit])
 
 
 def register_report_keeper(keeper: Callable[..., Any]) -> None:
