@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from runs.engine import store
 from runs.engine.anthropic import wire_request
+from runs.engine.client import EngineClient
 from runs.engine.group_commit import UNREACHABLE, DbThread, LedgerBatcher
 from runs.engine.guards import output_cap_violation, repeated_tail_block, stream_byte_cap
 from runs.engine.leases import ClaimLost, LeaseHolder
@@ -278,7 +279,7 @@ class Caller(LeaseHolder):
     ctx: store.RunContext
     worker: str
     db: DbThread
-    client: httpx.AsyncClient
+    client: EngineClient
     limits: dict[str, Any]
     max_cost: Decimal | None
     ledger: LedgerBatcher
@@ -509,9 +510,8 @@ class Caller(LeaseHolder):
         activity = self.activity[call_id]
         try:
             async with asyncio.timeout(self.limits["total_timeout_s"]):
-                async with self.client.stream(
-                    "POST", url, json=wire_body, headers=headers, extensions=self.send_gate(cell_id)
-                ) as resp:
+                resp = await self.client.call_send(url, wire_body, headers, self.send_gate(cell_id))
+                try:
                     stream.http_status = resp.status_code
                     stream.kept = {
                         k: v
@@ -523,6 +523,8 @@ class Caller(LeaseHolder):
                         await self._read_error(resp, stream)
                     else:
                         await self._read_sse(resp, stream, activity)
+                finally:
+                    await resp.aclose()
         except (TimeoutError, httpx.HTTPError, SSEError) as exc:
             stream.error_code, stream.error = transport_error(exc, self.limits)
         except asyncio.CancelledError:

@@ -28,13 +28,13 @@ from django.utils import timezone
 from datasets.benchmarks import get_adapter
 from runs.engine import store
 from runs.engine.calls import Caller
+from runs.engine.client import engine_client
 from runs.engine.episodes import episode_for
 from runs.engine.finish import run_finish_if_done
 from runs.engine.group_commit import DbThread, LedgerBatcher
 from runs.engine.leases import ClaimLost
 from runs.engine.router_client import PreviewError, PreviewNotPossible, route_preview
 from runs.engine.runnable_here import CHECKED, not_runnable_reason
-from runs.engine.transport import engine_client
 from runs.ledger.hooks import run_start
 from runs.models import Run
 

@@ -664,14 +664,3 @@ class EngineTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._pool.aclose()
-
-
-def engine_client(*, timeout: httpx.Timeout, limits: httpx.Limits) -> httpx.AsyncClient:
-    """The engine's HTTP client. No proxies from the environment, no retries (a request that
-    left is never sent again)."""
-    pool = EnginePool(
-        max_connections=limits.max_connections,
-        max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry,
-    )
-    return httpx.AsyncClient(timeout=timeout, transport=EngineTransport(pool), trust_env=False)

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from runs.engine.transport import engine_client
+from runs.engine.client import engine_client
 
 type Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 type Exchange = Callable[[httpx.AsyncClient, str], Awaitable[None]]

@@ -9,7 +9,7 @@ import asyncio
 import httpx
 import pytest
 
-from runs.engine.transport import engine_client
+from runs.engine.client import engine_client
 from tests.runs.async_support import serve
 
 
