@@ -17,6 +17,7 @@ from django.db.models import F, Q
 # Defined in its own module to keep this one small; imported here so Django registers it with
 # `runs` and callers find it beside `UsageCorrection`.
 from runs.models.evidence import CODECS, EvidenceCodec
+from runs.models.fields import StoredCharField, StoredJSONField, StoredTextField
 from runs.models.live import LiveCallSums, LiveCellSums, LiveSnapshot  # noqa: F401
 from runs.models.regrade import Regrade  # noqa: F401
 from runs.models.summaries import RunReport, RunSummary  # noqa: F401
@@ -248,7 +249,7 @@ class Run(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     # Why dispatch stopped early (fail-closed failure, budget, cancel, deadline); "" = it didn't.
-    stop_reason = models.TextField(blank=True)
+    stop_reason = StoredTextField(blank=True)
     # Budget (DESIGN §4): Σ over calls of (known cost, else the worst-case reservation).
     # Changed only under a row lock, so several workers share one budget.
     budget_committed_usd = models.DecimalField(max_digits=40, decimal_places=18, default=0)
@@ -370,9 +371,9 @@ class Cell(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     correct = models.BooleanField(null=True, blank=True)
     scored = models.BooleanField(default=False)
-    grade = models.JSONField(null=True, blank=True)
-    final_answer = models.TextField(blank=True)
-    error = models.TextField(blank=True)
+    grade = StoredJSONField(null=True, blank=True)
+    final_answer = StoredTextField(blank=True)
+    error = StoredTextField(blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -449,22 +450,22 @@ class Call(models.Model):
     sequence = models.PositiveSmallIntegerField()
     status = models.CharField(max_length=16, choices=CallStatus, default=CallStatus.SENT)
     target = models.ForeignKey(Target, on_delete=models.PROTECT, related_name="calls")
-    request = models.JSONField()
+    request = StoredJSONField()
     worker = models.CharField(max_length=255, blank=True)
     claim_token = models.PositiveIntegerField(null=True, blank=True)  # at open: dbguards.fencing
-    served_model = models.CharField(max_length=200, blank=True)
+    served_model = StoredCharField(max_length=200, blank=True)
     selected_model = models.CharField(max_length=200, blank=True)
     selected_decision = models.CharField(max_length=200, blank=True)
     config_hash_ack = models.CharField(max_length=64, blank=True)
     inference_call_count = models.PositiveIntegerField(null=True, blank=True)
-    response_headers = models.JSONField(default=dict, blank=True)
+    response_headers = StoredJSONField(default=dict, blank=True)
     http_status = models.PositiveSmallIntegerField(null=True, blank=True)
-    finish_reason = models.CharField(max_length=32, blank=True)
-    content = models.TextField(blank=True)
-    reasoning = models.TextField(blank=True)
-    tool_calls = models.JSONField(null=True, blank=True)
+    finish_reason = StoredCharField(max_length=32, blank=True)
+    content = StoredTextField(blank=True)
+    reasoning = StoredTextField(blank=True)
+    tool_calls = StoredJSONField(null=True, blank=True)
     # Usage: the raw object as received, the four exclusive buckets, reasoning; null = unknown.
-    usage_raw = models.JSONField(null=True, blank=True)
+    usage_raw = StoredJSONField(null=True, blank=True)
     input_tokens = models.BigIntegerField(null=True, blank=True)
     cached_input_tokens = models.BigIntegerField(null=True, blank=True)
     cache_write_tokens = models.BigIntegerField(null=True, blank=True)
@@ -488,7 +489,7 @@ class Call(models.Model):
     duration_ms = models.FloatField(null=True, blank=True)
     bytes_received = models.BigIntegerField(default=0)
     error_code = models.CharField(max_length=64, blank=True)
-    error = models.TextField(blank=True)
+    error = StoredTextField(blank=True)
 
     objects = CallQuerySet.as_manager()
 
@@ -584,7 +585,7 @@ class RunEvent(AppendOnlyModel):
     seq = models.PositiveBigIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)
     type = models.CharField(max_length=64)
-    payload = models.JSONField(default=dict)
+    payload = StoredJSONField(default=dict)
 
     class Meta:
         ordering = ["run", "seq"]

@@ -21,6 +21,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from runs.models.fields import StoredCharField, StoredJSONField, StoredTextField
+
 
 class PreflightStatus(models.TextChoices):
     RUNNING = "running"
@@ -57,14 +59,14 @@ class TargetPreflight(models.Model):
     cached_fields = models.BooleanField(null=True, blank=True)
     max_whole_streams = models.PositiveIntegerField(null=True, blank=True)
     cuts_at = models.PositiveIntegerField(null=True, blank=True)
-    served_model = models.CharField(max_length=200, blank=True)
+    served_model = StoredCharField(max_length=200, blank=True)
     served_model_priced = models.BooleanField(null=True, blank=True)
-    length_finish_reason = models.CharField(max_length=32, blank=True)
+    length_finish_reason = StoredCharField(max_length=32, blank=True)
     context_tokens = models.PositiveIntegerField(null=True, blank=True)
-    context_source = models.CharField(max_length=200, blank=True)
+    context_source = StoredCharField(max_length=200, blank=True)
     # [{"key", "verdict": ok | quirk | unknown, "observed", "effect"}] in the order checked.
-    findings = models.JSONField(default=list, blank=True)
-    error = models.TextField(blank=True)
+    findings = StoredJSONField(default=list, blank=True)
+    error = StoredTextField(blank=True)
 
     class Meta:
         ordering = ["-created_at", "-pk"]
@@ -107,21 +109,21 @@ class PreflightCall(models.Model):
         max_length=10, choices=PreflightCallStatus, default=PreflightCallStatus.SENT
     )
     stream = models.BooleanField()
-    request = models.JSONField()
+    request = StoredJSONField()
     worst_case_usd = models.DecimalField(max_digits=40, decimal_places=18, null=True, blank=True)
     http_status = models.PositiveSmallIntegerField(null=True, blank=True)
-    served_model = models.CharField(max_length=200, blank=True)
-    finish_reason = models.CharField(max_length=32, blank=True)
+    served_model = StoredCharField(max_length=200, blank=True)
+    finish_reason = StoredCharField(max_length=32, blank=True)
     saw_done = models.BooleanField(null=True, blank=True)
-    usage_raw = models.JSONField(null=True, blank=True)
+    usage_raw = StoredJSONField(null=True, blank=True)
     input_tokens = models.BigIntegerField(null=True, blank=True)
     cached_input_tokens = models.BigIntegerField(null=True, blank=True)
     cache_write_tokens = models.BigIntegerField(null=True, blank=True)
     output_tokens = models.BigIntegerField(null=True, blank=True)
     cost_usd = models.DecimalField(max_digits=40, decimal_places=18, null=True, blank=True)
     cost_note = models.CharField(max_length=200, blank=True)
-    content = models.TextField(blank=True)
-    error = models.TextField(blank=True)
+    content = StoredTextField(blank=True)
+    error = StoredTextField(blank=True)
     sent_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from runs.models.fields import StoredJSONField
 from srbench.ledger import HEX64_REGEX, AppendOnlyModel
 
 
@@ -26,7 +27,7 @@ class Regrade(AppendOnlyModel):
     regraded_count = models.PositiveIntegerField()
     changed_count = models.PositiveIntegerField()
     skipped_count = models.PositiveIntegerField()
-    results = models.JSONField()
+    results = StoredJSONField()
 
     class Meta:
         # The model moved from `compare` to `runs` (issue 24) as a state-only move: the table

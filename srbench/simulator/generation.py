@@ -167,6 +167,19 @@ def _within_budget(body: dict[str, Any], reasoning: str, content: str) -> tuple[
     return reasoning, content, bool(cut_r or cut_c)
 
 
+def _faulted_content(content: str, faults: frozenset[str]) -> str:
+    """The answer with the characters its faults put in it."""
+    if "u2028" in faults:
+        # U+2028 is whitespace to the tokeniser, so counts do not change.
+        head, sep, tail = content.partition(" ")
+        content = f"{head}{U2028}{tail}" if sep else f"{content}{U2028}"
+    if "nul" in faults:
+        # U+0000 in the answer (JSON's \u0000 on the wire): text PostgreSQL cannot store.
+        head, sep, tail = content.partition(" ")
+        content = f"{head}{sep}\x00{tail}"
+    return content
+
+
 def build_completion(
     spec: ModelSpec,
     body: dict[str, Any],
@@ -212,10 +225,7 @@ def build_completion(
         content, benchmark, correct = answer.content, answer.benchmark, answer.correct
     if spec.reasoning and spec.role == "subject":
         reasoning = spec.reasoning
-    if "u2028" in faults:
-        # U+2028 is whitespace to the tokeniser, so counts do not change.
-        head, sep, tail = content.partition(" ")
-        content = f"{head}{U2028}{tail}" if sep else f"{content}{U2028}"
+    content = _faulted_content(content, faults)
 
     finish = "tool_calls" if tool_calls else "stop"
     reasoning, content, cut = _within_budget(body, reasoning, content)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from runs.models import Call, Cell
+from runs.models.evidence import evidence_raw
 from runs.planning.services import run_create
 from runs.reporting.report import run_report
 from tests import factories as f
@@ -101,6 +102,22 @@ def test_u2028_inside_content_is_content_not_a_line_break(celery_worker):
     calls = Call.objects.filter(cell__run=run)
     assert all("\u2028" in c.content for c in calls)
     assert not calls.filter(cost_usd__isnull=True).exists()
+
+
+def test_nul_inside_content_is_kept_as_a_replacement_character(celery_worker):
+    """Model output is hostile input: U+0000 cannot be stored in PostgreSQL text, so the
+    call's text columns get U+FFFD in its place and the evidence keeps the exact bytes."""
+    with es.simulator(BENCHMARKS, models={"sim-strong": {"faults": ["nul"]}}) as url:
+        es.sim_targets(url)
+        run = run_with(url, "sim-strong")
+    assert run.status == "completed"
+    calls = list(Call.objects.filter(cell__run=run))
+    assert calls and all(c.status == "completed" for c in calls)
+    for call in calls:
+        assert "\x00" not in call.content and "\ufffd" in call.content
+        raw = evidence_raw(call.evidence)
+        assert b"\\u0000" in raw and "\ufffd".encode() not in raw
+    assert not Cell.objects.filter(run=run).exclude(status="completed").exists()
 
 
 def test_wrong_config_hash_acknowledgement_fails_the_mom_call(celery_worker):
