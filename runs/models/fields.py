@@ -1,12 +1,14 @@
 """Columns of text from outside — a model's answer and reasoning, a server's headers and error
 bodies, a sandbox's output — which PostgreSQL must be able to store whatever they hold.
 
-PostgreSQL's text and jsonb cannot hold U+0000: a model that streams ``\\u0000`` in its answer
-made the call's close fail (psycopg: "PostgreSQL text fields cannot contain NUL (0x00) bytes";
-jsonb: "unsupported Unicode escape sequence"), and its cell and run with it. These fields store
-U+FFFD (the replacement character) in its place, on every write path (the ORM, bulk_create
-and `runs.ledger.bulk_sql`, which prepare values through the field). The exact bytes stay in the
-call's evidence (bytea). Everything else is the parent field's own behaviour.
+PostgreSQL's text and jsonb cannot hold U+0000, and UTF-8 cannot carry a lone surrogate
+(JSON's ``\\ud800`` without its pair, which Python's json decodes into the string): a model that
+streams either in its answer made the call's close fail (psycopg: "PostgreSQL text fields cannot
+contain NUL (0x00) bytes", "surrogates not allowed"; jsonb: "unsupported Unicode escape
+sequence"), and its cell and run with it. These fields store U+FFFD (the replacement character)
+in their place, on every write path (the ORM, bulk_create and `runs.ledger.bulk_sql`, which
+prepare values through the field). The exact bytes stay in the call's evidence (bytea).
+Everything else is the parent field's own behaviour.
 """
 
 from __future__ import annotations
@@ -22,19 +24,36 @@ REPLACEMENT = "\ufffd"
 # A \u0000 escape in JSON text: preceded by an even number of backslashes (each pair an escaped
 # backslash), so that a literal backslash followed by "u0000" is left as it is.
 _NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def without_nul(text: str) -> str:
-    return text.replace(NUL, REPLACEMENT) if NUL in text else text
+def storable(text: str) -> str:
+    """The text with U+FFFD for each U+0000 and each surrogate code point."""
+    if NUL in text:
+        text = text.replace(NUL, REPLACEMENT)
+    if not text.isascii() and _SURROGATE.search(text):
+        text = _SURROGATE.sub(REPLACEMENT, text)
+    return text
 
 
 class StoredJSONEncoder(json.JSONEncoder):
-    """json's encoder, with U+0000 in any string (key or value) encoded as U+FFFD."""
+    """json's encoder, with U+FFFD for U+0000 and for surrogate code points in any string (key
+    or value). Characters past ASCII are written as themselves: the same JSON value, and a
+    surrogate code point is then a character of the text rather than an escape that could be
+    half of a valid pair."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs["ensure_ascii"] = False
+        super().__init__(**kwargs)
 
     def encode(self, o: Any) -> str:
         text = super().encode(o)
         # json always writes U+0000 as the escape \u0000, so a text without one holds none.
-        return _NUL_ESCAPE.sub(r"\1\\ufffd", text) if "\\u0000" in text else text
+        if "\\u0000" in text:
+            text = _NUL_ESCAPE.sub(r"\1\\ufffd", text)
+        if not text.isascii() and _SURROGATE.search(text):
+            text = _SURROGATE.sub(REPLACEMENT, text)
+        return text
 
 
 class StoredTextField(models.TextField):
@@ -42,7 +61,7 @@ class StoredTextField(models.TextField):
 
     def get_prep_value(self, value: Any) -> Any:
         value = super().get_prep_value(value)
-        return without_nul(value) if isinstance(value, str) else value
+        return storable(value) if isinstance(value, str) else value
 
 
 class StoredCharField(models.CharField):
@@ -51,7 +70,7 @@ class StoredCharField(models.CharField):
 
     def get_prep_value(self, value: Any) -> Any:
         value = super().get_prep_value(value)
-        return without_nul(value) if isinstance(value, str) else value
+        return storable(value) if isinstance(value, str) else value
 
 
 class StoredJSONField(models.JSONField):

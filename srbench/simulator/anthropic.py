@@ -291,7 +291,9 @@ async def _messages(
         return _error(500, "api_error", "simulated server error")
     chat = chat_body_of(body)
     seed = config.seed
-    (completion,) = generate(state, [spec], chat, seed, faults & {"u2028", "nul", "length-as-stop"})
+    (completion,) = generate(
+        state, [spec], chat, seed, faults & {"u2028", "unstorable", "length-as-stop"}
+    )
     ident = ResponseIdentity.of(requested, body, seed)
     call_id = request.headers.get(call_id_header)
     if body.get("stream"):

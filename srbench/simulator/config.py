@@ -44,7 +44,7 @@ FAULTS = frozenset(
         "no-done",
         "malformed-chunk",
         "u2028",
-        "nul",
+        "unstorable",
         "wrong-config-hash",
         "no-receipt",
         # Quirks of real servers a target preflight finds (issue 39): a new request to the model

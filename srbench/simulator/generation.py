@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,10 +174,11 @@ def _faulted_content(content: str, faults: frozenset[str]) -> str:
         # U+2028 is whitespace to the tokeniser, so counts do not change.
         head, sep, tail = content.partition(" ")
         content = f"{head}{U2028}{tail}" if sep else f"{content}{U2028}"
-    if "nul" in faults:
-        # U+0000 in the answer (JSON's \u0000 on the wire): text PostgreSQL cannot store.
+    if "unstorable" in faults:
+        # U+0000 and a lone surrogate in the answer (JSON's \u0000 and \ud800 on the wire):
+        # text PostgreSQL cannot store.
         head, sep, tail = content.partition(" ")
-        content = f"{head}{sep}\x00{tail}"
+        content = f"{head}{sep}\x00\ud800{tail}"
     return content
 
 
@@ -283,8 +285,16 @@ class ResponseIdentity:
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _dumps(value: Any) -> str:
-    return _ENCODER.encode(value)
+    text = _ENCODER.encode(value)
+    if not text.isascii() and _SURROGATE.search(text):
+        # A lone surrogate (the ``unstorable`` fault) goes out as JSON's escape, as a server
+        # that escapes non-ASCII sends it: UTF-8 cannot carry it as a character.
+        text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text
 
 
 def completion_body(
@@ -357,7 +367,7 @@ def _choice_tail(delta_json: str, finish: str = "null") -> bytes:
 @functools.lru_cache(maxsize=64)
 def _cached_text_tails(key: str, text: str, chunk_tokens: int) -> tuple[bytes, ...]:
     return tuple(
-        _choice_tail(f'{{"{key}":{_ENCODER.encode(piece)}}}')
+        _choice_tail(f'{{"{key}":{_dumps(piece)}}}')
         for piece in split_into_pieces(text, chunk_tokens)
     )
 

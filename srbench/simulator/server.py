@@ -15,11 +15,11 @@ Endpoints:
 
 Faults (header ``x-sim-fault: a,b`` or ``faults = [...]`` on a model/router; stall length from
 ``x-sim-stall-seconds``, else ``stall_seconds``): 429, 500, stall-first-byte, stall-mid,
-disconnect, no-usage, no-done, malformed-chunk, u2028, nul, wrong-config-hash and no-receipt (the
+disconnect, no-usage, no-done, malformed-chunk, u2028, unstorable, wrong-config-hash and no-receipt (the
 last two on routed models only), and the real-server quirks of issue 39: cut-on-concurrent (a
 new request cuts the stream in progress; ``max_whole_streams`` on a model sets another limit),
 length-as-stop and no-cache-details; ``context_tokens`` on a model refuses longer prompts. Non-streamed replies honour 429, 500, stall-first-byte,
-no-usage, malformed-chunk (a truncated JSON body), u2028 and nul; the other faults are stream-only.
+no-usage, malformed-chunk (a truncated JSON body), u2028 and unstorable; the other faults are stream-only.
 
 Router requests may carry ``x-sr-bench-expected-config-hash`` (a mismatch is refused with 409
 before any model call), ``x-sr-bench-max-inference-calls`` (a route needing more is refused with

@@ -104,19 +104,20 @@ def test_u2028_inside_content_is_content_not_a_line_break(celery_worker):
     assert not calls.filter(cost_usd__isnull=True).exists()
 
 
-def test_nul_inside_content_is_kept_as_a_replacement_character(celery_worker):
-    """Model output is hostile input: U+0000 cannot be stored in PostgreSQL text, so the
-    call's text columns get U+FFFD in its place and the evidence keeps the exact bytes."""
-    with es.simulator(BENCHMARKS, models={"sim-strong": {"faults": ["nul"]}}) as url:
+def test_unstorable_characters_in_content_are_kept_as_replacement_characters(celery_worker):
+    """Model output is hostile input: U+0000 and a lone surrogate cannot be stored in
+    PostgreSQL text, so the call's text columns get U+FFFD in their place and the evidence keeps
+    the exact bytes."""
+    with es.simulator(BENCHMARKS, models={"sim-strong": {"faults": ["unstorable"]}}) as url:
         es.sim_targets(url)
         run = run_with(url, "sim-strong")
     assert run.status == "completed"
     calls = list(Call.objects.filter(cell__run=run))
     assert calls and all(c.status == "completed" for c in calls)
     for call in calls:
-        assert "\x00" not in call.content and "\ufffd" in call.content
+        assert "\x00" not in call.content and "\ufffd\ufffd" in call.content
         raw = evidence_raw(call.evidence)
-        assert b"\\u0000" in raw and "\ufffd".encode() not in raw
+        assert b"\\u0000" in raw and b"\\ud800" in raw and "\ufffd".encode() not in raw
     assert not Cell.objects.filter(run=run).exclude(status="completed").exists()
 
 

@@ -1,11 +1,12 @@
-"""Text from outside is stored whatever it holds (runs/models/fields.py): U+0000, which
-PostgreSQL's text and jsonb refuse, is stored as U+FFFD on every write path; every other
-character, backslashes and a literal "\\u0000" included, exactly as given (model output is
-hostile input, R15)."""
+"""Text from outside is stored whatever it holds (runs/models/fields.py): U+0000 and lone
+surrogates, which PostgreSQL's text and jsonb refuse, are stored as U+FFFD on every write path;
+every other character, backslashes, a literal "\\u0000" and characters past the BMP included,
+exactly as given (model output is hostile input, R15)."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -17,10 +18,14 @@ from runs.models.fields import StoredJSONEncoder
 from tests import factories as f
 from tests.runs.test_ledger_bulk_update import _sent_calls
 
-HOSTILE = "a\x00b \\u0000 \\\x00 \\\\u0000 \x00\x00 ü \u2028"
-STORED = HOSTILE.replace("\x00", "\ufffd")
+HOSTILE = "a\x00b \\u0000 \\\x00 \\\\u0000 \x00\x00 ü \u2028 \ud800x\udfff 😀 \\ud800"
+STORED = re.sub("[\x00\ud800-\udfff]", "\ufffd", HOSTILE)
 
-text = st.text(alphabet=st.sampled_from(["\x00", "\\", "u", "0", "a", '"', "\ufffd", "é"]))
+text = st.text(
+    alphabet=st.sampled_from(
+        ["\x00", "\\", "u", "0", "d", "8", "a", '"', "\ufffd", "é", "\ud800", "\udc00", "😀"]
+    )
+)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | text,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(text, inner, max_size=4),
@@ -30,7 +35,7 @@ json_values = st.recursive(
 
 def _replaced(value):
     if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
+        return re.sub("[\x00\ud800-\udfff]", "\ufffd", value)
     if isinstance(value, list):
         return [_replaced(v) for v in value]
     if isinstance(value, dict):
@@ -42,7 +47,7 @@ def _replaced(value):
 @given(json_values)
 def test_the_encoder_replaces_exactly_the_nul_characters(value) -> None:
     encoded = StoredJSONEncoder().encode(value)
-    assert "\\u0000" not in encoded.replace("\\\\", "")
+    encoded.encode("utf-8")  # no surrogate left
     assert json.loads(encoded) == _replaced(value)
 
 
