@@ -32,6 +32,7 @@ from django.db.models.functions import Coalesce
 from compare.compatibility import model_prices
 from compare.plan_cases import kept_fingerprint, kept_head, offer_fingerprint
 from runs.models import CELL_OUTCOMES, TERMINAL_RUN_STATUSES, Cell, CellStatus, Run
+from srbench.digits import ascii_digits
 
 __all__ = [
     "RunOption",
@@ -99,7 +100,7 @@ def option_matches(option: RunOption, q: str) -> bool:
     q = q.strip().lower()
     if not q:
         return True
-    if q.lstrip("#").isdigit() and int(q.lstrip("#")) == option.id:
+    if ascii_digits(q.lstrip("#")) and int(q.lstrip("#")) == option.id:
         return True
     if q in option.name.lower():
         return True

@@ -49,6 +49,7 @@ from srbench.api import (
     StrictFieldsSerializer,
     error_responses,
 )
+from srbench.digits import ascii_digits
 from srbench.refusals import Refusal
 
 EXPORT_CHUNK = 200
@@ -121,7 +122,7 @@ class SourceViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self) -> Any:
         seed = self.request.query_params.get("seed") or None
-        if seed is not None and not seed.lstrip("-").isdigit():
+        if seed is not None and not ascii_digits(seed.removeprefix("-")):
             raise ValidationError({"seed": ["must be an integer"]})
         return source_list(
             benchmark=_choice(self.request, "benchmark", list(ADAPTERS)),

@@ -36,6 +36,7 @@ from runs.engine.sse import ChatStreamAccumulator, SSEDecoder, SSEError
 from runs.engine.transport import RequestHeld
 from runs.ledger.accounting import call_accounting, worst_case_call_cost
 from runs.ledger.hooks import live_snapshot_keep
+from runs.ledger.usage import header_count
 from runs.models import CallStatus, CellStatus
 from srbench.money import money_stored
 
@@ -163,9 +164,8 @@ def router_fields(
     than the pinned one fails an otherwise good call."""
     fields["selected_model"] = lower.get("x-vsr-selected-model", "")
     fields["selected_decision"] = lower.get("x-vsr-selected-decision", "")
-    fields["config_hash_ack"] = lower.get("x-vsr-config-hash", "")[:64]
-    count = lower.get("x-vsr-inference-call-count", "")
-    fields["inference_call_count"] = int(count) if count.isdigit() else None
+    fields["config_hash_ack"] = lower.get("x-vsr-config-hash", "")
+    fields["inference_call_count"] = header_count(lower.get("x-vsr-inference-call-count", ""))
     if (
         stream.http_status == 200
         and not stream.error_code
@@ -236,6 +236,25 @@ def accounting_fields(
         cost_note=note[:200],
     )
     return fields
+
+
+# A call's accounting columns when its response could not be read (`Caller._close`).
+UNREAD_ACCOUNTING: dict[str, Any] = {
+    **dict.fromkeys(
+        (
+            "input_tokens",
+            "cached_input_tokens",
+            "cache_write_tokens",
+            "output_tokens",
+            "reasoning_tokens",
+            "cached_reported",
+            "cache_write_reported",
+            "cost_usd",
+            "cache_neutral_cost_usd",
+        )
+    ),
+    "cost_note": "response unread: usage and cost unknown",
+}
 
 
 def chunk_sink(stream: Stream, max_chars: int) -> Callable[[bytes, float], bool]:
@@ -583,9 +602,18 @@ class Caller(LeaseHolder):
             stream.error = result.incomplete_reason or result.error or "the stream did not finish"
         fields = evidence_fields(stream, result)
         lower = {k.lower(): v for k, v in stream.kept.items()}
-        if target.kind == "mom":
-            router_fields(target, lower, fields, stream)
-        fields.update(accounting_fields(target, lower, stream, result))
+        try:
+            if target.kind == "mom":
+                router_fields(target, lower, fields, stream)
+            fields.update(accounting_fields(target, lower, stream, result))
+        except Exception as exc:  # noqa: BLE001 - the call's record must be written whatever
+            # A response this code could not read (a bug, or a server's value it did not
+            # foresee) must not lose the call's record: it closes failed, usage and cost
+            # unknown, its evidence kept — never an unsettled call whose cell crashed.
+            log.exception("call %s: reading the response's routing or usage failed", call_id)
+            fields.update(UNREAD_ACCOUNTING)
+            stream.error_code = "response_unread"
+            stream.error = f"srbench could not read this response: {type(exc).__name__}: {exc}"
         error_code, error = stream.error_code, stream.error
         ok = not error_code
         fields["status"] = (

@@ -12,6 +12,8 @@ from typing import Any
 
 import httpx
 
+from srbench.digits import ascii_digits
+
 PREVIEW_PATH = "/api/v1/routing/preview"
 
 
@@ -68,7 +70,7 @@ def bounded_request(
         method, url, headers=headers, json=json, timeout=httpx.Timeout(timeout)
     ) as response:
         declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
+        if ascii_digits(declared) and int(declared) > limit:
             raise BodyTooLarge(limit)
         body = bytearray()
         for chunk in response.iter_bytes():

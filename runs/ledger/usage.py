@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from srbench.digits import ascii_digits
+
 __all__ = [
     "HEADER_CALL_COUNT",
     "HEADER_MODEL_USAGE",
@@ -104,9 +106,14 @@ class UsageOutcome:
     reason: str
 
 
+# The largest token count the ledger's columns hold (bigint): a larger one is no real count,
+# and writing it made the call's close fail.
+MAX_TOKEN_COUNT = 2**63 - 1
+
+
 def _is_count(value: object) -> bool:
     # bool is a subclass of int in Python; ``True`` tokens is a provider bug, not 1 token.
-    return type(value) is int and value >= 0
+    return type(value) is int and 0 <= value <= MAX_TOKEN_COUNT
 
 
 class _Invalid(Exception):
@@ -123,7 +130,7 @@ def _count_field(source: Mapping[str, Any], key: str, where: str) -> int | None:
     if value is None:
         return None
     if not _is_count(value):
-        raise _Invalid(f"{where}{key} is not an integer >= 0: {value!r}")
+        raise _Invalid(f"{where}{key} is not an integer from 0 to 2^63 - 1: {value!r}")
     return int(value)
 
 
@@ -406,14 +413,26 @@ def header_value(headers: Mapping[str, str], name: str) -> str | None:
     return None
 
 
+# The largest count a PositiveIntegerField column holds (the router's inference call count).
+MAX_HEADER_COUNT = 2**31 - 1
+
+
+def header_count(text: str) -> int | None:
+    """A count a server sends as header text: None unless ASCII digits of at most
+    `MAX_HEADER_COUNT` (99999999999 overflows the ledger's column)."""
+    text = text.strip()
+    if not ascii_digits(text):
+        return None
+    count = int(text)
+    return count if count <= MAX_HEADER_COUNT else None
+
+
 def _call_count(headers: Mapping[str, str]) -> int | None | Literal["invalid"]:
     value = header_value(headers, HEADER_CALL_COUNT)
     if value is None:
         return None
-    text = value.strip()
-    if not text.isdigit():
-        return "invalid"
-    return int(text)
+    count = header_count(value)
+    return "invalid" if count is None else count
 
 
 # --------------------------------------------------------------------------------------------

@@ -454,9 +454,9 @@ class Call(models.Model):
     worker = models.CharField(max_length=255, blank=True)
     claim_token = models.PositiveIntegerField(null=True, blank=True)  # at open: dbguards.fencing
     served_model = StoredCharField(max_length=200, blank=True)
-    selected_model = models.CharField(max_length=200, blank=True)
-    selected_decision = models.CharField(max_length=200, blank=True)
-    config_hash_ack = models.CharField(max_length=64, blank=True)
+    selected_model = StoredCharField(max_length=200, blank=True)
+    selected_decision = StoredCharField(max_length=200, blank=True)
+    config_hash_ack = StoredCharField(max_length=64, blank=True)
     inference_call_count = models.PositiveIntegerField(null=True, blank=True)
     response_headers = StoredJSONField(default=dict, blank=True)
     http_status = models.PositiveSmallIntegerField(null=True, blank=True)

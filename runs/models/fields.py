@@ -2,8 +2,9 @@
 bodies, a sandbox's output — which PostgreSQL must be able to store whatever they hold.
 
 PostgreSQL's text and jsonb cannot hold U+0000, and UTF-8 cannot carry a lone surrogate
-(JSON's ``\\ud800`` without its pair, which Python's json decodes into the string): a model that
-streams either in its answer made the call's close fail (psycopg: "PostgreSQL text fields cannot
+(JSON's ``\\ud800`` without its pair, which Python's json decodes into the string), and a
+name longer than its column does not fit: a model that streams any of them made the call's
+close fail (psycopg: "PostgreSQL text fields cannot
 contain NUL (0x00) bytes", "surrogates not allowed"; jsonb: "unsupported Unicode escape
 sequence"), and its cell and run with it. These fields store U+FFFD (the replacement character)
 in their place, on every write path (the ORM, bulk_create and `runs.ledger.bulk_sql`, which
@@ -65,12 +66,16 @@ class StoredTextField(models.TextField):
 
 
 class StoredCharField(models.CharField):
-    """A CharField whose stored text has U+FFFD for U+0000 (one character for one: the length
-    is unchanged)."""
+    """A CharField whose stored text has U+FFFD for U+0000, cut to the column's length: a name
+    a server sends (a served model, a finish reason, a router's selected model) longer than the
+    column made the write fail, and with it the call's close. The evidence keeps it whole."""
 
     def get_prep_value(self, value: Any) -> Any:
         value = super().get_prep_value(value)
-        return storable(value) if isinstance(value, str) else value
+        if not isinstance(value, str):
+            return value
+        value = storable(value)
+        return value[: self.max_length] if self.max_length is not None else value
 
 
 class StoredJSONField(models.JSONField):

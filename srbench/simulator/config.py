@@ -45,6 +45,7 @@ FAULTS = frozenset(
         "malformed-chunk",
         "u2028",
         "unstorable",
+        "hostile-headers",
         "wrong-config-hash",
         "no-receipt",
         # Quirks of real servers a target preflight finds (issue 39): a new request to the model

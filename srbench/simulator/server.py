@@ -15,7 +15,7 @@ Endpoints:
 
 Faults (header ``x-sim-fault: a,b`` or ``faults = [...]`` on a model/router; stall length from
 ``x-sim-stall-seconds``, else ``stall_seconds``): 429, 500, stall-first-byte, stall-mid,
-disconnect, no-usage, no-done, malformed-chunk, u2028, unstorable, wrong-config-hash and no-receipt (the
+disconnect, no-usage, no-done, malformed-chunk, u2028, unstorable, hostile-headers, wrong-config-hash and no-receipt (the
 last two on routed models only), and the real-server quirks of issue 39: cut-on-concurrent (a
 new request cuts the stream in progress; ``max_whole_streams`` on a model sets another limit),
 length-as-stop and no-cache-details; ``context_tokens`` on a model refuses longer prompts. Non-streamed replies honour 429, 500, stall-first-byte,
@@ -266,18 +266,24 @@ def router_headers(
             {"x-vsr-config-hash": active_hash},
         )
     max_calls = request.headers.get(MAX_CALLS_HEADER)
-    if max_calls and max_calls.isdigit() and len(chosen.models) > int(max_calls):
+    if (
+        max_calls
+        and max_calls.isascii()
+        and max_calls.isdigit()
+        and len(chosen.models) > int(max_calls)
+    ):
         return openai_error(
             409,
             "route needs more inference calls than allowed",
             "max_inference_calls_exceeded",
             {"x-vsr-config-hash": ack},
         )
+    hostile = "hostile-headers" in faults  # names past their columns, a count int() refuses
     return {
-        "x-vsr-selected-model": chosen.served_model,
-        "x-vsr-selected-decision": chosen.decision,
+        "x-vsr-selected-model": chosen.served_model + ("-" + "m" * 300 if hostile else ""),
+        "x-vsr-selected-decision": chosen.decision + ("-" + "d" * 300 if hostile else ""),
         "x-vsr-config-hash": ack,
-        "x-vsr-inference-call-count": str(len(chosen.models)),
+        "x-vsr-inference-call-count": "\xb2" if hostile else str(len(chosen.models)),
         "x-vsr-response-path": "upstream",
         "x-vsr-schema-version": "2",
     }

@@ -53,6 +53,9 @@ def test_baselines_and_candidates(api, setup):
     assert [r["id"] for r in doc["results"]] == [baseline.pk]
     assert doc["results"][0]["baseline_targets"] == ["base"]
     assert api.get("/api/v1/compare/baselines/?q=nothing-like-this").json()["count"] == 0
+    # A search for "#²" ("²" is a digit to str.isdigit, int() refuses it): no match, no error.
+    assert api.get("/api/v1/compare/baselines/?q=%23%C2%B2").json()["count"] == 0
+    assert api.get(f"/api/v1/compare/baselines/?q=%23{baseline.pk}").json()["count"] == 1
 
     doc = api.get(f"/api/v1/compare/candidates/?baseline={baseline.pk}&page_size=1").json()
     assert doc["count"] == 2 and len(doc["results"]) == 1

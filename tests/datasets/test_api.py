@@ -60,6 +60,12 @@ def test_sources_list_filters_and_shows_short_and_provenance(
     assert client.get("/api/v1/sources/?profile=quick").json()["count"] == 0
     bad = client.get("/api/v1/sources/?profile=huge")
     assert bad.status_code == 400 and bad.json()["code"] == "invalid"
+    # "²" is a digit to str.isdigit but int() refuses it, and "--5" was read as a number by
+    # the old check: both a clear 400, not a server error.
+    for seed in ("%C2%B2", "--5", "%D9%A3"):
+        bad = client.get(f"/api/v1/sources/?seed={seed}")
+        assert bad.status_code == 400 and bad.json()["code"] == "invalid", seed
+    assert client.get("/api/v1/sources/?seed=-5").status_code == 200
 
 
 def test_dataset_list_searches_and_filters(client: Client, smoke: dict[str, Source]) -> None:

@@ -212,7 +212,18 @@ INVALID_USAGES = [
         id="responses-api-mixed-with-anthropic-cache",
     ),
     pytest.param([1, 2], id="not-an-object"),
+    # Past what the ledger's bigint columns hold: writing it failed the call's close.
+    pytest.param({"prompt_tokens": 2**63, "completion_tokens": 5}, id="prompt-past-bigint"),
+    pytest.param(
+        {"prompt_tokens": 1, "completion_tokens": 10**30, "total_tokens": 10**30 + 1},
+        id="output-past-bigint",
+    ),
 ]
+
+
+def test_the_largest_count_the_ledger_holds_is_a_count() -> None:
+    outcome = usage_buckets_explained({"prompt_tokens": 2**63 - 1, "completion_tokens": 0})
+    assert outcome.buckets is not None and outcome.buckets.input == 2**63 - 1
 
 
 @pytest.mark.parametrize("raw", INVALID_USAGES)

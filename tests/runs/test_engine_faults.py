@@ -146,6 +146,24 @@ def test_router_call_with_receipt_is_priced_per_member_and_records_the_route(cel
     assert sum(report["selected_models"].values()) == report["planned"]
 
 
+def test_hostile_routing_headers_are_cut_or_unknown_and_the_call_completes(celery_worker):
+    """A router's names longer than their columns are kept cut (whole in the call's headers);
+    a count int() refuses ("²", a digit to str.isdigit) is unknown, never an exception."""
+    members = {"faults": ["hostile-headers"]}
+    with es.simulator(BENCHMARKS, models={"sim-strong": members, "sim-weak": members}) as url:
+        es.sim_targets(url)
+        run = run_with(url, "sim-router")
+    calls = list(Call.objects.filter(cell__run=run))
+    assert run.status == "completed", [(c.status, c.error_code, c.error) for c in calls]
+    assert calls and all(c.status == "completed" for c in calls)
+    for call in calls:
+        assert len(call.selected_model) == 200 and call.selected_model.startswith("sim-")
+        assert len(call.selected_decision) == 200 and call.inference_call_count is None
+        sent = {k.lower(): v for k, v in call.response_headers.items()}
+        assert sent["x-vsr-selected-model"].startswith(call.selected_model)
+        assert len(sent["x-vsr-selected-model"]) > 300
+
+
 def test_missing_receipt_on_a_direct_route_is_priced_as_a_proven_direct_call(celery_worker):
     with es.simulator(BENCHMARKS, routers={"auto": {"faults": ["no-receipt"]}}) as url:
         es.sim_targets(url)

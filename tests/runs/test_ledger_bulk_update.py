@@ -142,17 +142,31 @@ def test_a_value_too_long_for_its_column_is_refused_not_truncated():
     fits, too_long = _sent_calls(2)
 
     store.ledger_apply(
-        run_id=fits.cell.run_id, max_cost=None, ops=[close_op(fits, served_model="é" * 200)]
+        run_id=fits.cell.run_id, max_cost=None, ops=[close_op(fits, error_code="é" * 64)]
     )
     with pytest.raises(DataError, match="too long"):
         store.ledger_apply(
             run_id=fits.cell.run_id,
             max_cost=None,
-            ops=[close_op(too_long, served_model="é" * 201)],
+            ops=[close_op(too_long, error_code="é" * 65)],
         )
 
-    assert Call.objects.get(pk=fits.pk).served_model == "é" * 200
+    assert Call.objects.get(pk=fits.pk).error_code == "é" * 64
     assert Call.objects.get(pk=too_long.pk).status == "sent"  # nothing of its close stands
+
+
+def test_a_name_from_outside_longer_than_its_column_is_kept_cut():
+    """runs/models/fields.py StoredCharField: a served model, finish reason or router name
+    a server sends is cut to its column, never a failed close (the evidence keeps it whole)."""
+    (call,) = _sent_calls(1)
+    store.ledger_apply(
+        run_id=call.cell.run_id,
+        max_cost=None,
+        ops=[close_op(call, served_model="é" * 201 + "x", finish_reason="stop" * 20)],
+    )
+    kept = Call.objects.get(pk=call.pk)
+    assert (kept.served_model, kept.finish_reason) == ("é" * 200, ("stop" * 20)[:32])
+    assert kept.status != "sent"
 
 
 @contextmanager

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runs.ledger.bulk_sql import bulk_insert_sql, bulk_update_sql
+from runs.ledger.usage import header_count
 from runs.models import Call, RunEvent
 from runs.models.fields import StoredJSONEncoder
 from tests import factories as f
@@ -99,3 +100,22 @@ def test_every_write_path_stores_nul_as_the_replacement_character() -> None:
     assert [e.payload for e in events] == [expected, expected]
     # Lookups prepare their value the same way: the stored text is found by what was given.
     assert Call.objects.filter(pk=calls[0].pk, content=HOSTILE).exists()
+
+
+@pytest.mark.parametrize(
+    ("header", "count"),
+    [
+        ("2", 2),
+        ("0", 0),
+        (str(2**31 - 1), 2**31 - 1),
+        (str(2**31), None),  # past the PositiveIntegerField column
+        ("99999999999", None),
+        ("\xb2", None),  # "²": str.isdigit says yes, int() refuses
+        ("٣", None),  # an Arabic-Indic three: int() would take it, a header should not
+        ("", None),
+        (" 2 ", 2),  # surrounding whitespace is not part of a header value
+        ("-1", None),
+    ],
+)
+def test_a_routers_call_count_is_a_count_the_column_holds_or_unknown(header, count) -> None:
+    assert header_count(header) == count
