@@ -23,7 +23,7 @@ MAX_BODY = 1024 * 1024
 CALL_TIMEOUT_S = 60.0
 META_TIMEOUT_S = 10.0
 # "This model's maximum context length is 4096 tokens" (OpenAI, llama-cpp-python, vLLM).
-CONTEXT_STATED = re.compile(r"maximum context length is (\d+)", re.IGNORECASE)
+CONTEXT_STATED = re.compile(r"maximum context length is ([0-9]+)", re.IGNORECASE)
 
 
 @dataclass
@@ -128,7 +128,7 @@ def _read_plain(response: httpx.Response, out: WireResult) -> None:
 def stated_context(error: str) -> int | None:
     """The context a refusal states ("maximum context length is N"), else None."""
     match = CONTEXT_STATED.search(error)
-    return int(match.group(1)) if match else None
+    return _positive_int(int(match.group(1))) if match else None
 
 
 def _get_json(url: str, headers: dict[str, str]) -> Any:
@@ -145,8 +145,16 @@ def _get_json(url: str, headers: dict[str, str]) -> Any:
         return None
 
 
+# The largest context a preflight's PositiveIntegerField column holds: a server that states
+# more (hostile, or a typo) made the preflight's write fail; it is then unknown.
+MAX_CONTEXT_TOKENS = 2**31 - 1
+
+
 def _positive_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    """A context size a server states: a positive int the ledger's column holds, else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_CONTEXT_TOKENS:
+        return value
+    return None
 
 
 def advertised_context(base_url: str, model: str, headers: dict[str, str]) -> tuple[int, str]:

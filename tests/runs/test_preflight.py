@@ -15,6 +15,7 @@ import pytest
 from runs.models.preflight import PreflightCall, TargetPreflight
 from runs.preflight.checks import PreflightRefused, preflight_quote, target_preflight
 from runs.preflight.findings import NO_STREAM_USAGE
+from runs.preflight.wire import stated_context
 from srbench.simulator.testing import running_simulator
 from tests import factories as f
 
@@ -195,3 +196,18 @@ def test_an_unpriced_target_quotes_an_unknown_worst_case():
     target = f.target_create(prices={})
     quote = preflight_quote(target=target)
     assert quote["worst_case_usd"] is None and "unknown" in quote["words"]
+
+
+@pytest.mark.parametrize(
+    ("error", "stated"),
+    [
+        ("This model's maximum context length is 4096 tokens", 4096),
+        ("maximum context length is 2147483647", 2**31 - 1),
+        # Past the preflight's column: writing it failed the preflight; now unknown.
+        ("maximum context length is 99999999999", None),
+        ("maximum context length is 0", None),
+        ("maximum context length is ٤٠٩٦", None),  # digits of another script
+    ],
+)
+def test_a_stated_context_is_a_size_the_column_holds_or_unknown(error, stated):
+    assert stated_context(error) == stated
