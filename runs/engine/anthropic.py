@@ -60,7 +60,7 @@ def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
     function = call.get("function") or {}
     try:
         arguments = json.loads(function.get("arguments") or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         arguments = {}
     if not isinstance(arguments, dict):
         arguments = {}

@@ -238,6 +238,15 @@ def accounting_fields(
     return fields
 
 
+def unread(stream: Stream, exc: Exception, call_id: int) -> None:
+    """A response this code could not read — a bug, or something a server sent that it did not
+    foresee — ends its call failed (`response_unread`), usage and cost unknown, its evidence
+    kept: never a crashed cell and an unsettled call whose record is lost."""
+    log.exception("call %s: the response could not be read", call_id)
+    stream.error_code = "response_unread"
+    stream.error = f"srbench could not read this response: {type(exc).__name__}: {exc}"[:1000]
+
+
 # A call's accounting columns when its response could not be read (`Caller._close`).
 UNREAD_ACCOUNTING: dict[str, Any] = {
     **dict.fromkeys(
@@ -546,6 +555,10 @@ class Caller(LeaseHolder):
                     await resp.aclose()
         except (TimeoutError, httpx.HTTPError, SSEError) as exc:
             stream.error_code, stream.error = transport_error(exc, self.limits)
+        except RequestHeld:
+            raise  # not a byte left: `call` sends it once the leases are renewed
+        except Exception as exc:  # noqa: BLE001 - a request that left always gets its record
+            unread(stream, exc, call_id)
         except asyncio.CancelledError:
             # A case timeout or shutdown cancelled us mid-stream: record what we have (the
             # write is queued, not awaited), then let the cancellation go on.
@@ -607,13 +620,8 @@ class Caller(LeaseHolder):
                 router_fields(target, lower, fields, stream)
             fields.update(accounting_fields(target, lower, stream, result))
         except Exception as exc:  # noqa: BLE001 - the call's record must be written whatever
-            # A response this code could not read (a bug, or a server's value it did not
-            # foresee) must not lose the call's record: it closes failed, usage and cost
-            # unknown, its evidence kept — never an unsettled call whose cell crashed.
-            log.exception("call %s: reading the response's routing or usage failed", call_id)
             fields.update(UNREAD_ACCOUNTING)
-            stream.error_code = "response_unread"
-            stream.error = f"srbench could not read this response: {type(exc).__name__}: {exc}"
+            unread(stream, exc, call_id)
         error_code, error = stream.error_code, stream.error
         ok = not error_code
         fields["status"] = (

@@ -6,12 +6,10 @@ same code the live engine used):
 * :class:`SSEDecoder` turns arbitrary byte chunks into :class:`SSEEvent` s.
 * :class:`ChatStreamAccumulator` turns events into what a chat completion said
   (:class:`ChatStreamResult`).
-* :func:`repeated_tail_block` and :func:`output_cap_violation` are the guards the engine checks
-  while a stream is in flight (their home is runs/engine/guards.py).
+* the guards checked while a stream is in flight live in runs/engine/guards.py.
 
-Lines end at CR, LF or CRLF and nowhere else. ``str.splitlines`` (and ``iter_lines`` built on it)
-also split at U+2028, U+2029, NEL and form feeds, which are legal inside model output, so all
-splitting here happens on bytes before any decoding.
+Lines end at CR, LF or CRLF only (``str.splitlines`` also splits at U+2028, U+2029, NEL and form
+feeds, legal in model output), so all splitting here happens on bytes before any decoding.
 """
 
 from __future__ import annotations
@@ -487,6 +485,9 @@ class ChatStreamAccumulator:
         except json.JSONDecodeError as exc:
             self._fail(f"malformed JSON in event #{number}: {exc.msg} at {exc.pos}: {_clip(data)}")
             return
+        except RecursionError:  # thousands of nested brackets: no chat chunk is that deep
+            self._fail(f"event #{number}: JSON nested too deeply to read: {_clip(data)}")
+            return
         if not isinstance(chunk, dict):
             self._fail(f"event #{number} is JSON but not an object: {_clip(data)}")
             return
@@ -691,8 +692,7 @@ def _json_object(data: str) -> Any:
 
 
 def _is_done(data: str) -> bool:
-    # Length check first: stripping every large content chunk just to compare it with a
-    # six-character sentinel would copy it.
+    # Length first: stripping a large content chunk to compare it with "[DONE]" would copy it.
     return len(data) <= 32 and data.strip() == DONE_SENTINEL
 
 

@@ -322,6 +322,17 @@ def test_malformed_json_chunk_fails_the_stream_with_a_readable_message() -> None
     assert result.content == "a"  # nothing after the error is applied
 
 
+def test_json_nested_past_the_parser_fails_the_stream_not_the_engine() -> None:
+    """R15: a server's chunk of 100,000 nested brackets (within the line cap) raised
+    RecursionError out of the reader, crashing the cell and losing the call's record."""
+    deep = b"data: " + b"[" * 100_000 + b"]" * 100_000 + b"\n\n"
+    result = run_stream(chunk({"content": "a"}) + deep + chunk({}, finish_reason="stop") + DONE)
+    assert not result.complete
+    assert result.error is not None
+    assert result.error.startswith("event #2: JSON nested too deeply to read")
+    assert result.content == "a"
+
+
 def test_missing_done_is_incomplete() -> None:
     result = run_stream(good_stream()[: -len(DONE)])
     assert not result.complete
