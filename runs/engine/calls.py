@@ -71,7 +71,7 @@ def http_error_text(status: int, phrase: str, body: bytes) -> str:
         message = parsed.get("error", {}).get("message") if isinstance(parsed, dict) else None
         if isinstance(message, str):
             detail = message
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     return f"HTTP {status} {phrase}: {detail}".strip()
 

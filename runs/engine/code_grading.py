@@ -174,7 +174,7 @@ def _lcb_test_status(result: SandboxResult, test: dict[str, Any]) -> str:
     try:
         got = json.loads(lines[-1]) if lines else None
         want = json.loads(test["output"])
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return "wrong_answer"
     return "passed" if lines and got == want else "wrong_answer"
 

@@ -38,7 +38,7 @@ class PreviewNotPossible(PreviewError):
 def _router_message(body: bytes) -> str:
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return body[:200].decode("utf-8", "replace").strip() or "no detail"
     if isinstance(data, dict):
         error = data.get("error")
@@ -126,7 +126,7 @@ def _preview_answer(reply: Reply) -> dict[str, Any]:
         )
     try:
         result = json.loads(reply.body)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise PreviewError("The router's preview answer is not JSON.") from None
     if not isinstance(result, dict):
         raise PreviewError("The router's preview answer is not a JSON object.")

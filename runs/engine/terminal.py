@@ -247,7 +247,7 @@ def tool_command(arguments: Any) -> str | None:
     object with a `command` string (the agent is told so, and nothing runs)."""
     try:
         command = json.loads(arguments)["command"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None
     return command if isinstance(command, str) else None
 

@@ -105,7 +105,7 @@ def _read_plain(response: httpx.Response, out: WireResult) -> None:
             return
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         out.error = f"HTTP {response.status_code}: the answer is not JSON"
         return
     if response.status_code != 200:
@@ -141,7 +141,7 @@ def _get_json(url: str, headers: dict[str, str]) -> Any:
         return None
     try:
         return response.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 
