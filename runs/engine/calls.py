@@ -34,7 +34,7 @@ from runs.engine.guards import output_cap_violation, repeated_tail_block, stream
 from runs.engine.leases import ClaimLost, LeaseHolder
 from runs.engine.sse import ChatStreamAccumulator, SSEDecoder, SSEError
 from runs.engine.transport import RequestHeld
-from runs.ledger.accounting import call_accounting, worst_case_call_cost
+from runs.ledger.accounting import CALL_USAGE_COLUMNS, call_accounting, worst_case_call_cost
 from runs.ledger.hooks import live_snapshot_keep
 from runs.ledger.usage import header_count
 from runs.models import CallStatus, CellStatus
@@ -249,19 +249,7 @@ def unread(stream: Stream, exc: Exception, call_id: int) -> None:
 
 # A call's accounting columns when its response could not be read (`Caller._close`).
 UNREAD_ACCOUNTING: dict[str, Any] = {
-    **dict.fromkeys(
-        (
-            "input_tokens",
-            "cached_input_tokens",
-            "cache_write_tokens",
-            "output_tokens",
-            "reasoning_tokens",
-            "cached_reported",
-            "cache_write_reported",
-            "cost_usd",
-            "cache_neutral_cost_usd",
-        )
-    ),
+    **dict.fromkeys(CALL_USAGE_COLUMNS),
     "cost_note": "response unread: usage and cost unknown",
 }
 

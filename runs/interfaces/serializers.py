@@ -17,6 +17,7 @@ from runs.interfaces.public import (
     public_grade,
 )
 from runs.ledger import selectors
+from runs.ledger.accounting import CALL_USAGE_COLUMNS
 from runs.models import Call, Cell, Run, RunEvent, Target
 from runs.reporting.report import timing_shown
 from srbench.money import money_text
@@ -195,18 +196,7 @@ class ResultSerializer(serializers.ModelSerializer):
         return public_cell_error(cell.error)
 
 
-USAGE_FIELDS = [
-    "input_tokens",
-    "cached_input_tokens",
-    "cache_write_tokens",
-    "output_tokens",
-    "reasoning_tokens",
-    "cached_reported",
-    "cache_write_reported",
-    "cost_usd",
-    "cache_neutral_cost_usd",
-    "cost_note",
-]
+USAGE_FIELDS = list(CALL_USAGE_COLUMNS)
 
 
 class MillisecondsField(serializers.FloatField):

@@ -26,6 +26,7 @@ from runs.ledger.usage import (
 from srbench.money import price_places_error
 
 __all__ = [
+    "CALL_USAGE_COLUMNS",
     "CostOutcome",
     "KnownSum",
     "NO_STREAM_USAGE_NOTE",
@@ -356,6 +357,22 @@ class CallAccounting(NamedTuple):
     cost: Decimal | None
     cache_neutral: Decimal | None
     note: str
+
+
+# The columns of a call its accounting fills: the four buckets and reasoning, whether the
+# cache counts were reported, its cost and cache-neutral cost, and the note saying why.
+CALL_USAGE_COLUMNS = (
+    "input_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cached_reported",
+    "cache_write_reported",
+    "cost_usd",
+    "cache_neutral_cost_usd",
+    "cost_note",
+)
 
 
 def call_accounting(
