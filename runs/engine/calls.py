@@ -239,12 +239,12 @@ def accounting_fields(
 
 
 def unread(stream: Stream, exc: Exception, call_id: int) -> None:
-    """A response this code could not read — a bug, or something a server sent that it did not
-    foresee — ends its call failed (`response_unread`), usage and cost unknown, its evidence
-    kept: never a crashed cell and an unsettled call whose record is lost."""
-    log.exception("call %s: the response could not be read", call_id)
+    """A call this code could not finish — a bug, or something a server sent that it did not
+    foresee — ends failed (`response_unread`), usage and cost unknown, what arrived kept as its
+    evidence: never a crashed cell and an unsettled call whose record is lost."""
+    log.exception("call %s: srbench could not finish it", call_id)
     stream.error_code = "response_unread"
-    stream.error = f"srbench could not read this response: {type(exc).__name__}: {exc}"[:1000]
+    stream.error = f"srbench could not finish this call: {type(exc).__name__}: {exc}"[:1000]
 
 
 # A call's accounting columns when its response could not be read (`Caller._close`).
