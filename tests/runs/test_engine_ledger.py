@@ -146,8 +146,6 @@ def test_a_too_long_value_is_refused_not_truncated():
     run = f.run_create(status="running")
     call = f.call_create(cell=_running_cell(run), status="sent")
     with pytest.raises(Exception, match="too long"):
-        store.ledger_apply(
-            run_id=run.pk, max_cost=None, ops=[close_op(call, finish_reason="x" * 33)]
-        )
+        store.ledger_apply(run_id=run.pk, max_cost=None, ops=[close_op(call, error_code="x" * 65)])
     call.refresh_from_db()
     assert call.status == "sent"

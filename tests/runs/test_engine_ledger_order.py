@@ -61,7 +61,7 @@ def test_a_finish_queued_behind_a_close_that_fails_in_its_batch_fails_the_cell()
 
     async def steps(ledger: LedgerBatcher) -> list:
         # All four land in one batch: it fails (a value too long), then each write is retried.
-        bad_close = ledger.enqueue(close_op(bad_call, finish_reason="x" * 33))
+        bad_close = ledger.enqueue(close_op(bad_call, error_code="x" * 65))
         good_close = ledger.enqueue(close_op(good_call))
         return [
             bad_close,
@@ -89,7 +89,7 @@ def test_a_finish_queued_after_a_close_failed_in_an_earlier_batch_fails_the_cell
     call = f.call_create(cell=cell, status="sent")
 
     async def steps(ledger: LedgerBatcher) -> list:
-        close = ledger.enqueue(close_op(call, finish_reason="x" * 33))
+        close = ledger.enqueue(close_op(call, error_code="x" * 65))
         with pytest.raises(Exception, match="too long"):
             await asyncio.shield(close)
         return [close, ledger.enqueue(_finish(cell), after=(close,))]

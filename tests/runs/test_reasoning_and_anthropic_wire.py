@@ -58,8 +58,8 @@ def test_reasoning_not_reported_is_unknown_never_zero(usage):
     ("details", "words"),
     [
         ({"reasoning_tokens": 5}, "exceed the output count"),
-        ({"reasoning_tokens": -1}, "not an integer >= 0"),
-        ({"reasoning_tokens": True}, "not an integer >= 0"),
+        ({"reasoning_tokens": -1}, "not an integer from 0 to 2^63 - 1"),
+        ({"reasoning_tokens": True}, "not an integer from 0 to 2^63 - 1"),
         ([1], "completion_tokens_details is not an object"),
     ],
 )
