@@ -340,12 +340,17 @@ def test_a_run_whose_worker_is_killed_mid_run_ends_interrupted_with_nothing_open
         run = plan_run(concurrency=8, slots=2)
         wait_until(lambda: Call.objects.filter(cell__run=run).exists(), timeout=60)
         run_drive.apply_async(args=[run.pk], queue="survivor")
-        # Killed after the first cells finished, while its calls are mid-stream.
+        # Killed after the first cells finished, while its calls are mid-stream: a call sent
+        # in the last half second (each lasts seconds at 4 tokens/s). Any open call was not
+        # enough: the first cells finish together with the victim's calls of the same wave,
+        # whose closes could commit between this check and the kill (then nothing of it is
+        # open and the run rightly completes).
         wait_until(
             lambda: (
                 Cell.objects.filter(run=run, status="completed").exists()
                 and Call.objects.filter(cell__run=run, status__in=["sent", "streaming"])
                 .filter(worker__contains=f":{victim.process.pid}:")
+                .filter(sent_at__gte=timezone.now() - timedelta(seconds=0.5))
                 .exists()
             ),
             timeout=90,
