@@ -1,15 +1,15 @@
 """Columns of text from outside — a model's answer and reasoning, a server's headers and error
 bodies, a sandbox's output — which PostgreSQL must be able to store whatever they hold.
 
-PostgreSQL's text and jsonb cannot hold U+0000, and UTF-8 cannot carry a lone surrogate
-(JSON's ``\\ud800`` without its pair, which Python's json decodes into the string), and a
-name longer than its column does not fit: a model that streams any of them made the call's
-close fail (psycopg: "PostgreSQL text fields cannot
-contain NUL (0x00) bytes", "surrogates not allowed"; jsonb: "unsupported Unicode escape
-sequence"), and its cell and run with it. These fields store U+FFFD (the replacement character)
-in their place, on every write path (the ORM, bulk_create and `runs.ledger.bulk_sql`, which
-prepare values through the field). The exact bytes stay in the call's evidence (bytea).
-Everything else is the parent field's own behaviour.
+PostgreSQL's text and jsonb cannot hold U+0000, UTF-8 cannot carry a lone surrogate (JSON's
+``\\ud800`` without its pair, which Python's json decodes into the string), and a name longer than
+its column does not fit: a model or server that sent any of them made the call's close fail
+(psycopg: "PostgreSQL text fields cannot contain NUL (0x00) bytes", "surrogates not allowed";
+jsonb: "unsupported Unicode escape sequence"; "value too long"), and its cell and run with it.
+These fields store U+FFFD (the replacement character) for U+0000 and surrogates, and
+`StoredCharField` cuts a name to its column, on every write path (the ORM, bulk_create and
+`runs.ledger.bulk_sql`, which prepare values through the field). The exact bytes stay in the
+call's evidence (bytea). Everything else is the parent field's own behaviour.
 """
 
 from __future__ import annotations
