@@ -32,6 +32,7 @@ from srbench.simulator.generation import (
     ResponseIdentity,
     SSEBody,
     total_generation_seconds,
+    wire_json,
 )
 from srbench.simulator.streaming import SSEResponse
 from srbench.simulator.tokens import split_into_pieces
@@ -46,10 +47,6 @@ __all__ = [
 ]
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _text_of(content: Any) -> str:
@@ -84,7 +81,7 @@ def _chat_messages(message: dict[str, Any]) -> list[dict[str, Any]]:
         {
             "id": b.get("id"),
             "type": "function",
-            "function": {"name": b.get("name"), "arguments": _dumps(b.get("input") or {})},
+            "function": {"name": b.get("name"), "arguments": wire_json(b.get("input") or {})},
         }
         for b in content
         if isinstance(b, dict) and b.get("type") == "tool_use"
@@ -177,7 +174,7 @@ def message_body(completion: Completion, ident: ResponseIdentity) -> dict[str, A
 
 
 def _event(name: str, data: dict[str, Any]) -> bytes:
-    return f"event: {name}\ndata: {_dumps(data)}\n\n".encode()
+    return f"event: {name}\ndata: {wire_json(data)}\n\n".encode()
 
 
 def _block_events(index: int, block: dict[str, Any], chunk_tokens: int) -> list[bytes]:
@@ -191,7 +188,7 @@ def _block_events(index: int, block: dict[str, Any], chunk_tokens: int) -> list[
         text = block["text"]
     else:
         start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-        key, delta_type, text = "partial_json", "input_json_delta", _dumps(block["input"])
+        key, delta_type, text = "partial_json", "input_json_delta", wire_json(block["input"])
     head = {"type": "content_block_start", "index": index, "content_block": start}
     events = [_event("content_block_start", head)]
     for piece in split_into_pieces(text, chunk_tokens):
@@ -301,4 +298,4 @@ async def _messages(
         events = message_sse(completion, ident)
         return SSEResponse(events, state.counters, received, headers, call_id=call_id)
     await asyncio.sleep(total_generation_seconds(completion))
-    return JSONResponse(message_body(completion, ident))
+    return Response(wire_json(message_body(completion, ident)), media_type="application/json")

@@ -288,11 +288,12 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _dumps(value: Any) -> str:
+def wire_json(value: Any) -> str:
+    """JSON as the simulator sends it on every wire: non-ASCII as itself, compact, and a lone
+    surrogate (the ``unstorable`` fault) as JSON's escape, as a server that escapes non-ASCII
+    sends it: UTF-8 cannot carry it as a character."""
     text = _ENCODER.encode(value)
     if not text.isascii() and _SURROGATE.search(text):
-        # A lone surrogate (the ``unstorable`` fault) goes out as JSON's escape, as a server
-        # that escapes non-ASCII sends it: UTF-8 cannot carry it as a character.
         text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return text
 
@@ -367,7 +368,7 @@ def _choice_tail(delta_json: str, finish: str = "null") -> bytes:
 @functools.lru_cache(maxsize=64)
 def _cached_text_tails(key: str, text: str, chunk_tokens: int) -> tuple[bytes, ...]:
     return tuple(
-        _choice_tail(f'{{"{key}":{_dumps(piece)}}}')
+        _choice_tail(f'{{"{key}":{wire_json(piece)}}}')
         for piece in split_into_pieces(text, chunk_tokens)
     )
 
@@ -395,12 +396,14 @@ def _delta_tails(completion: Completion) -> list[bytes]:
         head = {"index": index, "id": call.id, "type": "function"}
         tails.append(
             _choice_tail(
-                _dumps({"tool_calls": [head | {"function": {"name": call.name, "arguments": ""}}]})
+                wire_json(
+                    {"tool_calls": [head | {"function": {"name": call.name, "arguments": ""}}]}
+                )
             )
         )
         for piece in split_into_pieces(call.arguments, chunk_tokens):
             delta = {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
-            tails.append(_choice_tail(_dumps(delta)))
+            tails.append(_choice_tail(wire_json(delta)))
     return tails
 
 
@@ -418,7 +421,7 @@ def sse_body(
     spec = completion.spec
     head = (
         f'data: {{"id":"{ident.id}","object":"chat.completion.chunk",'
-        f'"created":{ident.created},"model":{_dumps(completion.model)},'
+        f'"created":{ident.created},"model":{wire_json(completion.model)},'
         f'"system_fingerprint":"{ident.fingerprint}","choices":'
     )
     head_bytes = head.encode()
@@ -427,9 +430,9 @@ def sse_body(
         return head_bytes + _choice_tail(delta_json, finish)
 
     deltas = tuple(head_bytes + tail for tail in _delta_tails(completion))
-    tail = [chunk("{}", _dumps(completion.finish_reason))]
+    tail = [chunk("{}", wire_json(completion.finish_reason))]
     if include_usage and "no-usage" not in faults:
-        tail.append(f'{head}[],"usage":{_dumps(completion.wire_usage())}}}\n\n'.encode())
+        tail.append(f'{head}[],"usage":{wire_json(completion.wire_usage())}}}\n\n'.encode())
     if "no-done" not in faults:
         tail.append(b"data: [DONE]\n\n")
     malformed = None

@@ -62,6 +62,7 @@ from srbench.simulator.generation import (
     completion_body,
     sse_body,
     total_generation_seconds,
+    wire_json,
 )
 from srbench.simulator.oracle import AnswerKey, entry_domain, prompt_text_of
 from srbench.simulator.router import Route, route
@@ -383,7 +384,7 @@ async def respond(
         return context_refusal(final.spec, body, tokens)
     await asyncio.sleep(total_generation_seconds(final))
     payload = completion_body(final, ident, include_usage="no-usage" not in faults)
-    raw = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    raw = wire_json(payload).encode("utf-8")
     if "malformed-chunk" in faults:
         raw = raw[: len(raw) // 2]
     return Response(raw, media_type="application/json", headers=headers)

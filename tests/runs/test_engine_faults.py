@@ -7,7 +7,7 @@ import pytest
 
 from runs.models import Call, Cell
 from runs.models.evidence import evidence_raw
-from runs.planning.services import run_create
+from runs.planning.services import run_create, target_set_api_key
 from runs.reporting.report import run_report
 from tests import factories as f
 from tests.conftest import wait_until
@@ -119,6 +119,30 @@ def test_unstorable_characters_in_content_are_kept_as_replacement_characters(cel
         raw = evidence_raw(call.evidence)
         assert b"\\u0000" in raw and b"\\ud800" in raw and "\ufffd".encode() not in raw
     assert not Cell.objects.filter(run=run).exclude(status="completed").exists()
+
+
+def test_unstorable_characters_from_an_anthropic_model_are_kept_as_replacement_characters(
+    celery_worker,
+):
+    """The same on the Messages API: the simulator sends JSON's escapes (it failed to encode
+    the reply before, a 500), the engine stores U+FFFD and the evidence keeps the escapes."""
+    with es.simulator(BENCHMARKS, models={"sim-strong": {"faults": ["unstorable"]}}) as url:
+        target = f.target_create(
+            slug="sim-anthropic-unstorable",
+            model="sim-strong",
+            base_url=f"{url}/v1",
+            api="anthropic",
+            prices={"sim-strong": es.PRICES["sim-strong"]},
+        )
+        target_set_api_key(target=target, api_key="sk-ant-test")
+        run = run_with(url, target.slug)
+    assert run.status == "completed", run.stop_reason
+    calls = list(Call.objects.filter(cell__run=run))
+    assert calls and all(c.status == "completed" and c.cost_usd is not None for c in calls)
+    for call in calls:
+        assert "\x00" not in call.content and "\ufffd\ufffd" in call.content
+        raw = evidence_raw(call.evidence)
+        assert b"\\u0000" in raw and b"\\ud800" in raw and "\ufffd".encode() not in raw
 
 
 def test_wrong_config_hash_acknowledgement_fails_the_mom_call(celery_worker):

@@ -140,3 +140,46 @@ def test_unknown_fault_name_is_rejected(sim: httpx.Client):
     with post_stream(sim, "explode") as response:
         response.read()
     assert response.status_code == 400
+
+
+def _anthropic_text(raw: bytes, stream: bool) -> str:
+    """The answer's text of an Anthropic Messages reply, streamed or whole."""
+    if not stream:
+        return "".join(b.get("text", "") for b in json.loads(raw)["content"])
+    events = [json.loads(e) for e in sse_data(raw)]
+    return "".join(
+        e["delta"].get("text", "") for e in events if e.get("type") == "content_block_delta"
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "model", "stream"),
+    [
+        ("/v1/chat/completions", "sim-strong", True),
+        ("/v1/chat/completions", "sim-strong", False),
+        ("/v1/messages", "sim-anthropic", True),
+        ("/v1/messages", "sim-anthropic", False),
+    ],
+)
+def test_fault_unstorable_sends_nul_and_a_lone_surrogate_as_json_escapes_on_every_wire(
+    sim: httpx.Client, path: str, model: str, stream: bool
+):
+    """R15: the `unstorable` fault is U+0000 and a lone surrogate in the answer. UTF-8 cannot
+    carry a lone surrogate, so every wire sends JSON's escapes (`\\u0000`, `\\ud800`), as a
+    server that escapes non-ASCII does; before, the Anthropic wire and the OpenAI non-streamed
+    body failed to encode the reply (a 500 from the simulator, no answer)."""
+    body = chat_body(model, MCQ_PROMPT, stream=stream)
+    if path == "/v1/messages":
+        body = {k: v for k, v in body.items() if k != "stream_options"} | {"max_tokens": 64}
+    response = sim.post(path, json=body, headers={"x-sim-fault": "unstorable"})
+    assert response.status_code == 200, response.text
+    raw = response.content
+    raw.decode("utf-8")  # strict: the bytes are UTF-8
+    assert b"\\u0000" in raw and b"\\ud800" in raw
+    if path == "/v1/messages":
+        text = _anthropic_text(raw, stream)
+    elif stream:
+        text = streamed_content(sse_chunks(raw))
+    else:
+        text = response.json()["choices"][0]["message"]["content"]
+    assert "\x00\ud800" in text
