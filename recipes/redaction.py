@@ -261,7 +261,7 @@ def kind_of_value(value: str) -> str | None:
 _SIMPLE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
-def _child_path(path: str, key: str) -> str:
+def child_path(path: str, key: str) -> str:
     if _SIMPLE_KEY.match(key):
         return f"{path}.{key}"
     escaped = key.replace("\\", "\\\\").replace('"', '\\"')
@@ -301,7 +301,7 @@ class _Walker:
                     Redaction(f"{path}[<redacted key #{position}>]", key_shape, "key")
                 )
                 continue
-            child = _child_path(path, key)
+            child = child_path(path, key)
             by_name = kind_of_key(key)
             # A secret-named number or flag (`token_budget: 1000`, `auth: false`) is a
             # setting, not a credential; deployment names go whatever their type (a port is
@@ -336,11 +336,11 @@ def recipe_project(config: dict[str, Any]) -> RedactedRecipe:
             # Section names are shown so a reader knows what the artefact leaves out — unless
             # the name itself looks like an address or a credential.
             shown = (
-                f"$[<redacted key #{position}>]" if kind_of_value(name) else _child_path("$", name)
+                f"$[<redacted key #{position}>]" if kind_of_value(name) else child_path("$", name)
             )
             found.append(Redaction(shown, SECTION_OMITTED, "section"))
             continue
-        keep, value = walker.value(config[key], _child_path("$", name), 1)
+        keep, value = walker.value(config[key], child_path("$", name), 1)
         if keep:
             projection[name] = value
     return RedactedRecipe(

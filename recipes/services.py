@@ -13,6 +13,7 @@ transaction held across the network reads (the insert and its event commit toget
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +23,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from recipes.models import Recipe
-from recipes.redaction import recipe_project
+from recipes.redaction import RedactedRecipe, child_path, recipe_project
 from recipes.selectors import CAPTURED_EVENT, NOT_CAPTURED_EVENT, target_pinned_hash
 from runs.engine.router_http import (
     BodyTooLarge,
@@ -43,6 +44,7 @@ REQUEST_TIMEOUT_S = 5.0
 MAX_CONFIG_BYTES = 2 * 1024 * 1024
 MAX_HASH_BYTES = 16 * 1024
 MAX_ETAG_CHARS = 200  # Recipe.etag
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class CaptureRefused(Exception):
@@ -238,6 +240,50 @@ def pinned_config_read(*, client: httpx.Client, base_url: str, pin: str) -> Pinn
     return PinnedConfig(config=config, etag=etag, hashes=after)
 
 
+def _unstorable(text: str) -> bool:
+    return "\x00" in text or (not text.isascii() and _SURROGATE.search(text) is not None)
+
+
+def _unstorable_refusal(redacted: RedactedRecipe) -> CaptureRefused | None:
+    """A recipe is the router's config, redacted: text jsonb cannot hold is refused, not
+    altered to fit."""
+    unstorable = _unstorable_at(redacted.projection, "$") or _unstorable_at(
+        redacted.redactions, "the redaction list"
+    )
+    if unstorable is None:
+        return None
+    return CaptureRefused(
+        "unstorable_text",
+        f"The router's config holds text the ledger cannot store (U+0000 or a lone surrogate) "
+        f"at {unstorable}; a recipe altered to fit would not be the router's config, so none "
+        "was stored.",
+        path=unstorable,
+    )
+
+
+def _unstorable_at(value: Any, root: str) -> str | None:
+    """Where `value` holds a string (key or value) with U+0000 or a lone surrogate, which
+    jsonb and UTF-8 cannot hold: its path, those characters shown as JSON escapes; None if
+    nowhere."""
+    pending: list[tuple[Any, str]] = [(value, root)]
+    while pending:
+        item, path = pending.pop()
+        if isinstance(item, str) and _unstorable(item):
+            return _shown(path)
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if _unstorable(str(key)):
+                    return _shown(child_path(path, str(key)))
+                pending.append((child, child_path(path, str(key))))
+        elif isinstance(item, list):
+            pending.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
+    return None
+
+
+def _shown(path: str) -> str:
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", path.replace("\x00", "\\u0000"))
+
+
 def _not_captured(*, run: Run, target: Target, refusal: CaptureRefused) -> None:
     payload = {
         "target": target.slug,
@@ -289,6 +335,10 @@ def recipe_capture(
         return None
 
     redacted = recipe_project(pinned.config)
+    refusal = _unstorable_refusal(redacted)
+    if refusal is not None:
+        _not_captured(run=run, target=target, refusal=refusal)
+        return None
     try:
         with transaction.atomic():
             recipe = Recipe.objects.create(

@@ -3,7 +3,8 @@
 
 A model call is one `httpx.Request` built as httpx's client builds it — the client's default
 headers (Accept, Accept-Encoding, Connection, User-Agent) under the call's own, the JSON body
-as httpx encodes it, the client's timeouts — and handed to the transport. What is skipped is
+as httpx encodes it (but for a lone surrogate a model sent, which goes back as the JSON
+escape it came as: `srbench.canonical.json_text`), the client's timeouts — and handed to the transport. What is skipped is
 the client's per-request machinery: merging a base URL, auth and redirect handling (the engine
 has neither) and the cookie jar. The jar is left out on purpose: each model call is a request
 of its own, so a cookie a gateway or router sets on one call is not sent back on the run's
@@ -19,6 +20,7 @@ from typing import Any
 import httpx
 
 from runs.engine.transport import EnginePool, EngineTransport
+from srbench.canonical import json_text
 
 __all__ = ["EngineClient", "engine_client"]
 
@@ -42,13 +44,22 @@ class EngineClient(httpx.AsyncClient):
             parsed = self._urls[url] = httpx.URL(url)
         merged = self.headers.copy()
         merged.update(headers)
-        request = httpx.Request(
-            "POST",
-            parsed,
-            headers=merged,
-            json=body,
-            extensions={"timeout": self._timeouts, **extensions},
-        )
+        extensions = {"timeout": self._timeouts, **extensions}
+        try:
+            request = httpx.Request(
+                "POST", parsed, headers=merged, json=body, extensions=extensions
+            )
+        except UnicodeEncodeError:
+            # A lone surrogate a model sent (JSON's \udXXX) in a conversation going back to
+            # it: the same escape goes back, as httpx would send the rest of the body.
+            request = httpx.Request(
+                "POST",
+                parsed,
+                headers=merged,
+                content=json_text(body).encode("utf-8"),
+                extensions=extensions,
+            )
+            request.headers["Content-Type"] = "application/json"
         response = await self.engine_transport.handle_async_request(request)
         response.request = request
         return response

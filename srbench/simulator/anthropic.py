@@ -26,13 +26,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from srbench.canonical import json_text
 from srbench.simulator.arrival import arrival
 from srbench.simulator.generation import (
     Completion,
     ResponseIdentity,
     SSEBody,
     total_generation_seconds,
-    wire_json,
 )
 from srbench.simulator.streaming import SSEResponse
 from srbench.simulator.tokens import split_into_pieces
@@ -81,7 +81,7 @@ def _chat_messages(message: dict[str, Any]) -> list[dict[str, Any]]:
         {
             "id": b.get("id"),
             "type": "function",
-            "function": {"name": b.get("name"), "arguments": wire_json(b.get("input") or {})},
+            "function": {"name": b.get("name"), "arguments": json_text(b.get("input") or {})},
         }
         for b in content
         if isinstance(b, dict) and b.get("type") == "tool_use"
@@ -174,7 +174,7 @@ def message_body(completion: Completion, ident: ResponseIdentity) -> dict[str, A
 
 
 def _event(name: str, data: dict[str, Any]) -> bytes:
-    return f"event: {name}\ndata: {wire_json(data)}\n\n".encode()
+    return f"event: {name}\ndata: {json_text(data)}\n\n".encode()
 
 
 def _block_events(index: int, block: dict[str, Any], chunk_tokens: int) -> list[bytes]:
@@ -188,7 +188,7 @@ def _block_events(index: int, block: dict[str, Any], chunk_tokens: int) -> list[
         text = block["text"]
     else:
         start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-        key, delta_type, text = "partial_json", "input_json_delta", wire_json(block["input"])
+        key, delta_type, text = "partial_json", "input_json_delta", json_text(block["input"])
     head = {"type": "content_block_start", "index": index, "content_block": start}
     events = [_event("content_block_start", head)]
     for piece in split_into_pieces(text, chunk_tokens):
@@ -298,4 +298,4 @@ async def _messages(
         events = message_sse(completion, ident)
         return SSEResponse(events, state.counters, received, headers, call_id=call_id)
     await asyncio.sleep(total_generation_seconds(completion))
-    return Response(wire_json(message_body(completion, ident)), media_type="application/json")
+    return Response(json_text(message_body(completion, ident)), media_type="application/json")

@@ -7,11 +7,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from srbench.canonical import canonical_json
+from srbench.canonical import canonical_json, json_text
 from srbench.simulator.agents import AgentTurn, agent_turn
 from srbench.simulator.config import ModelSpec
 from srbench.simulator.oracle import (
@@ -280,24 +279,6 @@ class ResponseIdentity:
         )
 
 
-# One encoder for every chunk: ``json.dumps`` with keyword arguments builds a new encoder per
-# call, which was a fifth of the simulator's CPU per streamed chunk. Same output.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def wire_json(value: Any) -> str:
-    """JSON as the simulator sends it on every wire: non-ASCII as itself, compact, and a lone
-    surrogate (the ``unstorable`` fault) as JSON's escape, as a server that escapes non-ASCII
-    sends it: UTF-8 cannot carry it as a character."""
-    text = _ENCODER.encode(value)
-    if not text.isascii() and _SURROGATE.search(text):
-        text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-    return text
-
-
 def completion_body(
     completion: Completion, ident: ResponseIdentity, *, include_usage: bool
 ) -> dict[str, Any]:
@@ -368,7 +349,7 @@ def _choice_tail(delta_json: str, finish: str = "null") -> bytes:
 @functools.lru_cache(maxsize=64)
 def _cached_text_tails(key: str, text: str, chunk_tokens: int) -> tuple[bytes, ...]:
     return tuple(
-        _choice_tail(f'{{"{key}":{wire_json(piece)}}}')
+        _choice_tail(f'{{"{key}":{json_text(piece)}}}')
         for piece in split_into_pieces(text, chunk_tokens)
     )
 
@@ -396,14 +377,14 @@ def _delta_tails(completion: Completion) -> list[bytes]:
         head = {"index": index, "id": call.id, "type": "function"}
         tails.append(
             _choice_tail(
-                wire_json(
+                json_text(
                     {"tool_calls": [head | {"function": {"name": call.name, "arguments": ""}}]}
                 )
             )
         )
         for piece in split_into_pieces(call.arguments, chunk_tokens):
             delta = {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
-            tails.append(_choice_tail(wire_json(delta)))
+            tails.append(_choice_tail(json_text(delta)))
     return tails
 
 
@@ -421,7 +402,7 @@ def sse_body(
     spec = completion.spec
     head = (
         f'data: {{"id":"{ident.id}","object":"chat.completion.chunk",'
-        f'"created":{ident.created},"model":{wire_json(completion.model)},'
+        f'"created":{ident.created},"model":{json_text(completion.model)},'
         f'"system_fingerprint":"{ident.fingerprint}","choices":'
     )
     head_bytes = head.encode()
@@ -430,9 +411,9 @@ def sse_body(
         return head_bytes + _choice_tail(delta_json, finish)
 
     deltas = tuple(head_bytes + tail for tail in _delta_tails(completion))
-    tail = [chunk("{}", wire_json(completion.finish_reason))]
+    tail = [chunk("{}", json_text(completion.finish_reason))]
     if include_usage and "no-usage" not in faults:
-        tail.append(f'{head}[],"usage":{wire_json(completion.wire_usage())}}}\n\n'.encode())
+        tail.append(f'{head}[],"usage":{json_text(completion.wire_usage())}}}\n\n'.encode())
     if "no-done" not in faults:
         tail.append(b"data: [DONE]\n\n")
     malformed = None

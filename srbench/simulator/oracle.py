@@ -66,7 +66,8 @@ def first_user_text(messages: list[dict[str, Any]]) -> str | None:
 
 
 def prompt_sha256(prompt_text: str) -> str:
-    return hashlib.sha256(prompt_text.encode("utf-8")).hexdigest()
+    # surrogatepass: a lone surrogate a request carried (JSON's \udXXX) hashes too.
+    return hashlib.sha256(prompt_text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route as HttpRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from srbench.canonical import sha256_hex
+from srbench.canonical import json_text, sha256_hex
 from srbench.simulator.anthropic import messages_handler
 from srbench.simulator.arrival import ArrivalStampingProtocol, arrival
 from srbench.simulator.config import (
@@ -62,7 +62,6 @@ from srbench.simulator.generation import (
     completion_body,
     sse_body,
     total_generation_seconds,
-    wire_json,
 )
 from srbench.simulator.oracle import AnswerKey, entry_domain, prompt_text_of
 from srbench.simulator.router import Route, route
@@ -384,7 +383,7 @@ async def respond(
         return context_refusal(final.spec, body, tokens)
     await asyncio.sleep(total_generation_seconds(final))
     payload = completion_body(final, ident, include_usage="no-usage" not in faults)
-    raw = wire_json(payload).encode("utf-8")
+    raw = json_text(payload).encode("utf-8")
     if "malformed-chunk" in faults:
         raw = raw[: len(raw) // 2]
     return Response(raw, media_type="application/json", headers=headers)
@@ -483,7 +482,9 @@ async def get_config(request: Request) -> Response:
     etag = f'"{state.source.source_hash}"'
     if request.headers.get("if-none-match") == etag:
         return Response(status_code=304, headers={"etag": etag})
-    return JSONResponse(state.source.raw, headers={"etag": etag})
+    # As the config came (a lone surrogate as its JSON escape).
+    raw = json_text(state.source.raw).encode("utf-8")
+    return Response(raw, media_type="application/json", headers={"etag": etag})
 
 
 async def put_config(request: Request) -> Response:

@@ -129,7 +129,8 @@ class PrefixCache:
         running = hashlib.sha256()
         for start in range(0, len(sequence) - block_tokens + 1, block_tokens):
             for token in sequence[start : start + block_tokens]:
-                running.update(token.encode("utf-8"))
+                # surrogatepass: a lone surrogate a request carried hashes too.
+                running.update(token.encode("utf-8", "surrogatepass"))
                 running.update(b"\x00")
             digests.append(running.copy().digest())
         with self._lock:

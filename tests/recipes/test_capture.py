@@ -4,6 +4,7 @@ stable and pinned across every read; otherwise a readable `recipe.not_captured` 
 from __future__ import annotations
 
 import copy
+import json
 
 import httpx
 import pytest
@@ -196,3 +197,40 @@ def test_run_capture_takes_only_the_runs_mom_targets_that_enable_capture(sim_url
 
     assert [r.target for r in results if r] == [capturing]
     assert not Recipe.objects.filter(target=other).exists()
+
+
+@pytest.mark.parametrize("text", ["a\u0000b", "a\ud800b"], ids=["nul", "lone-surrogate"])
+@pytest.mark.parametrize("where", ["value", "key"])
+def test_a_config_holding_text_the_ledger_cannot_store_is_refused_and_says_where(
+    sim_url, text, where
+):
+    """R12.2, R15: JSON from a router may hold `\\u0000` or a lone `\\ud800`, which PostgreSQL's
+    jsonb and UTF-8 cannot hold. A recipe altered to fit would no longer be the router's
+    config, so none is stored; the refusal names the place (escaped) and the run goes on.
+    Before, the insert raised out of the capture."""
+    config = copy.deepcopy(router_config(sim_url))
+    decision = config["routers"]["auto"]["decisions"][0]
+    if where == "value":
+        decision["keywords"] = [*decision["keywords"], text]
+    else:
+        decision[text] = "x"
+    raw = json.dumps(config).encode("ascii")  # the escapes as a router would send them
+    put = httpx.put(
+        f"{sim_url}/api/v1/config", content=raw, headers={"content-type": "application/json"}
+    )
+    assert put.status_code == 200, put.text
+    target = mom_target(sim_url)
+    run = run_of(target)
+
+    assert recipe_capture(run=run, target=target) is None
+
+    assert not Recipe.objects.filter(run=run).exists()
+    (event,) = refusals(run)
+    assert event.payload["reason"] == "unstorable_text"
+    message = event.payload["message"]
+    assert "routers.auto.decisions[0]" in message and "cannot store" in message
+    if where == "key":  # the key shown as JSON escapes, never the raw characters
+        escaped = "\\u0000" if "\x00" in text else "\\ud800"
+        assert escaped in event.payload["path"] and text not in event.payload["path"]
+    else:
+        assert event.payload["path"] == "$.routers.auto.decisions[0].keywords[5]"

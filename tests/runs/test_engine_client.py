@@ -5,6 +5,7 @@ server set on an earlier call goes back (each call is a request of its own; R3, 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 
@@ -81,3 +82,34 @@ def test_a_call_is_the_request_httpx_builds_and_carries_no_cookie_back() -> None
     assert reference_lines[0] == b"POST /v1/chat/completions HTTP/1.1"
     assert b"user-agent: mine" in reference_lines
     assert reference_body == httpx.Request("POST", "http://x/", json=BODY).content
+
+
+def test_a_lone_surrogate_a_model_sent_goes_back_as_its_json_escape() -> None:
+    """A conversation going back to the model holds its earlier reply, which may carry a lone
+    surrogate (JSON's `\\ud800`, kept by json.loads) and U+0000: UTF-8 cannot carry the first,
+    and building the request raised before (R15). Now the body goes out as JSON whose parse is
+    the same conversation, with the same header lines as any other call."""
+    hostile = {**BODY, "messages": [{"role": "assistant", "content": "a\x00\ud800b é"}]}
+    seen: dict[str, object] = {}
+
+    async def test(client: httpx.AsyncClient, base: str) -> None:
+        url = f"{base}/v1/chat/completions"
+        gate = {SEND_GATE: lambda: True}
+        for name, body in (("plain", BODY), ("hostile", hostile)):
+            response = await client.call_send(url, body, HEADERS, gate)
+            try:
+                seen[name] = _echoed(await response.aread())
+            finally:
+                await response.aclose()
+
+    serve(_heads, test, timeout=httpx.Timeout(5.0, read=2.0))
+    plain_lines, _ = seen["plain"]  # type: ignore[misc]
+    lines, body = seen["hostile"]  # type: ignore[misc]
+    assert b"\\u0000" in body and b"\\ud800" in body and "é".encode() in body
+    assert json.loads(body.decode("utf-8")) == hostile
+    assert f"content-length: {len(body)}".encode() in [line.lower() for line in lines]
+
+    def names(head: list[bytes]) -> list[bytes]:
+        return [line.split(b":")[0].lower() for line in head[1:]]
+
+    assert names(lines) == names(plain_lines)

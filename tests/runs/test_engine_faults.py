@@ -197,3 +197,34 @@ def test_missing_receipt_on_a_direct_route_is_priced_as_a_proven_direct_call(cel
         assert "x-vsr-model-usage" not in {k.lower() for k in call.response_headers}
         assert call.inference_call_count == 1
         assert call.cost_usd is not None and "proven direct" in call.cost_note
+
+
+def test_a_reply_with_unstorable_characters_goes_back_to_the_model_as_it_came(celery_worker):
+    """Multi-turn (R15): the model's reply holds U+0000 and a lone surrogate (JSON's
+    `\\u0000`, `\\ud800`); the next request of its conversation carries them back as the same
+    JSON escapes — UTF-8 cannot carry a lone surrogate, and building that request raised
+    before, failing the call before it left and the episode with it."""
+    benchmarks = ["tau3"]
+    with es.simulator(benchmarks, models={"sim-strong": {"faults": ["unstorable"]}}) as url:
+        es.sim_targets(url)
+        dataset = es.fixture_dataset(benchmarks)
+        run, _ = run_create(
+            owner=f.user_create(),
+            plan={
+                "name": "agents",
+                "dataset": dataset.pk,
+                "targets": ["sim-strong"],
+                "simulators": {"tau3": "sim-user"},
+                "failure_policy": "continue",
+            },
+        )
+        wait_until(lambda: es.terminal(run), timeout=240)
+    calls = Call.objects.filter(cell__run=run)
+    assert not calls.exclude(status="completed").exists(), list(
+        calls.exclude(status="completed").values_list("error_code", "error")
+    )
+    # The replies went back: later calls of each conversation exist and were answered.
+    assert calls.filter(role="subject", sequence__gt=0).exists()
+    assert all("\ufffd" in c.content for c in calls.filter(role="subject") if c.content)
+    for cell in Cell.objects.filter(run=run):
+        assert cell.status == "completed" or "not evaluate" in cell.error, cell.error

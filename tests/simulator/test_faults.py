@@ -183,3 +183,21 @@ def test_fault_unstorable_sends_nul_and_a_lone_surrogate_as_json_escapes_on_ever
     else:
         text = response.json()["choices"][0]["message"]["content"]
     assert "\x00\ud800" in text
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+def test_a_request_carrying_a_lone_surrogate_and_nul_is_answered(sim: httpx.Client, path: str):
+    """The other way round: a conversation that holds an earlier unstorable reply comes back
+    with JSON's `\\ud800` and `\\u0000` in it; the simulator answers it (its prompt hash and
+    prefix cache hashed the text's UTF-8 and raised before: a 500)."""
+    model = "sim-anthropic" if path == "/v1/messages" else "sim-strong"
+    messages = [
+        {"role": "user", "content": MCQ_PROMPT},
+        {"role": "assistant", "content": "The answer\u0000\ud800 is C"},
+        {"role": "user", "content": "Are you sure?"},
+    ]
+    body = {"model": model, "messages": messages, "max_tokens": 64}
+    raw = json.dumps(body).encode("ascii")  # the escapes as they came
+    assert b"\\ud800" in raw
+    response = sim.post(path, content=raw, headers={"content-type": "application/json"})
+    assert response.status_code == 200, response.text
