@@ -335,9 +335,9 @@ def recipe_capture(
         return None
 
     redacted = recipe_project(pinned.config)
-    refusal = _unstorable_refusal(redacted)
-    if refusal is not None:
-        _not_captured(run=run, target=target, refusal=refusal)
+    unstorable = _unstorable_refusal(redacted)
+    if unstorable is not None:
+        _not_captured(run=run, target=target, refusal=unstorable)
         return None
     try:
         with transaction.atomic():

@@ -103,9 +103,9 @@ COMPILE_ERROR_EXIT = 97
 LCB_RUNNER = f"""\
 import io, json, sys
 
-with open("solution.py", encoding="utf-8") as f:
-    source = f.read()
 try:
+    with open("solution.py", encoding="utf-8") as f:
+        source = f.read()  # not UTF-8 (a lone surrogate in the reply): not a program
     code = compile(source, "solution.py", "exec")
 except (SyntaxError, ValueError):
     sys.exit({COMPILE_ERROR_EXIT})
@@ -179,6 +179,13 @@ def _lcb_test_status(result: SandboxResult, test: dict[str, Any]) -> str:
     return "passed" if lines and got == want else "wrong_answer"
 
 
+def _source_bytes(source: str) -> bytes:
+    """A program with a model's code in it, as it came: a lone surrogate (no UTF-8 of its own)
+    as surrogatepass bytes, which the interpreter then refuses as source — a compile error, as
+    the official harness's exec() would fail on it."""
+    return source.encode("utf-8", "surrogatepass")
+
+
 def grade_livecodebench(
     *,
     answer: str | None,
@@ -201,7 +208,7 @@ def grade_livecodebench(
     if code is None:
         return grade | {"status": "unparsed"}
     files = {
-        "solution.py": (LCB_IMPORT_HEADER + "\n" + code).encode("utf-8"),
+        "solution.py": _source_bytes(LCB_IMPORT_HEADER + "\n" + code),
         "runner.py": LCB_RUNNER.encode("utf-8"),
     }
     statuses: list[dict[str, Any]] = []
@@ -393,7 +400,7 @@ def grade_scicode(
         started = time.monotonic()
         result = sandbox_run(
             argv=[sandbox_python(), "step_test.py"],
-            files=files | {"step_test.py": source.encode("utf-8")},
+            files=files | {"step_test.py": _source_bytes(source)},
             limits=limits,
             ro_binds={SCICODE_TARGETS_INSIDE: Path(h5_path)},
         )

@@ -38,11 +38,13 @@ from runs.engine.terminal import (
     REWARD_FILE,
     REWARD_MAX_BYTES,
     TESTS_INSIDE,
+    UNRUNNABLE_EXIT,
     TerminalTaskError,
     hidden_test_files,
     limit_note,
     output_tail,
     reward_grade,
+    unrunnable,
 )
 
 __all__ = ["ContainerRun", "ContainerSession", "container_session_start", "run_capped"]
@@ -167,6 +169,8 @@ class ContainerSession:
     def run_command(self, cmd: str, timeout: float) -> tuple[int, str, str]:
         """(exit code, stdout tail, stderr tail), as TerminalSession.run_command says them."""
         self.commands_run += 1
+        if (refused := unrunnable(cmd)) is not None:
+            return UNRUNNABLE_EXIT, "", refused
         argv = exec_argv(self.engine, self.name, cmd, timeout_s=timeout)
         result = run_capped(
             argv, timeout_s=timeout + HOST_GRACE_S, output_bytes=self.limits.output_bytes

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
@@ -86,6 +87,25 @@ def _quota_note(limits: SandboxLimits) -> str:
     )
 
 
+def unrunnable(cmd: str) -> str | None:
+    """Why a shell cannot be given an agent's command (a model's text), as the bracketed note
+    the agent reads; None when it can. U+0000 cannot pass into an argument vector, and a lone
+    surrogate has no bytes (but U+DC80–U+DCFF, which stand for undecodable bytes, are those
+    bytes)."""
+    if "\x00" in cmd:
+        why = "it holds U+0000, which cannot pass to a shell"
+    else:
+        try:
+            os.fsencode(cmd)
+            return None
+        except UnicodeEncodeError:
+            why = "it holds a lone surrogate, which has no bytes"
+    return f"[not run: {why}]"
+
+
+UNRUNNABLE_EXIT = 2  # as bash for a command it cannot parse
+
+
 def limit_note(reason: str, timeout: float) -> str:
     """The bracketed note an agent sees after a command a limit stopped (sandbox or container)."""
     if reason == "timeout":
@@ -124,6 +144,8 @@ class TerminalSession:
         timeout (as coreutils `timeout` does) or 137, with a bracketed note in the stderr tail.
         Once the disk quota was exceeded nothing runs any more: exit 1 and the note."""
         self.commands_run += 1
+        if (refused := unrunnable(cmd)) is not None:
+            return UNRUNNABLE_EXIT, "", refused
         if self.disk_quota_exceeded:
             return 1, "", _quota_note(self.limits).lstrip("\n")
         result = sandbox_run(

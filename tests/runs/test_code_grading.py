@@ -126,6 +126,21 @@ def test_a_syntax_error_is_a_compile_error():
     assert grade["status"] == "compile_error" and not grade["correct"]
 
 
+@pytest.mark.parametrize("text", ["\x00", "\ud800"], ids=["nul", "lone-surrogate"])
+def test_code_holding_what_python_source_cannot_hold_is_a_compile_error(text):
+    """R15: the program is a model's text. U+0000 and a lone surrogate cannot be Python source
+    (the interpreter refuses the file, as it would refuse the official harness's exec); the
+    program is written as it came and fails as a compile error. Before, writing the file raised
+    out of the grader."""
+    grade = grade_lcb("fixture-lcb-003", reply(f"print('{text}')\n"))
+    assert grade["status"] == "compile_error" and not grade["correct"]
+
+
+def test_a_scicode_step_holding_a_lone_surrogate_fails_that_step(targets_h5):
+    grade = grade_901([reply(TIME_OF_FLIGHT + "# \ud800\n"), reply(RANGE)], targets_h5)
+    assert [s["status"] for s in grade["steps"]][0] != "passed" and not grade["correct"]
+
+
 def test_a_reply_without_code_is_unparsed_and_wrong():
     grade = grade_lcb("fixture-lcb-003", "I would use a stack.")
     assert (grade["status"], grade["correct"], grade["tests"]) == ("unparsed", False, [])

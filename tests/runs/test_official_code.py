@@ -149,3 +149,12 @@ def test_a_scicode_problem_with_a_package_filled_step_settles_on_its_steps(setti
     # Every step answered: graded, here "cannot be graded" for want of the targets file.
     assert settled is not None and settled.status == "failed"
     assert "test_data.h5" in settled.error
+
+
+@pytest.mark.parametrize("text", ["\x00", "\ud800"], ids=["nul", "lone-surrogate"])
+def test_a_program_holding_what_python_source_cannot_hold_fails_in_the_official_grader(text):
+    """R15: the official harness gets the program as it came (JSON escapes on its stdin) and
+    fails it as upstream fails a program that does not compile; no grader error."""
+    q = _questions()["fixture-lcb-003"]
+    outcome = _official(f"```python\nprint('{text}')\n```", q)
+    assert outcome["status"] == "graded" and outcome["correct"] is False, outcome

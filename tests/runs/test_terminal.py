@@ -73,3 +73,29 @@ def test_a_command_has_no_network():
     with terminal_session_start(q.payload, q.secret) as session:
         code, _, _ = session.run_command("exec 3<>/dev/tcp/127.0.0.1/5432", timeout=5)
     assert code != 0
+
+
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [("echo a\x00b > out.txt", "U+0000"), ("echo a\ud800b > out.txt", "lone surrogate")],
+)
+def test_a_command_a_shell_cannot_take_is_not_run_and_the_agent_is_told(command, why):
+    """R15: an agent's command is a model's text. U+0000 cannot pass into an argument vector and
+    a lone surrogate has no bytes; both raised out of the session before (the cell crashed).
+    Now nothing runs, the agent reads why (exit 2, as bash for a command it cannot parse), and
+    the session goes on."""
+    q = QUESTIONS["count-error-lines"]
+    with terminal_session_start(q.payload, q.secret) as session:
+        code, out, err = session.run_command(command)
+        assert (code, out) == (2, "") and why in err and "not run" in err
+        assert session.run_command("ls")[1].split() == ["app.log"]  # nothing was written
+        assert session.commands_run == 2
+
+
+def test_a_surrogate_escaped_byte_still_reaches_the_shell_as_that_byte():
+    """U+DC80–U+DCFF stand for undecodable bytes (Python's surrogateescape): they have bytes,
+    so the command runs with them."""
+    q = QUESTIONS["count-error-lines"]
+    with terminal_session_start(q.payload, q.secret) as session:
+        code, out, _ = session.run_command("printf '\udcff' | od -An -tx1")
+    assert code == 0 and out.split() == ["ff"]
