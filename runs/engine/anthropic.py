@@ -32,6 +32,7 @@ __all__ = [
     "ANTHROPIC_VERSION",
     "AnthropicStreamAccumulator",
     "messages_request",
+    "stream_reader",
     "wire_request",
 ]
 
@@ -149,13 +150,18 @@ def wire_request(
     """(url, JSON body, headers, stream reader class) of a call to a target speaking ``api``."""
     base = base_url.rstrip("/")
     if api != WireApi.ANTHROPIC:
-        return base + "/chat/completions", body, headers, ChatStreamAccumulator
+        return base + "/chat/completions", body, headers, stream_reader(api)
     wire_headers = {k: v for k, v in headers.items() if k != "authorization"}
     key = headers.get("authorization", "").removeprefix("Bearer ")
     if key:
         wire_headers["x-api-key"] = key
     wire_headers["anthropic-version"] = ANTHROPIC_VERSION
-    return base + "/messages", messages_request(body), wire_headers, AnthropicStreamAccumulator
+    return base + "/messages", messages_request(body), wire_headers, stream_reader(api)
+
+
+def stream_reader(api: str) -> type[ChatStreamAccumulator]:
+    """The reader of a stream from a target speaking ``api``."""
+    return AnthropicStreamAccumulator if api == WireApi.ANTHROPIC else ChatStreamAccumulator
 
 
 class AnthropicStreamAccumulator(ChatStreamAccumulator):

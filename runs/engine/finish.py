@@ -200,12 +200,17 @@ class StoredCall:
 
 
 def stored_calls(cell_ids: list[int]) -> dict[int, list[StoredCall]]:
-    """The calls of these cells as the ledger stored them, in the order they were opened."""
+    """The calls of these cells as the ledger stored them, in the order they were opened — with
+    the text the model sent where the stored copy has U+FFFD in its place
+    (runs/engine/exact_text.py), so a cell settled or graded again decides what it did live."""
+    from runs.engine.exact_text import exact_texts, may_differ
+
     calls: dict[int, list[StoredCall]] = {c: [] for c in cell_ids}
-    for cell_id, *fields in (
+    rows = list(
         Call.objects.filter(cell_id__in=cell_ids)
         .order_by("pk")
         .values_list(
+            "pk",
             "cell_id",
             "role",
             "sequence",
@@ -215,9 +220,15 @@ def stored_calls(cell_ids: list[int]) -> dict[int, list[StoredCall]]:
             "error_code",
             "error",
             "tool_calls",
+            "target__api",
         )
-    ):
-        calls[cell_id].append(StoredCall(*fields))
+    )
+    exact = exact_texts({r[0]: (r[10], r[5], r[9]) for r in rows if may_differ(r[5], r[9])})
+    for pk, cell_id, role, sequence, status, content, finish, code, error, tools, _ in rows:
+        content, tools = exact.get(pk, (content, tools))
+        calls[cell_id].append(
+            StoredCall(role, sequence, status, content, finish, code, error, tools)
+        )
     return calls
 
 
