@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.utils import timezone
 
@@ -53,9 +54,7 @@ def bulk_update_sql(
         + (f" AND {where}" if where else "")
         + (" RETURNING t.id" if returning else "")
     )
-    with db.cursor() as cursor:
-        cursor.execute(sql, params)
-        return [r[0] for r in cursor.fetchall()] if returning else []
+    return [r[0] for r in _execute(db, sql, params, fetch=returning)]
 
 
 def bulk_insert_sql(
@@ -100,9 +99,22 @@ def bulk_insert_sql(
         f"INSERT INTO {qn(meta.db_table)} ({names}) SELECT v.*{extra} FROM unnest({arrays}) AS v"
         + (f" RETURNING {back}" if returning else "")
     )
-    with db.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall() if returning else []
+    return _execute(db, sql, params, fetch=bool(returning))
+
+
+def _execute(db: Any, sql: str, params: list[Any], *, fetch: bool) -> list[tuple[Any, ...]]:
+    """Run one of these statements with its parameters bound by the server in binary (psycopg's
+    `%b`) — in Django's cursor wrapper all the same (its error translation, execute wrappers
+    and query log). Django's own cursor binds on the client: psycopg quotes every value of
+    every array into the statement's text in Python, the largest single cost of the ledger
+    thread (docs/performance.md); binary arrays skip that, and the statement, whose text does
+    not depend on the number of rows, is prepared once per connection."""
+    if "%b" in sql:
+        raise ValueError("bulk statements bind with %s only")
+    db.ensure_connection()
+    with db._prepare_cursor(psycopg.Cursor(db.connection)) as cursor:
+        cursor.execute(sql.replace("%s", "%b"), params)
+        return cursor.fetchall() if fetch else []
 
 
 def _column_arrays(
