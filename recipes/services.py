@@ -13,7 +13,6 @@ transaction held across the network reads (the insert and its event commit toget
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +34,7 @@ from runs.engine.router_http import (
 )
 from runs.ledger.events import events_append
 from runs.models import Run, Target
+from runs.models.fields import storable
 
 HASH_PATH = "/api/v1/config/hash"
 CONFIG_PATH = "/api/v1/config"
@@ -44,7 +44,6 @@ REQUEST_TIMEOUT_S = 5.0
 MAX_CONFIG_BYTES = 2 * 1024 * 1024
 MAX_HASH_BYTES = 16 * 1024
 MAX_ETAG_CHARS = 200  # Recipe.etag
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class CaptureRefused(Exception):
@@ -241,7 +240,7 @@ def pinned_config_read(*, client: httpx.Client, base_url: str, pin: str) -> Pinn
 
 
 def _unstorable(text: str) -> bool:
-    return "\x00" in text or (not text.isascii() and _SURROGATE.search(text) is not None)
+    return storable(text) != text  # the ledger's rule (runs/models/fields.py)
 
 
 def _unstorable_refusal(redacted: RedactedRecipe) -> CaptureRefused | None:
@@ -281,7 +280,8 @@ def _unstorable_at(value: Any, root: str) -> str | None:
 
 
 def _shown(path: str) -> str:
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", path.replace("\x00", "\\u0000"))
+    """The path with U+0000 and surrogates as JSON escapes (\\u0000, \\ud800)."""
+    return "".join(c if storable(c) == c else f"\\u{ord(c):04x}" for c in path)
 
 
 def _not_captured(*, run: Run, target: Target, refusal: CaptureRefused) -> None:
