@@ -4,9 +4,9 @@
 A model call is one `httpx.Request` built as httpx's client builds it — the client's default
 headers (Accept, Accept-Encoding, Connection, User-Agent) under the call's own, the JSON body
 as httpx encodes it (but for a lone surrogate a model sent, which goes back as the JSON
-escape it came as: `srbench.canonical.json_text`), the client's timeouts — and handed to the transport. What is skipped is
-the client's per-request machinery: merging a base URL, auth and redirect handling (the engine
-has neither) and the cookie jar. The jar is left out on purpose: each model call is a request
+escape it came as: `srbench.canonical.json_text`), the client's timeouts — and handed to the
+transport. What is skipped is the client's per-request machinery: merging a base URL, auth and
+redirect handling (the engine has neither) and the cookie jar. The jar is left out on purpose: each model call is a request
 of its own, so a cookie a gateway or router sets on one call is not sent back on the run's
 later calls, where it could pin them to one backend (session affinity) and bias what the
 benchmark measures. At C = 1,024 those layers were about a tenth of the worker's CPU

@@ -171,3 +171,26 @@ def worker_run(
             },
         )
         yield run
+
+
+def agents_run(url: str, benchmarks: list[str], *, timeout: float = 240) -> Run:
+    """A finished run of the fixtures of the agent `benchmarks` on sim-strong, with sim-user
+    playing τ³'s user and failures continuing, against the simulator at `url` (registered
+    here); waits for the test's real Celery worker to end it."""
+    from tests.conftest import wait_until
+
+    sim_targets(url)
+    dataset = fixture_dataset(benchmarks)
+    run, _ = run_create(
+        owner=user_create(),
+        plan={
+            "name": "agents",
+            "dataset": dataset.pk,
+            "targets": ["sim-strong"],
+            "simulators": {"tau3": "sim-user"},
+            "failure_policy": "continue",
+        },
+    )
+    wait_until(lambda: terminal(run), timeout=timeout)
+    run.refresh_from_db()
+    return run

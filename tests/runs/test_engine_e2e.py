@@ -184,19 +184,7 @@ def test_agent_benchmarks_run_their_tool_loops_through_the_ledger(celery_worker)
 
     benchmarks = ["terminal-bench", "tau3"]
     with es.simulator(benchmarks) as url:
-        es.sim_targets(url)
-        dataset = es.fixture_dataset(benchmarks)
-        run, _ = run_create(
-            owner=f.user_create(),
-            plan={
-                "name": "agents",
-                "dataset": dataset.pk,
-                "targets": ["sim-strong"],
-                "simulators": {"tau3": "sim-user"},
-                "failure_policy": "continue",
-            },
-        )
-        wait_until(lambda: es.terminal(run), timeout=240)
+        run = es.agents_run(url, benchmarks)
         stats = es.sim_stats(url)
     calls = Call.objects.filter(cell__run=run)
     assert stats["by_call_id"] == {str(c.pk): 1 for c in calls}

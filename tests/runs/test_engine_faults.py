@@ -206,19 +206,7 @@ def test_a_reply_with_unstorable_characters_goes_back_to_the_model_as_it_came(ce
     before, failing the call before it left and the episode with it."""
     benchmarks = ["tau3"]
     with es.simulator(benchmarks, models={"sim-strong": {"faults": ["unstorable"]}}) as url:
-        es.sim_targets(url)
-        dataset = es.fixture_dataset(benchmarks)
-        run, _ = run_create(
-            owner=f.user_create(),
-            plan={
-                "name": "agents",
-                "dataset": dataset.pk,
-                "targets": ["sim-strong"],
-                "simulators": {"tau3": "sim-user"},
-                "failure_policy": "continue",
-            },
-        )
-        wait_until(lambda: es.terminal(run), timeout=240)
+        run = es.agents_run(url, benchmarks)
     calls = Call.objects.filter(cell__run=run)
     assert not calls.exclude(status="completed").exists(), list(
         calls.exclude(status="completed").values_list("error_code", "error")
