@@ -8,6 +8,10 @@ stored_calls` — takes the exact text from the call's evidence, so it decides w
 decided. Only calls whose stored text holds U+FFFD are read again (a model's own U+FFFD too:
 its evidence then gives the same text), and the evidence's text is taken only when it stores
 as the stored one, so a call whose evidence says something else keeps its stored text.
+
+A judged answer is the content of its cell's first subject call: what a re-judge or a
+judge-only recovery sends the judge is that text as the model sent it (`exact_answers`), as
+the live judge call carried it.
 """
 
 from __future__ import annotations
@@ -18,11 +22,11 @@ from typing import Any
 
 from runs.engine.anthropic import stream_reader
 from runs.engine.sse import SSEDecoder, SSEError
-from runs.models import CallEvidence
+from runs.models import Call, CallEvidence
 from runs.models.evidence import EvidenceUnreadable, evidence_raw
 from runs.models.fields import REPLACEMENT, StoredJSONEncoder, storable
 
-__all__ = ["exact_texts", "may_differ"]
+__all__ = ["exact_answers", "exact_texts", "may_differ"]
 
 
 def may_differ(content: str, tool_calls: Any) -> bool:
@@ -46,6 +50,26 @@ def exact_texts(calls: dict[int, tuple[str, str, Any]]) -> dict[int, tuple[str, 
             continue
         if _stores_as(exact, content, tool_calls):
             out[evidence.call_id] = exact
+    return out
+
+
+def exact_answers(answers: dict[int, str | None]) -> dict[int, str | None]:
+    """{cell: its stored answer, the content of its first subject call} with, for a cell whose
+    stored answer holds U+FFFD, the text that call sent where its evidence gives it and it
+    stores as the stored answer. One query more only when an answer holds U+FFFD."""
+    suspects = {c: a for c, a in answers.items() if a is not None and REPLACEMENT in a}
+    if not suspects:
+        return answers
+    rows = list(
+        Call.objects.filter(
+            cell_id__in=list(suspects), role=Call.Role.SUBJECT, sequence=0
+        ).values_list("pk", "cell_id", "target__api", "content", "tool_calls")
+    )
+    exact = exact_texts({pk: (api, content, tools) for pk, _, api, content, tools in rows})
+    out = dict(answers)
+    for pk, cell_id, *_ in rows:
+        if pk in exact and storable(exact[pk][0]) == suspects[cell_id]:
+            out[cell_id] = exact[pk][0]
     return out
 
 

@@ -11,6 +11,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from runs.engine.exact_text import exact_answers, exact_texts, may_differ
 from runs.engine.judge_only import judge_only_answers
 from runs.ledger.events import events_append
 from runs.ledger.hooks import report_keep, run_end, run_end_backlog, runs_ended_newest
@@ -203,8 +204,6 @@ def stored_calls(cell_ids: list[int]) -> dict[int, list[StoredCall]]:
     """The calls of these cells as the ledger stored them, in the order they were opened — with
     the text the model sent where the stored copy has U+FFFD in its place
     (runs/engine/exact_text.py), so a cell settled or graded again decides what it did live."""
-    from runs.engine.exact_text import exact_texts, may_differ
-
     calls: dict[int, list[StoredCall]] = {c: [] for c in cell_ids}
     rows = list(
         Call.objects.filter(cell_id__in=cell_ids)
@@ -413,8 +412,9 @@ def rejudge_answers(cell_ids: list[int]) -> dict[int, str | None]:
 def parent_answers(parent_of_cell: dict[int, int]) -> dict[int, str | None]:
     """{cell: the final answer of its parent run's completed cell with the same question,
     target and slot (the same attempt), or None}: what a re-judge cell is judged on, for the
-    live episode (`episodes.rejudged`) and the recovery pass alike. Two queries for any number
-    of cells."""
+    live episode (`episodes.rejudged`) and the recovery pass alike, as the model sent it
+    (`exact_text.exact_answers`). Two queries for any number of cells (three when an answer
+    holds U+FFFD)."""
     if not parent_of_cell:
         return {}
     rows = list(
@@ -422,14 +422,16 @@ def parent_answers(parent_of_cell: dict[int, int]) -> dict[int, str | None]:
             "pk", "question_id", "target_id", "slot"
         )
     )
-    answers = {
-        (run_id, qid, target_id, slot): answer
-        for run_id, qid, target_id, slot, answer in Cell.objects.filter(
+    parents = list(
+        Cell.objects.filter(
             run_id__in=set(parent_of_cell.values()),
             question_id__in={r[1] for r in rows},
             status=CellStatus.COMPLETED,
-        ).values_list("run_id", "question_id", "target_id", "slot", "final_answer")
-    }
+        ).values_list("pk", "run_id", "question_id", "target_id", "slot", "final_answer")
+    )
+    # The text the model sent where the stored copy has U+FFFD (runs/engine/exact_text.py).
+    exact = exact_answers({p[0]: p[5] for p in parents})
+    answers = {(run_id, qid, tid, slot): exact[pk] for pk, run_id, qid, tid, slot, _ in parents}
     return {pk: answers.get((parent_of_cell[pk], qid, tid, slot)) for pk, qid, tid, slot in rows}
 
 

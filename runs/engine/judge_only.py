@@ -11,14 +11,16 @@ read it through this one rule. Reads only.
 
 from __future__ import annotations
 
+from runs.engine.exact_text import exact_answers
 from runs.models import Call, CallStatus, Cell
 
 
 def stored_answers(cell_ids: list[int]) -> dict[int, str]:
     """{cell: the content of its completed, untruncated first subject call} for those of these
     cells that have one: the complete answer the cell's judge call would have judged (a
-    truncated answer is wrong without a judge, as in the engine, and is left out)."""
-    return dict(
+    truncated answer is wrong without a judge, as in the engine, and is left out), as the model
+    sent it (`exact_text.exact_answers`)."""
+    stored: dict[int, str | None] = dict(
         Call.objects.filter(
             cell_id__in=cell_ids,
             role=Call.Role.SUBJECT,
@@ -28,6 +30,7 @@ def stored_answers(cell_ids: list[int]) -> dict[int, str]:
         .exclude(finish_reason="length")
         .values_list("cell_id", "content")
     )
+    return {c: a for c, a in exact_answers(stored).items() if a is not None}
 
 
 def judge_only_answers(parent_of_cell: dict[int, int]) -> dict[int, str | None]:

@@ -37,6 +37,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from runs.engine import doorbell
+from runs.engine.exact_text import exact_answers
 from runs.engine.judge_only import stored_answers
 from runs.ledger.idempotency import IdempotencyKey, IdempotencyKeyReused, key_value
 from runs.models import Cell, Run
@@ -106,19 +107,31 @@ def confirmation_check(
 def _content(parent: Run, quote: dict[str, Any]) -> dict[str, Any]:
     """What a re-judge judges, hashed into its identity: each parent cell with the hash of its
     answer, the judges the parent froze, and the quote."""
-    rows = rejudge_cells(parent).values_list(
-        "pk", "question_id", "target__slug", "slot", "benchmark", "final_answer"
+    rows = list(
+        rejudge_cells(parent).values_list(
+            "pk", "question_id", "target__slug", "slot", "benchmark", "final_answer"
+        )
     )
-    return _judged_content(parent, list(rows), quote)
+    # The answer as the model sent it, as the episode judges it (`finish.parent_answers`).
+    exact = exact_answers({r[0]: r[5] for r in rows})
+    return _judged_content(parent, [(*r[:5], exact[r[0]]) for r in rows], quote)
 
 
 def _judged_content(
     parent: Run, rows: list[tuple[int, int, str, int, str, str]], quote: dict[str, Any]
 ) -> dict[str, Any]:
     """The identity of a child of judge calls: (cell, question, target slug, slot, benchmark,
-    answer) per parent cell, each answer by its hash, with the judges and the quote."""
+    answer) per parent cell, each answer by its hash (a lone surrogate a model sent by its
+    surrogatepass bytes), with the judges and the quote."""
     cells = [
-        [pk, qid, slug, slot, benchmark, hashlib.sha256(answer.encode()).hexdigest()]
+        [
+            pk,
+            qid,
+            slug,
+            slot,
+            benchmark,
+            hashlib.sha256(answer.encode("utf-8", "surrogatepass")).hexdigest(),
+        ]
         for pk, qid, slug, slot, benchmark, answer in rows
     ]
     benchmarks = {c[4] for c in cells}

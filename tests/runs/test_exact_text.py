@@ -123,3 +123,64 @@ def test_a_models_own_replacement_character_reads_as_itself():
     call = call_with(openai_stream(text, "{}"), text, tool_calls("{}"))
     (got,) = stored_calls([call.cell_id])[call.cell_id]
     assert got.content == text
+
+
+ANSWER = "Paris\x00 \ud800(capital)"  # a SimpleQA answer holding U+0000 and a lone surrogate
+
+
+def test_a_judge_only_recovery_judges_the_answer_as_the_model_sent_it():
+    """The answer a judge-only recovery child quotes, hashes and judges
+    (`judge_only.stored_answers`) is the text its live judge call would have carried."""
+    from runs.engine.judge_only import stored_answers
+
+    call = call_with(openai_stream(ANSWER, "{}"), ANSWER, tool_calls("{}"))
+    assert "\ufffd" in Call.objects.get(pk=call.pk).content  # the copy
+    assert stored_answers([call.cell_id]) == {call.cell_id: ANSWER}
+
+
+def test_a_rejudge_judges_the_parent_answer_as_the_model_sent_it():
+    """A re-judge child's cell reads its parent's final answer (`finish.parent_answers`) as the
+    model sent it; a parent whose subject call's evidence does not give the stored answer keeps
+    the stored one."""
+    from runs.engine.finish import parent_answers
+    from runs.models import Cell
+
+    parent = f.run_create()
+    child = f.run_create()
+    answered = f.cell_create(run=parent, status="completed", final_answer=ANSWER)
+    call_with(openai_stream(ANSWER, "{}"), ANSWER, tool_calls("{}"), cell=answered)
+    other = f.cell_create(run=parent, status="completed", final_answer="edited \ufffd")
+    call_with(openai_stream(ANSWER, "{}"), ANSWER, tool_calls("{}"), cell=other)
+    mirrors = [
+        f.cell_create(run=child, question=c.question, target=c.target, slot=c.slot)
+        for c in (answered, other)
+    ]
+    assert Cell.objects.get(pk=answered.pk).final_answer != ANSWER  # the copy
+
+    got = parent_answers({m.pk: parent.pk for m in mirrors})
+
+    assert got == {mirrors[0].pk: ANSWER, mirrors[1].pk: "edited \ufffd"}
+
+
+def test_a_rejudge_identity_hashes_the_exact_answer():
+    """The re-judge child's identity names each answer by its hash: the exact text's, by its
+    surrogatepass bytes (`.encode()` raised on the lone surrogate), so two answers whose
+    copies are the same but whose texts differ are two identities."""
+    import hashlib
+
+    from runs.settlement.rejudge import _judged_content
+
+    parent = f.run_create(manifest={"judges": {}, "plan": "p"})
+    content = _judged_content(parent, [(1, 2, "t", 0, "simpleqa", ANSWER)], {})
+    other = _judged_content(parent, [(1, 2, "t", 0, "simpleqa", "Paris\ufffd \ufffd(capital)")], {})
+
+    digest = hashlib.sha256(ANSWER.encode("utf-8", "surrogatepass")).hexdigest()
+    assert content["cells"] == [[1, 2, "t", 0, "simpleqa", digest]]
+    assert content["cells"] != other["cells"]
+
+
+def test_clean_answers_cost_no_evidence_query(django_assert_num_queries):
+    from runs.engine.exact_text import exact_answers
+
+    with django_assert_num_queries(0):
+        assert exact_answers({1: "plain", 2: None}) == {1: "plain", 2: None}
