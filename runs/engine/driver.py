@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
@@ -37,6 +37,7 @@ from runs.engine.router_client import PreviewError, PreviewNotPossible, route_pr
 from runs.engine.runnable_here import CHECKED, not_runnable_reason
 from runs.ledger.hooks import run_start
 from runs.models import Run
+from runs.vocabulary.limits import MAX_RUN_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -227,6 +228,12 @@ class Slots:
             await asyncio.sleep(0)
 
 
+def run_deadline(started_at: datetime, limits: dict[str, Any]) -> datetime:
+    """When the run stops by its plan's `max_run_seconds`, which the plan bounds
+    (`MAX_RUN_SECONDS`); a run frozen before that bound runs to the bound, never crashes."""
+    return started_at + timedelta(seconds=min(float(limits["max_run_seconds"]), MAX_RUN_SECONDS))
+
+
 async def drive(run_id: int) -> str | None:
     """Drive one run on this worker until nothing more can be dispatched here."""
     db, side_db = DbThread(writer=True), DbThread()
@@ -262,7 +269,7 @@ async def drive(run_id: int) -> str | None:
             )
             driver.lease_valid_until = time.monotonic() + lease_seconds
             ticker = asyncio.create_task(driver.checkpoints(lease_seconds))
-            deadline = ctx.started_at + timedelta(seconds=float(limits["max_run_seconds"]))
+            deadline = run_deadline(ctx.started_at, limits)
             inflight = driver.slots
             try:
                 while not driver.stopping:

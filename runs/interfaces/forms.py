@@ -17,7 +17,13 @@ from datasets.models import FrozenDataset, Profile, Source
 from datasets.profiles import PROFILE_SPLIT
 from runs.engine.tau_episode import DEFAULT_TAU_MAX_TURNS
 from runs.models import RunStatus, Target
-from runs.planning.plans import SUPPORTED_KINDS, USER_SIMULATED, LimitsSerializer
+from runs.planning.plans import (
+    SUPPORTED_KINDS,
+    USER_SIMULATED,
+    LimitsSerializer,
+    SamplingSerializer,
+)
+from runs.vocabulary.limits import MAX_RUN_SECONDS
 
 
 class RunFilterForm(forms.Form):
@@ -83,6 +89,12 @@ def _limit_default(name: str) -> Any:
     return LimitsSerializer().fields[name].default
 
 
+def _sampling_bound(name: str, end: str) -> Any:
+    """The plan's own bound of a sampling field (`SamplingSerializer`), so the form and the
+    plan refuse the same values."""
+    return getattr(SamplingSerializer().fields[name], f"{end}_value")
+
+
 class EvaluationForm(forms.Form):
     """Profile → benchmarks → targets → sampling, budget and limits → judges → review."""
 
@@ -101,8 +113,15 @@ class EvaluationForm(forms.Form):
     # Sampling (whitelisted generation fields, SAMPLING_FIELDS); blank = the target's default.
     temperature = forms.FloatField(required=False, min_value=0, max_value=2)
     top_p = forms.FloatField(required=False, min_value=0, max_value=1, label="Top p")
-    top_k = forms.IntegerField(required=False, min_value=1, label="Top k")
-    sampling_seed = forms.IntegerField(required=False, label="Seed")
+    top_k = forms.IntegerField(
+        required=False, min_value=1, max_value=_sampling_bound("top_k", "max"), label="Top k"
+    )
+    sampling_seed = forms.IntegerField(
+        required=False,
+        min_value=_sampling_bound("seed", "min"),
+        max_value=_sampling_bound("seed", "max"),
+        label="Seed",
+    )
     presence_penalty = forms.FloatField(required=False, min_value=-2, max_value=2)
     frequency_penalty = forms.FloatField(required=False, min_value=-2, max_value=2)
     reasoning_effort = forms.ChoiceField(
@@ -149,7 +168,10 @@ class EvaluationForm(forms.Form):
         min_value=1, initial=_limit_default("case_timeout_s"), label="Case timeout (s)"
     )
     max_run_seconds = forms.FloatField(
-        min_value=1, initial=_limit_default("max_run_seconds"), label="Run deadline (s)"
+        min_value=1,
+        max_value=MAX_RUN_SECONDS,
+        initial=_limit_default("max_run_seconds"),
+        label="Run deadline (s)",
     )
     failure_policy = forms.ChoiceField(
         choices=[

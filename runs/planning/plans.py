@@ -24,6 +24,7 @@ from runs.models import Run, Target, WireApi, validate_price_table
 from runs.planning import runnable
 from runs.planning.fixed_params import fixed_params_errors
 from runs.preflight.plan import not_fitting
+from runs.vocabulary.limits import MAX_RUN_SECONDS
 from runs.vocabulary.run_modes import RunMode
 from srbench.api import StrictFieldsSerializer
 from srbench.canonical import sha256_hex
@@ -65,8 +66,10 @@ class PlanError(Refusal):
 class SamplingSerializer(serializers.Serializer):
     temperature = serializers.FloatField(required=False, min_value=0, max_value=2)
     top_p = serializers.FloatField(required=False, min_value=0, max_value=1)
-    top_k = serializers.IntegerField(required=False, min_value=1)
-    seed = serializers.IntegerField(required=False)
+    # Bounded as the servers take them (a 32-bit top-k, a 64-bit seed): a value past them is
+    # refused at plan review, not by every call of the run.
+    top_k = serializers.IntegerField(required=False, min_value=1, max_value=2**31 - 1)
+    seed = serializers.IntegerField(required=False, min_value=-(2**63), max_value=2**63 - 1)
     presence_penalty = serializers.FloatField(required=False, min_value=-2, max_value=2)
     frequency_penalty = serializers.FloatField(required=False, min_value=-2, max_value=2)
     reasoning_effort = serializers.ChoiceField(
@@ -91,7 +94,7 @@ class LimitsSerializer(StrictFieldsSerializer):
     total_timeout_s = serializers.FloatField(default=300, min_value=1)
     idle_timeout_s = serializers.FloatField(default=60, min_value=0.5)
     case_timeout_s = serializers.FloatField(default=900, min_value=1)
-    max_run_seconds = serializers.FloatField(default=86400, min_value=1)
+    max_run_seconds = serializers.FloatField(default=86400, min_value=1, max_value=MAX_RUN_SECONDS)
     max_output_tokens = serializers.IntegerField(default=4096, min_value=1, max_value=1_000_000)
     max_output_chars = serializers.IntegerField(default=200_000, min_value=1)
     # Multi-turn tasks (SciCode steps, agent loops) make many calls per case.

@@ -50,6 +50,13 @@ def test_plan_review_freezes_without_a_model_call_or_a_run(client, member, plan)
         ({"sampling": {"logit_bias": {"1": 5}}}, "sampling"),
         ({"limits": {"idle_timeout_s": 100, "total_timeout_s": 50}}, "limits"),
         ({"limits": {"total_timeout_s": 500, "max_run_seconds": 100}}, "limits"),
+        # Past the bounds the engine and the servers take: refused at review, not a run that
+        # crashes its worker (a deadline past datetime's range) or fails every call.
+        ({"limits": {"max_run_seconds": 1e20}}, "limits"),
+        ({"limits": {"max_run_seconds": 1e12}}, "limits"),
+        ({"sampling": {"seed": 10**23}}, "sampling"),
+        ({"sampling": {"seed": -(2**63) - 1}}, "sampling"),
+        ({"sampling": {"top_k": 2**31}}, "sampling"),
         ({"targets": ["nope"]}, "targets"),
         ({"dataset": 999999}, "dataset"),
         ({"benchmarks": ["hle"]}, "benchmarks"),
@@ -62,6 +69,35 @@ def test_invalid_plan_is_a_400_naming_the_field(client, member, plan, change, fi
     assert response.status_code == 400
     body = response.json()
     assert body["code"] == "invalid_plan" and field in body["detail"], body
+
+
+def test_the_bounds_themselves_are_accepted(client, member, plan):
+    from runs.vocabulary.limits import MAX_RUN_SECONDS
+
+    change = {
+        "limits": {"max_run_seconds": MAX_RUN_SECONDS},
+        "sampling": {"seed": 2**63 - 1, "top_k": 2**31 - 1},
+    }
+    response = client.post(
+        "/api/v1/plans/review/", {**plan, **change}, content_type="application/json"
+    )
+    assert response.status_code == 200, response.json()
+
+
+def test_a_run_frozen_with_a_deadline_past_the_bound_runs_to_the_bound():
+    """A plan frozen before the bound existed (1e20 s made the driver raise OverflowError on
+    every start, leaving the run `running` and the recovery pass restarting it)."""
+    from datetime import UTC, datetime, timedelta
+
+    from runs.engine.driver import run_deadline
+    from runs.vocabulary.limits import MAX_RUN_SECONDS
+
+    start = datetime(2026, 12, 6, tzinfo=UTC)
+    for seconds in (1e20, 1e12, MAX_RUN_SECONDS * 2):
+        assert run_deadline(start, {"max_run_seconds": seconds}) == start + timedelta(
+            seconds=MAX_RUN_SECONDS
+        )
+    assert run_deadline(start, {"max_run_seconds": 60}) == start + timedelta(seconds=60)
 
 
 def test_judge_benchmark_needs_a_judge_target(client, member):

@@ -196,3 +196,21 @@ def test_the_form_asks_in_official_prompts_and_sets_the_tau_turn_limit(client, m
     assert 'id="plan-hash"' not in refused
     assert [a for a, _ in summary_items(refused)] == ["id_tau_max_turns"]
     assert Run.objects.count() == 0
+
+
+def test_the_form_refuses_a_deadline_seed_or_top_k_past_the_plans_bounds(client, member):
+    """A run deadline of 1e20 s passed the form's review and crashed the run's worker; a seed
+    or top-k past what servers take would fail every call. The form refuses them, each named
+    at its field, and no run is made."""
+    source_prepare(benchmark="mmlu-pro", profile="smoke")
+    f.target_create(slug="sim-strong", name="strong", model="sim-strong")
+    data = form_data(
+        benchmarks=["mmlu-pro"],
+        max_run_seconds="99999999999999999999",
+        sampling_seed=str(10**23),
+        top_k=str(2**31),
+    )
+    page = client.post("/runs/new/", data).content.decode()
+    anchors = [a for a, _ in summary_items(page)]
+    assert {"id_max_run_seconds", "id_sampling_seed", "id_top_k"} <= set(anchors), anchors
+    assert not Run.objects.exists()
