@@ -62,7 +62,11 @@ class AuditEventListView(generics.ListAPIView):
         if params.get("action"):
             rows = rows.filter(action=params["action"])
         if params.get("since"):
-            since = parse_datetime(params["since"])
+            try:
+                # A well-formed but impossible date (month 13) raises rather than giving None.
+                since = parse_datetime(params["since"])
+            except ValueError:
+                since = None
             if since is None:
                 raise exceptions.ValidationError({"since": ["an ISO 8601 date and time"]})
             rows = rows.filter(at__gte=since)

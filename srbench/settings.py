@@ -97,6 +97,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # NUL in a path or query string: 400 before anything reads it (PostgreSQL refuses U+0000).
+    "srbench.middleware.RefuseNulMiddleware",
     # Content-Security-Policy (SECURE_CSP below) with a nonce per response.
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

@@ -205,6 +205,9 @@ def test_staff_read_the_trail_in_the_api_and_the_admin_members_do_not() -> None:
     listed = logged_in(operator).get("/api/v1/audit/?actor=mem").json()
     assert [(r["actor"], r["action"]) for r in listed["results"]] == [("mem", "tokens")]
     assert logged_in(operator).get("/api/v1/audit/?since=nope").status_code == 400
+    # Well-formed but impossible (month 13): parse_datetime raises instead of giving None.
+    impossible = logged_in(operator).get("/api/v1/audit/?since=2026-13-45T99:99")
+    assert impossible.status_code == 400 and "since" in impossible.json()["detail"]
     page = logged_in(operator).get("/admin/srbench/auditevent/")
     assert page.status_code == 200 and b"mem" in page.content
     row = AuditEvent.objects.filter(actor="mem").get()
