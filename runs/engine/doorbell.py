@@ -6,6 +6,8 @@ here; tests replace `run_dispatch` in this module to hear the bell without a bro
 
 from __future__ import annotations
 
+import uuid
+
 from celery import current_app
 
 RUN_DRIVE_TASK = "runs.tasks.run_drive"
@@ -18,5 +20,26 @@ def run_dispatch(*, run_id: int) -> None:
 
 
 def regrade_dispatch(*, run_id: int) -> str:
-    """Queue a sandbox regrade of a run on a worker; returns the task id the API follows."""
-    return current_app.send_task(RUN_REGRADE_TASK, args=(run_id,)).id
+    """Queue a sandbox regrade of a run on a worker; returns the task id the API follows.
+
+    The id is written to the result backend as PENDING before the task is sent, so a follow
+    can tell a queued task from an id nobody issued (Celery reports PENDING for any unknown id,
+    and `regrade --wait` would wait for it until its timeout). The worker's result updates that
+    row; a send that fails removes it."""
+    from django_celery_results.models import TaskResult
+
+    task_id = str(uuid.uuid4())
+    TaskResult.objects.create(task_id=task_id, status="PENDING", task_name=RUN_REGRADE_TASK)
+    try:
+        current_app.send_task(RUN_REGRADE_TASK, args=(run_id,), task_id=task_id)
+    except BaseException:
+        TaskResult.objects.filter(task_id=task_id, status="PENDING").delete()
+        raise
+    return task_id
+
+
+def regrade_issued(task_id: str) -> bool:
+    """Whether `regrade_dispatch` issued this task id (its result row exists)."""
+    from django_celery_results.models import TaskResult
+
+    return TaskResult.objects.filter(task_id=task_id).exists()

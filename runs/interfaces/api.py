@@ -544,6 +544,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     def _regrade_follow(self, request: Request, run: Run) -> Response:
         from celery.result import AsyncResult
 
+        from runs.engine.doorbell import regrade_issued
         from runs.settlement.regrade import judge_cost_quote, regrade_doc, regrade_queued_doc
 
         task_id = request.query_params.get("task")
@@ -556,6 +557,8 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             task_id = str(uuid.UUID(task_id))  # Celery's task ids; anything else is no task
         except ValueError:
             raise ValidationError({"task": ["Not a task id."]}) from None
+        if not regrade_issued(task_id):
+            raise NotFound("no regrade of this run has that task")
         result = AsyncResult(task_id)
         if result.state == "FAILURE":
             raise Refusal(

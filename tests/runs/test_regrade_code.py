@@ -13,6 +13,7 @@ The simulator's per-call counters prove that no request reached it while regradi
 from __future__ import annotations
 
 import json
+import uuid
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,9 @@ def test_a_code_cell_failed_by_a_missing_sandbox_is_regraded_to_its_true_result_
             assert queued.json()["model_requests"] == 0
             pending = client.get(follow)
             assert pending.status_code == 202 and pending.json()["status"] == "pending"
+            # An id nobody issued is not a task pending for ever (Celery's PENDING for any id).
+            unknown = client.get(f"/api/v1/runs/{run.pk}/regrade/?task={uuid.uuid4()}")
+            assert unknown.status_code == 404, unknown.json()
 
             started.append(worker(tmp_path, "sighted", {"SRBENCH_SCICODE_H5": h5}))
             done = wait_until(
