@@ -26,7 +26,14 @@ def ids_parse(text: str) -> list[int]:
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
-        low_text, sep, high_text = part.partition("-")
+        low_text, sep, high_text = (t.strip() for t in part.partition("-"))
+        # Digits only: int() would take "+5", " 5" or "٥" and says "invalid literal" otherwise.
+        if (
+            not low_text.isascii()
+            or not low_text.isdigit()
+            or (sep and not (high_text.isascii() and high_text.isdigit()))
+        ):
+            raise ValueError(f"{part!r} is not a run id or an ascending range of run ids")
         low = int(low_text)
         high = int(high_text) if sep else low
         if not 1 <= low <= high <= BIGINT_MAX:

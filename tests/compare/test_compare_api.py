@@ -117,6 +117,24 @@ def test_post_compare_input_errors(api, setup):
     assert response.status_code == 422 and response.json()["code"] == "no_comparison"
 
 
+@pytest.mark.parametrize("candidates", ["-1", "+5", "5-", "a", "\u0665", "9-3", "0"])
+def test_an_export_selection_that_names_no_run_is_refused_in_our_words(api, setup, candidates):
+    """An outside probe: `candidates=-1` answered Python's own "invalid literal for int()"."""
+    baseline, _, _ = setup
+    response = api.get(
+        "/api/v1/compare/export.json", {"baseline": baseline.pk, "candidates": candidates}
+    )
+    assert response.status_code == 400
+    said = response.json()["detail"]["candidates"]
+    assert "is not a run id or an ascending range of run ids" in str(said), said
+
+
+def test_a_selection_is_read_with_spaces_around_its_ids():
+    from compare.forms import ids_parse
+
+    assert ids_parse(" 5 - 7 , 9") == [5, 6, 7, 9]
+
+
 def test_exports_hold_every_comparison_with_the_api_numbers(api, qs):
     base = b.target("base")
     D = Decimal
