@@ -181,7 +181,7 @@ class SourceViewSet(viewsets.ReadOnlyModelViewSet):
             # A malformed or unreadable file: the loader's own line, as a refusal.
             raise Refusal(str(exc), code="invalid_source") from exc
         body = {
-            "source": SourceSerializer(receipt.source).data,
+            "source": SourceSerializer(receipt.source, context={"request": request}).data,
             "created": receipt.created,
             "model_requests": 0,
         }

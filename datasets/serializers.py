@@ -7,6 +7,7 @@ multiple-choice question a client could test each letter against it (R9.3).
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -38,6 +39,17 @@ class SourceSerializer(serializers.ModelSerializer):
             "created_at",
         ]
         read_only_fields = fields
+
+    def to_representation(self, instance: Source) -> dict[str, Any]:
+        """The path the server read is a deployment detail: staff see it whole, a member its
+        last name only (the provenance's label and the files' hashes say the rest)."""
+        data = super().to_representation(instance)
+        request = self.context.get("request")
+        provenance = data.get("provenance")
+        path = provenance.get("source_path") if isinstance(provenance, dict) else None
+        if isinstance(path, str) and not (request is not None and request.user.is_staff):
+            data["provenance"] = {**provenance, "source_path": PurePath(path).name}
+        return data
 
 
 class DatasetListSerializer(serializers.ModelSerializer):
@@ -101,7 +113,9 @@ class DatasetDetailSerializer(DatasetListSerializer):
 
     @extend_schema_field(SourceSerializer(many=True))
     def get_sources(self, dataset: FrozenDataset) -> Any:
-        return SourceSerializer(dataset_sources(dataset=dataset), many=True).data
+        return SourceSerializer(
+            dataset_sources(dataset=dataset), many=True, context=self.context
+        ).data
 
 
 class QuestionSerializer(serializers.ModelSerializer):

@@ -68,6 +68,27 @@ def test_sources_list_filters_and_shows_short_and_provenance(
     assert client.get("/api/v1/sources/?seed=-5").status_code == 200
 
 
+def test_a_member_sees_the_name_of_the_path_read_staff_the_whole_path(
+    client: Client, smoke: dict[str, Source]
+) -> None:
+    """The server's path is a deployment detail (an outside probe saw it in every member's
+    `GET /api/v1/sources/ID/`): a member reads its last name, staff the whole path, on the
+    source, the sources list and a dataset's sources alike."""
+    source = smoke["gpqa"]
+    whole = source.provenance["source_path"]
+    assert "/" in whole
+    dataset = dataset_compose(sources=[source])
+    staff = Client()
+    staff.force_login(user_create(username="ops", staff=True))
+    for reader, expected in ((client, whole.rsplit("/", 1)[-1]), (staff, whole)):
+        seen = [
+            reader.get(f"/api/v1/sources/{source.pk}/").json(),
+            *reader.get("/api/v1/sources/?benchmark=gpqa").json()["results"],
+            *reader.get(f"/api/v1/datasets/{dataset.pk}/").json()["sources"],
+        ]
+        assert [s["provenance"]["source_path"] for s in seen] == [expected] * 3
+
+
 def test_dataset_list_searches_and_filters(client: Client, smoke: dict[str, Source]) -> None:
     pair = dataset_compose(sources=[smoke["simpleqa"], smoke["gpqa"]], name="Pair of two")
     only_arc = dataset_compose(sources=[smoke["arc"]], name="Grids")
