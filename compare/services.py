@@ -46,9 +46,9 @@ from compare.results import (
     RunDifferences,
     Savings,
 )
-from compare.verdict import comparison_verdict, frozen_margin, run_split
+from compare.verdict import Unfinished, comparison_verdict, frozen_margin, run_split
 from runs.ledger.selectors import manifest_without_cases, without_case_list
-from runs.models import Run
+from runs.models import CELL_OUTCOMES, Run
 from srbench.refusals import Refusal
 from srbench.savings_bootstrap import SavingsInterval
 from srbench.stats import (
@@ -60,6 +60,7 @@ from srbench.stats import (
     paired_difference,
     question_differences,
     question_totals,
+    renormalised_weights,
     savings_pct,
     select_baseline,
 )
@@ -100,6 +101,10 @@ class MarginFrozen(ComparisonError):
 
     http_status = 409
     code = "margin_frozen"
+
+
+# The status codes (compare.figures.STATUSES) of a cell with an outcome.
+_OUTCOME_CODES = np.array([STATUSES.index(s) for s in CELL_OUTCOMES], dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -156,6 +161,7 @@ class _CellTable:
 
     key: npt.NDArray[np.int64]  # question_id * slots + slot, as in _Cases
     correct: npt.NDArray[np.bool_]
+    status: npt.NDArray[np.int64]  # index into compare.figures.STATUSES
     cost: npt.NDArray[np.float64]  # effective subject cost of the cell; NaN when unknown
     rows: dict[tuple[int, int], npt.NDArray[np.intp]]  # (run, target) -> its rows, ascending
     states: dict[tuple[int, int], dict[str, int]]  # (run, target) -> status -> cells
@@ -166,7 +172,7 @@ class _CellTable:
         packed = np.concatenate([cells[pk] for pk in cells]) if cells else np.zeros(0)
         if not packed.size:
             none = np.zeros(0, dtype=np.int64)
-            return cls(none, np.zeros(0, dtype=np.bool_), np.zeros(0), {}, {}, {})
+            return cls(none, np.zeros(0, dtype=np.bool_), none, np.zeros(0), {}, {}, {})
         run_a = np.concatenate([np.full(cells[pk].size, pk, dtype=np.int64) for pk in cells])
         target_a = packed["target"].astype(np.int64)
         span = int(target_a.max()) + 1
@@ -191,6 +197,7 @@ class _CellTable:
         return cls(
             key=packed["question"].astype(np.int64) * slots + packed["slot"].astype(np.int64),
             correct=packed["correct"].astype(np.bool_),
+            status=packed["status"].astype(np.int64),
             cost=packed["cost"].astype(np.float64),
             rows=by_pair,
             states=states,
@@ -203,6 +210,15 @@ class _CellTable:
         if rows is None:
             return np.zeros(0, dtype=np.int64)
         return np.sort(self.key[rows[self.correct[rows]]])
+
+    def ended_keys(self, pair: tuple[int, int]) -> npt.NDArray[np.int64]:
+        """The (question, slot) keys of the pair's cells with an outcome (completed or
+        failed, `runs.models.CELL_OUTCOMES`), sorted: the rest never ended."""
+        rows = self.rows.get(pair)
+        if rows is None:
+            return np.zeros(0, dtype=np.int64)
+        ended = np.isin(self.status[rows], _OUTCOME_CODES)
+        return np.sort(self.key[rows[ended]])
 
     def case_costs(self, cases: _Cases) -> dict[tuple[int, int], npt.NDArray[np.float64]]:
         """Per (run, target): each planned case's subject cost, NaN where unknown (its cell
@@ -440,6 +456,7 @@ def _statistics(
     for e, subject_savings, interval in zip(candidates, subject, intervals, strict=True):
         assert e.outcome is not None
         d = question_differences(e.outcome, base.outcome, cases.slots)
+        unfinished = _unfinished(loaded, e)
         paired = paired_difference(
             {b: d[m] for b, m in masks.items()},
             weights,
@@ -459,7 +476,9 @@ def _statistics(
                 total=_savings(choice, e.total_spend, base.total_spend),
                 cache_neutral=_cache_neutral_savings(choice, e, base, tied),
                 savings_interval=interval,
-                verdict=comparison_verdict(paired, e.run, loaded.baseline_run),
+                verdict=comparison_verdict(
+                    paired, e.run, loaded.baseline_run, unfinished=unfinished
+                ),
             )
         )
     return out
@@ -489,6 +508,28 @@ def savings_sums_keep(*, run_id: int) -> None:
     ]
     if sides:
         resampled_sums_kept(sides, draws=DEFAULT_BOOTSTRAP_DRAWS, seed=DEFAULT_BOOTSTRAP_SEED)
+
+
+def _unfinished(loaded: _Loaded, e: Entry) -> Unfinished:
+    """The candidate's cases that never ended (pending, running, cancelled: no outcome), and
+    how far Δ would rise were each of them right — each case weighs ŵ_b / (n_b · attempts) in
+    Δ, as in `paired_difference`. The baseline has an outcome for every case (its pool's
+    rule), so only the candidate's side can move."""
+    cases = loaded.cases
+    tid = e.target_id
+    pair = (e.run.pk, tid) if tid is not None else None
+    ended = cases.outcome(loaded.cells.ended_keys(pair) if pair else np.zeros(0, np.int64))
+    never = question_totals(1 - ended, cases.slots)  # per question: attempts without outcome
+    masks = cases.masks()
+    weights = renormalised_weights({b: never[m] for b, m in masks.items()}, _weights(loaded))
+    rise = sum(
+        (
+            w * Fraction(int(never[masks[b]].sum()), int(masks[b].sum()) * cases.slots)
+            for b, w in weights.items()
+        ),
+        Fraction(0),
+    )
+    return Unfinished(cases=int((1 - ended).sum()), rise=rise)
 
 
 def _weights(loaded: _Loaded) -> dict[str, Fraction]:

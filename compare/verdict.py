@@ -10,8 +10,17 @@ computes it, nothing here computes a statistic:
 2. ``non_inferior``  the lower bound is above −m, m the non-inferiority margin frozen in the
                      candidate run's plan before the run (R5.5), on holdout cases in both runs,
                      the baseline run's frozen margin agreeing or absent;
-3. ``worse``         the whole interval lies below 0 (upper < 0);
+3. ``worse``         the whole interval lies below 0 (upper < 0), and stays below 0 were
+                     every candidate case that never ended (a run cancelled or stopped before
+                     it: no outcome, counted wrong in Δ) right instead (upper + u < 0, u the
+                     rise in Δ that would bring; `Unfinished`);
 4. ``inconclusive``  otherwise.
+
+Why only ``worse`` looks at unfinished cases: they are counted wrong in Δ, which can only push
+the candidate down, so ``better`` and ``non_inferior`` already hold whatever those cases would
+have been; ``worse`` could be made by cases the candidate was never asked. The baseline has an
+outcome for every case (its pool's rule), so its side cannot move. A failed cell has an
+outcome — its target was asked and failed — and stays wrong.
 
 The checks run in this order, and every inequality is strict: a bound exactly at 0 or exactly
 at −m decides nothing. A candidate whose whole interval lies inside (−m, 0) is non-inferior —
@@ -44,15 +53,27 @@ VERDICT_HELP = {
         "before the run, holdout cases on both sides)"
     ),
     "inconclusive": "neither better, nor non-inferior, nor worse",
-    "worse": "the whole family-wise interval of Δ lies below 0",
+    "worse": (
+        "the whole family-wise interval of Δ lies below 0, even were the candidate's cases "
+        "that never ended right"
+    ),
 }
 RULE = (
     "Verdict, from the family-wise interval of Δ (weighted Hoeffding, Bonferroni over the "
     "compared candidates): better when the whole interval lies above 0; otherwise "
     "non-inferior when its lower bound is above −margin, the margin frozen in the plan before "
-    "the run, on holdout cases; otherwise worse when the whole interval lies below 0; "
-    "otherwise inconclusive."
+    "the run, on holdout cases; otherwise worse when the whole interval lies below 0 even were "
+    "the candidate's cases that never ended right; otherwise inconclusive."
 )
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """A candidate's cases that never ended (no outcome: counted wrong in Δ), and how far Δ
+    would rise were each of them right (`compare.services._unfinished`)."""
+
+    cases: int = 0
+    rise: Fraction = Fraction(0)
 
 
 @dataclass(frozen=True)
@@ -138,6 +159,7 @@ def verdict_decide(
     no_margin_reason: str | None,
     margin_source: str = "",
     single: tuple[float, float, float] | None = None,
+    unfinished: Unfinished = Unfinished(),
 ) -> Verdict:
     """THE rule (module docstring): one word and its reason in words, from the family-wise
     interval [lower, upper] at ``level``. ``margin`` is the pre-registered margin the rule may
@@ -151,7 +173,7 @@ def verdict_decide(
     source = f" ({margin_source})" if margin_source else ""
     if margin is not None and lower > -margin:
         reason = f"the lower bound {lower:+.4f} of the {interval} is above −{margin}{source}"
-        if upper < 0:
+        if upper + float(unfinished.rise) < 0:
             reason += "; the whole interval lies below 0: measurably worse, by less than the margin"
         return Verdict("non_inferior", reason, *keep)
     if margin is not None:
@@ -161,8 +183,17 @@ def verdict_decide(
         )
     else:
         not_ni = f"non-inferiority not shown — {no_margin_reason}"
-    if upper < 0:
+    if upper < 0 and upper + float(unfinished.rise) < 0:
         return Verdict("worse", f"the whole {interval} lies below 0; {not_ni}", *keep)
+    if upper < 0:
+        return Verdict(
+            "inconclusive",
+            f"the whole {interval} lies below 0, but {unfinished.cases} of the candidate's "
+            f"cases never ended (counted wrong); were they right, Δ would rise by "
+            f"{float(unfinished.rise):.4f} and the interval would reach "
+            f"{upper + float(unfinished.rise):+.4f}: worse is not shown; {not_ni}",
+            *keep,
+        )
     if delta > 0:
         reason = (
             f"the point estimate {float(delta):+.4f} is positive but the {interval} "
@@ -180,9 +211,15 @@ def verdict_decide(
     return Verdict("inconclusive", f"{reason}; {not_ni}", *keep)
 
 
-def comparison_verdict(paired: PairedResult, candidate: Run, baseline: Run) -> Verdict:
+def comparison_verdict(
+    paired: PairedResult,
+    candidate: Run,
+    baseline: Run,
+    *,
+    unfinished: Unfinished = Unfinished(),
+) -> Verdict:
     """The verdict of one candidate run's target against the baseline, from the family-wise
-    interval the paired difference already carries."""
+    interval the paired difference already carries and the candidate's unfinished cases."""
     margin, why_not = margin_terms(candidate, baseline)
     return verdict_decide(
         delta=paired.delta,
@@ -197,4 +234,5 @@ def comparison_verdict(paired: PairedResult, candidate: Run, baseline: Run) -> V
         no_margin_reason=why_not,
         margin_source=f"the margin frozen in run {candidate.pk}'s plan",
         single=(paired.lower, paired.upper, 1 - paired.alpha) if paired.family_size > 1 else None,
+        unfinished=unfinished,
     )

@@ -79,7 +79,7 @@ def manifest(
 
 def run(
     qs: Sequence[Question],
-    outcomes: dict[Target, Sequence[bool | None]],
+    outcomes: dict[Target, Sequence[bool | str | None]],
     *,
     costs: dict[Target, Sequence[Decimal | None] | Decimal | None] | None = None,
     neutral: dict[Target, Decimal] | None = None,
@@ -90,7 +90,8 @@ def run(
     dataset: Any = None,
     **overrides: Any,
 ) -> Run:
-    """A terminal run. ``outcomes[t][i]``: True/False is a completed cell, None a failed one.
+    """A terminal run. ``outcomes[t][i]``: True/False is a completed cell, None a failed one,
+    ``"cancelled"`` a cell that never ended (no outcome, no call).
     ``costs[t]`` is a per-case list or one cost for every case (None: unknown); each cell gets
     one subject call carrying it (and ``neutral[t]`` as its cache-neutral cost). ``call_fields``
     sets further call columns (per case or for all) at insert time: a finished call cannot be
@@ -111,10 +112,10 @@ def run(
             question=q,
             target=t,
             benchmark=q.benchmark,
-            status="failed" if outcomes[t][i] is None else "completed",
-            correct=outcomes[t][i],
-            scored=outcomes[t][i] is not None,
-            final_answer="The answer is B" if outcomes[t][i] else "The answer is A",
+            status=_cell_status(outcomes[t][i]),
+            correct=outcomes[t][i] if isinstance(outcomes[t][i], bool) else None,
+            scored=isinstance(outcomes[t][i], bool),
+            final_answer="The answer is B" if outcomes[t][i] is True else "The answer is A",
         )
         for t in targets
         for i, q in enumerate(qs)
@@ -124,6 +125,8 @@ def run(
     now = timezone.now()
     calls = []
     for cell in cells:
+        if cell.status == "cancelled":
+            continue
         i = qs.index(cell.question)
         spec = costs.get(cell.target, Decimal("0.001"))
         cost = spec[i] if isinstance(spec, (list, tuple)) else spec
@@ -149,3 +152,9 @@ def run(
         calls.append(Call(cell=cell, target=cell.target, **{**fields, **extra}))
     f.calls_insert(calls)
     return r
+
+
+def _cell_status(outcome: bool | str | None) -> str:
+    if outcome == "cancelled":
+        return "cancelled"
+    return "failed" if outcome is None else "completed"
