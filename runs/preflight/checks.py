@@ -322,7 +322,9 @@ class _Session:
             if accounting.buckets is not None:
                 b = accounting.buckets
                 row.input_tokens, row.output_tokens = b.input, b.output
-                row.cached_input_tokens, row.cache_write_tokens = b.cached_input, b.cache_write
+                # A cache bucket the server did not report is unknown, not 0 (as on run calls).
+                row.cached_input_tokens = b.cached_input if b.cached_reported else None
+                row.cache_write_tokens = b.cache_write if b.cache_write_reported else None
             row.cost_usd = accounting.cost
             row.cost_note = (accounting.note or "")[:200]
         if row.cost_usd is None and row.http_status not in (None, 200):

@@ -154,6 +154,12 @@ def test_props_context_length_as_stop_and_streams_whole_up_to_two():
     assert preflight.length_finish_reason == "stop"
     assert "look finished" in _finding(preflight, "length_finish_reason")["effect"]
     assert preflight.cached_fields is False
+    # Cache buckets the server did not report are unknown on every call, never 0 (an outside
+    # probe read 0 beside the finding "usage has no cached-token field").
+    priced = [c for c in preflight.calls.all() if c.output_tokens is not None]
+    assert priced and all(
+        c.cached_input_tokens is None and c.cache_write_tokens is None for c in priced
+    )
     assert (preflight.max_whole_streams, preflight.cuts_at) == (2, 4)
     assert "use concurrency ≤ 2" in _finding(preflight, "concurrency")["effect"]
 
