@@ -209,3 +209,19 @@ def test_cli_targets_check_sends_once_and_reports_in_words_and_json(capsys):
     assert len(document["calls"]) == stats["chat_requests"] == 5
     assert set(stats["by_call_id"].values()) == {1}
     assert any("use concurrency ≤ 1" in x["effect"] for x in document["findings"])
+
+
+def test_numbers_count_as_their_digit_groups_in_the_prompt_estimate():
+    """600 ten-digit numbers were 600 tokens to the estimate (a number was one word) where
+    SmolLM2's tokenizer makes 6,643 (an outside probe against llama.cpp): a case that could
+    not fit a 4,096-token context was sent and failed. A number is now at least one token per
+    group of three digits — a lower bound for every tokenizer that splits by one or three
+    digits — so the estimate stays below what any of them makes."""
+    from runs.preflight.plan import MESSAGE_TOKENS, REPLY_TOKENS, prompt_token_estimate
+
+    numbers = " ".join(str(1_000_000_000 + i) for i in range(600))  # ten digits each
+    estimate = prompt_token_estimate([{"role": "user", "content": numbers}])
+    assert estimate == 600 * 4 + MESSAGE_TOKENS + REPLY_TOKENS  # ⌈10 / 3⌉ groups a number
+    # Words and punctuation as before: one token a run.
+    words = prompt_token_estimate([{"role": "user", "content": "What is 2+2? Answer: B."}])
+    assert words == len(["What", "is", "2", "+", "2", "?", "Answer", ":", "B", "."]) + 6
