@@ -169,7 +169,9 @@ class _CellTable:
 
     @classmethod
     def from_figures(cls, cells: dict[int, npt.NDArray[np.void]], slots: int) -> _CellTable:
-        packed = np.concatenate([cells[pk] for pk in cells]) if cells else np.zeros(0)
+        packed: npt.NDArray[np.void] = (
+            np.concatenate([cells[pk] for pk in cells]) if cells else np.zeros(0, dtype=np.void)
+        )
         if not packed.size:
             none = np.zeros(0, dtype=np.int64)
             return cls(none, np.zeros(0, dtype=np.bool_), none, np.zeros(0), {}, {}, {})

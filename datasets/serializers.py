@@ -46,9 +46,11 @@ class SourceSerializer(serializers.ModelSerializer):
         data = super().to_representation(instance)
         request = self.context.get("request")
         provenance = data.get("provenance")
-        path = provenance.get("source_path") if isinstance(provenance, dict) else None
-        if isinstance(path, str) and not (request is not None and request.user.is_staff):
-            data["provenance"] = {**provenance, "source_path": PurePath(path).name}
+        staff = request is not None and request.user.is_staff
+        if isinstance(provenance, dict) and not staff:
+            path = provenance.get("source_path")
+            if isinstance(path, str):
+                data["provenance"] = {**provenance, "source_path": PurePath(path).name}
         return data
 
 

@@ -114,7 +114,7 @@ def _content(parent: Run, quote: dict[str, Any]) -> dict[str, Any]:
     )
     # The answer as the model sent it, as the episode judges it (`finish.parent_answers`).
     exact = exact_answers({r[0]: r[5] for r in rows})
-    return _judged_content(parent, [(*r[:5], exact[r[0]]) for r in rows], quote)
+    return _judged_content(parent, [(*r[:5], exact[r[0]] or r[5]) for r in rows], quote)
 
 
 def _judged_content(
