@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -19,7 +18,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -28,17 +27,20 @@ from django.utils import timezone
 
 from runs.engine import store
 from runs.engine.anthropic import wire_request
+from runs.engine.call_record import Stream, accounting_fields, evidence_fields, router_fields
 from runs.engine.client import EngineClient
 from runs.engine.group_commit import UNREACHABLE, DbThread, LedgerBatcher
 from runs.engine.guards import output_cap_violation, repeated_tail_block, stream_byte_cap
 from runs.engine.leases import ClaimLost, LeaseHolder
-from runs.engine.sse import ChatStreamAccumulator, SSEDecoder, SSEError
+from runs.engine.sse import SSEError
 from runs.engine.transport import RequestHeld
-from runs.ledger.accounting import CALL_USAGE_COLUMNS, call_accounting, worst_case_call_cost
+from runs.ledger.accounting import (
+    CALL_USAGE_COLUMNS,
+    NOT_SENT_ERROR,
+    worst_case_call_cost,
+)
 from runs.ledger.hooks import live_snapshot_keep
-from runs.ledger.usage import header_count
 from runs.models import CallStatus, CellStatus
-from srbench.money import money_stored
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -114,23 +116,6 @@ class CallOutcome:
     tool_calls: tuple[Any, ...] = ()
 
 
-@dataclass
-class Stream:
-    """What one call's stream has produced so far: the evidence `_close` records."""
-
-    # time.monotonic() before the request (duration_ms counts from here); TTFT counts from the
-    # moment the request was handed to the socket (the transport's sent_at), when known.
-    started: float
-    sent_wall: datetime
-    acc: ChatStreamAccumulator
-    raw: bytearray = field(default_factory=bytearray)
-    decoder: SSEDecoder = field(default_factory=SSEDecoder)
-    http_status: int | None = None
-    kept: dict[str, str] = field(default_factory=dict)
-    error_code: str = ""
-    error: str = ""
-
-
 def request_headers(call_id: int, target: store.TargetInfo) -> dict[str, str]:
     headers = {CALL_ID_HEADER: str(call_id)}
     if target.api_key:
@@ -148,94 +133,14 @@ def transport_error(exc: BaseException, limits: dict[str, Any]) -> tuple[str, st
         return "total_timeout", f"no complete answer within {limits['total_timeout_s']}s"
     if isinstance(exc, httpx.ReadTimeout):
         return "idle_timeout", f"no bytes for {limits['idle_timeout_s']}s"
-    if isinstance(exc, httpx.ConnectError):
-        return "connect_error", str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        # No connection was made: nothing was sent (accounting.NOT_SENT_ERROR).
+        return NOT_SENT_ERROR, str(exc) or type(exc).__name__
     if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
         return "stream_disconnected", str(exc) or type(exc).__name__
     if isinstance(exc, httpx.HTTPError):
         return "transport_error", f"{type(exc).__name__}: {exc}"
     return "sse_error", str(exc)  # SSEError
-
-
-def router_fields(
-    target: store.TargetInfo, lower: dict[str, str], fields: dict[str, Any], stream: Stream
-) -> None:
-    """A router's routing headers into the call's fields; a config it acknowledges other
-    than the pinned one fails an otherwise good call."""
-    fields["selected_model"] = lower.get("x-vsr-selected-model", "")
-    fields["selected_decision"] = lower.get("x-vsr-selected-decision", "")
-    fields["config_hash_ack"] = lower.get("x-vsr-config-hash", "")
-    fields["inference_call_count"] = header_count(lower.get("x-vsr-inference-call-count", ""))
-    if (
-        stream.http_status == 200
-        and not stream.error_code
-        and fields["config_hash_ack"] != target.config_hash
-    ):
-        stream.error_code = "config_hash_mismatch"
-        stream.error = (
-            f"router acknowledged config {fields['config_hash_ack'] or 'nothing'}, "
-            f"expected {target.config_hash}"
-        )
-
-
-def evidence_fields(stream: Stream, result: Any) -> dict[str, Any]:
-    """The call's record of what came back, before accounting and outcome."""
-    return {
-        "http_status": stream.http_status,
-        "response_headers": stream.kept,
-        "served_model": result.served_model or "",
-        "finish_reason": result.finish_reason or "",
-        "content": result.content,
-        "reasoning": result.reasoning,
-        "tool_calls": [dataclasses.asdict(t) for t in result.tool_calls] or None,
-        "usage_raw": result.usage,
-        "stage": "done",
-        "bytes_received": len(stream.raw),
-        "finished_at": timezone.now(),
-        "duration_ms": (time.monotonic() - stream.started) * 1000,
-        "ttft_ms": None if result.ttft_s is None else result.ttft_s * 1000,
-        "first_token_at": None
-        if result.first_token_at is None
-        else stream.sent_wall + timedelta(seconds=result.first_token_at - stream.started),
-        "last_activity_at": timezone.now(),
-    }
-
-
-def accounting_fields(
-    target: store.TargetInfo, lower: dict[str, str], stream: Stream, result: Any
-) -> dict[str, Any]:
-    """Token buckets and cost, from a finished stream's usage only."""
-    if result.complete and (not stream.error_code or stream.error_code == "config_hash_mismatch"):
-        buckets, cost, cache_neutral, note = call_accounting(
-            kind=target.kind,
-            usage=result.usage,
-            served_model=result.served_model or "",
-            headers=lower,
-            price_table=target.prices,
-        )
-    else:
-        # Usage is trusted only from a finished stream (one [DONE], a finish_reason): a
-        # usage chunk in a broken stream stays in the evidence but is not a receipt.
-        buckets, cost, cache_neutral = None, None, None
-        note = "stream incomplete: usage unverified"
-    fields: dict[str, Any] = {}
-    if buckets is not None:
-        fields.update(
-            input_tokens=buckets.input,
-            cached_input_tokens=buckets.cached_input,
-            cache_write_tokens=buckets.cache_write,
-            output_tokens=buckets.output,
-            reasoning_tokens=buckets.reasoning,
-            cached_reported=buckets.cached_reported,
-            cache_write_reported=buckets.cache_write_reported,
-        )
-    # Stored exactly, never rounded: by the rule reconcile-usage uses (srbench.money).
-    fields.update(
-        cost_usd=money_stored(cost),
-        cache_neutral_cost_usd=money_stored(cache_neutral),
-        cost_note=note[:200],
-    )
-    return fields
 
 
 def unread(stream: Stream, exc: Exception, call_id: int) -> None:
@@ -406,29 +311,56 @@ class Caller(LeaseHolder):
             cap = self.limits["max_calls_per_case"]
             await self.fail(cell, f"max_calls_per_case ({cap}) reached", answer)
             return None
+        # A stopped or cancelled run sends nothing more: a cell's first call is known from the
+        # heartbeat's reading (`checkpoints`); an episode's next call asks the ledger first.
+        if self.stopping or (calls_made > 0 and await self.dispatch_stopped()):
+            await self.end_unsent(cell, calls_made, f"{role} call {sequence + 1}", answer)
+            return None
         outcome = await self.call(
             cell, role=role, sequence=sequence, target=target, messages=messages, tools=tools
         )
+        # A stop is decided before the cell's end is queued: that end would otherwise queue a
+        # claim of the freed slot in its own transaction, and a cell claimed there would send.
         if outcome.call_id is None:
+            await self.stop(BUDGET_STOP)
             if calls_made == 0:
-                self.held.pop(cell.cell_id, None)
-                await self.db(
-                    store.cell_release,
-                    run_id=self.ctx.run_id,
-                    cell_id=cell.cell_id,
-                    token=cell.token,
-                )
+                await self.release(cell)
             else:
                 await self.fail(cell, BUDGET_STOP, answer)
-            await self.stop(BUDGET_STOP)
             return None
         if not outcome.ok:
+            await self.stop_if_fail_closed(outcome)
             await self.fail(
                 cell, f"{role} call {sequence + 1}: {outcome.error_code}: {outcome.error}", answer
             )
-            await self.stop_if_fail_closed(outcome)
             return None
         return outcome
+
+    async def dispatch_stopped(self) -> str:
+        """Why the run sends nothing more, as the ledger says now ('' while it dispatches);
+        remembered, so that no later call of this driver leaves either."""
+        if not self.stopping:
+            self.stopping = await self.db(store.run_dispatch_stop, run_id=self.ctx.run_id)
+        return self.stopping
+
+    async def end_unsent(
+        self, cell: store.ClaimedCell, calls_made: int, what: str, answer: str
+    ) -> None:
+        """The run stopped before this cell's next call left: a cell that sent nothing goes
+        back to pending (recoverable as undispatched); an episode under way ends cancelled —
+        no outcome, its calls kept — and nothing more is sent for it."""
+        if calls_made == 0:
+            await self.release(cell)
+            return
+        error = f"the run stopped before its {what} ({self.stopping}); nothing more was sent"
+        await self.finish(cell, CellStatus.CANCELLED, None, None, answer, error)
+
+    async def release(self, cell: store.ClaimedCell) -> None:
+        """Give back a cell that sent nothing: pending again, recoverable as undispatched."""
+        self.held.pop(cell.cell_id, None)
+        await self.db(
+            store.cell_release, run_id=self.ctx.run_id, cell_id=cell.cell_id, token=cell.token
+        )
 
     async def stop_if_fail_closed(self, outcome: CallOutcome) -> None:
         if outcome.transport_failure and self.ctx.manifest["failure_policy"] == "stop":
@@ -655,6 +587,9 @@ class Caller(LeaseHolder):
             dirty = []
             if time.monotonic() >= next_activity:
                 next_activity = time.monotonic() + 1.0
+                if not self.stopping:  # a cancel, or another worker's stop: no first call leaves
+                    with contextlib.suppress(*UNREACHABLE):
+                        await self.dispatch_stopped()
                 dirty = [
                     (pk, a.stage, datetime.fromtimestamp(snap[0], tz=UTC), snap[1])
                     for pk, a in list(self.activity.items())

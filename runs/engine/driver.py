@@ -137,10 +137,7 @@ class Driver(Caller):
             "for it — set the workers up as the web that planned it, then recover the run's "
             "undispatched cells"
         )
-        self.held.pop(cell.cell_id, None)
-        await self.db(
-            store.cell_release, run_id=self.ctx.run_id, cell_id=cell.cell_id, token=cell.token
-        )
+        await self.release(cell)
 
     async def _run_preview(self, cell: store.ClaimedCell, target: store.TargetInfo) -> None:
         """A preview run asks the router where it would send the case; nothing is answered,
@@ -281,6 +278,12 @@ async def drive(run_id: int) -> str | None:
                     if claimed is None:
                         break  # cancelled, stopped or ended elsewhere
                     cells, pending_left = claimed
+                    if driver.stopping:
+                        # The claim shared a cell's end, and that end stopped the run (fail
+                        # closed): its cells were never started, nothing was sent for them.
+                        for cell in cells:
+                            await driver.release(cell)
+                        break
                     for cell in cells:
                         inflight.start(driver.run_cell(cell))
                     if not inflight:
@@ -293,9 +296,7 @@ async def drive(run_id: int) -> str | None:
                 # never started here, nothing was sent for them; they go back to pending.
                 leftover = await driver.claimed()
                 for cell in leftover[0] if leftover else []:
-                    await db(
-                        store.cell_release, run_id=run_id, cell_id=cell.cell_id, token=cell.token
-                    )
+                    await driver.release(cell)
                 if inflight:
                     await asyncio.wait(set(inflight.tasks))
             finally:

@@ -666,6 +666,24 @@ def leases_extend(*, lease_seconds: float) -> int:
     return extended
 
 
+def run_dispatch_stop(*, run_id: int) -> str:
+    """Why the run sends nothing more ('' while it dispatches): a cancel requested, the first
+    stop reason any worker recorded, or its end. Reads only."""
+    row = (
+        Run.objects.filter(pk=run_id)
+        .values_list("cancel_requested_at", "stop_reason", "status")
+        .first()
+    )
+    if row is None:
+        return "the run is gone"
+    cancel_requested_at, reason, status = row
+    if cancel_requested_at is not None:
+        return "cancellation was requested"
+    if reason:
+        return str(reason)
+    return "the run has ended" if status in TERMINAL_RUN_STATUSES else ""
+
+
 def run_stop(*, run_id: int, reason: str) -> bool:
     """Stop new dispatch for the whole run (all workers); the first reason is kept. A run
     that ended meanwhile is left as it is."""
