@@ -178,6 +178,26 @@ class CostOutcome(NamedTuple):
 NO_STREAM_USAGE_NOTE = f"usage missing: {NO_USAGE_OBJECT}"
 
 
+# A call for which no connection to the target could be made (refused, unreachable, or timed
+# out while connecting): not a byte of its request left this machine, so it used no token and
+# cost nothing — a known zero, not an unknown. The engine closes it so (runs/engine/calls.py)
+# and reconcile-usage verifies it so (runs/reporting/reconcile.py).
+NOT_SENT_ERROR = "connect_error"
+NOT_SENT_NOTE = "not sent: no connection was made, so nothing reached the model (cost 0)"
+NOT_SENT_USAGE: dict[str, Any] = {
+    "input_tokens": 0,
+    "cached_input_tokens": 0,
+    "cache_write_tokens": 0,
+    "output_tokens": 0,
+    "reasoning_tokens": 0,
+    "cached_reported": True,
+    "cache_write_reported": True,
+    "cost_usd": Decimal(0),
+    "cache_neutral_cost_usd": Decimal(0),
+    "cost_note": NOT_SENT_NOTE,
+}
+
+
 # What evidence would make such a call's usage known (the reconcile path says it per call).
 NO_STREAM_USAGE_REMEDY = (
     "the saved stream holds no usage; only a server that sends usage with "

@@ -22,6 +22,9 @@ from runs.engine.sse import ChatStreamAccumulator, SSEError, decode_sse
 from runs.ledger.accounting import (
     NO_STREAM_USAGE_NOTE,
     NO_STREAM_USAGE_REMEDY,
+    NOT_SENT_ERROR,
+    NOT_SENT_NOTE,
+    NOT_SENT_USAGE,
     PriceError,
     call_accounting,
     sum_known,
@@ -103,6 +106,11 @@ def _unverifiable(call_id: int, reason: str) -> dict[str, Any]:
 
 def _reconcile_call(row: dict[str, Any], kind: str, prices: Mapping[str, Any]) -> dict[str, Any]:
     call_id = row["id"]
+    if row["error_code"] == NOT_SENT_ERROR:
+        # No connection was made: nothing left, nothing used, nothing billed — known, with no
+        # stream to read (runs.ledger.accounting.NOT_SENT_USAGE).
+        zero = {c: NOT_SENT_USAGE[c] for c in (*BUCKET_COLUMNS, *MONEY_COLUMNS)}
+        return _entry(row, zero, NOT_SENT_NOTE)
     body, digest = row["evidence__body"], row["evidence__sha256"]
     if body is None:
         return _unverifiable(call_id, "no saved evidence")
@@ -154,14 +162,26 @@ def _reconcile_call(row: dict[str, Any], kind: str, prices: Mapping[str, Any]) -
     except PriceError as exc:
         return _unverifiable(call_id, f"malformed frozen price: {exc}")
 
-    entry: dict[str, Any] = {
-        "call_id": call_id,
+    found = {
         "input_tokens": None if buckets is None else buckets.input,
         "cached_input_tokens": None if buckets is None else buckets.cached_input,
         "cache_write_tokens": None if buckets is None else buckets.cache_write,
         "output_tokens": None if buckets is None else buckets.output,
-        "cost_usd": _money_text(cost),
-        "cache_neutral_cost_usd": _money_text(neutral),
+        "cost_usd": cost,
+        "cache_neutral_cost_usd": neutral,
+    }
+    return _entry(
+        row, found, f"{note}; {NO_STREAM_USAGE_REMEDY}" if note == NO_STREAM_USAGE_NOTE else note
+    )
+
+
+def _entry(row: dict[str, Any], found: dict[str, Any], note: str) -> dict[str, Any]:
+    """The call's reconciled usage (`found`: its buckets and costs), verified or changed
+    against what the ledger holds; `note` says why when nothing changed."""
+    entry: dict[str, Any] = {
+        "call_id": row["id"],
+        **{c: found[c] for c in BUCKET_COLUMNS},
+        **{c: _money_text(found[c]) for c in MONEY_COLUMNS},
     }
     changed = [c for c in BUCKET_COLUMNS if entry[c] != row[c]] + [
         c
@@ -169,12 +189,8 @@ def _reconcile_call(row: dict[str, Any], kind: str, prices: Mapping[str, Any]) -
         if (None if entry[c] is None else Decimal(entry[c])) != row[c]  # numeric, not textual
     ]
     entry["outcome"] = "changed" if changed else "verified"
-    if changed:
-        entry["reason"] = f"changed: {', '.join(changed)}"
-    else:  # a stream without usage: say what evidence would make it known (issue 39)
-        entry["reason"] = (
-            f"{note}; {NO_STREAM_USAGE_REMEDY}" if note == NO_STREAM_USAGE_NOTE else note
-        )
+    # A stream without usage says what evidence would make it known (issue 39).
+    entry["reason"] = f"changed: {', '.join(changed)}" if changed else note
     return entry
 
 
@@ -192,6 +208,7 @@ def _call_rows(run: Run) -> Iterable[dict[str, Any]]:
             "target__kind",
             "served_model",
             "finish_reason",
+            "error_code",
             "usage_raw",
             "response_headers",
             "evidence__body",
