@@ -4,13 +4,16 @@ demo supervisor and the broker/worker health check."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
+import shlex
 import signal
 import socket
 import subprocess
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -129,15 +132,66 @@ def start_children(
         )
 
 
-def stop_children(children: dict[str, subprocess.Popen[bytes]]) -> None:
-    for process in children.values():
+# How the demo stops (Ctrl-C): the worker first, and waited for, so that its calls in flight
+# end while the simulator still answers them — a simulator gone first turns each of them into a
+# transport failure of the target, and the run's fail-closed policy into a failed run. Celery's
+# warm shutdown waits for the running `run_drive`, which goes on claiming cells until its run
+# ends: past WORKER_STOP_S the worker is killed, and its run is left to the recovery pass
+# (runs/engine/reaper.py) of the next worker. Then the web and the simulator; the database last,
+# when this process exits (srbench.embedded_pg stops it with its last user).
+WORKER_STOP_S = 20.0
+CHILD_STOP_S = 15.0
+STOP_FIRST = ("worker",)
+# uvicorn re-raises a captured SIGTERM once it has shut down, and so dies without running its
+# exit handlers (its registration with the embedded database among them); a SIGINT ends in
+# uvicorn's KeyboardInterrupt path, the same graceful shutdown followed by a normal exit.
+STOP_SIGNALS = {"web": signal.SIGINT}
+EXIT_INTERRUPTED = 130  # as a shell reports a command stopped by Ctrl-C
+
+
+def stop_children(
+    children: dict[str, subprocess.Popen[bytes]],
+    *,
+    worker_grace: float = WORKER_STOP_S,
+    grace: float = CHILD_STOP_S,
+) -> None:
+    """Stop the demo's children in order: the worker, waited for up to `worker_grace` seconds
+    (then SIGKILL), then the others (`grace` each, then SIGKILL)."""
+    first = {n: p for n, p in children.items() if n in STOP_FIRST}
+    rest = {n: p for n, p in children.items() if n not in STOP_FIRST}
+    _stop_group(first, worker_grace)
+    _stop_group(rest, grace)
+
+
+def _stop_group(group: dict[str, subprocess.Popen[bytes]], grace: float) -> None:
+    for name, process in group.items():
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-    for process in children.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, STOP_SIGNALS.get(name, signal.SIGTERM))
+    deadline = time.monotonic() + grace
+    for process in group.values():
         try:
-            process.wait(timeout=15)
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def python_command() -> str:
+    """The interpreter that runs this demo, as a command pasted in another terminal of the
+    checkout can name it: `.venv/bin/python` when it lies in the checkout (a new shell's
+    `python` is not the venv's), else its absolute path."""
+    exe = Path(os.path.abspath(sys.executable))
+    for candidate in (exe, exe.parent.resolve() / exe.name):
+        with contextlib.suppress(ValueError):
+            return shlex.quote(str(candidate.relative_to(ROOT)))
+    return shlex.quote(str(exe))
+
+
+def cli_line(*args: str) -> str:
+    """A next step the demo prints: `manage.py benchmark ARGS` with the interpreter that works."""
+    return "  " + " ".join([python_command(), "manage.py", "benchmark", *map(shlex.quote, args)])
 
 
 def run_demo_evaluation(setup: Any, data: Any, simulator_url: str, username: str, url: str) -> int:
@@ -168,15 +222,60 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
     the nine benchmarks (ARC-AGI-2, SciCode and τ³ airline from their installed packages),
     print the sr-bench score or the subset and what is missing, and where to look.
 
-    Children are started in their own session and stopped together on Ctrl-C.
+    One demo per var dir (srbench.demo_lock): a second one is refused before it touches
+    anything. Children are started in their own session and stopped in order on Ctrl-C
+    (`stop_children`); Ctrl-C says "demo stopped", and exits 130 unless the demo had finished
+    its evaluation and was only serving the portal.
     """
+    from srbench.demo_lock import DemoAlreadyRunning, DemoLock
+
+    var_dir = Path(settings.VAR_DIR)
+    try:
+        lock = DemoLock.acquire(var_dir)
+    except DemoAlreadyRunning as exc:
+        return cli_error(str(exc), EXIT_FAILED)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, _interrupt)
+    children: dict[str, subprocess.Popen[bytes]] = {}
+    state = {"serving": False}
+    interrupted = False
+    try:
+        return _demo_up(var_dir, port, simulator_port, exit_after_ready, children, lock, state)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        # A second Ctrl-C must not leave the worker running on a dead simulator or the
+        # database stopped under it: the stop is bounded (stop_children) and not interrupted.
+        for sig in handlers:
+            signal.signal(sig, signal.SIG_IGN)
+        try:
+            stop_children(children)
+        finally:
+            lock.release()
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+        if interrupted:
+            print("demo stopped", flush=True)
+    return 0 if state["serving"] else EXIT_INTERRUPTED
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _demo_up(
+    var_dir: Path,
+    port: int,
+    simulator_port: int,
+    exit_after_ready: bool,
+    children: dict[str, subprocess.Popen[bytes]],
+    lock: Any,
+    state: dict[str, bool],
+) -> int:
+    """The demo under its lock: data, children (into `children`), evaluation, then serving
+    (`state["serving"]`) until Ctrl-C or a child exits."""
     from srbench import demo as setup
 
-    def stop_on_term(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop_on_term)
-    var_dir = Path(settings.VAR_DIR)
     call_command("migrate", verbosity=0)
     username, password = demo_login(var_dir)
     print(
@@ -199,33 +298,29 @@ def demo(*, port: int = 8000, simulator_port: int = 8100, exit_after_ready: bool
     logs.mkdir(exist_ok=True)
     port = free_port(port)
     simulator_port = free_port(simulator_port)
-    commands = demo_commands(port, simulator_port, simulator_config)
-    children: dict[str, subprocess.Popen[bytes]] = {}
-    try:
-        start_children(commands, env, logs, children)
-        simulator_url = f"http://127.0.0.1:{simulator_port}"
-        wait_http(f"{simulator_url}/health", timeout=60, process=children["simulator"])
-        url = f"http://127.0.0.1:{port}/"
-        wait_http(f"{url}login/", timeout=60, process=children["web"])
-        print(f"srbench is running at {url}", flush=True)
-        print(f"log in as: {username} / {password}", flush=True)
-        print(f"simulator: {simulator_url}/v1   logs: {logs}", flush=True)
-        if exit_after_ready:
-            return 0
-        code = run_demo_evaluation(setup, data, simulator_url, username, url)
-        print(f"demo wall time {time.monotonic() - started:.0f}s", flush=True)
-        if code:
-            return code
-        print(f"open {url} to see it; Press Ctrl-C to stop.", flush=True)
-        while all(p.poll() is None for p in children.values()):
-            time.sleep(1)
-        dead = [n for n, p in children.items() if p.poll() is not None]
-        print(f"stopped: {', '.join(dead)} exited; see {logs}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
+    start_children(demo_commands(port, simulator_port, simulator_config), env, logs, children)
+    simulator_url = f"http://127.0.0.1:{simulator_port}"
+    wait_http(f"{simulator_url}/health", timeout=60, process=children["simulator"])
+    url = f"http://127.0.0.1:{port}/"
+    wait_http(f"{url}login/", timeout=60, process=children["web"])
+    lock.announce(url)
+    print(f"srbench is running at {url}", flush=True)
+    print(f"log in as: {username} / {password}", flush=True)
+    print(f"simulator: {simulator_url}/v1   logs: {logs}", flush=True)
+    if exit_after_ready:
+        state["serving"] = True
         return 0
-    finally:
-        stop_children(children)
+    code = run_demo_evaluation(setup, data, simulator_url, username, url)
+    print(f"demo wall time {time.monotonic() - started:.0f}s", flush=True)
+    if code:
+        return code
+    state["serving"] = True
+    print(f"open {url} to see it; Press Ctrl-C to stop.", flush=True)
+    while all(p.poll() is None for p in children.values()):
+        time.sleep(1)
+    dead = [n for n, p in children.items() if p.poll() is not None]
+    print(f"stopped: {', '.join(dead)} exited; see {logs}", file=sys.stderr)
+    return 1
 
 
 def _run_start(client: Any, plan: dict[str, Any]) -> dict[str, Any]:
@@ -270,12 +365,7 @@ def demo_evaluation(
     )
     held = _run_start(client, headline) if headline is not None else None
     if held is not None and headline is not None:
-        print(
-            f"headline run started: run {held['id']} ({held['progress']['denominator']} cells "
-            f"on held-out questions, non-inferiority margin {headline['non_inferiority_margin']} "
-            "fixed in its plan)",
-            flush=True,
-        )
+        print(headline_started(held, headline), flush=True)
     deadline = time.monotonic() + 600
     ended = _run_wait(client, run, deadline)
     if ended is None:
@@ -285,11 +375,24 @@ def demo_evaluation(
     for line in score_lines(report, not_planned or {}, hints):
         print(line, flush=True)
     print(f"evaluation finished: run {ended['id']} {ended['status']}", flush=True)
-    print(f"  python manage.py benchmark report {ended['id']} --user {username}", flush=True)
+    print(cli_line("report", str(ended["id"]), "--user", username), flush=True)
     code = 0 if ended["status"] == RunStatus.COMPLETED else 1
     if held is not None:
         code = max(code, headline_answer(client, held, deadline, username, url))
     return code
+
+
+def headline_started(run: dict[str, Any], plan: dict[str, Any]) -> str:
+    """The headline run's first line. Its margin is worded as the run froze it (the manifest's
+    canonical text, runs.planning.plans.margin_text), which is how the answer sentence words it
+    (compare.headline): "0.1" both times, never "0.10" here and "0.1" there."""
+    from runs.planning.plans import margin_text
+
+    margin = margin_text(Decimal(str(plan["non_inferiority_margin"])))
+    return (
+        f"headline run started: run {run['id']} ({run['progress']['denominator']} cells "
+        f"on held-out questions, non-inferiority margin {margin} fixed in its plan)"
+    )
 
 
 def headline_answer(
@@ -315,10 +418,7 @@ def headline_answer(
         f"  compare: {base}/compare/?baseline={ended['id']}&candidates={ended['id']}&compare=1",
         flush=True,
     )
-    print(
-        f"  python manage.py benchmark compare {ended['id']} {ended['id']} --user {username}",
-        flush=True,
-    )
+    print(cli_line("compare", str(ended["id"]), str(ended["id"]), "--user", username), flush=True)
     return 0
 
 

@@ -395,6 +395,56 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _start_time(pid: int) -> str | None:
+    """When process `pid` started (field 22 of /proc/PID/stat, clock ticks since boot), or None
+    where that cannot be read. With the pid it names one process: a later process given the
+    same pid started later."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces and parentheses.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _user_alive(registration: Path) -> bool:
+    """Whether the process that wrote `registration` (named by its pid, holding its start time)
+    still runs. A process can die without its exit handlers (SIGKILL; uvicorn re-raising the
+    SIGTERM it caught), leaving its registration; a later unrelated process given the same pid
+    does not keep the server in use: its start time differs. A registration without a start
+    time (being written, or where /proc cannot tell) counts by its pid alone."""
+    pid = int(registration.name)
+    if not _alive(pid):
+        return False
+    try:
+        recorded = registration.read_text().strip()
+    except FileNotFoundError:
+        return False
+    now = _start_time(pid)
+    return not recorded or now is None or recorded == now
+
+
+def _register(users: Path, pid: int) -> None:
+    users.mkdir(exist_ok=True)
+    (users / str(pid)).write_text(f"{_start_time(pid) or ''}\n")
+
+
+def _live_users(pgdata: Path) -> list[int]:
+    """The pids of the processes registered as users of the server that still run; the
+    registrations of those gone are removed."""
+    live = []
+    for registration in _users_dir(pgdata).glob("*"):
+        if not registration.name.isdigit():
+            continue
+        if _user_alive(registration):
+            live.append(int(registration.name))
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                registration.unlink()
+    return live
+
+
 def _release(pgdata: Path, pid: int) -> None:
     """At exit: unregister; the last live user stops the server."""
     if os.getpid() != pid:  # a forked child inherited the hook; not its to run
@@ -402,8 +452,7 @@ def _release(pgdata: Path, pid: int) -> None:
     users = _users_dir(pgdata)
     with contextlib.suppress(FileNotFoundError):
         (users / str(pid)).unlink()
-    others = [int(p.name) for p in users.glob("*") if p.name.isdigit() and _alive(int(p.name))]
-    if not others:
+    if not _live_users(pgdata):
         with contextlib.suppress(EmbeddedDatabaseError, OSError, subprocess.SubprocessError):
             stop(pgdata)
 
@@ -417,9 +466,7 @@ def ensure(pgdata: Path) -> None:
     if _registered.get(pgdata) == pid and (pgdata / "postmaster.pid").exists():
         return
     start(intended)
-    users = _users_dir(pgdata)
-    users.mkdir(exist_ok=True)
-    (users / str(pid)).touch()
+    _register(_users_dir(pgdata), pid)
     if _registered.get(pgdata) != pid:
         atexit.register(_release, pgdata, pid)
     _registered[pgdata] = pid

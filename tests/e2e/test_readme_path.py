@@ -662,7 +662,9 @@ def test_readme_embedded_path_works_end_to_end_and_leaves_nothing_running(
         username, password = demo.wait_for(r"log in as: (\S+) / (\S+)", 60).groups()
         finished = demo.wait_for(r"evaluation finished: run (\d+) (\w+)", DEMO_EVALUATION_S)
         assert finished.group(2) == "completed", str(demo)
-        next_step = demo.wait_for(r"^\s+(python manage\.py benchmark report .*)$", 10).group(1)
+        next_step = demo.wait_for(
+            r"^\s+(\.venv/bin/python manage\.py benchmark report .*)$", 10
+        ).group(1)
         demo_run = int(finished.group(1))
         # The headline run beside it: held-out MMLU-Pro questions, a margin frozen in its
         # plan, and the answer in one sentence, then the link to its comparison (issue 35).
@@ -673,7 +675,9 @@ def test_readme_embedded_path_works_end_to_end_and_leaves_nothing_running(
         answered = HEADLINE.match(sentence)
         assert answered, sentence
         compare_link = demo.wait_for(r"^\s+compare: (http://\S+)$", 10).group(1)
-        demo.wait_for(rf"^\s+python manage\.py benchmark compare {held_run} {held_run} ", 10)
+        demo.wait_for(
+            rf"^\s+\.venv/bin/python manage\.py benchmark compare {held_run} {held_run} ", 10
+        )
         timings["demo ready and evaluated"] = time.monotonic() - started
         demo.drain()
         printed = "".join(demo.lines)
