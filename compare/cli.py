@@ -110,7 +110,7 @@ def compare(options: dict[str, Any]) -> int:
     tied = ", ".join(b["tied"])
     print(
         f"Baseline: run {b['run']} / {b['target']}  quality {b['quality']:.4f} "
-        f"({b['quality_exact']})  subject cost {usd_text(b['subject_cost_usd'])}  tied: {tied}"
+        f"(exact value {b['quality_exact']}, a weighted mean, not a count)  subject cost {usd_text(b['subject_cost_usd'])}  tied: {tied}"
     )
     comps = doc["comparisons"]
     level = f"{1 - doc['alpha']:.0%}"
