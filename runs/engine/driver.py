@@ -31,7 +31,7 @@ from runs.engine.calls import Caller
 from runs.engine.client import engine_client
 from runs.engine.episodes import episode_for
 from runs.engine.finish import run_finish_if_done
-from runs.engine.group_commit import DbThread, LedgerBatcher
+from runs.engine.group_commit import UNREACHABLE, DbThread, LedgerBatcher
 from runs.engine.leases import ClaimLost
 from runs.engine.router_client import PreviewError, PreviewNotPossible, route_preview
 from runs.engine.runnable_here import CHECKED, not_runnable_reason
@@ -231,8 +231,56 @@ def run_deadline(started_at: datetime, limits: dict[str, Any]) -> datetime:
     return started_at + timedelta(seconds=min(float(limits["max_run_seconds"]), MAX_RUN_SECONDS))
 
 
+# A run whose driver raises on every start (a bug, or a plan frozen with what the engine cannot
+# take) would be started again by every recovery pass for ever, `running` with nothing
+# happening (an outside probe: ten crashes of one run). Each crash is an event; at the
+# CRASH_LIMIT-th the run stops dispatching, naming the error, and ends once no cell of it runs.
+# The database being unreachable is not a crash of the run (its writes wait for it).
+CRASH_LIMIT = 3
+CRASH_EVENT = "run.engine_crashed"
+
+
+def run_crash_record(*, run_id: int, error: str) -> bool:
+    """Record a crash of the run's driver; at the CRASH_LIMIT-th, stop the run's dispatch and
+    end it if nothing of it runs. Returns whether this crash stopped it."""
+    from django.db import transaction
+
+    from runs.ledger.events import events_append
+    from runs.models import RunEvent
+
+    with transaction.atomic(durable=True):
+        store.run_lock(run_id)
+        events_append(run_id=run_id, events=[(CRASH_EVENT, {"error": error[:2000]})])
+        crashes = RunEvent.objects.filter(run_id=run_id, type=CRASH_EVENT).count()
+    if crashes < CRASH_LIMIT:
+        return False
+    reason = f"the engine crashed {crashes} times driving this run (last: {error[:500]})"
+    stopped = store.run_stop(run_id=run_id, reason=reason)
+    run_finish_if_done(run_id=run_id)
+    return stopped
+
+
 async def drive(run_id: int) -> str | None:
-    """Drive one run on this worker until nothing more can be dispatched here."""
+    """Drive one run on this worker until nothing more can be dispatched here; a crash is
+    recorded (`run_crash_record`) and raised again."""
+    try:
+        return await _drive(run_id)
+    except (ClaimLost, *UNREACHABLE):
+        raise
+    except Exception as exc:
+        log.exception("run %s: the driver crashed", run_id)
+        recorder = DbThread()
+        try:
+            error = f"{type(exc).__name__}: {exc}"
+            await recorder(run_crash_record, run_id=run_id, error=error)
+        except Exception:  # the crash is raised below either way
+            log.exception("run %s: recording the crash failed", run_id)
+        finally:
+            recorder.close()
+        raise
+
+
+async def _drive(run_id: int) -> str | None:
     db, side_db = DbThread(writer=True), DbThread()
     try:
         ctx = await db(store.run_begin, run_id=run_id)
