@@ -45,6 +45,7 @@ from runs.ledger.permissions import MayActOnRun
 from runs.models import Run, Target
 from runs.planning.plans import PlanSerializer, plan_freeze
 from runs.planning.services import run_cancel, run_create
+from runs.preflight.plan import plan_preflight_review
 from runs.reporting.stored_report import run_report_served
 from srbench.api import (
     BIGINT_MAX,
@@ -73,6 +74,13 @@ EVENT_PAGE = Keyset(
 def plan_summary(frozen: Any) -> dict[str, Any]:
     m = frozen.manifest
     return {
+        # What a target's latest preflight says this plan exceeds (issue 39), as on the
+        # Create page's review: before any call, never a refusal.
+        "preflight_warnings": [
+            {"target": row["slug"], "warning": warning}
+            for row in plan_preflight_review(m)
+            for warning in row["warnings"]
+        ],
         "plan_sha256": frozen.plan_sha256,
         "cases_per_benchmark": {b: v["cases"] for b, v in m["benchmarks"].items()},
         "cells": len(m["cases"]) * len(m["targets"]) * m["slots"],
@@ -101,6 +109,10 @@ PlanSummarySerializer = inline_serializer(
         "sampling": serializers.DictField(),
         "manifest": serializers.DictField(),
         "model_requests": serializers.IntegerField(),
+        "preflight_warnings": serializers.ListField(
+            child=serializers.DictField(child=serializers.CharField()),
+            help_text="per target: what its latest preflight showed that this plan exceeds",
+        ),
     },
 )
 

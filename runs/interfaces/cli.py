@@ -298,6 +298,10 @@ def _plan(options: dict[str, Any]) -> int:
         + ", ".join(f"{b} {n}" for b, n in summary["cases_per_benchmark"].items())
         + f"\ntargets: {', '.join(t['slug'] for t in summary['targets'])}\n"
         + "".join(f"{line}\n" for line in not_run_lines(summary["manifest"].get("not_run", [])))
+        + "".join(
+            f"warning: {w['target']}: {w['warning']}\n"
+            for w in summary.get("preflight_warnings", [])
+        )
         + "no model was called (model_requests: 0)",
     )
     return 0

@@ -225,3 +225,35 @@ def test_numbers_count_as_their_digit_groups_in_the_prompt_estimate():
     # Words and punctuation as before: one token a run.
     words = prompt_token_estimate([{"role": "user", "content": "What is 2+2? Answer: B."}])
     assert words == len(["What", "is", "2", "+", "2", "?", "Answer", ":", "B", "."]) + 6
+
+
+def test_the_api_and_cli_plan_review_warn_as_the_page_does(client, member, capsys):
+    """An outside probe: preflight found "streams cut at 2 concurrent", and `benchmark plan`
+    and the API's plan review at concurrency 4 said nothing; the run then failed at once. The
+    API's review lists the warnings per target and the CLI prints them."""
+    dataset = es.fixture_dataset(["mmlu-pro"])
+    target = f.target_create(slug="smollm2", model="smollm2", prices={})
+    _showed(target)  # cut at 2, whole up to 1, no usage in streams
+    plan = {"name": "p", "dataset": dataset.pk, "targets": ["smollm2"]}
+    cut = {**plan, "limits": {"concurrency": 4}}
+    body = client.post("/api/v1/plans/review/", cut, content_type="application/json").json()
+    warned = [w["warning"] for w in body["preflight_warnings"] if w["target"] == "smollm2"]
+    assert any("concurrency 4 exceeds what this target showed" in w for w in warned), body
+    code, out, _ = _bench(
+        capsys,
+        "plan",
+        "--dataset",
+        str(dataset.pk),
+        "--target",
+        "smollm2",
+        "--concurrency",
+        "4",
+        "--user",
+        "member",
+    )
+    assert code == 0
+    assert "warning: smollm2: concurrency 4 exceeds what this target showed" in out
+    # Within what it showed: no concurrency warning.
+    within = {**plan, "limits": {"concurrency": 1}}
+    body = client.post("/api/v1/plans/review/", within, content_type="application/json").json()
+    assert not any("exceeds" in w["warning"] for w in body["preflight_warnings"]), body
