@@ -154,4 +154,13 @@ def _warnings(manifest: dict[str, Any], p: TargetPreflight, concurrency: int) ->
             "estimated longer are listed as not run; one estimated just below may still not "
             "fit and fail its cell"
         )
+        output = int(manifest["limits"]["max_output_tokens"])
+        if output >= p.context_tokens:
+            # vLLM refuses a request whose prompt plus max_tokens exceeds the context (400);
+            # llama.cpp stops at the context instead. Said, not decided: servers differ.
+            warnings.append(
+                f"max_output_tokens {output:,} is not below the {p.context_tokens:,}-token "
+                "context this target showed: a server that counts the output against the "
+                "context (vLLM) refuses every call; lower it below the context"
+            )
     return warnings

@@ -257,3 +257,22 @@ def test_the_api_and_cli_plan_review_warn_as_the_page_does(client, member, capsy
     within = {**plan, "limits": {"concurrency": 1}}
     body = client.post("/api/v1/plans/review/", within, content_type="application/json").json()
     assert not any("exceeds" in w["warning"] for w in body["preflight_warnings"]), body
+
+
+def test_an_output_limit_not_below_the_context_is_warned(client, member):
+    """vLLM refuses a request whose prompt plus max_tokens exceeds the context; the default
+    max_output_tokens (4,096) equals a small model's whole context (SmolLM2 at 4,096)."""
+    dataset = es.fixture_dataset(["mmlu-pro"])
+    target = f.target_create(slug="smollm2", model="smollm2", prices={})
+    _showed(target, context_tokens=4096, cuts_at=None)
+    plan = {"name": "p", "dataset": dataset.pk, "targets": ["smollm2"]}
+
+    def warned(max_output_tokens: int) -> list[str]:
+        limits = {"max_output_tokens": max_output_tokens}
+        body = client.post(
+            "/api/v1/plans/review/", {**plan, "limits": limits}, content_type="application/json"
+        ).json()
+        return [w["warning"] for w in body["preflight_warnings"]]
+
+    assert any("max_output_tokens 4,096 is not below the 4,096-token" in w for w in warned(4096))
+    assert not any("max_output_tokens" in w for w in warned(512))
