@@ -189,6 +189,8 @@ async def official_judge(
         return not_run
     if d.limits["max_calls_per_case"] <= 2:
         return official.not_graded("max_calls_per_case leaves no room for the official judge")
+    if await d.dispatch_stopped():  # a cancel or a stop: nothing more is sent (calls.turn)
+        return official.not_graded(f"the run stopped before the official judge call: {d.stopping}")
     outcome = await d.call(
         cell,
         role="judge",
