@@ -87,3 +87,42 @@ def test_a_cancel_ends_an_episode_under_way_before_its_next_call(celery_worker):
     cut = Cell.objects.filter(run=run, status="cancelled").exclude(calls=None).distinct()
     assert cut.count() == 1, list(Cell.objects.filter(run=run).values_list("status", "error"))
     assert "nothing more was sent" in cut.get().error
+
+
+def test_a_cancel_between_the_two_judge_calls_sends_no_official_judge_call(celery_worker):
+    """The official template's judge call (a plan's second judge call) went through the
+    engine's call directly, past the stop rule: a cancel while the first judge call was in
+    flight still let it leave. Now the cell keeps its sr-bench grade and the official outcome
+    says it was not sent."""
+    benchmarks = ["simpleqa"]
+    slow_judge = {"ttft_s": 2.0, "tokens_per_second": 200.0}
+    with es.simulator(benchmarks, models={"sim-judge": slow_judge}) as url:
+        es.sim_targets(url)
+        run, _ = run_create(
+            owner=f.user_create(),
+            plan={
+                "name": "cancel between judges",
+                "dataset": es.fixture_dataset(benchmarks).pk,
+                "targets": ["sim-strong"],
+                "judges": {"simpleqa": "sim-judge"},
+                "official_scoring": ["simpleqa"],
+                "limits": {"concurrency": 1},
+            },
+        )
+        wait_until(
+            lambda: Call.objects.filter(
+                cell__run=run, role="judge", sequence=0, status__in=("sent", "streaming")
+            ).exists(),
+            timeout=180,
+        )
+        assert run_cancel(run=run)
+        wait_until(lambda: es.terminal(run), timeout=180)
+        stats = es.sim_stats(url)
+    run.refresh_from_db()
+    calls = Call.objects.filter(cell__run=run)
+    assert sum(stats["by_call_id"].values()) == calls.count()
+    after = calls.filter(sent_at__gt=run.cancel_requested_at)
+    assert not after.exists(), list(after.values_list("pk", "role", "sequence", "sent_at"))
+    assert not calls.filter(role="judge", sequence=1, sent_at__gt=run.cancel_requested_at)
+    judged = Cell.objects.filter(run=run, calls__role="judge").distinct()
+    assert judged.exists()
