@@ -347,13 +347,16 @@ class Caller(LeaseHolder):
         self, cell: store.ClaimedCell, calls_made: int, what: str, answer: str
     ) -> None:
         """The run stopped before this cell's next call left: a cell that sent nothing goes
-        back to pending (recoverable as undispatched); an episode under way ends cancelled —
-        no outcome, its calls kept — and nothing more is sent for it."""
+        back to pending (recoverable as undispatched); an episode under way ends, nothing more
+        sent for it, its calls kept — cancelled when the user cancelled (no outcome), failed
+        when the run stopped (fail closed, budget: recoverable as a new attempt)."""
         if calls_made == 0:
             await self.release(cell)
             return
         error = f"the run stopped before its {what} ({self.stopping}); nothing more was sent"
-        await self.finish(cell, CellStatus.CANCELLED, None, None, answer, error)
+        cancelled = self.stopping == store.CANCEL_STOP
+        status = CellStatus.CANCELLED if cancelled else CellStatus.FAILED
+        await self.finish(cell, status, None, None, answer, error)
 
     async def release(self, cell: store.ClaimedCell) -> None:
         """Give back a cell that sent nothing: pending again, recoverable as undispatched."""

@@ -666,22 +666,17 @@ def leases_extend(*, lease_seconds: float) -> int:
     return extended
 
 
+CANCEL_STOP = "cancellation was requested"
+
+
 def run_dispatch_stop(*, run_id: int) -> str:
     """Why the run sends nothing more ('' while it dispatches): a cancel requested, the first
     stop reason any worker recorded, or its end. Reads only."""
-    row = (
-        Run.objects.filter(pk=run_id)
-        .values_list("cancel_requested_at", "stop_reason", "status")
-        .first()
-    )
-    if row is None:
-        return "the run is gone"
-    cancel_requested_at, reason, status = row
-    if cancel_requested_at is not None:
-        return "cancellation was requested"
-    if reason:
-        return str(reason)
-    return "the run has ended" if status in TERMINAL_RUN_STATUSES else ""
+    fields = ("cancel_requested_at", "stop_reason", "status")
+    cancel, reason, status = Run.objects.filter(pk=run_id).values_list(*fields).get()
+    if cancel is not None:
+        return CANCEL_STOP
+    return str(reason) or ("the run has ended" if status in TERMINAL_RUN_STATUSES else "")
 
 
 def run_stop(*, run_id: int, reason: str) -> bool:

@@ -48,7 +48,7 @@ def test_after_a_fail_closed_stop_no_call_leaves(celery_worker, concurrency):
     )
     stopped = RunEvent.objects.get(run=run, type="run.dispatch_stopped")
     later = RunEvent.objects.filter(run=run, seq__gt=stopped.seq, type="call.sent")
-    assert not later.exists(), list(later.values_list("seq", "data"))
+    assert not later.exists(), list(later.values_list("seq", "payload"))
 
 
 def test_a_cancel_ends_an_episode_under_way_before_its_next_call(celery_worker):
@@ -126,3 +126,46 @@ def test_a_cancel_between_the_two_judge_calls_sends_no_official_judge_call(celer
     assert not calls.filter(role="judge", sequence=1, sent_at__gt=run.cancel_requested_at)
     judged = Cell.objects.filter(run=run, calls__role="judge").distinct()
     assert judged.exists()
+
+
+def test_a_stop_recorded_by_another_worker_ends_an_episode_under_way_as_failed(celery_worker):
+    """Another worker's fail-closed stop (recorded in the ledger as it records one) reaches an
+    episode under way at its next call: nothing more is sent, and the cell ends failed —
+    recoverable as a new attempt (`recover-plan --mode failed`), unlike a user's cancel."""
+    from runs.engine import store
+    from runs.settlement.recovery import recovery_plan
+
+    benchmarks = ["tau3"]
+    slow = {"ttft_s": 2.0, "tokens_per_second": 200.0}
+    with es.simulator(benchmarks, models={"sim-strong": slow, "sim-user": slow}) as url:
+        es.sim_targets(url)
+        run, _ = run_create(
+            owner=f.user_create(),
+            plan={
+                "name": "stopped mid-episode",
+                "dataset": es.fixture_dataset(benchmarks).pk,
+                "targets": ["sim-strong"],
+                "simulators": {"tau3": "sim-user"},
+                "limits": {"concurrency": 1},
+            },
+        )
+        wait_until(
+            lambda: Call.objects.filter(
+                cell__run=run, sequence__gte=1, status__in=("sent", "streaming")
+            ).exists(),
+            timeout=180,
+        )
+        assert store.run_stop(run_id=run.pk, reason="first transport failure (fail closed): x")
+        stopped = RunEvent.objects.get(run=run, type="run.dispatch_stopped")
+        wait_until(lambda: es.terminal(run), timeout=180)
+        stats = es.sim_stats(url)
+    run.refresh_from_db()
+    assert run.status == "failed"
+    calls = Call.objects.filter(cell__run=run)
+    assert sum(stats["by_call_id"].values()) == calls.count()
+    later = RunEvent.objects.filter(run=run, seq__gt=stopped.seq, type="call.sent")
+    assert not later.exists(), list(later.values_list("seq", "payload"))
+    cut = Cell.objects.get(run=run, error__contains="nothing more was sent")
+    assert cut.status == "failed"
+    eligible = recovery_plan(run=run, mode="failed")["eligible_cells"]
+    assert cut.pk in [c["cell"] for c in eligible]
