@@ -81,18 +81,14 @@ def cli_guard(handler: Callable[[dict[str, Any]], int]) -> Callable[[dict[str, A
     return run
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def json_file_read(path: str, what: str) -> Any:
     """A JSON file the user named (`--plan-file`, `--plan`, `--messages-file`). Missing,
     unreadable, not UTF-8, not JSON, or JSON the API would refuse (too deep, a lone surrogate,
     NUL, a non-finite number): one CliError naming the file, never a traceback."""
-    from srbench.parsers import json_value_problem
+    from srbench.json_values import json_value_problem, refuse_constant
 
     try:
-        value = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+        value = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=refuse_constant)
     except (OSError, ValueError, RecursionError) as exc:
         raise CliError(f"cannot read {what} {path}: {exc}") from exc
     if problem := json_value_problem(value):

@@ -164,3 +164,30 @@ def test_follower_polls_near_the_end_often_and_far_from_it_at_the_users_pace() -
     assert RunFollower(1.0, clock=clock).wait(doc(0, None)) == 1.0
     fast = RunFollower(0.05, clock=clock)
     assert fast.wait(doc(740, 740)) == 0.05
+
+
+@pytest.mark.django_db(transaction=True)
+def test_remote_verbs_read_their_json_files_without_django(live_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An outside probe: every remote verb that reads a JSON file (`plan --plan-file`,
+    `recover --plan`, `route-preview --messages-file`) died with Django's "settings are not
+    configured" — the file check imported DRF through the API's parser. The plan file is sent,
+    a file the API would refuse is one error line, and neither imports Django or DRF."""
+    ops = f.user_create(username="ops", staff=True)
+    token, _ = Token.objects.get_or_create(user=ops)
+    f.target_create(
+        slug="cli-t", model="sim-strong", prices={"sim-strong": es.PRICES["sim-strong"]}
+    )
+    dataset = es.fixture_dataset(["arc"])
+    connection = ["--url", live_server.url, "--token", token.key]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"name": "p", "dataset": dataset.pk, "targets": ["cli-t"]}))
+    code, out, err, modules = console("plan", "--plan-file", str(plan), "--json", *connection)
+    assert (code, modules) == (0, []), err
+    assert json.loads(out)["model_requests"] == 0
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"name": "a\\u0000b"}')
+    code, out, err, modules = console(
+        "recover", "1", "--plan", str(bad), "--idempotency-key", "k", *connection
+    )
+    assert (code, out, modules) == (2, "", []), err
+    assert err.startswith("error: cannot read") and "NUL" in err and err.count("\n") == 0
