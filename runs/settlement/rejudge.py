@@ -77,6 +77,14 @@ def confirmation_check(
 ) -> Decimal:
     """The confirmed worst case, which must be the quote's, stated exactly. A quote without a
     worst case (a judge price is missing) cannot be confirmed: the run would be unbounded."""
+    # Nothing to judge is said first: a quote of 0 to confirm, then refused, misled a user.
+    if not quote["judged_cells"]:
+        raise ChildRunRefused(
+            "nothing_to_rejudge",
+            "the run has no completed judged answer to re-judge",
+            http_status=422,
+            detail=quote,
+        )
     worst = quote["worst_case_usd"]
     if worst is None:
         raise ChildRunRefused(
@@ -92,13 +100,6 @@ def confirmation_check(
             f"{what} {quote['judged_cells']} answer(s) costs at most {worst} USD; "
             f"send confirm_judge_cost={worst} to proceed",
             http_status=409,
-            detail=quote,
-        )
-    if not quote["judged_cells"]:
-        raise ChildRunRefused(
-            "nothing_to_rejudge",
-            "the run has no completed judged answer to re-judge",
-            http_status=422,
             detail=quote,
         )
     return Decimal(worst)

@@ -222,6 +222,21 @@ def test_a_rejudge_whose_judge_price_is_unknown_is_refused_and_creates_nothing()
 
 
 @pytest.mark.django_db
+def test_a_run_with_nothing_to_rejudge_says_so_before_asking_for_a_confirmation() -> None:
+    """An outside probe: a run without a judged answer answered "send confirm_judge_cost=0 to
+    proceed", then refused that confirmation as nothing_to_rejudge. It says so at once."""
+    qs = b.questions({"mmlu-pro": 2})
+    parent = b.run(qs, {b.target("subject"): [True, False]})
+    client = _client(f.user_create(staff=True))
+    url = f"/api/v1/runs/{parent.pk}/regrade/"
+    for body in ({"rejudge": True}, {"rejudge": True, "confirm_judge_cost": "0"}):
+        r = client.post(url, body, format="json")
+        assert r.status_code == 422 and r.json()["code"] == "nothing_to_rejudge", r.json()
+        assert "confirm_judge_cost" not in r.json()["error"]
+    assert not Run.objects.filter(parent=parent).exists()
+
+
+@pytest.mark.django_db
 def test_an_idempotency_key_of_another_run_is_refused_for_a_rejudge() -> None:
     """A key already used (for another run of this owner) cannot name a re-judge: 422, and no
     child; the child a confirmed re-judge creates copies the parent's judged cells only, with
