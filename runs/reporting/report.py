@@ -233,15 +233,18 @@ def _benchmark_rows(
         for k, v in c.items():
             total[k] += v
         planned = c["planned"]
-        # Accuracy is over the planned cases: a failed or missing case counts as wrong.
-        acc = accuracy(c["correct"], planned) if planned else None
+        # Accuracy is over the planned cases: a failed or missing case counts as wrong. A
+        # benchmark of which no case has an outcome (never sent: the run stopped or was
+        # cancelled first) has none — unknown, not 0 with an interval (an outside probe).
+        measured = c["completed"] + c["failed"] > 0
+        acc = accuracy(c["correct"], planned) if planned and measured else None
         if acc is not None:
             accs[b] = acc
         # The interval counts questions, not cells (the question is the unit): Wilson on the
         # mean question score with n = questions. With one attempt per question it is
         # Wilson(correct, planned), as before; repeated attempts never narrow it.
         questions, score_sum = (question_scores or {}).get(b, (0, Fraction(0)))
-        interval = question_interval(questions, score_sum) if planned else None
+        interval = question_interval(questions, score_sum) if planned and measured else None
         benchmarks[b] = BenchmarkRow(
             planned=planned,
             questions=questions,
@@ -272,7 +275,8 @@ def _target_score(
     )
     # Questions left out as not runnable here (runs.engine.runnable_here) make any score a subset.
     nine = set(manifest["benchmarks"]) == set(ADAPTERS) and not manifest.get("not_run")
-    if not accs:
+    # No score while a planned benchmark has no measured case: its accuracy is unknown.
+    if not accs or any(r.planned and r.accuracy is None for r in benchmarks.values()):
         return Score("none")
     quality = weighted_quality(accs, weights)
     if run_complete and nine and run.parent_id is None:
