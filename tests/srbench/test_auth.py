@@ -109,3 +109,12 @@ def test_api_targets_are_read_only_even_for_operators(client):
     client.force_login(f.user_create(staff=True))
     response = client.post("/api/v1/targets/", {"slug": "new"}, content_type="application/json")
     assert response.status_code == 405
+
+
+def test_a_failed_sign_in_keeps_the_user_name_typed(client):
+    """An outside probe: after a wrong password the user name field came back empty, so a
+    user who fixed only the password failed again (and spent the lock-out budget)."""
+    f.user_create(username="alice")
+    page = client.post("/login/", {"username": "alice", "password": "wrong"}).content.decode()
+    field = re.search(r'<input[^>]*name="username"[^>]*>', page).group(0)
+    assert 'value="alice"' in field, field
