@@ -14,7 +14,7 @@ from typing import IO, Any
 from rest_framework import exceptions
 from rest_framework.parsers import BaseParser
 
-from srbench.json_values import (  # noqa: F401 - the parser's limits, named here too
+from srbench.json_values import (
     MAX_JSON_BODY_BYTES,
     MAX_JSON_DEPTH,
     json_value_problem,

@@ -24,7 +24,7 @@ from django.db.models import Model, QuerySet
 from rest_framework.response import Response
 
 from runs.models import RecoveryRequest, Run
-from srbench.parsers import json_value_problem
+from srbench.json_values import json_value_problem
 from srbench.refusals import Refusal
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"

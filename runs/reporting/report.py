@@ -233,9 +233,8 @@ def _benchmark_rows(
         for k, v in c.items():
             total[k] += v
         planned = c["planned"]
-        # Accuracy is over the planned cases: a failed or missing case counts as wrong. A
-        # benchmark of which no case has an outcome (never sent: the run stopped or was
-        # cancelled first) has none — unknown, not 0 with an interval (an outside probe).
+        # Over the planned cases, a failed or missing case wrong; none while no case has an
+        # outcome (unknown, not 0 with an interval).
         measured = c["completed"] + c["failed"] > 0
         acc = accuracy(c["correct"], planned) if planned and measured else None
         if acc is not None:
@@ -267,7 +266,7 @@ def _target_score(
     run: Run, benchmarks: dict[str, BenchmarkRow], accs: dict[str, Fraction]
 ) -> Score:
     """The sr-bench score when the run is complete over all nine benchmarks (and not a
-    re-run), else a labelled subset macro average, else none."""
+    re-run), else a labelled subset macro average, else none (a benchmark not measured)."""
     manifest = run.manifest
     weights = {b: Fraction(v["weight"]) for b, v in manifest["benchmarks"].items()}
     run_complete = run.status == RunStatus.COMPLETED and all(
@@ -275,7 +274,6 @@ def _target_score(
     )
     # Questions left out as not runnable here (runs.engine.runnable_here) make any score a subset.
     nine = set(manifest["benchmarks"]) == set(ADAPTERS) and not manifest.get("not_run")
-    # No score while a planned benchmark has no measured case: its accuracy is unknown.
     if not accs or any(r.planned and r.accuracy is None for r in benchmarks.values()):
         return Score("none")
     quality = weighted_quality(accs, weights)

@@ -26,7 +26,7 @@ from rest_framework.authtoken.models import Token
 
 from datasets.services import source_prepare_receipt
 from srbench.api import error_404, error_500
-from srbench.parsers import MAX_JSON_BODY_BYTES, MAX_JSON_DEPTH
+from srbench.json_values import MAX_JSON_BODY_BYTES, MAX_JSON_DEPTH
 from srbench.simulator.testing import running_simulator
 from tests import factories as f
 from tests.api.conftest import Seeded, seed

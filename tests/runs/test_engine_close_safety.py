@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 from django.utils import timezone
 
-from runs.engine import calls, store
+from runs.engine import call_record, calls, store
 from runs.engine.sse import ChatStreamAccumulator
 from tests.runs.async_support import serve
 
@@ -86,7 +86,7 @@ def test_a_response_the_engine_cannot_read_closes_failed_with_its_evidence(monke
     def unforeseen(**_: Any) -> Any:
         raise ValueError("invalid literal for int() with base 10: '²'")
 
-    monkeypatch.setattr(calls, "call_accounting", unforeseen)
+    monkeypatch.setattr(call_record, "call_accounting", unforeseen)
     close, outcome = _closed("model")
     assert not outcome.ok and outcome.error_code == "response_unread"
     assert close.fields["status"] == "failed" and close.fields["error_code"] == "response_unread"

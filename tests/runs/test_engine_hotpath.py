@@ -28,7 +28,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runs.engine.calls import Activity, Caller, Stream
+from runs.engine.call_record import Stream
+from runs.engine.calls import Activity, Caller
 from runs.engine.sse import (
     ChatStreamAccumulator,
     SSEDecoder,

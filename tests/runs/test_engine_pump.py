@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runs.engine import sse, transport
-from runs.engine.calls import Activity, Caller, Stream, chunk_sink, transport_error
+from runs.engine.call_record import Stream
+from runs.engine.calls import Activity, Caller, chunk_sink, transport_error
 from runs.engine.sse import ChatStreamAccumulator, SSEDecoder, SSEError, SSEEvent
 from tests.runs import async_support
 

@@ -44,7 +44,16 @@ def heartbeat_times(monkeypatch: pytest.MonkeyPatch, lease_seconds: float) -> li
         if len(renewed) == 4:
             raise Enough
 
-    holder = SimpleNamespace(side_db=None, activity={}, leases_renew=leases_renew)
+    async def dispatch_stopped() -> str:  # the run still dispatches (read each second)
+        return ""
+
+    holder = SimpleNamespace(
+        side_db=None,
+        activity={},
+        leases_renew=leases_renew,
+        stopping="",
+        dispatch_stopped=dispatch_stopped,
+    )
     with pytest.raises(Enough):
         asyncio.run(calls.Caller.checkpoints(holder, lease_seconds))  # type: ignore[arg-type]
     return renewed
