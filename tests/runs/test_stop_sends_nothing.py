@@ -10,13 +10,39 @@ from __future__ import annotations
 
 import pytest
 
-from runs.models import Call, Cell, RunEvent
+from runs.models import Call, Cell, Run, RunEvent
 from runs.planning.services import run_cancel, run_create
 from tests import factories as f
 from tests.conftest import wait_until
 from tests.runs import engine_support as es
 
 pytestmark = pytest.mark.worker
+
+
+SLOW = {"ttft_s": 2.0, "tokens_per_second": 200.0}
+
+
+def tau_episode_under_way(url: str, name: str) -> Run:
+    """A τ³ run on sim-strong with sim-user at concurrency 1, against the simulator at `url`,
+    once a later call of its episode is in flight (the episode is under way)."""
+    es.sim_targets(url)
+    run, _ = run_create(
+        owner=f.user_create(),
+        plan={
+            "name": name,
+            "dataset": es.fixture_dataset(["tau3"]).pk,
+            "targets": ["sim-strong"],
+            "simulators": {"tau3": "sim-user"},
+            "limits": {"concurrency": 1},
+        },
+    )
+    wait_until(
+        lambda: Call.objects.filter(
+            cell__run=run, sequence__gte=1, status__in=("sent", "streaming")
+        ).exists(),
+        timeout=180,
+    )
+    return run
 
 
 @pytest.mark.parametrize("concurrency", [1, 3])
@@ -55,26 +81,8 @@ def test_a_cancel_ends_an_episode_under_way_before_its_next_call(celery_worker):
     """τ³ with sim-user: the cancel arrives while a later call of an episode is in flight;
     that call finishes and keeps its evidence, and no call of any episode is opened after
     the cancel — the cell under way ends cancelled, its calls kept."""
-    benchmarks = ["tau3"]
-    slow = {"ttft_s": 2.0, "tokens_per_second": 200.0}
-    with es.simulator(benchmarks, models={"sim-strong": slow, "sim-user": slow}) as url:
-        es.sim_targets(url)
-        run, _ = run_create(
-            owner=f.user_create(),
-            plan={
-                "name": "cancel mid-episode",
-                "dataset": es.fixture_dataset(benchmarks).pk,
-                "targets": ["sim-strong"],
-                "simulators": {"tau3": "sim-user"},
-                "limits": {"concurrency": 1},
-            },
-        )
-        wait_until(
-            lambda: Call.objects.filter(
-                cell__run=run, sequence__gte=1, status__in=("sent", "streaming")
-            ).exists(),
-            timeout=180,
-        )
+    with es.simulator(["tau3"], models={"sim-strong": SLOW, "sim-user": SLOW}) as url:
+        run = tau_episode_under_way(url, "cancel mid-episode")
         assert run_cancel(run=run)
         wait_until(lambda: es.terminal(run), timeout=180)
         stats = es.sim_stats(url)
@@ -135,26 +143,8 @@ def test_a_stop_recorded_by_another_worker_ends_an_episode_under_way_as_failed(c
     from runs.engine import store
     from runs.settlement.recovery import recovery_plan
 
-    benchmarks = ["tau3"]
-    slow = {"ttft_s": 2.0, "tokens_per_second": 200.0}
-    with es.simulator(benchmarks, models={"sim-strong": slow, "sim-user": slow}) as url:
-        es.sim_targets(url)
-        run, _ = run_create(
-            owner=f.user_create(),
-            plan={
-                "name": "stopped mid-episode",
-                "dataset": es.fixture_dataset(benchmarks).pk,
-                "targets": ["sim-strong"],
-                "simulators": {"tau3": "sim-user"},
-                "limits": {"concurrency": 1},
-            },
-        )
-        wait_until(
-            lambda: Call.objects.filter(
-                cell__run=run, sequence__gte=1, status__in=("sent", "streaming")
-            ).exists(),
-            timeout=180,
-        )
+    with es.simulator(["tau3"], models={"sim-strong": SLOW, "sim-user": SLOW}) as url:
+        run = tau_episode_under_way(url, "stopped mid-episode")
         assert store.run_stop(run_id=run.pk, reason="first transport failure (fail closed): x")
         stopped = RunEvent.objects.get(run=run, type="run.dispatch_stopped")
         wait_until(lambda: es.terminal(run), timeout=180)
