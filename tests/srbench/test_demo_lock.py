@@ -16,14 +16,11 @@ import json
 import os
 import queue
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,20 +38,24 @@ HOLDER = (
 
 
 @pytest.fixture
-def var_dir() -> Iterator[Path]:
-    """A var dir the unprivileged server account can reach (pytest's tmp_path is 0700)."""
-    path = Path(tempfile.mkdtemp(prefix="srbench-demo-lock-"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        for pgdata in path.glob("**/PG_VERSION"):
-            embedded_pg.stop(pgdata.parent)
-        shutil.rmtree(path, ignore_errors=True)
+def var_dir(shared_dir: Path) -> Path:
+    return shared_dir
 
 
 def demo_env(var_dir: Path) -> dict[str, str]:
     return embedded_env(var_dir) | {"SRBENCH_VAR_DIR": str(var_dir)}
+
+
+def second_demo(var_dir: Path) -> subprocess.CompletedProcess[str]:
+    """Another `benchmark demo` in the same var dir, told to exit once ready."""
+    return subprocess.run(
+        [*DEMO, "--exit-after-ready"],
+        cwd=ROOT,
+        env=demo_env(var_dir),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 @pytest.mark.timeout(1200)
@@ -70,14 +71,7 @@ def test_a_second_demo_in_the_same_var_dir_is_refused_at_once_and_touches_nothin
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        second = subprocess.run(
-            [*DEMO, "--exit-after-ready"],
-            cwd=ROOT,
-            env=demo_env(var_dir),
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        second = second_demo(var_dir)
         assert second.returncode == 2, second.stdout + second.stderr
         assert "Traceback" not in second.stderr
         error = second.stderr.strip()
@@ -201,14 +195,7 @@ def test_ctrl_c_during_the_evaluation_fails_no_run_and_blames_no_target(var_dir:
         demo.wait_for(r"^headline run started: run \d+", 1200)
         # A second demo while this one runs is refused, naming it and its portal.
         url = re.search(r"srbench is running at (\S+)", "".join(demo.lines)).group(1)
-        second = subprocess.run(
-            [*DEMO, "--exit-after-ready"],
-            cwd=ROOT,
-            env=demo_env(var_dir),
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        second = second_demo(var_dir)
         assert second.returncode == 2, second.stdout + second.stderr
         assert f"pid {demo.process.pid}" in second.stderr and url in second.stderr
         time.sleep(2)  # calls in flight

@@ -10,7 +10,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,19 +32,6 @@ def port_open(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(1)
         return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory the unprivileged server account can reach (pytest's tmp_path is 0700)."""
-    path = Path(tempfile.mkdtemp(prefix="srbench-emb-"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        for pgdata in path.glob("**/PG_VERSION"):
-            embedded_pg.stop(pgdata.parent)
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_make_test_falls_back_to_the_embedded_server_and_stops_it(shared_dir: Path):

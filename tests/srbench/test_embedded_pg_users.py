@@ -6,33 +6,28 @@ process; and the demo's web, stopped by the demo, unregisters."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from srbench import embedded_pg
 from srbench.cli.local import demo_commands, start_children, stop_children
 from tests.srbench.test_embedded_pg import HOLD, ROOT, embedded_env, free_port
 
 
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A var dir the unprivileged server account can reach (pytest's tmp_path is 0700)."""
-    path = Path(tempfile.mkdtemp(prefix="srbench-users-"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        for pgdata in path.glob("**/PG_VERSION"):
-            embedded_pg.stop(pgdata.parent)
-        shutil.rmtree(path, ignore_errors=True)
+def start_holder(env: dict[str, str]) -> subprocess.Popen[str]:
+    """A user of the embedded server that holds it until its stdin closes."""
+    return subprocess.Popen(
+        [sys.executable, "-c", HOLD],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def users(pgdata: Path) -> set[str]:
@@ -45,14 +40,7 @@ def test_a_registration_whose_pid_now_names_another_process_does_not_keep_the_se
 ):
     env = embedded_env(shared_dir)
     pgdata = shared_dir / "pg"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = start_holder(env)
     # A process unrelated to the database, alive, whose pid a dead user of the server had
     # before it (as after uvicorn died of its re-raised SIGTERM and the pid was given again).
     reuser = subprocess.Popen(["sleep", "600"])
@@ -81,14 +69,7 @@ def test_a_live_user_keeps_the_server_whatever_its_registration_holds(shared_dir
     one written without a start time, by an older version)."""
     env = embedded_env(shared_dir)
     pgdata = shared_dir / "pg"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = start_holder(env)
     other = subprocess.Popen(["sleep", "600"])
     try:
         assert holder.stdout.readline().strip() == "connected"
