@@ -1,6 +1,12 @@
+import asyncio
+from collections.abc import AsyncIterator
+from typing import IO
+
 from django.contrib.auth.middleware import LoginRequiredMiddleware
 from django.core.exceptions import BadRequest
+from django.core.handlers.asgi import ASGIRequest
 from django.http import JsonResponse
+from whitenoise.middleware import WhiteNoiseMiddleware  # type: ignore[import-untyped]
 
 
 class PortalLoginRequiredMiddleware(LoginRequiredMiddleware):
@@ -34,3 +40,28 @@ class RefuseNulMiddleware:
                 )
             raise BadRequest(what)
         return self.get_response(request)
+
+
+# A static file is read in chunks of this size, each in a worker thread (never on the event loop).
+STATIC_CHUNK_BYTES = 64 * 1024
+
+
+class StaticFilesMiddleware(WhiteNoiseMiddleware):
+    """WhiteNoise (its headers, compressed variants, ranges and 304s), with the file of a request
+    that came through ASGI (uvicorn) read by an asynchronous iterator. WhiteNoise 6 answers a
+    FileResponse over a synchronous file, which Django's ASGI handler can only consume by a
+    thread per chunk and with a warning logged for every static file (docs/decisions.md "Static
+    files"). Under WSGI (the in-process CLI, the test server) its answer is left as it is."""
+
+    def serve(self, static_file, request):  # type: ignore[no-untyped-def]
+        response = super().serve(static_file, request)
+        if isinstance(request, ASGIRequest):
+            # The file (None for HEAD, a 304 or a 416) stays closed by the response's closers.
+            response.streaming_content = file_chunks(response.file_to_stream)
+        return response
+
+
+async def file_chunks(file: IO[bytes] | None) -> AsyncIterator[bytes]:
+    """The bytes of `file` (none when None), each chunk read in a worker thread."""
+    while file is not None and (chunk := await asyncio.to_thread(file.read, STATIC_CHUNK_BYTES)):
+        yield chunk

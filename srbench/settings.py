@@ -101,7 +101,8 @@ MIDDLEWARE = [
     "srbench.middleware.RefuseNulMiddleware",
     # Content-Security-Policy (SECURE_CSP below) with a nonce per response.
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # WhiteNoise, its files streamed asynchronously under ASGI (srbench/middleware.py).
+    "srbench.middleware.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

@@ -13,8 +13,8 @@ import pytest
 from django.core.management import call_command
 from django.test import Client, RequestFactory, override_settings
 from rest_framework.authtoken.models import Token
-from whitenoise.middleware import WhiteNoiseMiddleware
 
+from srbench.middleware import StaticFilesMiddleware
 from tests import factories as f
 
 pytestmark = pytest.mark.django_db
@@ -135,7 +135,7 @@ def test_collected_static_files_serve_the_docs_without_finders(
     root = tmp_path / "static"
     with override_settings(STATIC_ROOT=root, WHITENOISE_USE_FINDERS=False):
         call_command("collectstatic", interactive=False, verbosity=0)
-        whitenoise = WhiteNoiseMiddleware(get_response=lambda request: None)
+        whitenoise = StaticFilesMiddleware(get_response=lambda request: None)
         for url in static_urls:
             assert (root / urlsplit(url).path.removeprefix("/static/")).is_file(), url
             response = whitenoise(RequestFactory().get(url))

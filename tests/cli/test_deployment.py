@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -120,3 +121,34 @@ def test_simulator_verb_serves_models(tmp_path: Path) -> None:
         stop(process)
         log.close()
     assert process.returncode is not None
+
+
+def test_static_files_under_uvicorn_stream_without_a_warning(
+    uvicorn_server: str, tmp_path: Path
+) -> None:
+    """Served by uvicorn (ASGI), a static file (whole, ranged, HEAD, not modified) is answered
+    without Django's warning that a synchronous iterator is consumed asynchronously (an outside
+    probe, 2026-12-06: every static file logged it)."""
+    url = f"{uvicorn_server}/static/css/srbench.css"
+    on_disk = (ROOT / "static" / "css" / "srbench.css").read_bytes()
+    whole = httpx.get(url)
+    assert whole.status_code == 200 and whole.content == on_disk
+    ranged = httpx.get(url, headers={"Range": "bytes=0-9"})
+    assert ranged.status_code == 206 and ranged.content == on_disk[:10]
+    head = httpx.head(f"{uvicorn_server}/static/favicon.svg")
+    assert head.status_code == 200 and head.content == b""
+    again = httpx.get(url, headers={"If-None-Match": whole.headers["ETag"]})
+    assert again.status_code == 304 and again.content == b""
+    # The server's stderr (stderr is line-buffered: a warning is in the file once written).
+    logged = (tmp_path / "uvicorn.log").read_text(errors="replace")
+    assert "StreamingHttpResponse must consume" not in logged, logged
+    assert "Traceback" not in logged, logged
+
+
+def test_static_files_under_wsgi_stay_synchronous(client) -> None:  # type: ignore[no-untyped-def]
+    """The WSGI side (the in-process CLI, the test server) is answered as WhiteNoise answers."""
+    on_disk = (ROOT / "static" / "css" / "srbench.css").read_bytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        response = client.get("/static/css/srbench.css")
+        assert response.status_code == 200 and b"".join(response.streaming_content) == on_disk
