@@ -19,27 +19,48 @@ class PortalLoginRequiredMiddleware(LoginRequiredMiddleware):
         return super().process_view(request, view_func, view_args, view_kwargs)
 
 
-class RefuseNulMiddleware:
-    """A request whose path or query string holds NUL (``%00``) is refused with 400 before any
-    view reads it: PostgreSQL text cannot hold U+0000, so a filter or a lookup by it failed as a
-    database error (500). JSON bodies are refused the same way by their parser
-    (srbench/parsers.py); the API answers in its own refusal shape, a page with Django's 400."""
+# C0 controls and DEL: never part of an address the portal or the API hands out.
+CONTROL_CHARACTERS = frozenset(map(chr, [*range(0x20), 0x7F]))
+
+
+class RefuseControlCharactersMiddleware:
+    """A request is refused with 400 before any view reads it when its path holds a control
+    character (C0 or DEL: `%0A`, `%09`, `%7F`, …) or its path or query string holds NUL (`%00`).
+    PostgreSQL text cannot hold U+0000, so a filter or a lookup by it failed as a database error
+    (500); and a path segment ending in a newline reached a view as that segment (`runs/1%0A/`
+    answered run 1: DRF's lookup took "1\n", and int("1\n") == 1). A control character in a
+    query value is data (a search for a tab), refused only when it is NUL. JSON bodies are
+    refused the same way by their parser (srbench/parsers.py); the API answers in its own refusal
+    shape, a page with Django's 400."""
 
     def __init__(self, get_response):  # type: ignore[no-untyped-def]
         self.get_response = get_response
 
     def __call__(self, request):  # type: ignore[no-untyped-def]
-        if "\x00" in request.path_info or any(
-            "\x00" in key or any("\x00" in value for value in values)
-            for key, values in request.GET.lists()
-        ):
-            what = "The address holds a NUL character (%00), which is not allowed."
+        refusal = address_refusal(request)
+        if refusal is not None:
+            code, what = refusal
             if request.path_info.startswith("/api/"):
-                return JsonResponse(
-                    {"error": what, "code": "nul_character", "detail": None}, status=400
-                )
+                return JsonResponse({"error": what, "code": code, "detail": None}, status=400)
             raise BadRequest(what)
         return self.get_response(request)
+
+
+def address_refusal(request) -> tuple[str, str] | None:  # type: ignore[no-untyped-def]
+    """(code, message) when the request's address holds what the portal refuses, else None."""
+    if "\x00" in request.path_info or any(
+        "\x00" in key or any("\x00" in value for value in values)
+        for key, values in request.GET.lists()
+    ):
+        return "nul_character", "The address holds a NUL character (%00), which is not allowed."
+    control = next((c for c in request.path_info if c in CONTROL_CHARACTERS), None)
+    if control is not None:
+        return (
+            "control_character",
+            f"The address's path holds a control character (%{ord(control):02X}), which is "
+            "not allowed.",
+        )
+    return None
 
 
 # A static file is read in chunks of this size, each in a worker thread (never on the event loop).

@@ -97,8 +97,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    # NUL in a path or query string: 400 before anything reads it (PostgreSQL refuses U+0000).
-    "srbench.middleware.RefuseNulMiddleware",
+    # NUL in a path or query string, a control character in a path: 400 before anything reads
+    # it (PostgreSQL refuses U+0000; `runs/1%0A/` was run 1).
+    "srbench.middleware.RefuseControlCharactersMiddleware",
     # Content-Security-Policy (SECURE_CSP below) with a nonce per response.
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     # WhiteNoise, its files streamed asynchronously under ASGI (srbench/middleware.py).
