@@ -111,8 +111,15 @@ def plan_preflight_review(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     targets = list(Target.objects.filter(slug__in=slugs))
     preflights = latest_preflights(targets)
     concurrency = manifest["limits"]["concurrency"]
+    # The cases' prompt estimates, read once and only when a context is known.
+    estimates = (
+        case_estimates(manifest["cases"])
+        if any(p.context_tokens for p in preflights.values())
+        else []
+    )
     rows = []
-    for slug in slugs:
+    for entry in manifest["targets"]:
+        slug = entry["slug"]
         preflight = preflights.get(slug)
         if preflight is None:
             rows.append({"slug": slug, "preflight": None, "warnings": [], "findings": []})
@@ -122,13 +129,25 @@ def plan_preflight_review(manifest: dict[str, Any]) -> list[dict[str, Any]]:
                 "slug": slug,
                 "preflight": preflight,
                 "findings": preflight.findings,
-                "warnings": _warnings(manifest, preflight, concurrency),
+                "warnings": _warnings(preflight, concurrency)
+                + _context_warnings(manifest, entry, preflight, estimates),
             }
         )
     return rows
 
 
-def _warnings(manifest: dict[str, Any], p: TargetPreflight, concurrency: int) -> list[str]:
+def case_estimates(cases: list[list[Any]]) -> list[tuple[int, str]]:
+    """(estimated prompt tokens, "benchmark/native id") of each of a manifest's cases."""
+    rows = Question.objects.filter(pk__in=[qid for qid, _sha, _b in cases]).values_list(
+        "benchmark", "native_id", "payload"
+    )
+    return [
+        (prompt_token_estimate(get_adapter(benchmark).messages(payload)), f"{benchmark}/{native}")
+        for benchmark, native, payload in rows
+    ]
+
+
+def _warnings(p: TargetPreflight, concurrency: int) -> list[str]:
     warnings = []
     if p.cuts_at is not None and concurrency > (p.max_whole_streams or 0):
         warnings.append(
@@ -148,19 +167,49 @@ def _warnings(manifest: dict[str, Any], p: TargetPreflight, concurrency: int) ->
             f'a max_tokens cut ends with finish_reason "{p.length_finish_reason}": truncated '
             "answers will look finished"
         )
-    if p.context_tokens:
+    return warnings
+
+
+def _context_warnings(
+    manifest: dict[str, Any],
+    target: dict[str, Any],
+    p: TargetPreflight,
+    estimates: list[tuple[int, str]],
+) -> list[str]:
+    """What the context the target showed means for this plan: prompts longer are not run; an
+    output limit not below it, or a prompt plus its output limit above it, is refused by a
+    server that counts the output against the context (vLLM answers 400) while llama.cpp stops
+    at the context instead. Said, not decided: servers differ."""
+    context = p.context_tokens
+    if not context:
+        return []
+    warnings = [
+        f"prompts of more than {context:,} tokens do not fit this target: those "
+        "estimated longer are listed as not run; one estimated just below may still not "
+        "fit and fail its cell"
+    ]
+    # What the engine sends as max_tokens: the target's fixed parameter, else the plan's limit.
+    fixed = target["fixed_params"].get("max_tokens")
+    output = int(fixed or manifest["limits"]["max_output_tokens"])
+    param = "max_tokens" if fixed else "max_output_tokens"
+    name = f"{param} {output:,}" + (" (fixed for this target)" if fixed else "")
+    if output >= context:
         warnings.append(
-            f"prompts of more than {p.context_tokens:,} tokens do not fit this target: those "
-            "estimated longer are listed as not run; one estimated just below may still not "
-            "fit and fail its cell"
+            f"{name} is not below the {context:,}-token context this target showed: a server "
+            "that counts the output against the context (vLLM) refuses every call; lower it "
+            "below the context"
         )
-        output = int(manifest["limits"]["max_output_tokens"])
-        if output >= p.context_tokens:
-            # vLLM refuses a request whose prompt plus max_tokens exceeds the context (400);
-            # llama.cpp stops at the context instead. Said, not decided: servers differ.
-            warnings.append(
-                f"max_output_tokens {output:,} is not below the {p.context_tokens:,}-token "
-                "context this target showed: a server that counts the output against the "
-                "context (vLLM) refuses every call; lower it below the context"
-            )
+        return warnings
+    over = sorted((e for e in estimates if e[0] + output > context), reverse=True)
+    if over:
+        longest = over[0][0]
+        named = ", ".join(case for _e, case in over[:3]) + (", …" if len(over) > 3 else "")
+        room = context - longest
+        warnings.append(
+            f"{len(over)} of {len(estimates)} case(s) are estimated longer than the "
+            f"{context:,}-token context this target showed once their {name} is added "
+            f"(the longest: {longest:,} + {output:,}; {named}): a server that counts the "
+            "output against the context (vLLM) refuses those calls and fails their cells; "
+            + (f"{param} ≤ {room:,} fits them all" if room > 0 else "the longest leaves no room")
+        )
     return warnings

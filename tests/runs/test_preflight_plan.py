@@ -276,3 +276,62 @@ def test_an_output_limit_not_below_the_context_is_warned(client, member):
 
     assert any("max_output_tokens 4,096 is not below the 4,096-token" in w for w in warned(4096))
     assert not any("max_output_tokens" in w for w in warned(512))
+
+
+def test_a_prompt_plus_its_output_limit_past_the_context_is_warned(client, member, capsys):
+    """A case whose estimated prompt fits a small context but not once its output limit is
+    added was not flagged (only an output limit reaching the context alone was): vLLM refuses
+    such a call (prompt + max_tokens > context), so the plan review names those cases, with
+    the output limit that fits them all; the CLI prints it."""
+    from runs.preflight.plan import prompt_token_estimate
+
+    dataset = es.fixture_dataset(["mmlu-pro"])
+    rows = DatasetQuestion.objects.filter(dataset=dataset).values_list(
+        "question__benchmark", "question__native_id", "question__payload"
+    )
+    estimates = sorted(
+        ((prompt_token_estimate(get_adapter(b).messages(p)), f"{b}/{n}") for b, n, p in rows),
+        reverse=True,
+    )
+    longest, shortest = estimates[0][0], estimates[-1][0]
+    assert longest > shortest, estimates  # the fixture's prompts differ in length
+    context = longest + 5  # every prompt fits alone: none is left out as not run
+    target = f.target_create(slug="smollm2", model="smollm2", prices={})
+    _showed(target, context_tokens=context, cuts_at=None, stream_usage=True)
+    plan = {"name": "p", "dataset": dataset.pk, "targets": ["smollm2"]}
+
+    def warned(output: int) -> list[str]:
+        body = client.post(
+            "/api/v1/plans/review/",
+            {**plan, "limits": {"max_output_tokens": output}},
+            content_type="application/json",
+        ).json()
+        assert "not_run" not in body["manifest"], body
+        return [w["warning"] for w in body["preflight_warnings"] if "case(s)" in w["warning"]]
+
+    output = context - shortest  # the shortest prompt plus this fits exactly; longer ones not
+    over = [e for e in estimates if e[0] + output > context]
+    assert 0 < len(over) < len(estimates)
+    (warning,) = warned(output)
+    assert warning.startswith(
+        f"{len(over)} of {len(estimates)} case(s) are estimated longer than the {context:,}-token "
+        f"context this target showed once their max_output_tokens {output:,} is added "
+        f"(the longest: {longest:,} + {output:,}; {over[0][1]}"
+    ), warning
+    assert warning.endswith(
+        "refuses those calls and fails their cells; max_output_tokens ≤ 5 fits them all"
+    )
+    assert warned(5) == []  # prompt + output ≤ context for every case: nothing said
+
+    code, out, _ = _bench(
+        capsys, "plan", "--dataset", str(dataset.pk), "--target", "smollm2",
+        "--max-output-tokens", str(output), "--user", "member",
+    )  # fmt: skip
+    assert code == 0 and f"warning: smollm2: {len(over)} of {len(estimates)} case(s)" in out
+
+    # A target's fixed max_tokens is what the engine sends: it is the one added.
+    target.fixed_params = {"max_tokens": output}
+    target.save()
+    (warning,) = warned(5)
+    assert f"once their max_tokens {output:,} (fixed for this target) is added" in warning
+    assert warning.endswith("max_tokens ≤ 5 fits them all")
