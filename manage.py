@@ -4,6 +4,13 @@ import sys
 
 
 def main() -> None:
+    # `manage.py benchmark … | head -1`: quiet when the reader goes away (srbench/cli/pipe.py).
+    from srbench.cli.pipe import reader_gone_quietly
+
+    reader_gone_quietly(_main)
+
+
+def _main() -> None:
     if sys.argv[1:2] == ["benchmark"]:
         # A verb that only talks to a server (--url or SRBENCH_URL) runs without booting
         # Django, as the `srbench` console script's does (srbench/cli/remote.py).

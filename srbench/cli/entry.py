@@ -9,6 +9,12 @@ import sys
 
 
 def main() -> None:
+    from srbench.cli.pipe import reader_gone_quietly
+
+    reader_gone_quietly(_main)
+
+
+def _main() -> None:
     argv = sys.argv[1:]
     from srbench.cli.remote import remote_exit
 
