@@ -305,6 +305,12 @@ def _mom_priced(
 # The worst case of a call, before it is sent
 
 
+def sent_max_tokens(fixed_params: Mapping[str, Any], limits: Mapping[str, Any]) -> int:
+    """The ``max_tokens`` a call to a target is sent with: the target's fixed parameter (R8.6),
+    else the run's ``max_output_tokens`` (the engine's request body, ``Caller.request_body``)."""
+    return int(fixed_params.get("max_tokens") or limits["max_output_tokens"])
+
+
 def worst_case_call_cost(
     price_table: Mapping[str, Mapping[str, Any]],
     *,

@@ -25,7 +25,7 @@ from django.utils import timezone
 from datasets.benchmarks import ADAPTERS, get_adapter
 from datasets.models import Question
 from datasets.provenance import benchmarks_provenance, datasets_provenance
-from runs.ledger.accounting import worst_case_call_cost
+from runs.ledger.accounting import sent_max_tokens, worst_case_call_cost
 from runs.models import (
     OPEN_CALL_STATUSES,
     TERMINAL_RUN_STATUSES,
@@ -647,7 +647,7 @@ def plan_worst_case_subject_cost(manifest: dict[str, Any]) -> dict[str, Any]:
     per_target: dict[str, str | None] = {}
     for target in manifest["targets"]:
         table = manifest["prices"].get(target["slug"], {})
-        max_tokens = int(target["fixed_params"].get("max_tokens") or limits["max_output_tokens"])
+        max_tokens = sent_max_tokens(target["fixed_params"], limits)
         calls = [
             worst_case_call_cost(
                 table,

@@ -20,6 +20,7 @@ from typing import Any
 
 from datasets.benchmarks import get_adapter
 from datasets.models import Question
+from runs.ledger.accounting import sent_max_tokens
 from runs.models import Target
 from runs.models.preflight import PreflightStatus, TargetPreflight
 
@@ -190,7 +191,7 @@ def _context_warnings(
     ]
     # What the engine sends as max_tokens: the target's fixed parameter, else the plan's limit.
     fixed = target["fixed_params"].get("max_tokens")
-    output = int(fixed or manifest["limits"]["max_output_tokens"])
+    output = sent_max_tokens(target["fixed_params"], manifest["limits"])
     param = "max_tokens" if fixed else "max_output_tokens"
     name = f"{param} {output:,}" + (" (fixed for this target)" if fixed else "")
     if output >= context:

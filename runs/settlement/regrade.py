@@ -352,7 +352,7 @@ def judge_cost_quote(run: Run) -> dict[str, Any]:
     bounded by the accounting's worst-case rule (`runs.ledger.accounting.worst_case_call_cost`) at
     the judge the manifest froze. ``worst_case_usd`` is None when a judge price is missing."""
     from runs.engine.scoring import judge_request_messages
-    from runs.ledger.accounting import worst_case_call_cost
+    from runs.ledger.accounting import sent_max_tokens, worst_case_call_cost
     from srbench.money import money_text
 
     manifest = run.manifest
@@ -373,10 +373,7 @@ def judge_cost_quote(run: Run) -> dict[str, Any]:
                 messages=judge_request_messages(
                     payload=payload, secret=secret or {}, answer=answer
                 ),
-                max_tokens=int(
-                    judge["fixed_params"].get("max_tokens")
-                    or manifest["limits"]["max_output_tokens"]
-                ),
+                max_tokens=sent_max_tokens(judge["fixed_params"], manifest["limits"]),
                 max_inference_calls=judge.get("max_inference_calls"),
             )
         total = None if cost is None or total is None else total + cost

@@ -249,7 +249,7 @@ def judge_call_worst_case(
     rule `judge_cost_quote` applies per answer and the engine reserves per call
     (`runs.ledger.accounting.worst_case_call_cost`); None when the judge or its price is missing."""
     from runs.engine.scoring import judge_request_messages
-    from runs.ledger.accounting import worst_case_call_cost
+    from runs.ledger.accounting import sent_max_tokens, worst_case_call_cost
 
     judge = manifest["judges"].get(benchmark)
     if judge is None:
@@ -259,9 +259,7 @@ def judge_call_worst_case(
         kind=judge["kind"],
         model=judge["model"],
         messages=judge_request_messages(payload=payload, secret=secret, answer=answer),
-        max_tokens=int(
-            judge["fixed_params"].get("max_tokens") or manifest["limits"]["max_output_tokens"]
-        ),
+        max_tokens=sent_max_tokens(judge["fixed_params"], manifest["limits"]),
         max_inference_calls=judge.get("max_inference_calls"),
     )
 
