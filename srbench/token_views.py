@@ -1,8 +1,10 @@
 """The portal's API tokens page (issue 40 item 5): create, see, revoke.
 
-A new token's secret is on the page that answers its creation and nowhere else (not in a
-session, a message or a log: the database has its digest only); the page is not cached.
-Staff see and revoke everyone's tokens.
+Creating a token answers with a redirect to the list (POST/redirect/GET), so reloading the page
+that shows the secret re-submits nothing and makes no second token. The secret rides in the
+session from the POST to that one GET, which pops it: it is shown once, never logged or put in a
+message, and the database keeps its digest only. The page is not cached. Staff see and revoke
+everyone's tokens.
 """
 
 from __future__ import annotations
@@ -10,14 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_http_methods, require_POST
 
 from srbench.tokens import create_token, revoke_token, tokens_visible_to
 
 NAME_MAX = 100
+# The session key holding a new token's id and secret between its POST and the one GET showing it.
+NEW_TOKEN_SESSION_KEY = "srbench_new_token"
 
 
 def _page(request: HttpRequest, **context: Any) -> HttpResponse:
@@ -43,7 +48,7 @@ def _page(request: HttpRequest, **context: Any) -> HttpResponse:
 def token_list(request: HttpRequest) -> HttpResponse:
     """GET: the member's tokens (everyone's for staff). POST `name`: a new token, shown once."""
     if request.method == "GET":
-        return _page(request)
+        return _page(request, **_new_token_once(request))
     name = " ".join(request.POST.get("name", "").split())
     if not name or len(name) > NAME_MAX:
         return _page(
@@ -52,7 +57,17 @@ def token_list(request: HttpRequest) -> HttpResponse:
             status=400,
         )
     token, secret = create_token(request.user, name)
-    return _page(request, created=token, secret=secret, status=201)
+    request.session[NEW_TOKEN_SESSION_KEY] = {"id": token.pk, "secret": secret}
+    return HttpResponseRedirect(reverse("tokens"), status=303)  # See Other: GET the list
+
+
+def _new_token_once(request: HttpRequest) -> dict[str, Any]:
+    """The token just created and its secret, taken out of the session: shown by this GET only."""
+    new = request.session.pop(NEW_TOKEN_SESSION_KEY, None)
+    if not new:
+        return {}
+    token = tokens_visible_to(request.user).filter(pk=new["id"]).first()
+    return {} if token is None else {"created": token, "secret": new["secret"]}
 
 
 @require_POST
