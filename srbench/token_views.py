@@ -18,9 +18,17 @@ from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_http_methods, require_POST
 
-from srbench.tokens import create_token, revoke_token, tokens_visible_to
+from srbench.tokens import (
+    command_line_tokens_visible_to,
+    create_token,
+    revoke_command_line_token,
+    revoke_token,
+    tokens_visible_to,
+)
 
 NAME_MAX = 100
+# The characters of a `drf_create_token` key the list shows (its key is 40 hex digits).
+COMMAND_LINE_PREFIX = 8
 # The session key holding a new token's id and secret between its POST and the one GET showing it.
 NEW_TOKEN_SESSION_KEY = "srbench_new_token"
 
@@ -33,6 +41,11 @@ def _page(request: HttpRequest, **context: Any) -> HttpResponse:
         "srbench/tokens.html",
         {
             "tokens": tokens,
+            "command_line_tokens": [
+                # The key is the secret: the template gets its first characters only.
+                {"user": t.user, "prefix": t.key[:COMMAND_LINE_PREFIX], "created": t.created}
+                for t in command_line_tokens_visible_to(request.user)
+            ],
             "staff": request.user.is_staff,
             "server_url": request.build_absolute_uri("/").rstrip("/"),
             "name_max": NAME_MAX,
@@ -78,4 +91,18 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
         messages.success(request, f"Revoked the token “{token.name}” ({token.prefix}…).")
     else:
         messages.info(request, f"The token “{token.name}” was already revoked.")
+    return redirect("tokens")
+
+
+@require_POST
+def command_line_token_revoke(request: HttpRequest, user_id: int) -> HttpResponse:
+    """Revoke the `drf_create_token` token of one account (one per account): the member's own,
+    or anyone's for staff. Addressed by its account, never by the key, which is the secret."""
+    token = get_object_or_404(command_line_tokens_visible_to(request.user), user_id=user_id)
+    shown = f"{token.user.get_username()} ({token.key[:COMMAND_LINE_PREFIX]}…)"
+    revoke_command_line_token(token)
+    messages.success(
+        request,
+        f"Revoked the command-line token of {shown}; make a new one here if a script needs one.",
+    )
     return redirect("tokens")

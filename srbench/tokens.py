@@ -22,6 +22,7 @@ from django.contrib.auth.signals import user_login_failed
 from django.utils import timezone
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication, get_authorization_header
+from rest_framework.authtoken.models import Token
 
 from srbench.audit import unaudited
 from srbench.models import PREFIX_LENGTH, SECRET_PREFIX, ApiToken
@@ -57,6 +58,18 @@ def tokens_visible_to(user: Any) -> Any:
     """A member's own tokens; staff see everyone's."""
     tokens = ApiToken.objects.select_related("user", "revoked_by")
     return tokens if user.is_staff else tokens.filter(user=user)
+
+
+def command_line_tokens_visible_to(user: Any) -> Any:
+    """The tokens `manage.py drf_create_token` made (DRF's authtoken, one per account) that sign
+    in as this member; staff see everyone's. They have no name, prefix column or last use."""
+    tokens = Token.objects.select_related("user").order_by("-created")
+    return tokens if user.is_staff else tokens.filter(user=user)
+
+
+def revoke_command_line_token(token: Token) -> None:
+    """DRF's authtoken has no revoked state: revoking deletes the row (the key stops working)."""
+    token.delete()
 
 
 def _touch(token: ApiToken) -> None:

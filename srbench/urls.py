@@ -14,7 +14,7 @@ from runs.interfaces.recovery_api import LineageView, RecoverView, RecoveryPlanV
 from srbench.api import api_not_found
 from srbench.api_docs import ApiDocsView, ApiRedocView
 from srbench.audit_api import AuditEventListView
-from srbench.token_views import token_list, token_revoke
+from srbench.token_views import command_line_token_revoke, token_list, token_revoke
 
 # Under /api/ Django's own 400/403/404/500 answers are the JSON error document too.
 handler400 = "srbench.api.error_400"
@@ -48,6 +48,11 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("tokens/", token_list, name="tokens"),
     path("tokens/<int:pk>/revoke/", token_revoke, name="token-revoke"),
+    path(
+        "tokens/command-line/<int:user_id>/revoke/",
+        command_line_token_revoke,
+        name="command-line-token-revoke",
+    ),
     path("api/v1/audit/", AuditEventListView.as_view(), name="audit-list"),
     path("api/v1/plans/review/", PlanReviewView.as_view(), name="plan-review"),
     path(
