@@ -293,7 +293,7 @@ def score_lines(
         else:
             covered = list(score.get("benchmarks") or [])
             lines.append(
-                f"{target['slug']}: subset score over {len(covered)} of the nine "
+                f"{target['slug']}: weighted subset score over {len(covered)} of the nine "
                 f"({', '.join(covered) or 'none'}) {shown} — not an sr-bench score"
             )
     for benchmark in sorted(ADAPTERS):

@@ -103,7 +103,7 @@ def wilson_interval(correct: int | Fraction, n: int, z: float = Z_95) -> tuple[f
 def renormalised_weights(
     benchmarks: Iterable[str], weights: Mapping[str, Fraction]
 ) -> dict[str, Fraction]:
-    """The weights of the benchmarks present, scaled to sum to 1 (a subset macro average).
+    """The weights of the benchmarks present, scaled to sum to 1 (a weighted subset average).
 
     Every present benchmark must have a positive weight: silently weighting an unknown
     benchmark at 0 would hide it from the score.
@@ -127,7 +127,7 @@ def weighted_quality(
     """Σ w_b · acc_b over the benchmarks given, with weights renormalised over them.
 
     With all nine benchmarks and the R4.1 weights (which sum to 1) this is the sr-bench score;
-    with fewer it is the "selected-benchmark subset" macro average, which callers must label
+    with fewer it is the "selected-benchmark" weighted subset average, which callers must label
     as such (R4.2).
     """
     normalised = renormalised_weights(acc_by_benchmark, weights)

@@ -219,7 +219,11 @@ def report_text(report: dict[str, Any]) -> str:
         )
     for t in report["targets"]:
         score = t["score"]
-        label = "sr-bench score" if score["kind"] == "sr-bench" else "subset macro average"
+        # A subset's score is sr-bench's weights rescaled to its benchmarks (R4.2), not a macro
+        # average; the report's own label says the rest.
+        label = {"sr-bench": "sr-bench score", "subset": "weighted subset average"}.get(
+            score["kind"], "score"
+        )
         lines.append(
             f"  {t['slug']} ({t['kind']}): {label} {fmt(score.get('value'))}  "
             f"subject cost {subject_cost_text(t['subject_cost_usd'], t['known_cost_usd'])}  "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from django.contrib import messages
@@ -57,6 +58,7 @@ from runs.settlement.recovery_rules import REASONS
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from srbench.money import money_text
 from srbench.refusals import Refusal
+from srbench.stats import renormalised_weights
 
 PAGE_SIZE = 25  # rows shown per page everywhere (R13.1, R14.1)
 # The report's four exclusive token classes (R1.1), in words.
@@ -310,11 +312,32 @@ def _results_context(request: HttpRequest, run: Run) -> dict[str, Any]:
         "data_summary": provenance_summary(
             {b: row.provenance for t in report.targets for b, row in t.benchmarks.items()}
         ),
+        "score_weights": _score_weights(run, report),
         "token_labels": TOKEN_LABELS,
         "cache_neutral_caveat": CACHE_NEUTRAL_CAVEAT,
         "children_page": children.get_page(request.GET.get("children_page")),
         "parent": run.parent,
     }
+
+
+def _score_weights(run: Run, report: Report) -> list[tuple[str, list[dict[str, str]]]]:
+    """Per scored target, the weight each benchmark had in its score: the manifest's sr-bench
+    weight rescaled over the benchmarks the score covers (srbench.stats.renormalised_weights,
+    the rule weighted_quality applies), so a subset's weighted mean shows what it weighs."""
+    manifest = selectors.manifest_head(run)["benchmarks"]
+    frozen = {b: Fraction(v["weight"]) for b, v in manifest.items()}
+    out = []
+    for t in report.targets:
+        if t.score.exact is None:
+            continue
+        covered = t.score.benchmarks or tuple(b for b in frozen if b in t.benchmarks)
+        used = renormalised_weights(covered, frozen)
+        rows = [
+            {"benchmark": b, "weight": f"{float(used[b]):.4f}", "frozen": str(manifest[b]["weight"])}
+            for b, _ in canonical_items(used)
+        ]
+        out.append((t.slug, rows))
+    return out
 
 
 def _accuracy_chart(report: Report) -> dict[str, Any]:

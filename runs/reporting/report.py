@@ -37,6 +37,8 @@ from runs.reporting.reconcile import (
 )
 from runs.reporting.report_types import (
     COUNT_FIELDS,
+    NOT_RUN_SUBSET_LABEL,
+    SUBSET_LABEL,
     TIMING_FIELDS,
     BenchmarkRow,
     Correction,
@@ -54,8 +56,8 @@ from srbench.stats import accuracy, weighted_quality, wilson_interval
 
 BUCKETS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
 # Part of a stored report's fingerprint: bump it whenever what a report computes changes, so a
-# report stored by the previous code is never served (v6, issue 39: why usage is unknown).
-REPORT_CACHE_VERSION = "v6"
+# report stored by the previous code is never served (v7, session 5: "weighted subset average").
+REPORT_CACHE_VERSION = "v7"
 # pg_advisory_xact_lock(class, run id): one computation of a settled run's stored report at a
 # time (`run_report_settled_compute`).
 REPORT_LOCK_CLASS = 38001
@@ -266,7 +268,7 @@ def _target_score(
     run: Run, benchmarks: dict[str, BenchmarkRow], accs: dict[str, Fraction]
 ) -> Score:
     """The sr-bench score when the run is complete over all nine benchmarks (and not a
-    re-run), else a labelled subset macro average, else none (a benchmark not measured)."""
+    re-run), else a labelled weighted subset average, else none (a benchmark not measured)."""
     manifest = run.manifest
     weights = {b: Fraction(v["weight"]) for b, v in manifest["benchmarks"].items()}
     run_complete = run.status == RunStatus.COMPLETED and all(
@@ -279,11 +281,7 @@ def _target_score(
     quality = weighted_quality(accs, weights)
     if run_complete and nine and run.parent_id is None:
         return Score("sr-bench", quality)
-    label = (
-        "selected-benchmark subset macro average (not an sr-bench score)"
-        if not manifest.get("not_run")
-        else "subset macro average over the questions that could run here (not an sr-bench score)"
-    )
+    label = NOT_RUN_SUBSET_LABEL if manifest.get("not_run") else SUBSET_LABEL
     return Score("subset", quality, label, tuple(sorted(accs)))
 
 

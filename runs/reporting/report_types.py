@@ -115,9 +115,21 @@ class BenchmarkRow:
         )
 
 
+# A subset score's label (SPEC R4.2): a WEIGHTED mean, sr-bench's weights rescaled to the
+# benchmarks present (srbench.stats.weighted_quality), not an unweighted (macro) average.
+SUBSET_LABEL = (
+    "selected-benchmark weighted subset average (sr-bench weights rescaled to these "
+    "benchmarks; not an sr-bench score)"
+)
+NOT_RUN_SUBSET_LABEL = (
+    "weighted subset average over the questions that could run here (sr-bench weights "
+    "rescaled to these benchmarks; not an sr-bench score)"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Score:
-    """The sr-bench composite (``kind`` "sr-bench"), a labelled subset macro average
+    """The sr-bench composite (``kind`` "sr-bench"), a labelled weighted subset average
     ("subset", over ``benchmarks``), or none; ``exact`` is the weighted quality."""
 
     kind: str

@@ -32,7 +32,7 @@ def test_run_follows_a_real_run_to_its_end_by_push(bench, celery_worker) -> None
     assert run.status == "completed"
     assert f"following run {run.pk}: the server pushes its end" in r.err
     assert "by polling" not in r.err
-    assert "subset macro average" in r.out and f"run {run.pk} " in r.out
+    assert "weighted subset average" in r.out and f"run {run.pk} " in r.out
 
 
 # The project's URLs as a server before the long poll had them: the events route is the
@@ -59,4 +59,4 @@ def test_run_against_an_older_server_falls_back_to_polling(bench, celery_worker)
     run = Run.objects.get()
     assert run.status == "completed"
     assert f"following run {run.pk} by polling (the server has no events push)" in r.err
-    assert "subset macro average" in r.out
+    assert "weighted subset average" in r.out

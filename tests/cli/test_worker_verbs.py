@@ -57,5 +57,5 @@ def test_active_calls_page_while_in_flight_and_run_waits(bench, celery_worker) -
         r = bench("run", *args, "--idempotency-key", "slow-1", "--poll", "0.5")
         assert r.code == 0, (r.err, celery_worker.log()[-2000:])
         assert "already existed" in r.err and "completed" in r.err
-        assert "mmlu-pro" in r.out and "subset macro average" in r.out
+        assert "mmlu-pro" in r.out and "weighted subset average" in r.out
         assert Run.objects.count() == 1

@@ -689,7 +689,7 @@ def test_readme_embedded_path_works_end_to_end_and_leaves_nothing_running(
             if benchmark != "scicode":
                 assert f"    {benchmark} " in printed, printed
         assert re.search(r"^  scicode +package nvidia-scicode==", printed, re.M), printed
-        assert "sim-router: subset score over 8 of the nine" in printed, printed
+        assert "sim-router: weighted subset score over 8 of the nine" in printed, printed
         assert re.search(r"^  missing scicode: .*test_data\.h5", printed, re.M), printed
 
         # Two more iterations of the router on the demo's cases, as a user makes them: the

@@ -88,7 +88,7 @@ def test_plan_run_show_report_cancel_through_the_cli(celery_worker, capsys):
 
         wait_until(lambda: es.terminal(Run.objects.get(pk=run_id)), timeout=120)
         code, out, _ = bench(capsys, "report", str(run_id), "--user", "ops")
-        assert code == 0 and "mmlu-pro" in out and "subset macro average" in out
+        assert code == 0 and "mmlu-pro" in out and "weighted subset average" in out
         code, out, _ = bench(capsys, "show", str(run_id), "--events", "--user", "ops")
         assert "run.finished" in out and "loaded" in out
         code, out, _ = bench(capsys, "cancel", str(run_id), "--user", "ops")

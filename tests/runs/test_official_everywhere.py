@@ -54,7 +54,7 @@ def test_cli_report_names_the_official_scorers_apart_from_the_score(run, capsys)
     strong = _section(text, "strong")
     # The score line carries the report's score, untouched by the official figures.
     score = next(t["score"] for t in report["targets"] if t["slug"] == "strong")
-    assert f"subset macro average {score['value']}" in strong.splitlines()[0]
+    assert f"weighted subset average {score['value']}" in strong.splitlines()[0]
     heading = "official scorers (each benchmark's own metric, not part of the sr-bench score):"
     assert heading in strong
     assert strong.index(heading) > strong.index("tokens:")

@@ -113,7 +113,7 @@ def test_the_demo_evaluates_packaged_data_and_prints_the_subset_with_what_is_mis
     value = by_slug["sim-strong"]["score"]["value"]
     assert by_slug["sim-strong"]["score"]["kind"] == "subset"
     assert lines[0] == (
-        "sim-strong: subset score over 8 of the nine (arc, gpqa, hle, livecodebench, mmlu-pro, "
+        "sim-strong: weighted subset score over 8 of the nine (arc, gpqa, hle, livecodebench, mmlu-pro, "
         f"simpleqa, tau3, terminal-bench) {value:.4f} — not an sr-bench score"
     )
     missing = [line for line in lines if line.startswith("  missing ")]
