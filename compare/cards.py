@@ -23,6 +23,7 @@ from compare.results import (
     RunDifferences,
     non_inferiority,
 )
+from compare.verdict import interval_shown
 from datasets.provenance import UNKNOWN as PROVENANCE_UNKNOWN
 from datasets.provenance import provenance_summary
 from runs.reporting.official_metrics import METRICS as OFFICIAL_METRICS
@@ -45,13 +46,6 @@ UNKNOWN = UNKNOWN_HTML  # the one marker (srbench/presenters.py)
 
 
 # --- formatting: the shared presenters (srbench/presenters.py, issue 36 item 3) ---------------
-
-
-def fmt_interval(lower: float, upper: float, *, clipped: bool = False) -> str:
-    """The displayed bounds (a difference of proportions lies in [−1, 1]); a clipped
-    Hoeffding bound says so rather than pretending to be narrower."""
-    text = signed_interval_text(lower, upper)
-    return f"{text} (clipped to [−1, +1])" if clipped else text
 
 
 def fmt_savings_interval(interval: SavingsInterval | None) -> str | SafeString:
@@ -217,9 +211,9 @@ def _quality_figures(p: PairedResult) -> dict[str, Any]:
         "delta": signed_text(float(p.delta)),
         "delta_exact": str(p.delta),
         "micro_delta": signed_text(float(p.micro_delta)),
-        "interval": fmt_interval(p.display_lower, p.display_upper, clipped=p.clipped),
+        "interval": interval_shown(p.lower, p.upper),
         "interval_level": f"{1 - p.alpha:.0%}",
-        "family_interval": fmt_interval(*clipped_to_unit(p.family_lower, p.family_upper))
+        "family_interval": interval_shown(p.family_lower, p.family_upper)
         if p.family_size > 1
         else None,
         "family_size": p.family_size,
@@ -295,7 +289,7 @@ def legend_row(i: int, c: CandidateResult) -> dict[str, Any]:
         "n": i + 1,
         **_identity(c),
         "delta": signed_text(float(p.delta)),
-        "interval": fmt_interval(p.display_lower, p.display_upper, clipped=p.clipped),
+        "interval": interval_shown(p.lower, p.upper),
         "savings": percent_html(c.subject.pct),
         "neutral": percent_html(c.cache_neutral.pct),
     }

@@ -124,8 +124,9 @@ def compare(options: dict[str, Any]) -> int:
     for c in comps:
         i, fam = c["interval"], c["family_interval"]
         name = f"run {c['run']} / {c['target']}"
-        interval = signed_interval_text(i["lower"], i["upper"])
-        family_interval = signed_interval_text(fam["lower"], fam["upper"])
+        # The bounds as the page and the verdict quote them: clipped to [−1, 1] (display_*).
+        interval = signed_interval_text(i["display_lower"], i["display_upper"])
+        family_interval = signed_interval_text(fam["display_lower"], fam["display_upper"])
         wlt = f"{c['wins']}/{c['losses']}/{c['ties']}"
         print(
             f"{name:<32} {signed_figure(c['delta']):>8} {interval:>22} {family_interval:>22} "

@@ -85,6 +85,6 @@ def headline_sentence(doc: dict[str, Any], target: str, run: int | None = None) 
         f"{ANSWERS[c['verdict']]} — {_verdict_words(c)}: "
         f"Δ {c['delta']:+.4f} (quality {c['quality']:.4f} vs {base['quality']:.4f}), "
         f"{level_text(fam['level'])} family-wise interval "
-        f"{signed_interval_text(fam['lower'], fam['upper'])} on {c['questions']:,} {split} "
+        f"{signed_interval_text(fam['display_lower'], fam['display_upper'])} on {c['questions']:,} {split} "
         f"questions ({benchmarks}); {_cost_words(doc, c)}."
     )

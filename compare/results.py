@@ -17,7 +17,15 @@ import numpy as np
 import numpy.typing as npt
 
 from compare.compatibility import Difference
-from compare.verdict import RULE, Verdict, frozen_margin, margin_terms, run_split
+from compare.verdict import (
+    RULE,
+    Verdict,
+    frozen_margin,
+    interval_shown,
+    lower_shown,
+    margin_terms,
+    run_split,
+)
 from datasets.provenance import UNKNOWN
 from runs.models import CELL_OUTCOMES, Run
 from runs.reporting.official_metrics import NOTE as OFFICIAL_NOTE
@@ -397,7 +405,8 @@ def non_inferiority(paired: PairedResult, candidate: Run, baseline: Run) -> dict
         method = "weighted Hoeffding"
     margin = frozen_margin(candidate)
     applicable, why_not = margin_terms(candidate, baseline)
-    used = f"the {level:.2%} {method} interval [{lower:+.4f}, {upper:+.4f}]"
+    used = f"the {level:.2%} {method} interval {interval_shown(lower, upper)}"
+    low = lower_shown(lower, upper)
     out: dict[str, Any] = {
         "margin": None if margin is None else float(margin),
         "margin_exact": None if margin is None else str(margin),
@@ -411,8 +420,8 @@ def non_inferiority(paired: PairedResult, candidate: Run, baseline: Run) -> dict
     if applicable is None:
         reason = str(why_not)
     elif lower > -applicable:
-        reason = f"lower bound {lower:+.4f} of {used} is above −{margin} ({source})"
+        reason = f"lower bound {low} of {used} is above −{margin} ({source})"
         return {**out, "verdict": "non-inferior", "reason": reason}
     else:
-        reason = f"lower bound {lower:+.4f} of {used} is not above −{margin} ({source})"
+        reason = f"lower bound {low} of {used} is not above −{margin} ({source})"
     return {**out, "verdict": "not shown", "reason": reason}

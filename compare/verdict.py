@@ -42,7 +42,8 @@ from typing import Any, Literal
 
 from runs.ledger.selectors import manifest_without_cases
 from runs.models import Run
-from srbench.stats import PairedResult
+from srbench.figures_text import signed_interval_text
+from srbench.stats import PairedResult, clipped_to_unit
 
 VerdictWord = Literal["better", "non_inferior", "inconclusive", "worse"]
 VERDICTS: tuple[VerdictWord, ...] = ("better", "non_inferior", "inconclusive", "worse")
@@ -65,6 +66,26 @@ RULE = (
     "the run, on holdout cases; otherwise worse when the whole interval lies below 0 even were "
     "the candidate's cases that never ended right; otherwise inconclusive."
 )
+
+
+CLIPPED_NOTE = "clipped to [−1, +1]"
+
+
+def interval_shown(lower: float, upper: float, *, method: str = "") -> str:
+    """THE words of an interval of Δ wherever one is quoted: the card's table and legend, the
+    verdict's and the non-inferiority test's reasons. A difference of accuracies lies in
+    [−1, 1], so the bounds are clipped to it (`srbench.stats.clipped_to_unit`) and say so when
+    that changed them; ``method`` joins the same parenthesis. The rule itself decides on the
+    bounds as computed (clipping cannot change a comparison with 0 or with −margin, m < 1)."""
+    shown = clipped_to_unit(lower, upper)
+    notes = ([CLIPPED_NOTE] if shown != (lower, upper) else []) + ([method] if method else [])
+    text = signed_interval_text(*shown)
+    return f"{text} ({'; '.join(notes)})" if notes else text
+
+
+def lower_shown(lower: float, upper: float) -> str:
+    """The lower bound of an interval of Δ as :func:`interval_shown` quotes it."""
+    return f"{clipped_to_unit(lower, upper)[0]:+.4f}"
 
 
 @dataclass(frozen=True)
@@ -166,21 +187,21 @@ def verdict_decide(
     apply (None, with ``no_margin_reason``, when non-inferiority cannot be claimed);
     ``single`` is the single-comparison interval (lower, upper, level), named in the reason
     when it alone would have cleared 0."""
-    interval = f"{level_text(level)} family-wise interval [{lower:+.4f}, {upper:+.4f}] ({method})"
+    interval = (
+        f"{level_text(level)} family-wise interval {interval_shown(lower, upper, method=method)}"
+    )
+    low = lower_shown(lower, upper)
     keep = (margin, lower, upper, level, method)
     if lower > 0:
         return Verdict("better", f"the whole {interval} lies above 0", *keep)
     source = f" ({margin_source})" if margin_source else ""
     if margin is not None and lower > -margin:
-        reason = f"the lower bound {lower:+.4f} of the {interval} is above −{margin}{source}"
+        reason = f"the lower bound {low} of the {interval} is above −{margin}{source}"
         if upper + float(unfinished.rise) < 0:
             reason += "; the whole interval lies below 0: measurably worse, by less than the margin"
         return Verdict("non_inferior", reason, *keep)
     if margin is not None:
-        not_ni = (
-            f"non-inferiority not shown: the lower bound {lower:+.4f} is not above "
-            f"−{margin}{source}"
-        )
+        not_ni = f"non-inferiority not shown: the lower bound {low} is not above −{margin}{source}"
     else:
         not_ni = f"non-inferiority not shown — {no_margin_reason}"
     if upper < 0 and upper + float(unfinished.rise) < 0:
@@ -205,7 +226,7 @@ def verdict_decide(
         side = "above" if single[0] > 0 else "below"
         reason += (
             f" (the single-comparison {level_text(single[2])} interval "
-            f"[{single[0]:+.4f}, {single[1]:+.4f}] lies {side} 0, but a claim about whichever "
+            f"{interval_shown(single[0], single[1])} lies {side} 0, but a claim about whichever "
             "of the compared candidates is picked needs the family-wise one)"
         )
     return Verdict("inconclusive", f"{reason}; {not_ni}", *keep)

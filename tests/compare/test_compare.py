@@ -539,7 +539,9 @@ def test_cli_compare_prints_json_and_a_table(capsys):
     # The table's words are the page's (issue 36 item 3): the same signed Δ and interval text,
     # the baseline's cost as money text, the family level as the comparison states it.
     c = doc["comparisons"][0]
-    lo, hi = c["interval"]["lower"], c["interval"]["upper"]
+    # The page's bounds: clipped to the possible range [−1, 1] (display_*), as the verdict says.
+    lo, hi = c["interval"]["display_lower"], c["interval"]["display_upper"]
+    assert (lo, hi) == (max(c["interval"]["lower"], -1), min(c["interval"]["upper"], 1))
     row = next(line for line in out.splitlines() if line.startswith(f"run {r.pk} / cand"))
     assert f"{c['delta']:+.4f}" in row and f"[{lo:+.4f}, {hi:+.4f}]" in row
     cost = doc["baseline"]["subject_cost_usd"]

@@ -15,10 +15,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from compare.cards import fmt_interval
 from compare.forms import ids_format, ids_parse
 from compare.results import STATEMENTS
 from compare.services import comparison_build
+from compare.verdict import interval_shown
 from runs.models import Cell, Run
 from srbench.presenters import percent_html, signed_text
 from tests import factories as f
@@ -245,7 +245,7 @@ def test_the_link_reproduces_the_comparison_and_numbers_equal_the_service(member
                 in text
             )
             assert (
-                f'<td class="num interval">{fmt_interval(c["interval"]["display_lower"], c["interval"]["display_upper"], clipped=c["interval"]["clipped"])}</td>'
+                f'<td class="num interval">{interval_shown(c["interval"]["lower"], c["interval"]["upper"])}</td>'
                 in text
             )
             assert f"{c['wins']} / {c['losses']} / {c['ties']}" in text

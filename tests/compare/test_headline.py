@@ -42,7 +42,7 @@ def test_the_headline_answers_with_the_verdict_its_interval_and_n(case: Case) ->
     if case.expected == "non_inferior":
         assert f"the margin {case.margin} fixed before the run" in sentence, sentence
     # One candidate: the family-wise interval is the 95% one, recomputed in test_verdicts.
-    interval = f"95% family-wise interval [{built.lower:+.4f}, {built.upper:+.4f}]"
+    interval = f"95% family-wise interval {built.shown}"
     assert interval in sentence, sentence
     assert f"Δ {built.delta:+.4f}" in sentence, sentence
     assert f"on {case.n:,} {case.split} questions (mmlu-pro)" in sentence, sentence

@@ -91,7 +91,9 @@ def test_the_page_and_the_api_document_show_the_same_numbers(client) -> None:
         # The headline sentence says the same figures in words.
         sentence = headline_sentence(doc, c["target"], c["run"])
         assert (
-            signed_interval_text(c["family_interval"]["lower"], c["family_interval"]["upper"])
+            signed_interval_text(
+                c["family_interval"]["display_lower"], c["family_interval"]["display_upper"]
+            )
             in sentence
         )
         if savings["subject_cost_pct"] is not None:

@@ -163,6 +163,11 @@ class Built:
     upper: float
     delta: float
 
+    @property
+    def shown(self) -> str:
+        """The interval as words quote it: a difference of accuracies lies in [−1, 1]."""
+        return f"[{max(self.lower, -1):+.4f}, {min(self.upper, 1):+.4f}]"
+
 
 def build(case: Case) -> Built:
     tag = next(b._seq)
@@ -211,7 +216,7 @@ def test_each_verdict_word_is_the_same_in_service_api_exports_cli_and_page(
     assert c["delta"] == pytest.approx(built.delta, abs=1e-12)
     assert c["verdict_interval"]["lower"] == pytest.approx(built.lower, abs=1e-12)
     assert c["verdict_interval"]["upper"] == pytest.approx(built.upper, abs=1e-12)
-    assert f"[{built.lower:+.4f}, {built.upper:+.4f}]" in c["verdict_reason"]
+    assert built.shown in c["verdict_reason"]
     assert "95% family-wise interval" in c["verdict_reason"]
     for words in case.reason_has:
         assert words in c["verdict_reason"], (words, c["verdict_reason"])
