@@ -450,9 +450,21 @@ class EvaluationForm(forms.Form):
     def selected_benchmarks(self) -> list[str]:
         return sorted(self.cleaned_data.get("benchmarks") or [], key=list(ADAPTERS).index)
 
+    def _limits(self) -> dict[str, Any] | None:
+        """The plan's limits, or None while the form refused any of them: a default standing
+        in for a refused limit would judge the others against a value nobody gave."""
+        data = self.cleaned_data
+        if any(name not in data for name in (*self.LIMITS, "max_cost_usd")):
+            return None
+        limits: dict[str, Any] = {name: data[name] for name in self.LIMITS}
+        limits["max_cost_usd"] = None if data["max_cost_usd"] is None else str(data["max_cost_usd"])
+        return limits
+
     def plan(self, *, dataset_id: int, benchmarks: list[str] | None) -> dict[str, Any]:
         """The plan document plan_freeze validates; blank sampling fields are left out so the
-        target's own defaults apply."""
+        target's own defaults apply. Of a refused form, the plan as far as the fields that
+        passed hold it (the others left out), for the plan's own rules to be checked beside
+        the form's (`runs.planning.plans.plan_field_errors`)."""
         data = self.cleaned_data
         sampling: dict[str, Any] = {}
         for field, key in self.SAMPLING:
@@ -461,10 +473,6 @@ class EvaluationForm(forms.Form):
                 sampling[key] = value
         if data.get("stop"):
             sampling["stop"] = data["stop"]
-        limits: dict[str, Any] = {name: data[name] for name in self.LIMITS}
-        limits["max_cost_usd"] = (
-            None if data.get("max_cost_usd") is None else str(data["max_cost_usd"])
-        )
         selected = self.selected_benchmarks()
         judges = {
             b: data[f"judge_{b}"] for b in selected if b in self.judged and data.get(f"judge_{b}")
@@ -474,16 +482,19 @@ class EvaluationForm(forms.Form):
             for b in selected
             if b in self.simulated and data.get(f"simulator_{b}")
         }
+        given = {
+            "name": data.get("name"),
+            "targets": data.get("targets"),
+            "limits": self._limits(),
+            "failure_policy": data.get("failure_policy"),
+            "slots": data.get("slots"),
+        }
         plan: dict[str, Any] = {
-            "name": data["name"],
             "dataset": dataset_id,
-            "targets": data["targets"],
             "sampling": sampling,
-            "limits": limits,
             "judges": judges,
             "simulators": simulators,
-            "failure_policy": data["failure_policy"],
-            "slots": data["slots"],
+            **{key: value for key, value in given.items() if value is not None},
         }
         if data.get("non_inferiority_margin") is not None:
             plan["non_inferiority_margin"] = str(data["non_inferiority_margin"])

@@ -333,7 +333,11 @@ def _score_weights(run: Run, report: Report) -> list[tuple[str, list[dict[str, s
         covered = t.score.benchmarks or tuple(b for b in frozen if b in t.benchmarks)
         used = renormalised_weights(covered, frozen)
         rows = [
-            {"benchmark": b, "weight": f"{float(used[b]):.4f}", "frozen": str(manifest[b]["weight"])}
+            {
+                "benchmark": b,
+                "weight": f"{float(used[b]):.4f}",
+                "frozen": str(manifest[b]["weight"]),
+            }
             for b, _ in canonical_items(used)
         ]
         out.append((t.slug, rows))

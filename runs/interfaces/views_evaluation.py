@@ -30,7 +30,7 @@ from runs.interfaces.views import canonical_items, query_int
 from runs.ledger import selectors
 from runs.ledger.idempotency import IdempotencyKeyReused
 from runs.models import Target
-from runs.planning.plans import SUPPORTED_KINDS, PlanError, plan_freeze
+from runs.planning.plans import SUPPORTED_KINDS, PlanError, plan_field_errors, plan_freeze
 from runs.planning.services import run_create
 from runs.preflight.plan import plan_preflight_review
 
@@ -147,28 +147,39 @@ def _resolve_dataset(
     return dataset_compose(sources=chosen, user=user), None
 
 
-def _plan_errors_to_form(form: EvaluationForm, errors: dict[str, Any]) -> None:
-    """Plan errors in words next to the field they concern; the rest above the form."""
+def _plan_errors_to_form(
+    form: EvaluationForm, errors: dict[str, Any], *, beside: bool = False
+) -> None:
+    """Plan errors in words next to the field they concern; the rest above the form. With
+    ``beside`` (the plan's rules on a form that refused fields) a field the form already
+    refused keeps its own error, and errors at no field of the form are left to the form's."""
+
+    def add(field: str | None, message: str) -> None:
+        if not beside:
+            form.add_error(field, message)
+        elif field is not None and field in form.fields and not form.has_error(field):
+            form.add_error(field, message)
+
     for key, value in errors.items():
         if key in ("limits", "sampling") and isinstance(value, dict):
             for name, message in value.items():
                 field = "sampling_seed" if key == "sampling" and name == "seed" else name
                 if field in form.fields:
-                    form.add_error(field, _words(message))
+                    add(field, _words(message))
                 else:
-                    form.add_error(None, f"{key} {name}: {_words(message)}")
+                    add(None, f"{key} {name}: {_words(message)}")
         elif key in ("judges", "simulators") and isinstance(value, dict):
             prefix = "judge" if key == "judges" else "simulator"
             for benchmark, message in value.items():
                 field = f"{prefix}_{benchmark}"
                 if field in form.fields:
-                    form.add_error(field, _words(message))
+                    add(field, _words(message))
                 else:
-                    form.add_error(None, f"{key}: {_words(message)}")
+                    add(None, f"{key}: {_words(message)}")
         elif key in form.fields:
-            form.add_error(key, _words(value))
+            add(key, _words(value))
         else:
-            form.add_error(None, f"{key}: {_words(value)}")
+            add(None, f"{key}: {_words(value)}")
 
 
 def _words(value: Any) -> str:
@@ -248,7 +259,16 @@ def evaluation_new(request: HttpRequest) -> HttpResponse:
     if action == "preview":
         context.update(previews=_route_previews(form), hide_errors=True)
         return render(request, "runs/evaluation_new.html", context)
-    if action == "edit" or not valid:
+    if action == "edit":
+        return render(request, "runs/evaluation_new.html", context)
+    if not valid:
+        # Every field error at once (outside probe, session 5: the margin's came only on a
+        # second submission): the plan's own field rules on what the form does hold. Reads
+        # nothing, composes no dataset.
+        draft = form.plan(
+            dataset_id=form.chosen_dataset.pk if form.chosen_dataset else 1, benchmarks=None
+        )
+        _plan_errors_to_form(form, plan_field_errors(draft), beside=True)
         return render(request, "runs/evaluation_new.html", context)
 
     resolved = _frozen_plan(form, request.user)

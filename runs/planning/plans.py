@@ -246,6 +246,15 @@ def _not_run_summary(
     return [{"benchmark": b, "reason": r, "questions": n} for (b, r), n in sorted(counts.items())]
 
 
+def plan_field_errors(data: dict[str, Any]) -> dict[str, Any]:
+    """The plan's own field rules (`PlanSerializer`: ranges, the margin, limits against each
+    other) on a plan document, reading no row: empty when they hold. They are what
+    `plan_freeze` refuses first; the Create page checks them beside its form's own errors, so
+    every field error is said at once."""
+    serializer = PlanSerializer(data=data)
+    return {} if serializer.is_valid() else dict(serializer.errors)
+
+
 def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
     """Validate a plan and resolve it into a canonical manifest. Reads only; no model call."""
     serializer = PlanSerializer(data=data)

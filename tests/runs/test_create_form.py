@@ -214,3 +214,30 @@ def test_the_form_refuses_a_deadline_seed_or_top_k_past_the_plans_bounds(client,
     anchors = [a for a, _ in summary_items(page)]
     assert {"id_max_run_seconds", "id_sampling_seed", "id_top_k"} <= set(anchors), anchors
     assert not Run.objects.exists()
+
+
+def test_the_plans_own_field_rules_are_reported_with_the_forms_errors_at_once(client, member):
+    """Outside probe, session 5: a margin of 1 was reported only on a second submission, after
+    the form's own errors (here the name) were fixed. Every field error comes at once: the
+    plan's rules (the margin; limits against each other) beside the form's, in page order. A
+    refused limit is not replaced by its default to judge the others against."""
+    source_prepare(benchmark="mmlu-pro", profile="smoke")
+    f.target_create(slug="sim-strong", name="strong", model="sim-strong")
+
+    data = form_data(
+        benchmarks=["mmlu-pro"], name="", non_inferiority_margin="1", idle_timeout_s="500"
+    )
+    items = summary_items(client.post("/runs/new/", data).content.decode())
+    assert [a for a, _ in items] == [
+        "id_idle_timeout_s",
+        "id_non_inferiority_margin",
+        "id_name",
+    ], items
+    assert "strictly between 0 and 1" in items[1][1]
+    assert "must be ≤ total_timeout_s" in items[0][1]
+
+    # A refused request timeout: the idle timeout is not judged against the default one.
+    data = form_data(benchmarks=["mmlu-pro"], name="", total_timeout_s="abc", idle_timeout_s="500")
+    items = summary_items(client.post("/runs/new/", data).content.decode())
+    assert [a for a, _ in items] == ["id_total_timeout_s", "id_name"], items
+    assert Run.objects.count() == 0 and FrozenDataset.objects.count() == 0
