@@ -80,3 +80,34 @@ def test_a_report_is_recomputed_when_the_code_that_computes_it_changes(monkeypat
     monkeypatch.setattr("runs.reporting.report.REPORT_CACHE_VERSION", "test-next")
     run_report_keep(run_id=run.pk)
     assert RunReport.objects.get(run=run).fingerprint != first
+
+
+def test_a_score_from_a_run_that_did_not_finish_its_cells_is_marked_incomplete(client):
+    """Outside probe, session 5: a run cancelled after measuring part of its cells showed its
+    score in the list like any other. A score whose run left planned cells without a result
+    (cancelled, failed or stopped) says "incomplete" in the list and beside the run page's
+    score; a run that finished every cell has no such marker."""
+    qs = b.questions({"mmlu-pro": 4})
+    part = b.target("t-part")
+    cancelled = b.run(qs, {part: [True, True, "cancelled", "cancelled"]}, status="cancelled")
+    run_report_keep(run_id=cancelled.pk)
+    whole = ended([True, True, False, True], "0.001", "whole")
+    client.force_login(f.user_create(staff=True))
+
+    page = client.get("/").content.decode()
+
+    def score_cell(run: Run) -> str:
+        row = page[page.index(f'data-run-id="{run.pk}"') :]
+        row = row[: row.index("</tr>")]
+        cell = row[row.index('class="num run-score"') :]
+        return cell[: cell.index("</td>")]
+
+    assert "0.5000" in score_cell(cancelled) and "incomplete" in score_cell(cancelled)
+    assert "0.7500" in score_cell(whole) and "incomplete" not in score_cell(whole)
+
+    results = client.get(f"/runs/{cancelled.pk}/").content.decode()
+    score = results[results.index('<p class="score">') :]
+    score = score[: score.index("</p>")]
+    assert 'class="badge score-incomplete"' in score and "run is cancelled" in score
+    finished = client.get(f"/runs/{whole.pk}/").content.decode()
+    assert "score-incomplete" not in finished
