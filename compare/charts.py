@@ -64,39 +64,67 @@ def _range(
     return low - margin, high + margin
 
 
-LABEL_CHAR_PX, LABEL_HEIGHT_PX = 7.0, 12.0
+LABEL_CHAR_PX, LABEL_HEIGHT_PX = 7.0, 12.0  # a label's box, a little larger than drawn
+Box = tuple[float, float, float, float]  # left, top, right, bottom
 
 
-def _spread_labels(marks: list[dict[str, Any]], *, top: float, bottom: float) -> None:
-    """Place each mark's number where it overlaps no number placed before it (issue 23: the
-    scatter's labels overlapped when candidates sat close together): beside its point first,
-    then stepping up and down a line at a time, then further right."""
-    placed: list[tuple[float, float, float]] = []  # (left, baseline, right) of each number
+def _label_box(x: float, y: float, text: str) -> Box:
+    """The box of a label drawn with its baseline at y (a little room under it for descenders)."""
+    return (x, y - LABEL_HEIGHT_PX + 2, x + LABEL_CHAR_PX * len(text) + 2, y + 2)
 
-    def free(x0: float, y0: float, w: float) -> bool:
-        return all(
-            x0 + w <= left or right <= x0 or abs(y0 - base) >= LABEL_HEIGHT_PX
-            for left, base, right in placed
-        )
 
+def _point_box(x: float, y: float, r: float) -> Box:
+    return (x - r, y - r, x + r, y + r)
+
+
+def _free(box: Box, taken: list[Box]) -> bool:
+    left, top, right, bottom = box
+    return all(right <= x0 or x1 <= left or bottom <= y0 or y1 <= top for x0, y0, x1, y1 in taken)
+
+
+def _place(
+    spots: list[tuple[float, float]], text: str, taken: list[Box], top: float, bottom: float
+) -> tuple[float, float]:
+    """The first spot whose label covers nothing taken and stays inside the plot; the first
+    spot when every one is taken."""
+    for x, y in spots:
+        box = _label_box(x, y, text)
+        if top <= box[1] and box[3] <= bottom and _free(box, taken):
+            return x, y
+    return spots[0]
+
+
+def _spread_labels(
+    marks: list[dict[str, Any]], baseline: tuple[float, float], *, top: float, bottom: float
+) -> dict[str, float]:
+    """Place the baseline's label and each mark's number where they cover no point and no
+    label placed before them (issue 23; outside probe, session 5: the baseline's label lay
+    over the points beside it): the baseline's label below or above its diamond, each number
+    beside its point first, then stepping up and down a line at a time, then further right.
+    Returns where the baseline's label goes."""
+    zx, zy = baseline
+    taken = [_point_box(zx, zy, 8)] + [_point_box(m["cx"], m["cy"], 6) for m in marks]
+    word = "baseline"
+    width = LABEL_CHAR_PX * len(word) + 2
+    spots = [
+        (zx + sx, zy + dy)
+        for dy in (18, -10, 30, -22, 42, -34)
+        for sx in (9.0, -9.0 - width, -width / 2)
+    ]
+    bx, by = _place(spots, word, taken, top, bottom)
+    taken.append(_label_box(bx, by, word))
     for m in marks:
-        w = LABEL_CHAR_PX * len(str(m["n"])) + 2
+        text = str(m["n"])
         x0, y0 = m["cap_r"], m["label_y"]
         spots = [
             (x0 + dx, y0 + dy * LABEL_HEIGHT_PX)
-            for dx in (0.0, 14.0, 28.0)
-            for dy in (0, -1, 1, -2, 2, -3, 3)
+            for dx in (0.0, 14.0, 28.0, 42.0)
+            for dy in (0, -1, 1, -2, 2, -3, 3, -4, 4)
         ]
-        spot = next(
-            (
-                (sx, sy)
-                for sx, sy in spots
-                if top + LABEL_HEIGHT_PX <= sy <= bottom and free(sx, sy, w)
-            ),
-            (x0, y0),
-        )
-        m["label_x"], m["label_y"] = round(spot[0], 2), round(spot[1], 2)
-        placed.append((spot[0], spot[1], spot[0] + w))
+        x, y = _place(spots, text, taken, top, bottom)
+        m["label_x"], m["label_y"] = round(x, 2), round(y, 2)
+        taken.append(_label_box(x, y, text))
+    return {"x": round(bx, 2), "y": round(by, 2)}
 
 
 @dataclass(frozen=True)
@@ -163,7 +191,9 @@ def charts(points: Sequence[ChartPoint]) -> dict[str, Any]:
             for i, p in enumerate(points)
         ],
     }
-    _spread_labels(quality_cost["marks"], top=top, bottom=height - bottom)
+    quality_cost["baseline_label"] = _spread_labels(
+        quality_cost["marks"], (zx, zy), top=top, bottom=height - bottom
+    )
 
     iteration = _iteration_chart(points, (y_low, y_high), mark, box=(width, left, right, top))
     return {"quality_cost": quality_cost, "iteration": iteration, "family": family}
