@@ -120,6 +120,21 @@ def test_dashboard_navigation_links_to_the_api_docs(member_client: Client) -> No
     assert '<a href="/api/docs/">API docs</a>' in nav
 
 
+@pytest.mark.parametrize(
+    ("page", "other"), [("/api/docs/", "/api/redoc/"), ("/api/redoc/", "/api/docs/")]
+)
+def test_each_docs_page_links_back_to_the_portal_and_to_the_other(
+    member_client: Client, page: str, other: str
+) -> None:
+    """Outside probe, session 5: the docs pages were a dead end, with no way back but the
+    browser's Back button."""
+    html = member_client.get(page).content.decode()
+    bar = html[html.index('<nav id="docs-portal"') :]
+    bar = bar[: bar.index("</nav>")]
+    assert '<a href="/">' in bar and "srbench portal" in bar
+    assert f'<a href="{other}">' in bar and '<a href="/tokens/">' in bar
+
+
 def test_collected_static_files_serve_the_docs_without_finders(
     member_client: Client, tmp_path: Path
 ) -> None:
