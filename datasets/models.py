@@ -156,6 +156,15 @@ class FrozenDataset(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def facts_beside_name(self) -> list[str]:
+        """Its profile, seed and split, each unless its name already says it (a composed
+        dataset's default name is "smoke · seed 20260918 · mmlu-pro"): shown after the name,
+        nothing said twice."""
+        said = {part.strip() for part in self.name.split("·")}
+        return [
+            fact for fact in (self.profile, f"seed {self.seed}", self.split) if fact not in said
+        ]
+
 
 class DatasetQuestion(models.Model):
     dataset = models.ForeignKey(FrozenDataset, on_delete=models.PROTECT, related_name="entries")

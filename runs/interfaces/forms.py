@@ -95,6 +95,17 @@ def _sampling_bound(name: str, end: str) -> Any:
     return getattr(SamplingSerializer().fields[name], f"{end}_value")
 
 
+REQUIRED_WORDS = {"name": "Give the evaluation a name.", "targets": "Tick at least one target."}
+
+
+def _required_words(name: str, field: forms.Field, label: Any) -> str:
+    """What an empty required field is told, naming what it asks for."""
+    if name in REQUIRED_WORDS:
+        return REQUIRED_WORDS[name]
+    verb = "Choose" if isinstance(field, forms.ChoiceField) else "Enter"
+    return f"{verb} the {str(label).lower()}."
+
+
 class EvaluationForm(forms.Form):
     """Profile → benchmarks → targets → sampling, budget and limits → judges → review."""
 
@@ -314,6 +325,11 @@ class EvaluationForm(forms.Form):
                 choices=[("", "choose a user simulator"), *choices],
                 initial=simulator_default,
             )
+
+        # Our words for an empty required field, naming it (not Django's "This field is
+        # required."): the error summary puts the label before them.
+        for name, field in self.fields.items():
+            field.error_messages["required"] = _required_words(name, field, self[name].label)
 
     # --- rows for the template -----------------------------------------------------------
 
