@@ -155,9 +155,8 @@ def _plan_errors_to_form(
     refused keeps its own error, and errors at no field of the form are left to the form's."""
 
     def add(field: str | None, message: str) -> None:
-        if not beside:
-            form.add_error(field, message)
-        elif field is not None and field in form.fields and not form.has_error(field):
+        unrefused = field is not None and field in form.fields and not form.has_error(field)
+        if not beside or unrefused:
             form.add_error(field, message)
 
     for key, value in errors.items():
