@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from decimal import Decimal
 from typing import Any
 
@@ -88,8 +89,8 @@ def _plan_text(plan: dict[str, Any], output: str | None) -> str:
         )
     if plan["mode"] == RecoveryPlanMode.JUDGE_ONLY:
         quote = plan["judge_cost_quote"]
+        lines += _judge_only_lines(plan["eligible_cells"])
         lines += [
-            "each cell: answer stored, judge call never sent: judge only",
             f"judge calls: {quote['judge_calls']} (one per selected cell), subject calls: 0, "
             f"worst case {usd(quote['worst_case_usd'])}",
             "`recover` needs --confirm-judge-cost "
@@ -104,6 +105,16 @@ def _plan_text(plan: dict[str, Any], output: str | None) -> str:
         lines.append(f"written to {output}; edit selected_cells there to recover a subset")
     lines.append("no model was called (model_requests: 0)")
     return "\n".join(lines)
+
+
+def _judge_only_lines(eligible: list[dict[str, Any]]) -> list[str]:
+    """Why the cells of a judge-only plan are in it (judge call never sent, or failed at no
+    cost), how many of each, and the billing assumptions behind a failed judge call's $0."""
+    whys = Counter(e["why"] for e in eligible)
+    lines = [f"  {n:>5}  {why}" for why, n in sorted(whys.items())]
+    assumed = sorted({w for e in eligible if (w := e.get("judge_failure_cost_assumes"))})
+    lines += [f"         ({words})" for words in assumed]
+    return lines
 
 
 def _previous_cost_lines(plan: dict[str, Any]) -> list[str]:

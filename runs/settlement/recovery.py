@@ -9,9 +9,10 @@ calls and evidence are never modified. Each parent cell can be claimed by one re
 by resubmitting the same plan, cells and key.
 
 A third mode, ``judge_only`` (issue 34), completes judged cells whose answer is stored and
-whose judge call was never sent (`recovery_rules.awaits_judge`): its child is a re-judge child
-of those cells (runs/settlement/rejudge.py `judge_only_child_create`) that sends one judge call per cell
-and no subject call, at a worst case quoted per cell in the plan and confirmed on submission
+whose judge call was never sent, or was sent and failed at no cost
+(`recovery_rules.awaits_judge`): its child is a re-judge child of those cells
+(runs/settlement/rejudge.py `judge_only_child_create`) that sends one judge call per cell and no
+subject call, at a worst case quoted per cell in the plan and confirmed on submission
 (``confirm_judge_cost``), like a re-judge.
 
 Plans are hashed over their canonical content (``plan_sha256``); a submission recomputes the
@@ -40,8 +41,7 @@ from runs.settlement import rejudge
 from runs.settlement.lineage import MAX_LINEAGE_PAGE, run_known_spend
 from runs.settlement.recovery_rules import (
     JUDGE_ONLY,
-    JUDGE_ONLY_HINT,
-    JUDGE_ONLY_TEXT,
+    JUDGE_ONLY_CLASS_TEXT,
     REASONS,
     REJUDGE_NEW_ATTEMPT,
     REJUDGE_NEW_ATTEMPT_TEXT,
@@ -49,6 +49,8 @@ from runs.settlement.recovery_rules import (
     cell_rows,
     errors_not_billed_words,
     exclusion,
+    judge_only_hint,
+    judge_only_why,
 )
 from runs.settlement.rejudge import ChildRunRefused
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
@@ -148,24 +150,27 @@ def _plan_content(run: Run, mode: str, rows: list[dict[str, Any]] | None = None)
     for row in cell_rows(run) if rows is None else rows:
         reason = exclusion(row, mode)
         entry = _entry(row, mode)
-        if reason is None:
-            eligible.append(entry)
-        else:
-            excluded.append(
-                {
-                    **entry,
-                    "reason": reason,
-                    "detail": REASONS[reason]
-                    + (f" (child run {row['claimed_by']})" if row["claimed_by"] else ""),
-                }
-            )
-            if not row["claimed"] and awaits_judge(row):
-                excluded[-1]["judge_only"] = JUDGE_ONLY_HINT
+        if reason is not None:
+            entry |= {
+                "reason": reason,
+                "detail": REASONS[reason]
+                + (f" (child run {row['claimed_by']})" if row["claimed_by"] else ""),
+            }
+        if not row["claimed"] and awaits_judge(row):
+            if mode == JUDGE_ONLY:
+                entry["why"] = judge_only_why(row)
+                # A failed judge call's $0 may rest on its judge's frozen errors_billed.
+                if row["judge_calls"]:
+                    entry["judge_failure_cost_assumes"] = errors_not_billed_words(
+                        row["errors_not_billed"]
+                    )
+            else:
+                entry["judge_only"] = judge_only_hint(row)
+        (excluded if reason is not None else eligible).append(entry)
     if mode == JUDGE_ONLY:
         # One judge call per cell over its stored answer: its worst case, quoted up front.
         quotes = rejudge.judge_only_quotes(run, [e["cell"] for e in eligible])
         for e in eligible:
-            e["why"] = JUDGE_ONLY_TEXT
             e["judge_call_worst_case_usd"] = money_text(quotes[e["cell"]])
     spend = run_known_spend(run_ids=[run.pk])[run.pk]
     return {
@@ -262,7 +267,7 @@ def _judge_only_summary(run: Run, rows: list[dict[str, Any]]) -> dict[str, Any] 
     plan = _finish_plan(_plan_content(run, JUDGE_ONLY, rows), None)
     return {
         "mode": JUDGE_ONLY,
-        "reason": JUDGE_ONLY_TEXT,
+        "reason": JUDGE_ONLY_CLASS_TEXT,
         "cells": len(plan["eligible_cells"]),
         "plan_sha256": plan["plan_sha256"],
         "judge_cost_quote": plan["judge_cost_quote"],

@@ -50,22 +50,27 @@ REASONS = {
     "its answer is saved (a worker stopped before it recorded the grade); a finished answer is "
     "never run again",
     "not_awaiting_judge": "judge only needs a judged cell (SimpleQA, HLE) that failed with its "
-    "answer stored and its judge call never sent; this cell is not one (no stored answer, a "
-    "judge call already sent, or a benchmark without a judge)",
+    "answer stored and its judge call either never sent or failed at no cost (an HTTP error "
+    "before any stream byte at a judge that does not bill error responses, or no connection "
+    "made); this cell is not one (no stored answer, a judge call that completed or may have "
+    "been billed, or a benchmark without a judge)",
     EPISODE_INTERRUPTED: "episode interrupted: a worker stopped after every call it sent for "
     "this cell had completed and before the episode's next call (a later step, turn or the "
     "judge); that call is never sent automatically and a new attempt would send the completed "
     "ones again, so the cell is not run again (evidence kept)",
 }
 
-# The judge-only class (issue 34): what an eligible cell of mode "judge_only" is, and the note
-# the other modes add to such a cell's exclusion (their reason stays: neither may send its
-# completed subject call again).
+# The judge-only class (issue 34, `awaits_judge`): what an eligible cell of mode "judge_only"
+# is — its judge call never sent, or sent and failed at no cost — and the note the other modes
+# add to such a cell (their reason stays: undispatched may not send its completed subject call
+# again; failed mode would buy the answer again).
 JUDGE_ONLY = RecoveryPlanMode.JUDGE_ONLY
 JUDGE_ONLY_TEXT = "answer stored, judge call never sent: judge only"
+JUDGE_FAILED_FREE_TEXT = "answer stored, judge call failed at no cost: judge only"
+JUDGE_ONLY_CLASS_TEXT = "answer stored, judge call never sent or failed at no cost: judge only"
 JUDGE_ONLY_HINT = (
-    f"{JUDGE_ONLY_TEXT} — review mode 'judge_only': one judge call over the stored answer, "
-    "no subject call, its worst case quoted and confirmed up front"
+    " — review mode 'judge_only': one judge call over the stored answer, no subject call, its "
+    "worst case quoted and confirmed up front"
 )
 ERRORS_NOT_BILLED_TEXT = "assumes {target} does not bill error responses (errors_billed = false)"
 
@@ -108,21 +113,24 @@ def _errors_billed(manifest: Mapping[str, Any]) -> dict[str, bool | None]:
     return {s["slug"]: s.get("errors_billed") for s in snapshots}
 
 
-def _known_failures(run: Run) -> tuple[Counter[int], Counter[int], dict[int, set[str]]]:
-    """Per cell: the known failures known to have cost nothing (their target does not bill
-    error responses) and those whose cost stays unclear (it does, or the plan does not say),
-    and the targets whose frozen ``errors_billed = false`` made the first ones free. Such a
-    call never has usage, so its effective cost is always unknown; the first count is what
-    turns that unknown into a known zero for recovery — an assumption the plan states
+def _known_failures(
+    run: Run,
+) -> tuple[Counter[tuple[int, str]], Counter[int], dict[int, set[str]]]:
+    """Per (cell, role): the known failures known to have cost nothing (their target does not
+    bill error responses); per cell: those whose cost stays unclear (it does, or the plan does
+    not say), and the targets whose frozen ``errors_billed = false`` made the first ones free.
+    Such a call never has usage, so its effective cost is always unknown; the first count is
+    what turns that unknown into a known zero for recovery — an assumption the plan states
     (`ERRORS_NOT_BILLED_TEXT`) wherever it shows that zero."""
     billed = _errors_billed(run.manifest)
-    free: Counter[int] = Counter()
+    free: Counter[tuple[int, str]] = Counter()
     unclear: Counter[int] = Counter()
     assumed: dict[int, set[str]] = {}
     calls = Call.objects.filter(
         cell__run=run, status=CallStatus.FAILED, http_status__gte=400, cost_usd__isnull=True
     ).values(
         "cell_id",
+        "role",
         "target__slug",
         "status",
         "http_status",
@@ -133,7 +141,7 @@ def _known_failures(run: Run) -> tuple[Counter[int], Counter[int], dict[int, set
     for call in calls:
         if http_error_before_stream(call):
             if billed.get(call["target__slug"]) is False:
-                free[call["cell_id"]] += 1
+                free[(call["cell_id"], call["role"])] += 1
                 assumed.setdefault(call["cell_id"], set()).add(call["target__slug"])
             else:
                 unclear[call["cell_id"]] += 1
@@ -149,6 +157,9 @@ def errors_not_billed_words(targets: set[str]) -> str | None:
 
 
 def cell_rows(run: Run) -> list[dict[str, Any]]:
+    """Per cell of the run, what the exclusion rules read: its status and error, how many
+    calls it has and in which state, and its spend — for the cell and for its judge calls —
+    by `_spend`'s one rule."""
     rows = list(
         Cell.objects.filter(run=run)
         .order_by("pk")
@@ -171,26 +182,57 @@ def cell_rows(run: Run) -> list[dict[str, Any]]:
                 )
                 & ~Q(calls__finish_reason="length"),
             ),
+            judge_calls=Count("calls", filter=Q(calls__role=Call.Role.JUDGE)),
+            judge_failed=Count(
+                "calls", filter=Q(calls__role=Call.Role.JUDGE, calls__status=CallStatus.FAILED)
+            ),
         )
     )
-    cost_unknown: Counter[int] = Counter()
-    known_cost: dict[int, Decimal] = {}
-    for row in effective_call_sums(run_ids=[run.pk], group_by="cell_role"):
-        cost_unknown[row["cell_id"]] += row["cost_unknown"]
-        if row["cost"] is not None:
-            known_cost[row["cell_id"]] = known_cost.get(row["cell_id"], Decimal(0)) + row["cost"]
+    sums: dict[tuple[int, str], dict[str, Any]] = {
+        (r["cell_id"], r["role"]): r
+        for r in effective_call_sums(run_ids=[run.pk], group_by="cell_role")
+    }
+    roles_of: dict[int, list[str]] = {}
+    for cell_id, role in sums:
+        roles_of.setdefault(cell_id, []).append(role)
     claimed = dict(
         RecoveryClaim.objects.filter(cell__run=run).values_list("cell_id", "request__child_id")
     )
     free_failures, billed_failures, assumed = _known_failures(run)
+
+    def spend(cell_id: int, roles: list[str]) -> tuple[int, Decimal]:
+        return _spend([sums[(cell_id, r)] for r in roles], free_failures, cell_id, roles)
+
     for row in rows:
-        row["cost_unknown"] = max(cost_unknown[row["pk"]] - free_failures[row["pk"]], 0)
+        row["cost_unknown"], row["known_cost"] = spend(row["pk"], roles_of.get(row["pk"], []))
+        row["judge_cost_unknown"], row["judge_known_cost"] = spend(
+            row["pk"], [r for r in roles_of.get(row["pk"], []) if r == Call.Role.JUDGE]
+        )
         row["billed_failures"] = billed_failures[row["pk"]]
         row["errors_not_billed"] = assumed.get(row["pk"], set())
-        row["known_cost"] = known_cost.get(row["pk"], Decimal(0))
         row["claimed_by"] = claimed.get(row["pk"], 0) or None
         row["claimed"] = row["pk"] in claimed
     return rows
+
+
+def _spend(
+    sums: list[dict[str, Any]],
+    free_failures: Counter[tuple[int, str]],
+    cell_id: int,
+    roles: list[str],
+) -> tuple[int, Decimal]:
+    """The one rule of what a cell's calls (of `roles`) are known to have cost: (how many of
+    them have a cost that stays unknown, the sum of the known costs). From the ledger's
+    effective accounting (`effective_call_sums`), where a call that never connected is a known
+    0 (`runs.ledger.accounting.NOT_SENT_USAGE`); an HTTP error answered before any stream byte
+    by a target whose frozen ``errors_billed`` is false (`_known_failures`) has no usage and
+    counts as a known 0 here; every other unknown (a stream cut mid-way, a timeout after
+    sending, an error at a target that bills errors) stays unknown. (0, 0) is "known to have
+    cost nothing": what failed mode shows as the previous attempt's $0 and what lets a failed
+    judge call leave its cell judge-only (`awaits_judge`)."""
+    unknown = sum(s["cost_unknown"] for s in sums) - sum(free_failures[(cell_id, r)] for r in roles)
+    known = sum((s["cost"] for s in sums if s["cost"] is not None), Decimal(0))
+    return max(unknown, 0), known
 
 
 def exclusion(row: dict[str, Any], mode: str) -> str | None:
@@ -239,17 +281,48 @@ def _stored_answer(row: dict[str, Any]) -> str | None:
 
 
 def awaits_judge(row: dict[str, Any]) -> bool:
-    """A judged cell (adapter kind "judge") whose answer is stored and whose judge call was
-    never sent (issue 34): settled `failed` by the recovery pass as an interrupted episode
-    (or by the rule before it), its one call a completed, untruncated subject call. A cell
-    whose judge call was sent — failed, cancelled, open or `sent_unknown` — is not one, nor a
-    cell already claimed or completed (`exclusion` checks those first)."""
-    error = row["error"] or ""
-    interrupted = error.startswith(f"{EPISODE_INTERRUPTED}:") or error == LEGACY_SETTLED_ERROR
-    return (
-        interrupted
-        and row["status"] == CellStatus.FAILED
-        and row["n_calls"] == 1
+    """A judged cell (adapter kind "judge") settled `failed` with its answer stored — one
+    completed, untruncated first subject call and no other subject call — whose judge call
+    was never sent, or was sent and failed at no cost (issue 34, extended):
+
+    - never sent: the recovery pass settled it as an interrupted episode (or by the rule
+      before it), its one call the subject's;
+    - failed at no cost: every judge call it has failed, and by `_spend`'s rule they are known
+      to have cost nothing (an HTTP error before any stream byte at a judge that does not bill
+      errors, or no connection made). A judge call that may have been billed — unknown cost,
+      a stream cut mid-way, a timeout after sending — or that completed keeps the cell out:
+      judging again would be a second paid judge call of one attempt.
+
+    A cell whose judge call is open or `sent_unknown`, or a cell already claimed or completed,
+    is not one (`exclusion` checks those first; neither shape matches them here)."""
+    if not (
+        row["status"] == CellStatus.FAILED
         and row["subject_answered"] == 1
         and get_adapter(row["benchmark"]).kind == "judge"
+    ):
+        return False
+    if not row["judge_calls"]:
+        error = row["error"] or ""
+        interrupted = error.startswith(f"{EPISODE_INTERRUPTED}:") or error == LEGACY_SETTLED_ERROR
+        return interrupted and row["n_calls"] == 1
+    return judge_failed_at_no_cost(row) and row["n_calls"] == 1 + row["judge_calls"]
+
+
+def judge_failed_at_no_cost(row: dict[str, Any]) -> bool:
+    """Every judge call of the cell failed, known to have cost nothing (`_spend`)."""
+    return (
+        row["judge_calls"] > 0
+        and row["judge_failed"] == row["judge_calls"]
+        and row["judge_cost_unknown"] == 0
+        and row["judge_known_cost"] == 0
     )
+
+
+def judge_only_why(row: dict[str, Any]) -> str:
+    """Why a cell of the judge-only class is in it, in words."""
+    return JUDGE_FAILED_FREE_TEXT if row["judge_calls"] else JUDGE_ONLY_TEXT
+
+
+def judge_only_hint(row: dict[str, Any]) -> str:
+    """The note the other modes add to a cell of the judge-only class."""
+    return judge_only_why(row) + JUDGE_ONLY_HINT

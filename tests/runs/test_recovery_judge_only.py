@@ -1,7 +1,9 @@
 """Judge-only completion (issue 34): a judged cell whose answer is stored and whose judge call was
-never sent — its worker died between the two — is completed by one judge call over the stored
-answer and no subject call, in a recovery child that reuses the re-judge machinery
-(runs/settlement/rejudge.py), at a worst case quoted in the plan and confirmed on submission.
+never sent — its worker died between the two — or failed at no cost (an HTTP error before any
+stream byte at a judge that does not bill error responses, or no connection made) is completed
+by one judge call over the stored answer and no subject call, in a recovery child that reuses
+the re-judge machinery (runs/settlement/rejudge.py), at a worst case quoted in the plan and
+confirmed on submission.
 
 Ledgers are written as a dead worker leaves them (a `running` cell under an expired lease with
 its completed calls) and settled by the recovery pass (`ledger_reap`), as in
@@ -26,12 +28,17 @@ from rest_framework.test import APIClient
 from runs.engine.finish import EPISODE_INTERRUPTED, LEGACY_SETTLED_ERROR
 from runs.engine.reaper import ledger_reap
 from runs.engine.scoring import judge_request_messages
-from runs.ledger.accounting import worst_case_call_cost
+from runs.ledger.accounting import NOT_SENT_USAGE, worst_case_call_cost
 from runs.models import Call, Cell, RecoveryClaim, RecoveryRequest, Run, Target
 from runs.planning.services import run_create
 from runs.reporting.report import run_report
 from runs.settlement.recovery import recovery_plan, recovery_submit
-from runs.settlement.recovery_rules import JUDGE_ONLY_TEXT, REASONS
+from runs.settlement.recovery_rules import (
+    JUDGE_FAILED_FREE_TEXT,
+    JUDGE_ONLY_CLASS_TEXT,
+    JUDGE_ONLY_TEXT,
+    REASONS,
+)
 from srbench.refusals import Refusal
 from srbench.simulator import oracle
 from tests import factories as f
@@ -109,7 +116,8 @@ def worker_died(run: Run) -> dict[str, Cell]:
     """The ledger of a worker that died with four SimpleQA cells in hand, settled by the
     recovery pass: two cut between their answer and their judge call (one answer right, one
     wrong), one whose judge call was in flight (→ `sent_unknown`) and one whose judge call
-    failed with HTTP 500. Returns them by name."""
+    failed with a complete HTTP 500 before any stream byte (sim-judge does not bill error
+    responses: a known $0). Returns them by name."""
     right, wrong, unknown, judge_failed = Cell.objects.filter(run=run).order_by("pk")
     judge = Target.objects.get(slug="sim-judge")
     crashed(right, ("subject", 0, f"The answer is {reference(right)}."))
@@ -185,40 +193,51 @@ def bench(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
 # --- the plan ------------------------------------------------------------------------------------
 
 
-def test_the_plan_offers_only_cells_whose_judge_call_was_never_sent_with_a_quoted_cost():
-    """Issue 34: judge_only mode offers exactly the cells cut between answer and judge call,
-    each with "answer stored, judge call never sent: judge only" and its judge call's worst
-    case; a judge call that was sent (sent_unknown, failed) keeps the cell out. The other modes
-    keep excluding those cells as interrupted episodes (their completed subject call is never
-    sent again) and point at the judge-only plan: its hash and quote."""
+def test_the_plan_offers_cells_whose_judge_call_was_never_sent_or_failed_at_no_cost():
+    """Issue 34: judge_only mode offers the cells cut between answer and judge call, each with
+    "answer stored, judge call never sent: judge only", and — the extended rule — the cell
+    whose judge call failed with an HTTP 500 before any stream byte at a judge that does not
+    bill errors ("answer stored, judge call failed at no cost: judge only", the assumption
+    said), each with its judge call's worst case; a judge call whose outcome is unknown
+    (sent_unknown) keeps its cell out. Undispatched mode keeps excluding those cells, failed
+    mode keeps offering the one that failed as a new attempt; both point at the judge-only
+    plan: its hash and quote."""
     targets()
     run = judged_run(f.user_create())
     cells = worker_died(run)
-    right, wrong = cells["right"], cells["wrong"]
+    right, wrong, judge_failed = cells["right"], cells["wrong"], cells["judge_failed"]
 
     plan = recovery_plan(run=run, mode="judge_only")
     assert plan["model_requests"] == 0 and plan["subject_requests"] == 0
     assert plan["requires_judge_cost_confirmation"] and not plan["requires_acknowledgement"]
     eligible = by_cell(plan["eligible_cells"])
-    assert set(eligible) == {right.pk, wrong.pk}
+    assert set(eligible) == {right.pk, wrong.pk, judge_failed.pk}
     assert plan["selected_cells"] == sorted(eligible)
     worst = {
         right.pk: expected_worst(run, right, f"The answer is {reference(right)}."),
         wrong.pk: expected_worst(run, wrong, WRONG),
+        judge_failed.pk: expected_worst(
+            run, judge_failed, f"The answer is {reference(judge_failed)}."
+        ),
     }
+    for pk in (right.pk, wrong.pk):
+        assert eligible[pk]["why"] == JUDGE_ONLY_TEXT
+        assert "judge_failure_cost_assumes" not in eligible[pk]
+    assert JUDGE_ONLY_TEXT == "answer stored, judge call never sent: judge only"
+    assert eligible[judge_failed.pk]["why"] == JUDGE_FAILED_FREE_TEXT
+    assert JUDGE_FAILED_FREE_TEXT == "answer stored, judge call failed at no cost: judge only"
+    assert eligible[judge_failed.pk]["judge_failure_cost_assumes"] == (
+        "assumes sim-judge does not bill error responses (errors_billed = false)"
+    )
     for pk, entry in eligible.items():
-        assert entry["why"] == JUDGE_ONLY_TEXT == "answer stored, judge call never sent: judge only"
         assert Decimal(entry["judge_call_worst_case_usd"]) == worst[pk]
     assert plan["judge_cost_quote"] == {
-        "judged_cells": 2,
-        "judge_calls": 2,
+        "judged_cells": 3,
+        "judge_calls": 3,
         "worst_case_usd": str(sum(worst.values())),
     }
     excluded = {e["cell"]: e["reason"] for e in plan["excluded"]}
-    assert excluded == {
-        cells["unknown"].pk: "ambiguous_dispatch_requires_reconciliation",
-        cells["judge_failed"].pk: "not_awaiting_judge",
-    }
+    assert excluded == {cells["unknown"].pk: "ambiguous_dispatch_requires_reconciliation"}
     assert all(e["detail"] == REASONS[e["reason"]] for e in plan["excluded"])
 
     # A subset is quoted by itself.
@@ -233,15 +252,75 @@ def test_the_plan_offers_only_cells_whose_judge_call_was_never_sent_with_a_quote
             assert out[cell.pk]["reason"] == EPISODE_INTERRUPTED, mode
             assert out[cell.pk]["judge_only"].startswith(JUDGE_ONLY_TEXT), mode
         everything = by_cell(other["excluded"] + other["eligible_cells"])
-        assert "judge_only" not in everything[cells["judge_failed"].pk]
+        assert everything[judge_failed.pk]["judge_only"].startswith(JUDGE_FAILED_FREE_TEXT)
+        assert "judge_only" not in everything[cells["unknown"].pk]
         assert other["judge_only"] == {
             "mode": "judge_only",
-            "reason": JUDGE_ONLY_TEXT,
-            "cells": 2,
+            "reason": JUDGE_ONLY_CLASS_TEXT,
+            "cells": 3,
             "plan_sha256": plan["plan_sha256"],
             "judge_cost_quote": plan["judge_cost_quote"],
         }
+    # Failed mode still offers the failed cell as a new attempt (which buys its answer again).
+    failed = recovery_plan(run=run, mode="failed")
+    assert judge_failed.pk in by_cell(failed["eligible_cells"])
+    undispatched = recovery_plan(run=run, mode="undispatched")
+    assert by_cell(undispatched["excluded"])[judge_failed.pk]["reason"] == (
+        "already_dispatched_requires_new_attempt"
+    )
     assert plan["judge_only"] is None
+
+
+def test_a_judge_call_that_may_have_been_billed_keeps_its_cell_out_of_judge_only():
+    """Only a judge failure known to have cost nothing makes a cell judge-only: a judge call
+    whose stream broke mid-way, that timed out after it was sent, or that failed with an HTTP
+    error at a judge whose frozen registry entry bills error responses may have been billed,
+    so its cell is not offered (judging again would be a second paid judge call of one
+    attempt). A judge call for which no connection was made is a known 0 (NOT_SENT_USAGE): its
+    cell is offered, with no billing assumption to state."""
+    targets()
+    # The run's plan freezes sim-judge as billing error responses.
+    Target.objects.filter(slug="sim-judge").update(errors_billed=True)
+    run = judged_run(f.user_create())
+    assert run.manifest["judges"]["simpleqa"]["errors_billed"] is True
+    cut, timed_out, billed, refused = Cell.objects.filter(run=run).order_by("pk")
+    judge = Target.objects.get(slug="sim-judge")
+    judge_calls = {
+        cut: {"http_status": 200, "error_code": "stream_disconnected", "bytes_received": 400},
+        timed_out: {"http_status": 200, "error_code": "idle_timeout", "bytes_received": 0},
+        billed: {"http_status": 500, "error_code": "http_500", "bytes_received": 20},
+        refused: {"http_status": None, "error_code": "connect_error", **NOT_SENT_USAGE},
+    }
+    for cell, fields in judge_calls.items():
+        crashed(cell, ("subject", 0, f"The answer is {reference(cell)}."))
+        f.call_create(
+            cell=cell,
+            role="judge",
+            sequence=0,
+            target=judge,
+            status="failed",
+            stage="done",
+            error="the judge call failed",
+            **fields,
+        )
+    ledger_reap(sandbox=False)
+    run.refresh_from_db()
+    assert run.is_terminal
+
+    plan = recovery_plan(run=run, mode="judge_only")
+    assert [e["cell"] for e in plan["eligible_cells"]] == [refused.pk]
+    assert plan["eligible_cells"][0]["why"] == JUDGE_FAILED_FREE_TEXT
+    assert plan["eligible_cells"][0]["judge_failure_cost_assumes"] is None
+    assert {e["cell"]: e["reason"] for e in plan["excluded"]} == dict.fromkeys(
+        (cut.pk, timed_out.pk, billed.pk), "not_awaiting_judge"
+    )
+    failed = recovery_plan(run=run, mode="failed")
+    assert {e["cell"]: e["reason"] for e in failed["excluded"]} == {
+        cut.pk: "ambiguous_saved_result_requires_reconciliation",
+        timed_out.pk: "ambiguous_saved_result_requires_reconciliation",
+        billed.pk: "error_responses_billed",
+    }
+    assert failed["judge_only"]["cells"] == 1
 
 
 def test_old_rule_cells_are_offered_and_a_cut_off_answer_is_not():
@@ -339,11 +418,11 @@ def test_the_recovery_page_shows_the_class_with_its_quote_and_submits_what_it_sh
     client.force_login(f.user_create())  # a member
     html = client.get(f"/runs/{run.pk}/recovery/", {"mode": "undispatched"}).content.decode()
     section = html[html.index('id="judge-only"') : html.index('id="recovery-pending"')]
-    assert "Answer stored, judge call never sent: judge only." in section
+    assert "Answer stored, judge call never sent or failed at no cost: judge only." in section
     worst = quote["judge_cost_quote"]["worst_case_usd"]
-    assert f"2 judge call(s), 0 subject calls; worst case ${worst}" in section
+    assert f"3 judge call(s), 0 subject calls; worst case ${worst}" in section
     assert 'id="judge-only-form"' not in section and "judge-only-not-allowed" in section
-    assert html.count('class="judge-only-note"') == 2
+    assert html.count('class="judge-only-note"') == 3
 
     client.force_login(owner)
     html = client.get(f"/runs/{run.pk}/recovery/", {"mode": "failed"}).content.decode()
@@ -367,7 +446,7 @@ def test_the_recovery_page_shows_the_class_with_its_quote_and_submits_what_it_sh
     assert made.status_code == 201, made.json()
     child = made.json()
     assert child["recovery"]["mode"] == "judge_only"
-    assert child["progress"]["denominator"] == 2
+    assert child["progress"]["denominator"] == 3
 
     html = client.get(f"/runs/{run.pk}/recovery/", {"mode": "undispatched"}).content.decode()
     assert 'id="judge-only"' not in html
@@ -399,7 +478,7 @@ def test_a_cell_cut_between_answer_and_judge_is_completed_by_its_one_judge_call(
         es.sim_targets(url)
         parent = judged_run(ops)
         cells = worker_died(parent)
-        cut = [cells["right"], cells["wrong"]]
+        cut = [cells["right"], cells["wrong"], cells["judge_failed"]]
         before_parent = ledger_checksum(parent)
         before = es.sim_stats(url)
 
@@ -418,8 +497,10 @@ def test_a_cell_cut_between_answer_and_judge_is_completed_by_its_one_judge_call(
         assert code == 0, err
         reviewed = json.loads(path.read_text())
         worst = reviewed["judge_cost_quote"]["worst_case_usd"]
-        assert "each cell: answer stored, judge call never sent: judge only" in out
-        assert f"judge calls: 2 (one per selected cell), subject calls: 0, worst case ${worst}" in (
+        assert "    2  answer stored, judge call never sent: judge only" in out
+        assert "    1  answer stored, judge call failed at no cost: judge only" in out
+        assert "(assumes sim-judge does not bill error responses (errors_billed = false))" in out
+        assert f"judge calls: 3 (one per selected cell), subject calls: 0, worst case ${worst}" in (
             out
         )
         assert f"`recover` needs --confirm-judge-cost {worst}" in out
@@ -472,14 +553,14 @@ def test_a_cell_cut_between_answer_and_judge_is_completed_by_its_one_judge_call(
 
     # The simulator: one new request per cut cell, the judge's; the subject saw none.
     assert after["by_model"].get("sim-strong") == before["by_model"].get("sim-strong")
-    assert after["by_model"]["sim-judge"] - before["by_model"].get("sim-judge", 0) == 2
-    assert after["total_requests"] - before["total_requests"] == 2
+    assert after["by_model"]["sim-judge"] - before["by_model"].get("sim-judge", 0) == 3
+    assert after["total_requests"] - before["total_requests"] == 3
     calls = list(Call.objects.filter(cell__run=child))
-    assert sorted((c.role, c.sequence) for c in calls) == [("judge", 0), ("judge", 0)]
+    assert sorted((c.role, c.sequence) for c in calls) == [("judge", 0)] * 3
     new_ids = set(after["by_call_id"]) - set(before["by_call_id"])
     assert new_ids == {str(c.pk) for c in calls}
     assert all(after["by_call_id"][i] == 1 for i in new_ids)
-    assert len({c.cell_id for c in calls}) == 2
+    assert len({c.cell_id for c in calls}) == 3
     costs = [c.cost_usd for c in calls]
     assert None not in costs and 0 < sum(costs) <= Decimal(worst)
 
@@ -491,11 +572,15 @@ def test_a_cell_cut_between_answer_and_judge_is_completed_by_its_one_judge_call(
         verdict = oracle.judge_verdict(reference(p), stored)
         assert c.status == "completed" and c.final_answer == stored
         assert c.grade["verdict"] == verdict and c.correct is (verdict == "correct")
-    assert children_verdicts(children, cells) == {"right": True, "wrong": False}
+    assert children_verdicts(children, cells) == {
+        "right": True,
+        "wrong": False,
+        "judge_failed": True,
+    }
 
     report = run_report(run=child)
-    assert report["counts"]["completed"] == report["counts"]["planned"] == 2
-    assert report["counts"]["correct"] == 1
+    assert report["counts"]["completed"] == report["counts"]["planned"] == 3
+    assert report["counts"]["correct"] == 2
     api_report = api.get(f"/api/v1/runs/{child.pk}/report/").json()
     assert api_report["counts"] == report["counts"]
     lineage = api.get(f"/api/v1/runs/{child.pk}/lineage/").json()
@@ -511,7 +596,7 @@ def test_a_cell_cut_between_answer_and_judge_is_completed_by_its_one_judge_call(
 def children_verdicts(children: dict[Any, Cell], cells: dict[str, Cell]) -> dict[str, bool]:
     return {
         name: children[(cells[name].question_id, cells[name].target_id, cells[name].slot)].correct
-        for name in ("right", "wrong")
+        for name in ("right", "wrong", "judge_failed")
     }
 
 
