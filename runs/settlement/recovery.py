@@ -28,7 +28,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from runs.engine import doorbell
@@ -36,9 +36,9 @@ from runs.engine.finish import calls_settle_unheld
 from runs.engine.reaper import ledger_reap
 from runs.ledger.idempotency import IdempotencyKey, IdempotencyKeyReused
 from runs.models import Cell, CellStatus, RecoveryClaim, RecoveryRequest, Run
-from runs.planning import services
 from runs.settlement import rejudge
 from runs.settlement.lineage import MAX_LINEAGE_PAGE, run_known_spend
+from runs.settlement.recovery_child import judge_only_recovery_child, recovery_child_create
 from runs.settlement.recovery_rules import (
     JUDGE_ONLY,
     JUDGE_ONLY_CLASS_TEXT,
@@ -343,49 +343,6 @@ def recovery_plan_page(
 # --- submission (R15.3, R15.4) -------------------------------------------------------------------
 
 
-def _recovery_marker(
-    parent: Run, content: dict[str, Any], selected_ids: list[int], plan_sha256: str
-) -> dict[str, Any]:
-    """Where a recovery child came from (its manifest's ``recovery``)."""
-    return {
-        "parent_run": parent.pk,
-        "parent_plan_sha256": parent.plan_sha256,
-        "mode": content["mode"],
-        "recovery_plan_sha256": plan_sha256,
-        "selected_cells": selected_ids,
-        "selected_cells_sha256": sha256_hex(selected_ids),
-        "eligible_cells": [e["cell"] for e in content["eligible_cells"]],
-        "parent_snapshot": content["parent"],
-        "recovery_subset": True,
-    }
-
-
-def _child_manifest(
-    parent: Run, content: dict[str, Any], chosen: list[dict[str, Any]], plan_sha256: str
-) -> dict[str, Any]:
-    """The parent's frozen manifest limited to the selection. Targets, judges, prices,
-    sampling, limits and failure policy are copied unchanged so the child's results stay
-    comparable with the parent's; `recovery` records where the child came from."""
-    m = parent.manifest
-    questions = {c["question"] for c in chosen}
-    benchmarks = {c["benchmark"] for c in chosen}
-    slugs = {c["target"] for c in chosen}
-    cases = [c for c in m["cases"] if c[0] in questions]
-    return {
-        **m,
-        "name": f"{m['name']} · recovery ({content['mode']})",
-        "benchmarks": {
-            b: {**v, "cases": sum(1 for c in cases if c[2] == b)}
-            for b, v in m["benchmarks"].items()
-            if b in benchmarks
-        },
-        "cases": cases,
-        "targets": [t for t in m["targets"] if t["slug"] in slugs],
-        "judges": {b: j for b, j in m["judges"].items() if b in benchmarks},
-        "recovery": _recovery_marker(parent, content, [c["cell"] for c in chosen], plan_sha256),
-    }
-
-
 def _replay(
     run: Run, key: IdempotencyKey, *, user: Any, plan_sha256: str, selected: list[int] | None
 ) -> Run | None:
@@ -576,11 +533,12 @@ def _submission_write(
     by_id = {e["cell"]: e for e in content["eligible_cells"]}
     chosen = [by_id[c] for c in chosen_ids]
     if mode == JUDGE_ONLY:
-        child = _judge_only_child(
-            parent, content, chosen_ids, plan_sha256, confirm_judge_cost, user
+        quote = _judge_quote(content, chosen_ids)
+        child = judge_only_recovery_child(
+            parent, content, chosen_ids, plan_sha256, quote, confirm_judge_cost, user
         )
     else:
-        child = _child_create(parent, content, chosen, plan_sha256, mode, user)
+        child = recovery_child_create(parent, content, chosen, plan_sha256, mode, user)
     request = RecoveryRequest.objects.create(
         parent=parent,
         owner=user,
@@ -597,80 +555,3 @@ def _submission_write(
     RecoveryClaim.objects.bulk_create(RecoveryClaim(cell_id=c, request=request) for c in chosen_ids)
     transaction.on_commit(lambda: doorbell.run_dispatch(run_id=child.pk))
     return child, True
-
-
-def _child_create(
-    parent: Run,
-    content: dict[str, Any],
-    chosen: list[dict[str, Any]],
-    plan_sha256: str,
-    mode: str,
-    user: Any,
-) -> Run:
-    manifest = _child_manifest(parent, content, chosen, plan_sha256)
-    target_ids = dict(
-        Cell.objects.filter(pk__in=[c["cell"] for c in chosen]).values_list("pk", "target_id")
-    )
-    if mode == RecoveryPlanMode.FAILED:
-        # A new attempt gets the next slot of its (question, target): it is a different
-        # attempt from the parent's, and a later comparison must not confuse the two.
-        top = {
-            (r["question_id"], r["target_id"]): r["top"]
-            for r in Cell.objects.filter(run=parent)
-            .values("question_id", "target_id")
-            .annotate(top=Max("slot"))
-        }
-        slot_of = {c["cell"]: top[(c["question"], target_ids[c["cell"]])] + 1 for c in chosen}
-    else:
-        slot_of = {c["cell"]: c["slot"] for c in chosen}
-    child = services.run_insert(
-        run=Run(
-            name=manifest["name"],
-            mode=parent.mode,
-            profile=parent.profile,
-            manifest=manifest,
-            plan_sha256=sha256_hex(manifest),
-            dataset_id=parent.dataset_id,
-            owner=user,
-            parent=parent,
-        ),
-        cells=[
-            services.NewCell(
-                question_id=c["question"],
-                target_id=target_ids[c["cell"]],
-                slot=slot_of[c["cell"]],
-                benchmark=c["benchmark"],
-            )
-            for c in chosen
-        ],
-        created={
-            "recovery": {"parent": parent.pk, "mode": mode, "recovery_plan_sha256": plan_sha256}
-        },
-    )
-    return child
-
-
-def _judge_only_child(
-    parent: Run,
-    content: dict[str, Any],
-    chosen_ids: list[int],
-    plan_sha256: str,
-    confirmed: Decimal | None,
-    user: Any,
-) -> Run:
-    """The child of a judge-only recovery (runs/settlement/rejudge.py `judge_only_child_create`), once the
-    confirmed amount is the quote of the selection, exactly; else refused, nothing created."""
-    quote = _judge_quote(content, chosen_ids)
-    try:
-        worst = rejudge.confirmation_check(quote, confirmed, what="judging")
-    except ChildRunRefused as exc:  # the same refusal; a recovery answers it with 422
-        raise ChildRunRefused(exc.code, exc.message, http_status=422, detail=exc.detail) from None
-    return rejudge.judge_only_child_create(
-        parent,
-        cell_ids=chosen_ids,
-        quote=quote,
-        worst=worst,
-        user=user,
-        recovery=_recovery_marker(parent, content, chosen_ids, plan_sha256)
-        | {"judge_cost_quote": quote},
-    )
