@@ -56,7 +56,7 @@ from runs.settlement.rejudge import ChildRunRefused
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from srbench.api import Keyset
 from srbench.canonical import sha256_hex
-from srbench.money import money_text
+from srbench.money import money_text, usd_text
 
 __all__ = [
     "MAX_RECOVERY_PAGE",
@@ -436,6 +436,8 @@ def recovery_submit(
         acknowledge_new_attempt=acknowledge_new_attempt,
         confirm_judge_cost=confirm_judge_cost,
     )
+    if mode == RecoveryPlanMode.FAILED and not acknowledge_new_attempt:
+        raise _unacknowledged(run, selected or [])
     recovery_reconcile(run=run)
     try:
         with transaction.atomic(durable=True):
@@ -472,8 +474,8 @@ def _required_key(idempotency_key: object) -> IdempotencyKey:
 def _check_may_recover(
     run: Run, mode: str, *, acknowledge_new_attempt: bool, confirm_judge_cost: Decimal | None
 ) -> None:
-    """Refusals that need no ledger read: a new attempt of a re-judge child, an
-    unacknowledged new attempt, an unconfirmed judge-only cost, a preview run."""
+    """Refusals that need no ledger read: a new attempt of a re-judge child, an unconfirmed
+    judge-only cost, a preview run. (An unacknowledged new attempt is `_unacknowledged`'s.)"""
     _check_rejudge_mode(run, mode)
     if mode == JUDGE_ONLY and confirm_judge_cost is None:
         raise ChildRunRefused(
@@ -482,15 +484,38 @@ def _check_may_recover(
             "subject call): confirm the worst case the plan quotes (confirm_judge_cost)",
             http_status=422,
         )
-    if mode == RecoveryPlanMode.FAILED and not acknowledge_new_attempt:
-        raise ChildRunRefused(
-            "acknowledgement_required",
-            "failed mode sends new model calls for cells that already cost money: confirm the "
-            "new attempts and their extra cost (acknowledge_new_attempt)",
-            http_status=422,
-        )
     if run.mode != Run.Mode.LIVE:
         raise ChildRunRefused("not_live", "only live runs can be recovered", http_status=422)
+
+
+def _unacknowledged(run: Run, selected: list[int]) -> ChildRunRefused:
+    """Failed mode without acknowledge_new_attempt, worded from what the plan knows the
+    selected cells' earlier attempts cost (`_entry`'s figures): the amount when known — $0 is
+    said as $0 with its billing assumption, never as money spent — and "unknown" when any is
+    not known (a cell without a figure). Reads the ledger; creates nothing."""
+    figures = {e["cell"]: e for e in _plan_content(run, RecoveryPlanMode.FAILED)["eligible_cells"]}
+    costs = [figures.get(c, {}).get("previous_attempt_cost_usd") for c in selected]
+    total = None if None in costs else sum((Decimal(str(c)) for c in costs), Decimal(0))
+    assumed = sorted(
+        {w for c in selected if (w := figures.get(c, {}).get("previous_attempt_cost_assumes"))}
+    )
+    spent = f"their earlier attempts cost {usd_text(total)}" + (
+        f" ({'; '.join(assumed)})" if assumed else ""
+    )
+    if total is None:
+        spent = "what their earlier attempts cost is unknown"
+    return ChildRunRefused(
+        "acknowledgement_required",
+        f"failed mode sends new model calls, billed as new attempts, for {len(selected)} "
+        f"selected cell(s); {spent}: confirm the new attempts and their cost "
+        "(acknowledge_new_attempt)",
+        http_status=422,
+        detail={
+            "selected_cells": len(selected),
+            "previous_attempts_cost_usd": money_text(total),
+            "previous_attempt_cost_assumptions": assumed,
+        },
+    )
 
 
 def _submission_write(

@@ -14,10 +14,13 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from runs.models import Cell, Run, Target
 from runs.planning.services import run_create
+from runs.settlement.recovery import recovery_plan, recovery_submit
 from runs.settlement.recovery_rules import REASONS
+from srbench.refusals import Refusal
 from tests import factories as f
 from tests.runs import engine_support as es
 
@@ -170,3 +173,58 @@ def test_the_cli_prints_the_assumption_under_the_total_and_keeps_it_in_json(caps
     assert plan["previous_attempt_cost_assumptions"] == [STRONG]
     by_cell = {e["cell"]: e for e in plan["eligible_cells"]}
     assert by_cell[cells["s429"].pk]["previous_attempt_cost_assumes"] == STRONG
+
+
+def test_the_failed_mode_refusal_says_what_the_selected_cells_cost_not_that_they_cost_money():
+    """An unacknowledged failed-mode submission is refused in words taken from the plan's known
+    spend on the selected cells: $0 (with its billing assumption) when the plan says $0 — never
+    "cells that already cost money" —, the amount when known, "unknown" when it is not. The
+    API answers the same words; nothing is created."""
+    owner = f.user_create()
+    run, cells = failed_run(owner)
+    plan = recovery_plan(run=run, mode="failed")
+
+    def refusal(names: list[str]) -> Refusal:
+        with pytest.raises(Refusal) as refused:
+            recovery_submit(
+                run=run,
+                plan={**plan, "selected_cells": [cells[n].pk for n in names]},
+                idempotency_key="words",
+                user=owner,
+            )
+        assert refused.value.code == "acknowledgement_required"
+        assert refused.value.http_status == 422
+        return refused.value
+
+    free = refusal(["s429", "s500"])
+    assert "already cost money" not in free.message
+    assert f"2 selected cell(s); their earlier attempts cost $0 ({STRONG})" in free.message
+    assert free.detail == {
+        "selected_cells": 2,
+        "previous_attempts_cost_usd": "0",
+        "previous_attempt_cost_assumptions": [STRONG],
+    }
+    paid = refusal(["known", "s500"])
+    assert f"their earlier attempts cost $0.0002 ({STRONG})" in paid.message
+    assert paid.detail["previous_attempts_cost_usd"] == "0.0002"
+    unknown = refusal(["cut"])  # its stream broke mid-way: its cost is unknown, never $0
+    assert "what their earlier attempts cost is unknown" in unknown.message
+    assert unknown.detail["previous_attempts_cost_usd"] is None
+    assert "$0" not in unknown.message
+
+    api = APIClient()
+    api.force_authenticate(owner)
+    answer = api.post(
+        f"/api/v1/runs/{run.pk}/recover/",
+        {
+            "plan_sha256": plan["plan_sha256"],
+            "mode": "failed",
+            "selected_cells": [cells["s429"].pk],
+        },
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="words-api",
+    )
+    assert answer.status_code == 422, answer.json()
+    assert "their earlier attempts cost $0" in answer.json()["error"]
+    assert "already cost money" not in answer.json()["error"]
+    assert not Run.objects.filter(parent=run).exists()
