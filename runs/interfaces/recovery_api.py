@@ -200,7 +200,8 @@ class RecoveryPlanView(APIView):
 class RecoverView(APIView):
     """Create the child run of a reviewed plan: 201 new child, 200 replay of the same key,
     plan and cells (header Idempotent-Replayed), 409 when the ledger or the claims changed,
-    422 when the key was used for something else or a condition is not met (failed mode
+    422 when the key was used for something else, the plan hash is a plan of another mode than
+    the one submitted, or a condition is not met (failed mode
     without acknowledge_new_attempt; judge_only mode without confirm_judge_cost equal to the
     plan's quoted worst case). Only the run's owner or an operator may submit (403
     otherwise): a recovery spends money."""
@@ -217,7 +218,8 @@ class RecoverView(APIView):
             200: RecoveredRunSerializer,
             **error_responses(
                 _409="the ledger or the claims changed since the review",
-                _422="the key was used for something else, or a condition is not met",
+                _422="the key was used for something else, the plan was reviewed in another "
+                "mode (recovery_mode_changed), or a condition is not met",
             ),
         },
     )

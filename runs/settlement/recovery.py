@@ -518,6 +518,29 @@ def _unacknowledged(run: Run, selected: list[int]) -> ChildRunRefused:
     )
 
 
+def _plan_changed(parent: Run, mode: str, reviewed: str, current: str) -> ChildRunRefused:
+    """Why a submission's plan hash is not the plan of its mode now: a plan reviewed in another
+    mode (its hash is that mode's plan now), else a ledger that changed since the review."""
+    rows = cell_rows(parent)
+    for other in MODES:
+        if other != mode and sha256_hex(_plan_content(parent, other, rows)) == reviewed:
+            return ChildRunRefused(
+                "recovery_mode_changed",
+                f"this recovery plan was reviewed in mode '{other}' but submitted in mode "
+                f"'{mode}'; submit it in mode '{other}', or review a '{mode}' plan and submit "
+                "that (nothing was created)",
+                http_status=422,
+                detail={"reviewed_mode": str(other), "submitted_mode": mode},
+            )
+    return ChildRunRefused(
+        "recovery_plan_changed",
+        "the ledger changed since this recovery plan was reviewed; review the new "
+        "plan and submit again (nothing was created)",
+        http_status=409,
+        detail={"reviewed": reviewed, "current": current},
+    )
+
+
 def _submission_write(
     run: Run,
     *,
@@ -541,13 +564,7 @@ def _submission_write(
     content = _plan_content(parent, mode)
     current = sha256_hex(content)
     if current != plan_sha256:
-        raise ChildRunRefused(
-            "recovery_plan_changed",
-            "the ledger changed since this recovery plan was reviewed; review the new "
-            "plan and submit again (nothing was created)",
-            http_status=409,
-            detail={"reviewed": plan_sha256, "current": current},
-        )
+        raise _plan_changed(parent, mode, plan_sha256, current)
     chosen_ids = _selection(content, selected)
     if not chosen_ids:
         raise ChildRunRefused(

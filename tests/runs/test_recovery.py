@@ -451,6 +451,64 @@ def test_a_plan_reviewed_before_the_ledger_changed_is_refused_and_creates_nothin
     assert not RecoveryRequest.objects.filter(idempotency_key="mine").exists()
 
 
+@pytest.mark.django_db
+def test_a_plan_submitted_in_another_mode_than_it_was_reviewed_in_is_refused_for_that(client):
+    """A plan reviewed as one mode and submitted as another is refused saying so — the
+    reviewed mode and the submitted one —, not as "the ledger changed since this recovery plan
+    was reviewed" (nothing changed); nothing is created. The reviewed plan in its own mode
+    still goes through, and a hash that is no mode's plan still says the ledger changed."""
+    target = f.target_create(slug="sim-strong", prices={"sim-strong": es.PRICES["sim-strong"]})
+    owner = f.user_create()
+    run = parent_run(owner)
+    Run.objects.filter(pk=run.pk).update(status="failed", finished_at=timezone.now())
+    failed, *rest = Cell.objects.filter(run=run).order_by("pk")
+    Cell.objects.filter(pk=failed.pk).update(status="failed")
+    f.call_create(cell=failed, target=target, status="failed", output_tokens=9, cost_usd="0.01")
+    Cell.objects.filter(pk__in=[c.pk for c in rest]).update(status="cancelled")
+    reviewed = recovery_plan(run=run, mode="undispatched")
+    switched = {**reviewed, "mode": "failed", "selected_cells": [failed.pk]}
+
+    with pytest.raises(Refusal) as refused:
+        recovery_submit(
+            run=run,
+            plan=switched,
+            idempotency_key="switched",
+            acknowledge_new_attempt=True,
+            user=owner,
+        )
+    assert refused.value.code == "recovery_mode_changed", refused.value.message
+    assert refused.value.http_status == 422
+    assert "reviewed in mode 'undispatched' but submitted in mode 'failed'" in (
+        refused.value.message
+    )
+    assert "ledger changed" not in refused.value.message
+    assert refused.value.detail == {"reviewed_mode": "undispatched", "submitted_mode": "failed"}
+
+    client.force_login(owner)
+    answer = client.post(
+        f"/api/v1/runs/{run.pk}/recover/",
+        {
+            "plan_sha256": reviewed["plan_sha256"],
+            "mode": "failed",
+            "selected_cells": [failed.pk],
+            "acknowledge_new_attempt": True,
+        },
+        content_type="application/json",
+        headers={"Idempotency-Key": "switched-api"},
+    )
+    assert answer.status_code == 422 and answer.json()["code"] == "recovery_mode_changed"
+    assert not Run.objects.filter(parent=run).exists()
+    assert not RecoveryRequest.objects.exists()
+
+    with pytest.raises(Refusal) as unknown:
+        recovery_submit(
+            run=run, plan={**reviewed, "plan_sha256": "f" * 64}, idempotency_key="x", user=owner
+        )
+    assert unknown.value.code == "recovery_plan_changed"
+    child, created = recovery_submit(run=run, plan=reviewed, idempotency_key="ok", user=owner)
+    assert created and child.parent_id == run.pk
+
+
 # --- API and CLI -----------------------------------------------------------------------------------
 
 
