@@ -11,7 +11,15 @@ refusals without depending on the API layer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from itertools import islice
 from typing import Any
+
+# What a refusal echoes of what a client sent, at most: a 422 naming each of 200,000 selected
+# cells answered 6.7 MB (an outside probe). Every refusal that names a client's items or repeats
+# a client's text goes through `echo_items` / `echo_text`, the one rule.
+ECHO_MAX_ITEMS = 10
+ECHO_MAX_CHARS = 100
 
 
 class Refusal(Exception):
@@ -43,3 +51,28 @@ class Refusal(Exception):
     def document(self) -> dict[str, Any]:
         """The error document every endpoint answers with (DESIGN §9): one line of text."""
         return {"error": " ".join(self.message.split()), "code": self.code, "detail": self.detail}
+
+
+def echo_items(items: Mapping[Any, Any] | Sequence[Any]) -> dict[str, Any]:
+    """What a refusal's detail says of many items a client sent (ids, cells with their reasons):
+    how many (``count``), the first ``ECHO_MAX_ITEMS`` of them in the order given (``first``: a
+    mapping's first entries, a sequence's first items) and how many were left out
+    (``omitted``) — never all of them, whatever their number."""
+    if isinstance(items, Mapping):
+        first: Any = dict(islice(items.items(), ECHO_MAX_ITEMS))
+    else:
+        first = list(islice(items, ECHO_MAX_ITEMS))
+    return {"count": len(items), "first": first, "omitted": len(items) - len(first)}
+
+
+def echo_text(value: object) -> object:
+    """A client's value repeated in a refusal: a number, boolean or null as it is, a string cut
+    to ``ECHO_MAX_CHARS`` characters (saying how long it was), anything else by its JSON type
+    only."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        if len(value) <= ECHO_MAX_CHARS:
+            return value
+        return f"{value[:ECHO_MAX_CHARS]}… ({len(value)} characters)"
+    return f"(a JSON {'object' if isinstance(value, Mapping) else 'array'})"

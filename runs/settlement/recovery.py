@@ -57,6 +57,7 @@ from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from srbench.api import Keyset
 from srbench.canonical import sha256_hex
 from srbench.money import money_text, usd_text
+from srbench.refusals import echo_items, echo_text
 
 __all__ = [
     "MAX_RECOVERY_PAGE",
@@ -194,7 +195,7 @@ def _check_mode(mode: object) -> str:
         raise ChildRunRefused(
             "invalid_mode",
             "mode must be 'undispatched', 'failed' or 'judge_only'",
-            detail={"mode": mode},
+            detail={"mode": echo_text(mode)},
         )
     return str(mode)
 
@@ -225,7 +226,8 @@ def _selection(content: dict[str, Any], selected: list[int] | None) -> list[int]
             "cells_not_eligible",
             f"{len(outside)} selected cell(s) are not eligible for {content['mode']} recovery",
             http_status=422,
-            detail=outside,
+            # Counted, and the first few named with their reason: never all of them.
+            detail={**echo_items(outside), "by_reason": dict(Counter(outside.values()))},
         )
     return chosen
 

@@ -318,7 +318,12 @@ def test_failed_mode_excludes_cells_with_unknown_cost_or_ambiguous_calls():
     with pytest.raises(Refusal) as bad:
         recovery_plan(run=run, mode="failed", selected_cells=[known.pk, unknown.pk])
     assert bad.value.code == "cells_not_eligible"
-    assert bad.value.detail == {str(unknown.pk): "ambiguous_saved_result_requires_reconciliation"}
+    assert bad.value.detail == {
+        "count": 1,
+        "first": {str(unknown.pk): "ambiguous_saved_result_requires_reconciliation"},
+        "omitted": 0,
+        "by_reason": {"ambiguous_saved_result_requires_reconciliation": 1},
+    }
 
 
 @pytest.mark.django_db
@@ -510,6 +515,43 @@ def test_a_plan_submitted_in_another_mode_than_it_was_reviewed_in_is_refused_for
 
 
 # --- API and CLI -----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_refusal_echoes_a_count_and_the_first_few_of_many_selected_cells(client):
+    """A selection of 200,000 cells none of which is eligible is refused (422) with their count,
+    the first ten with their reasons and the count per reason — not every id (6.7 MB before);
+    a 100,000-character mode is repeated cut to 100 characters. Nothing is created."""
+    f.target_create(slug="sim-strong", prices={"sim-strong": es.PRICES["sim-strong"]})
+    owner = f.user_create()
+    client.force_login(owner)
+    run = parent_run(owner)
+    Run.objects.filter(pk=run.pk).update(status="interrupted", finished_at=timezone.now())
+    plan = recovery_plan(run=run, mode="undispatched")
+    ids = list(range(10**9, 10**9 + 200_000))
+    answer = client.post(
+        f"/api/v1/runs/{run.pk}/recover/",
+        {"plan_sha256": plan["plan_sha256"], "mode": "undispatched", "selected_cells": ids},
+        content_type="application/json",
+        headers={"Idempotency-Key": "many"},
+    )
+    assert answer.status_code == 422 and answer.json()["code"] == "cells_not_eligible"
+    assert len(answer.content) < 2_000, len(answer.content)
+    detail = answer.json()["detail"]
+    assert detail["count"] == 200_000 and detail["omitted"] == 199_990
+    assert detail["first"] == dict.fromkeys(map(str, ids[:10]), "not a cell of this run")
+    assert detail["by_reason"] == {"not a cell of this run": 200_000}
+    assert "200000 selected cell(s) are not eligible" in answer.json()["error"]
+
+    long_mode = client.post(
+        f"/api/v1/runs/{run.pk}/recover/",
+        {"plan_sha256": plan["plan_sha256"], "mode": "m" * 100_000},
+        content_type="application/json",
+        headers={"Idempotency-Key": "long-mode"},
+    )
+    assert long_mode.status_code == 400 and long_mode.json()["code"] == "invalid_mode"
+    assert long_mode.json()["detail"] == {"mode": "m" * 100 + "… (100000 characters)"}
+    assert not Run.objects.filter(parent=run).exists()
 
 
 @pytest.mark.django_db
