@@ -136,7 +136,12 @@ LineageSerializer = inline_serializer(
         "recovered_from": serializers.DictField(allow_null=True),
         # A re-judge child's marker (runs/settlement/rejudge.py): its parent, judge calls, confirmed cost.
         "rejudged_from": serializers.DictField(allow_null=True),
-        "children": serializers.ListField(child=serializers.DictField()),
+        "children": serializers.ListField(
+            child=serializers.DictField(),
+            help_text="the whole tree below the run (recoveries and re-judges of its children "
+            "too), ascending by id; each with `parent` (the run it came from) and `depth` "
+            "(1: a child of this run)",
+        ),
         "next_children_after": serializers.IntegerField(allow_null=True),
         "model_requests": serializers.IntegerField(),
     },
@@ -254,9 +259,10 @@ class RecoverView(APIView):
 
 
 class LineageView(APIView):
-    """The run's parent and its children — recoveries and re-judges, each child's `mode` saying
-    which ("undispatched", "failed", "rejudge") — paginated, each with its own status,
-    progress and known cost; the original's known cost separately."""
+    """The run's parent and every run below it — recoveries and re-judges, children of
+    children too, each with its `parent` and `depth` and its `mode` saying which
+    ("undispatched", "failed", "judge_only", "rejudge") — paginated by id, each with its own
+    status, progress and known cost; the original's known cost separately."""
 
     schema = ApiSchema()
 

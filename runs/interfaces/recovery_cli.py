@@ -207,6 +207,15 @@ def _origin_rows(data: dict[str, Any]) -> list[str]:
     return rows
 
 
+def _tree_line(child: dict[str, Any], text: str) -> str:
+    """A run below this one in the lineage tree: a child as it is, a deeper one indented by
+    its depth and naming the run it came from."""
+    depth = child.get("depth") or 1
+    if depth == 1:
+        return "child:    " + text
+    return f"child:    {'  ' * (depth - 1)}{text}  (from run {child['parent']})"
+
+
 def _lineage(options: dict[str, Any]) -> int:
     data = client_from(options).json("GET", f"runs/{options['run_id']}/lineage/")
 
@@ -221,7 +230,7 @@ def _lineage(options: dict[str, Any]) -> int:
     rows = [line(data["run"]), *_origin_rows(data)]
     if data["parent"]:
         rows.append("parent:   " + line(data["parent"]))
-    rows += ["child:    " + line(c) for c in data["children"]]
+    rows += [_tree_line(c, line(c)) for c in data["children"]]
     emit(options, data, "\n".join(rows))
     return 0
 
@@ -257,7 +266,11 @@ def register(verbs: Any) -> None:
     add_connection_arguments(p)
     p.set_defaults(handler=cli_guard(_recover))
 
-    p = verbs.add_parser("lineage", help="a run's parent and recovery children with costs")
+    p = verbs.add_parser(
+        "lineage",
+        help="a run's parent and every recovery or re-judge below it (children of children "
+        "too), with costs",
+    )
     p.add_argument("run_id", type=int)
     add_connection_arguments(p)
     p.set_defaults(handler=cli_guard(_lineage))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from django.db import connection
 from django.db.models import Count, Q
 
 from runs.models import Cell, CellStatus, RecoveryRequest, Run, RunStatus
@@ -15,8 +16,10 @@ from srbench.money import money_text
 
 # R13.3 with R13.1: lists are read ≤ 100 at a time (runs.settlement.recovery.MAX_RECOVERY_PAGE).
 MAX_LINEAGE_PAGE = 100
-# A run's children, ascending by id, null when none follows (srbench.api.Keyset's one rule).
+# A run's descendants, ascending by id, null when none follows (srbench.api.Keyset's one rule).
 CHILDREN_PAGE = Keyset("after", tail=False)
+# How deep the lineage tree is read (recoveries of recoveries of …): far beyond any real one.
+MAX_LINEAGE_DEPTH = 1000
 
 
 def run_known_spend(*, run_ids: list[int]) -> dict[int, dict[str, Any]]:
@@ -109,16 +112,39 @@ def _rejudged_from(run: Run) -> dict[str, Any] | None:
     }
 
 
+def _descendants(run_id: int, after: int, limit: int) -> list[tuple[int, int, int]]:
+    """(id, parent id, depth) of the run's descendants — its children (depth 1), their
+    children (2), and so on — with an id above ``after``, ascending by id, at most ``limit``.
+    One recursive query over the parent column's index."""
+    table = connection.ops.quote_name(Run._meta.db_table)
+    sql = f"""
+        WITH RECURSIVE tree (id, parent_id, depth) AS (
+            SELECT id, parent_id, 1 FROM {table} WHERE parent_id = %s
+            UNION ALL
+            SELECT r.id, r.parent_id, t.depth + 1
+            FROM {table} r JOIN tree t ON r.parent_id = t.id
+            WHERE t.depth < %s
+        )
+        SELECT id, parent_id, depth FROM tree WHERE id > %s ORDER BY id LIMIT %s
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [run_id, MAX_LINEAGE_DEPTH, after, limit])
+        return [(int(i), int(p), int(d)) for i, p, d in cursor.fetchall()]
+
+
 def run_lineage(*, run: Run, children_after: int = 0, limit: int = 25) -> dict[str, Any]:
-    """Where a run came from and what was recovered from it, each with its own progress and
-    known cost (R15.4): a child's denominator is its selection only, and the original's known
-    cost is never merged with its children's. Reads only."""
+    """Where a run came from and what was recovered or re-judged from it, each with its own
+    progress and known cost (R15.4): a child's denominator is its selection only, and the
+    original's known cost is never merged with its children's. ``children`` is the whole tree
+    below the run — recoveries and re-judges of its children too —, ascending by id, each with
+    its ``parent`` and ``depth`` (1: a child of this run). Reads only."""
     limit = max(1, min(limit, MAX_LINEAGE_PAGE))
-    children = list(
-        Run.objects.filter(parent=run, pk__gt=children_after).order_by("pk")[: limit + 1]
-    )
-    more = len(children) > limit
-    children = children[:limit]
+    tree = _descendants(run.pk, children_after, limit + 1)
+    more = len(tree) > limit
+    tree = tree[:limit]
+    rows = Run.objects.in_bulk([i for i, _p, _d in tree])
+    children = [rows[i] for i, _p, _d in tree]
+    placed = {i: {"parent": p, "depth": d} for i, p, d in tree}
     parent = run.parent
     ids = [run.pk, *[c.pk for c in children], *([parent.pk] if parent else [])]
     spend = run_known_spend(run_ids=ids)
@@ -137,13 +163,17 @@ def run_lineage(*, run: Run, children_after: int = 0, limit: int = 25) -> dict[s
         if request is None
         else {
             "parent": request.parent_id,
-            "mode": request.mode,
+            # The mode the child was made in (its manifest's): the request row records a
+            # judge-only recovery as "undispatched" (its database check knows two modes).
+            "mode": lineage_mode(run) or request.mode,
             "plan_sha256": request.plan_sha256,
             "selected_cells_sha256": request.selected_cells_sha256,
             "acknowledged_new_attempt": request.acknowledged_new_attempt,
         },
         "rejudged_from": _rejudged_from(run),
-        "children": [_run_line(c, spend[c.pk], progress[c.pk]) for c in children],
+        "children": [
+            {**_run_line(c, spend[c.pk], progress[c.pk]), **placed[c.pk]} for c in children
+        ],
         "next_children_after": CHILDREN_PAGE.next_cursor(children, more=more),
         "model_requests": 0,
     }

@@ -423,3 +423,51 @@ def test_the_cli_lineage_prints_each_runs_mode_and_what_a_rejudge_child_judged_a
     assert recovered == f"recovery of run {child.pk} (undispatched mode)"
     assert parent_line.startswith(f"parent:   run {child.pk} ")
     assert parent_line.endswith("  (re-judge)")
+
+
+def test_the_lineage_lists_the_whole_tree_below_a_run_with_each_runs_parent_and_depth(capsys):
+    """R15.4: the lineage of a run lists every run below it — its re-judge child and that
+    child's own recovery —, not only its direct children: in id order, each with the run it
+    came from and its depth, paged by id (API, CLI, recovery page). A recovered grandchild is
+    found from the original run as well as from its parent."""
+    parent, child, _ = stopped_child()
+    ops = f.user_create(username="ops", staff=True)
+    plan = recovery_plan(run=child, mode="undispatched")
+    grandchild, _ = recovery_submit(run=child, plan=plan, idempotency_key="k-tree", user=ops)
+
+    tree = run_lineage(run=parent)["children"]
+    assert [(c["id"], c["parent"], c["depth"], c["mode"]) for c in tree] == [
+        (child.pk, parent.pk, 1, "rejudge"),
+        (grandchild.pk, child.pk, 2, "undispatched"),
+    ]
+    assert tree[1]["progress"]["denominator"] == grandchild.cells.count()
+    first = run_lineage(run=parent, limit=1)
+    assert [c["id"] for c in first["children"]] == [child.pk]
+    assert first["next_children_after"] == child.pk
+    rest = run_lineage(run=parent, children_after=child.pk, limit=1)
+    assert [c["id"] for c in rest["children"]] == [grandchild.pk]
+    assert rest["next_children_after"] is None
+    # From the middle of the tree: its own child only, at depth 1.
+    assert [(c["id"], c["depth"]) for c in run_lineage(run=child)["children"]] == [
+        (grandchild.pk, 1)
+    ]
+
+    api = APIClient()
+    api.force_authenticate(ops)
+    doc = api.get(f"/api/v1/runs/{parent.pk}/lineage/").json()
+    assert [(c["id"], c["parent"], c["depth"]) for c in doc["children"]] == [
+        (child.pk, parent.pk, 1),
+        (grandchild.pk, child.pk, 2),
+    ]
+
+    lines = _lineage_cli(capsys, parent.pk)
+    children = [line for line in lines if line.startswith("child:")]
+    assert len(children) == 2
+    assert children[0].startswith(f"child:    run {child.pk} ")
+    assert children[1].startswith(f"child:      run {grandchild.pk} ")
+    assert children[1].endswith(f"(undispatched recovery)  (from run {child.pk})")
+
+    page = _web(ops).get(f"/runs/{parent.pk}/recovery/", {"mode": "undispatched"})
+    section = page.content.decode().split('id="recovery-children"', 1)[1]
+    assert f"run #{grandchild.pk}" in section
+    assert f"from run #{child.pk} (depth 2)" in section
