@@ -160,8 +160,9 @@ def cell_rows(run: Run) -> list[dict[str, Any]]:
     """Per cell of the run, what the exclusion rules read: its status and error, how many
     calls it has and in which state, and its spend — for the cell and for its judge calls —
     by `_spend`'s one rule."""
-    rows = list(
-        Cell.objects.filter(run=run)
+    rows: list[dict[str, Any]] = [
+        dict(row)
+        for row in Cell.objects.filter(run=run)
         .order_by("pk")
         .values("pk", "question_id", "benchmark", "target__slug", "slot", "status", "error")
         .annotate(
@@ -187,7 +188,7 @@ def cell_rows(run: Run) -> list[dict[str, Any]]:
                 "calls", filter=Q(calls__role=Call.Role.JUDGE, calls__status=CallStatus.FAILED)
             ),
         )
-    )
+    ]
     sums: dict[tuple[int, str], dict[str, Any]] = {
         (r["cell_id"], r["role"]): r
         for r in effective_call_sums(run_ids=[run.pk], group_by="cell_role")
