@@ -392,30 +392,36 @@ def manifest_without_cases(run: Run, *, load: bool = True) -> Any:
 
 def manifest_head(run: Run) -> dict[str, Any]:
     """The targets and benchmarks of the run's frozen manifest (what a report reads), without
-    loading its case list; cached like `manifest_target_kinds`."""
+    loading its case list; cached like `manifest_target_kinds`. ``rejudge`` is a re-judge
+    child's marker cut to the run whose answers it judges (``{"parent_run": N}``), else None."""
     loaded = manifest_without_cases(run, load=False)
     if loaded is not None:
+        rejudged = (loaded.get("rejudge") or {}).get("parent_run")
         return {
             "targets": loaded["targets"],
             "benchmarks": loaded["benchmarks"],
             "not_run": loaded.get("not_run", []),
             "slots": int(loaded.get("slots") or 1),
+            "rejudge": None if rejudged is None else {"parent_run": rejudged},
         }
-    # -2: with not_run (issue 22); -3: with slots (the attempts per question, issue 35)
-    key = _frozen_key("manifest-head-3", run)
+    # -2: with not_run (issue 22); -3: with slots (the attempts per question, issue 35); -4:
+    # with the re-judge's parent (a re-judge child's own subject spend is a known 0)
+    key = _frozen_key("manifest-head-4", run)
     head = cache.get(key)
     if head is None:
-        targets, benchmarks, not_run, slots = Run.objects.filter(pk=run.pk).values_list(
+        targets, benchmarks, not_run, slots, rejudged = Run.objects.filter(pk=run.pk).values_list(
             F("manifest__targets"),
             F("manifest__benchmarks"),
             F("manifest__not_run"),
             F("manifest__slots"),
+            F("manifest__rejudge__parent_run"),
         )[0]
         head = {
             "targets": targets,
             "benchmarks": benchmarks,
             "not_run": not_run or [],
             "slots": int(slots or 1),
+            "rejudge": None if rejudged is None else {"parent_run": rejudged},
         }
         cache.set(key, head, FROZEN_TIMEOUT)
     return head

@@ -357,6 +357,14 @@ def _effective_calls_sql(run_ids: Sequence[int]) -> tuple[str, list[int]]:
 
 
 GroupBy = Literal["target_role", "cell_role"]
+# `effective_call_sums`' row of a role no call was sent in, where none could be: every count 0
+# and every sum a known 0 (e.g. the subject role of a re-judge child, which never calls it).
+NO_CALL_SUMS: dict[str, Any] = {
+    **dict.fromkeys(("calls", "usage_unknown", "cost_unknown", "neutral_unknown"), 0),
+    **dict.fromkeys(BUCKET_COLUMNS, 0),
+    "cost": Decimal(0),
+    "neutral": Decimal(0),
+}
 
 
 def effective_call_sums(*, run_ids: Sequence[int], group_by: GroupBy) -> list[dict[str, Any]]:

@@ -21,7 +21,6 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Count, Q
-from django.utils import timezone
 
 from datasets.benchmarks import ADAPTERS
 from datasets.provenance import UNKNOWN
@@ -30,6 +29,7 @@ from runs.ledger.selectors import manifest_head, run_settled_fingerprint, runs_d
 from runs.models import Call, Cell, Run, RunReport, RunStatus, Target
 from runs.reporting.official_report import official_sections
 from runs.reporting.reconcile import (
+    NO_CALL_SUMS,
     effective_call_sums,
     effective_run_spend,
     latest_corrections,
@@ -56,7 +56,8 @@ from srbench.stats import accuracy, weighted_quality, wilson_interval
 
 BUCKETS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
 # Part of a stored report's fingerprint: bump it whenever what a report computes changes, so a
-# report stored by the previous code is never served (v7, session 5: "weighted subset average").
+# report stored by the previous code is never served (v7: "weighted subset average", a re-judge
+# child's own subject spend).
 REPORT_CACHE_VERSION = "v7"
 # pg_advisory_xact_lock(class, run id): one computation of a settled run's stored report at a
 # time (`run_report_settled_compute`).
@@ -394,6 +395,9 @@ def _target_report(
     mine = {b: c for (r, t, b), c in batch.counts.items() if r == run.pk and t == tid}
     question_scores = {b: v for (r, t, b), v in batch.scores.items() if r == run.pk and t == tid}
     by_role = {role: s for (r, t, role), s in batch.sums.items() if r == run.pk and t == tid}
+    # A re-judge child never calls the subject (its answers are `answers_of`'s): a known $0.
+    no_subject = bool(run.manifest.get("rejudge"))
+    by_role = {"subject": NO_CALL_SUMS, **by_role} if no_subject else by_role
     timings = batch.timings.get((run.pk, tid), {})
     no_usage = (batch.no_stream_usage or {}).get((run.pk, tid or 0), 0)
     subject_calls = by_role.get("subject", {}).get("calls")
@@ -412,7 +416,7 @@ def _target_report(
         cancelled=total["cancelled"],
         benchmarks=benchmarks,
         score=_target_score(run, benchmarks, accs),
-        **_target_spend(total, by_role, batch.missing.get((run.pk, tid), 0)),
+        **_target_spend(total, by_role, 0 if no_subject else batch.missing.get((run.pk, tid), 0)),
         **{k: timings.get(k) for k in TIMING_FIELDS},
         official=batch.official.get((run.pk, snapshot["slug"])),
         usage_unknown_reason=no_stream_usage_reason(no_usage, subject_calls),
@@ -658,27 +662,6 @@ def incomplete_reasons(run: Run, totals: Counts) -> tuple[str, ...]:
     return tuple(reasons)
 
 
-def _run_head(run: Run) -> RunHead:
-    """The run's identity and times; wall seconds run to now while it has not finished."""
-    wall = None
-    if run.started_at:
-        wall = ((run.finished_at or timezone.now()) - run.started_at).total_seconds()
-    return RunHead(
-        id=run.pk,
-        name=run.name,
-        status=run.status,
-        mode=run.mode,
-        profile=run.profile,
-        plan_sha256=run.plan_sha256,
-        parent=run.parent_id,
-        created_at=run.created_at,
-        started_at=run.started_at,
-        finished_at=run.finished_at,
-        wall_seconds=wall,
-        stop_reason=run.stop_reason or None,
-    )
-
-
 def report_from_batch(run: Run, batch: ReportBatch) -> Report:
     # One target report per target of the run's manifest, in the manifest's order.
     known = batch.provenance if batch.provenance is not None else runs_data_provenance([run])
@@ -688,7 +671,7 @@ def report_from_batch(run: Run, batch: ReportBatch) -> Report:
     ]
     totals = _run_totals(targets)
     return Report(
-        run=_run_head(run),
+        run=RunHead.of_run(run),
         incomplete_reasons=incomplete_reasons(run, totals),
         not_run=tuple(run.manifest.get("not_run", [])),
         counts=totals,

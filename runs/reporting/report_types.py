@@ -21,8 +21,10 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from django.utils import timezone
+
 from datasets.provenance import UNKNOWN
-from runs.models import UsageCorrection
+from runs.models import Run, UsageCorrection
 from srbench.money import money_text
 
 BENCHMARK_COUNTS = (
@@ -335,6 +337,10 @@ class RunHead:
     finished_at: datetime | None
     wall_seconds: float | None
     stop_reason: str | None
+    # A re-judge child (and a recovery of one): the run whose subject answers it judged — they
+    # were bought there, and that run's report holds what they cost; this run sent no subject
+    # call (its own subject spend is a known 0). None for any other run.
+    answers_of: int | None = None
 
     def to_doc(self) -> dict[str, Any]:
         return {
@@ -350,7 +356,30 @@ class RunHead:
             "finished_at": _iso(self.finished_at),
             "wall_seconds": self.wall_seconds,
             "stop_reason": self.stop_reason,
+            "answers_of": self.answers_of,
         }
+
+    @classmethod
+    def of_run(cls, run: Run) -> RunHead:
+        """The run's identity and times; wall seconds run to now while it has not finished."""
+        wall = None
+        if run.started_at:
+            wall = ((run.finished_at or timezone.now()) - run.started_at).total_seconds()
+        return cls(
+            id=run.pk,
+            name=run.name,
+            status=run.status,
+            mode=run.mode,
+            profile=run.profile,
+            plan_sha256=run.plan_sha256,
+            parent=run.parent_id,
+            created_at=run.created_at,
+            started_at=run.started_at,
+            finished_at=run.finished_at,
+            wall_seconds=wall,
+            stop_reason=run.stop_reason or None,
+            answers_of=(run.manifest.get("rejudge") or {}).get("parent_run"),
+        )
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> RunHead:
@@ -364,6 +393,7 @@ class RunHead:
             finished_at=_when(doc["finished_at"]),
             wall_seconds=doc["wall_seconds"],
             stop_reason=doc["stop_reason"],
+            answers_of=doc.get("answers_of"),
         )
 
 

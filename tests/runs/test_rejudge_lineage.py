@@ -24,6 +24,7 @@ from runs.engine.episodes import parent_answer
 from runs.engine.finish import EPISODE_INTERRUPTED, cell_settlement
 from runs.engine.reaper import ledger_reap
 from runs.models import Call, Cell, RecoveryRequest, Run, Target
+from runs.reporting.report import run_report
 from runs.settlement.lineage import run_lineage
 from runs.settlement.recovery import recovery_plan, recovery_submit
 from runs.settlement.recovery_rules import REJUDGE_NEW_ATTEMPT
@@ -471,3 +472,40 @@ def test_the_lineage_lists_the_whole_tree_below_a_run_with_each_runs_parent_and_
     section = page.content.decode().split('id="recovery-children"', 1)[1]
     assert f"run #{grandchild.pk}" in section
     assert f"from run #{child.pk} (depth 2)" in section
+
+
+def test_a_rejudge_childs_report_states_its_own_subject_spend_as_a_known_zero_and_whose_answers():
+    """A re-judge child sends no subject call — its engine never calls the subject; the answers
+    it judges were bought by its parent —, so its own subject spend is known: $0, tokens 0 (not
+    unknown, R1.2: nothing about it is unknown), its total spend the judge calls' known cost,
+    and the report says whose answers they are (`run.answers_of`: the parent, whose report
+    holds what they cost). The parent's report is unchanged by it."""
+    parent = judged_parent()
+    child = rejudge_child(parent)
+    for cell in child_cells(child):
+        judge_call(cell, '{"verdict": "correct"}')
+        Cell.objects.filter(pk=cell.pk).update(status="completed", correct=True, scored=True)
+    Run.objects.filter(pk=child.pk).update(
+        status="completed", started_at=timezone.now(), finished_at=timezone.now()
+    )
+    child.refresh_from_db()
+
+    report = run_report(run=child)
+    (target,) = report["targets"]
+    judged = len(OUTCOMES)
+    assert report["run"]["answers_of"] == parent.pk
+    assert report["counts"]["completed"] == report["counts"]["planned"] == judged
+    assert target["subject_cost_usd"] == "0" and target["known_cost_usd"] == "0"
+    assert target["tokens"] == {"input": 0, "cached_input": 0, "cache_write": 0, "output": 0}
+    assert target["cache_neutral_cost_usd"] == "0"
+    judge_cost = Decimal("0.00006") * judged
+    assert Decimal(target["evaluation_cost_usd"]) == judge_cost
+    assert Decimal(target["total_spend_usd"]) == judge_cost
+    # The API serves the same report (the stored one, settled).
+    api = APIClient()
+    api.force_authenticate(f.user_create(staff=True))
+    served = api.get(f"/api/v1/runs/{child.pk}/report/").json()
+    assert served["run"]["answers_of"] == parent.pk
+    assert served["targets"][0]["subject_cost_usd"] == "0"
+    # A run that is no re-judge names no one else's answers.
+    assert run_report(run=parent)["run"]["answers_of"] is None
