@@ -475,3 +475,29 @@ def test_django_error_pages_under_api_are_json_and_elsewhere_html() -> None:
     missing = error_404(api, Exception("no"))
     assert missing.status_code == 404 and json.loads(missing.content)["code"] == "not_found"
     assert error_500(page)["Content-Type"].startswith("text/html")
+
+
+def test_a_body_of_many_unknown_fields_is_refused_naming_a_few_and_counting_the_rest(
+    world: World,
+) -> None:
+    """A 400 names at most ECHO_MAX_ITEMS unknown fields, each cut, and counts the others: a
+    body of 50,000 unknown fields (one of 20,000 characters) answered every name."""
+    from datasets.models import Source
+    from srbench.refusals import ECHO_MAX_CHARS, ECHO_MAX_ITEMS
+
+    before = Source.objects.count()
+    body: dict[str, Any] = {"benchmark": "gpqa", "profile": "smoke", "a" * 20_000: 1}
+    body |= {f"x{i:05d}": 1 for i in range(50_000)}
+    response = Client().post(
+        "/api/v1/sources/prepare/", body, content_type=JSON, headers=world.headers
+    )
+    assert response.status_code == 400
+    assert len(response.content) < 4_000, len(response.content)
+    detail = response.json()["detail"]
+    names = sorted(body.keys() - {"benchmark", "profile"})
+    named = [k for k in detail if k != "…"]
+    assert len(named) == ECHO_MAX_ITEMS
+    assert named[0].startswith("a" * ECHO_MAX_CHARS) and "(20000 characters)" in named[0]
+    assert named[1:] == names[1:ECHO_MAX_ITEMS]
+    assert detail["…"] == [f"and {len(names) - ECHO_MAX_ITEMS:,} more unknown fields"]
+    assert Source.objects.count() == before
