@@ -7,6 +7,7 @@ the status it carries (400 invalid, 409 ledger conflicts, 422 key reuse or unmet
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -37,7 +38,7 @@ from srbench.api import (
     refuse_unknown_fields,
     require_object,
 )
-from srbench.refusals import Refusal
+from srbench.refusals import Refusal, echo_text
 
 RECOVERY_MODES = [str(mode) for mode in RecoveryPlanMode]
 # The recovery lists read their cursors and limit by the API's one keyset rule (srbench.api).
@@ -238,6 +239,7 @@ class RecoverView(APIView):
         # The full reviewed plan, or just its hash, mode and the selected cells.
         # A top-level selected_cells overrides the one in the plan.
         source = data["plan"] if isinstance(data.get("plan"), dict) else data
+        _refuse_two_values(data, source)
         plan = {k: source.get(k) for k in ("plan_sha256", "mode", "selected_cells")}
         if "selected_cells" in data:
             plan["selected_cells"] = data["selected_cells"]
@@ -256,6 +258,21 @@ class RecoverView(APIView):
         child = selectors.runs_with_progress(Run.objects.filter(pk=child.pk)).get()
         body = {**RunSerializer(child).data, "recovery": child.manifest.get("recovery")}
         return replay_response(body, created=created)
+
+
+def _refuse_two_values(data: Mapping[str, Any], plan: Mapping[str, Any]) -> None:
+    """A whole plan sent with a top-level mode or hash of its own that differs: refused, never
+    one of them silently chosen (the plan's was taken, the top-level one dropped)."""
+    if plan is data:
+        return
+    for key in ("mode", "plan_sha256"):
+        if key in data and data[key] != plan.get(key):
+            raise Refusal(
+                f"{key} is given twice with different values: {echo_text(data[key])!r} at the "
+                f"top and {echo_text(plan.get(key))!r} in plan; send one.",
+                code="invalid",
+                detail={"field": key},
+            )
 
 
 class LineageView(APIView):

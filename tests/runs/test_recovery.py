@@ -502,6 +502,18 @@ def test_a_plan_submitted_in_another_mode_than_it_was_reviewed_in_is_refused_for
         headers={"Idempotency-Key": "switched-api"},
     )
     assert answer.status_code == 422 and answer.json()["code"] == "recovery_mode_changed"
+    # The reviewed plan whole, with a top-level mode or hash of another value: refused, neither
+    # chosen silently (the plan's own mode was taken and the top-level one dropped).
+    for key, other in (("mode", "failed"), ("plan_sha256", "f" * 64)):
+        twice = client.post(
+            f"/api/v1/runs/{run.pk}/recover/",
+            {"plan": reviewed, key: other, "acknowledge_new_attempt": True},
+            content_type="application/json",
+            headers={"Idempotency-Key": f"twice-{key}"},
+        )
+        assert twice.status_code == 400, twice.content
+        assert twice.json()["code"] == "invalid" and twice.json()["detail"] == {"field": key}
+        assert f"{key} is given twice with different values" in twice.json()["error"]
     assert not Run.objects.filter(parent=run).exists()
     assert not RecoveryRequest.objects.exists()
 
