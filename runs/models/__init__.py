@@ -610,6 +610,7 @@ class RecoveryRequest(models.Model):
     class Mode(models.TextChoices):
         UNDISPATCHED = "undispatched"
         FAILED = "failed"
+        JUDGE_ONLY = "judge_only"
 
     parent = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="recovery_requests")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
@@ -629,11 +630,12 @@ class RecoveryRequest(models.Model):
                 fields=["parent", "idempotency_key"], name="recovery_key_once_per_parent"
             ),
             models.CheckConstraint(
-                condition=Q(mode__in=(RecoveryPlanMode.UNDISPATCHED, RecoveryPlanMode.FAILED)),
+                condition=Q(mode__in=tuple(RecoveryPlanMode)),
                 name="recovery_mode_known",
             ),
             models.CheckConstraint(
-                condition=Q(mode=RecoveryPlanMode.UNDISPATCHED) | Q(acknowledged_new_attempt=True),
+                # A new attempt (failed mode) only when acknowledged (R15.3).
+                condition=~Q(mode=RecoveryPlanMode.FAILED) | Q(acknowledged_new_attempt=True),
                 name="recovery_failed_needs_ack",
             ),
             models.CheckConstraint(

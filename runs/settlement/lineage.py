@@ -163,9 +163,7 @@ def run_lineage(*, run: Run, children_after: int = 0, limit: int = 25) -> dict[s
         if request is None
         else {
             "parent": request.parent_id,
-            # The mode the child was made in (its manifest's): the request row records a
-            # judge-only recovery as "undispatched" (its database check knows two modes).
-            "mode": lineage_mode(run) or request.mode,
+            "mode": request.mode,
             "plan_sha256": request.plan_sha256,
             "selected_cells_sha256": request.selected_cells_sha256,
             "acknowledged_new_attempt": request.acknowledged_new_attempt,

@@ -587,10 +587,7 @@ def _submission_write(
         parent=parent,
         owner=user,
         idempotency_key=key.value,
-        # The request row's modes are the two of R15 (a database check, runs/models.py): a
-        # judge-only completion is recorded as "undispatched" — it sends only a call that was
-        # never dispatched and no new attempt — and its child's manifest says "judge_only".
-        mode=RecoveryRequest.Mode.UNDISPATCHED if mode == JUDGE_ONLY else mode,
+        mode=mode,
         plan_sha256=plan_sha256,
         selected_cells_sha256=sha256_hex(chosen_ids),
         acknowledged_new_attempt=bool(acknowledge_new_attempt),

@@ -1,9 +1,8 @@
 """A recovery plan's modes (SPEC R12, runs/settlement/recovery.py): the one vocabulary of the plan, the
 API, the page and the CLI (issue 36 item 3).
 
-``undispatched`` and ``failed`` are the two a RecoveryRequest stores (its ``Mode`` choices and
-check constraint); ``judge_only`` (issue 34) is stored as ``undispatched`` — it sends only a call
-never dispatched, and no new attempt — while its child's manifest says ``judge_only``. Plain
+A RecoveryRequest stores each of them as it is (its ``Mode`` choices and check constraint;
+``judge_only``, issue 34, was stored as ``undispatched`` before migration 0023). Plain
 Python (no Django), so the remote CLI (srbench/cli/remote.py) may import it without booting
 Django.
 """

@@ -398,6 +398,15 @@ def test_failed_mode_recovery_needs_acknowledgement():
     ).pk
 
 
+def test_a_recovery_request_stores_the_three_modes_and_no_other():
+    """judge_only is stored as itself (migration 0023; it was recorded as undispatched, untrue
+    once judge-only re-sends a judge call that failed at no cost) and needs no acknowledgement
+    (it is no new attempt); a mode outside the three is refused by the database."""
+    parent = f.run_create(status="interrupted", finished_at=timezone.now())
+    assert recovery_create(parent, mode="judge_only").mode == "judge_only"
+    rejected(lambda: recovery_create(parent, idempotency_key="r2", mode="rejudge"))
+
+
 def test_a_cell_is_claimed_by_one_recovery_only():
     cell = f.cell_create()
     parent = cell.run

@@ -585,8 +585,9 @@ def test_a_cell_cut_between_answer_and_judge_is_completed_by_its_one_judge_call(
     assert api_report["counts"] == report["counts"]
     lineage = api.get(f"/api/v1/runs/{child.pk}/lineage/").json()
     assert lineage["run"]["mode"] == "judge_only" and lineage["parent"]["id"] == parent.pk
-    # The request row records "undispatched" (its database check); the lineage says what it is.
+    # The request row records the mode as it is (migration 0023), as the lineage says it.
     assert lineage["recovered_from"]["mode"] == "judge_only"
+    assert RecoveryRequest.objects.get(child=child).mode == "judge_only"
 
     # The parent is never modified; its cut cells are claimed by this child only.
     assert ledger_checksum(parent) == before_parent
