@@ -207,6 +207,12 @@ def report_text(report: dict[str, Any]) -> str:
             f"waste {spent_text(spend['waste_usd'], spend['known_waste_usd'])} on "
             f"{spend['waste_calls']} failed or unknown-outcome calls"
             + (f" ({unknown} of unknown cost)" if unknown else "")
+            + (
+                f" — judge calls only: the answers judged are run {r['answers_of']}'s, bought "
+                "and counted there"
+                if r.get("answers_of")
+                else ""
+            )
         )
     correction = report.get("usage_correction")
     if correction is not None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -23,6 +24,7 @@ from runs.engine import scoring
 from runs.engine.episodes import parent_answer
 from runs.engine.finish import EPISODE_INTERRUPTED, cell_settlement
 from runs.engine.reaper import ledger_reap
+from runs.interfaces.cli import report_text
 from runs.models import Call, Cell, RecoveryRequest, Run, Target
 from runs.reporting.report import run_report
 from runs.settlement.lineage import run_lineage
@@ -507,5 +509,13 @@ def test_a_rejudge_childs_report_states_its_own_subject_spend_as_a_known_zero_an
     served = api.get(f"/api/v1/runs/{child.pk}/report/").json()
     assert served["run"]["answers_of"] == parent.pk
     assert served["targets"][0]["subject_cost_usd"] == "0"
+    # The CLI's report text and the run page say it beside the spend.
+    said = f"judge calls only: the answers judged are run {parent.pk}'s, bought and counted there"
+    assert said in report_text(served)
+    page = Client()
+    page.force_login(f.user_create(staff=True))
+    html = page.get(f"/runs/{child.pk}/").content.decode()
+    assert f"the answers judged are run #{parent.pk}'s, bought and counted there" in html
     # A run that is no re-judge names no one else's answers.
     assert run_report(run=parent)["run"]["answers_of"] is None
+    assert "answers judged" not in report_text(run_report(run=parent))
