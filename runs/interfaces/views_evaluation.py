@@ -265,7 +265,8 @@ def evaluation_new(request: HttpRequest) -> HttpResponse:
         # second submission): the plan's own field rules on what the form does hold. Reads
         # nothing, composes no dataset.
         draft = form.plan(
-            dataset_id=form.chosen_dataset.pk if form.chosen_dataset else 1, benchmarks=None
+            dataset_id=form.chosen_dataset.pk if form.chosen_dataset else 1,
+            benchmarks=form.selected_benchmarks() or None,
         )
         _plan_errors_to_form(form, plan_field_errors(draft), beside=True)
         return render(request, "runs/evaluation_new.html", context)

@@ -252,7 +252,17 @@ def plan_field_errors(data: dict[str, Any]) -> dict[str, Any]:
     `plan_freeze` refuses first; the Create page checks them beside its form's own errors, so
     every field error is said at once."""
     serializer = PlanSerializer(data=data)
-    return {} if serializer.is_valid() else dict(serializer.errors)
+    errors = {} if serializer.is_valid() else dict(serializer.errors)
+    chosen = data.get("benchmarks") if data.get("mode") != Run.Mode.PREVIEW else None
+    if isinstance(chosen, list):
+        judges, simulators = data.get("judges") or {}, data.get("simulators") or {}
+        for benchmark in (b for b in chosen if b in ADAPTERS):
+            needs_judge, needs_simulator = _graders_needed(judges, benchmark)
+            if needs_judge and not judges.get(benchmark):
+                errors.setdefault("judges", {})[benchmark] = JUDGE_REQUIRED
+            if needs_simulator and not simulators.get(benchmark):
+                errors.setdefault("simulators", {})[benchmark] = SIMULATOR_REQUIRED
+    return errors
 
 
 def plan_freeze(*, data: dict[str, Any]) -> FrozenPlan:
@@ -379,29 +389,37 @@ def _graders_resolve(
     simulators: dict[str, dict[str, Any]] = {}
     helpers: dict[str, Target] = {}
     for benchmark in chosen:
-        # τ³ takes an optional judge for tasks with natural-language assertions (without one
-        # those tasks end unscored, never silently passed).
-        optional = benchmark in USER_SIMULATED and benchmark not in plan["judges"]
-        needs = ADAPTERS[benchmark].kind == "judge" or benchmark in USER_SIMULATED
-        if benchmark in ADAPTERS and needs and not optional:
+        needs_judge, needs_simulator = _graders_needed(plan["judges"], benchmark)
+        if needs_judge:
             slug = plan["judges"].get(benchmark)
             judge, why = _single_model(slug, "judge") if slug else (None, "")
             if judge is not None:
                 judges[benchmark] = _target_snapshot(judge)
                 helpers[slug] = judge
             else:
-                errors.setdefault("judges", {})[benchmark] = why or "a judge target is required"
-        if benchmark in USER_SIMULATED:
+                errors.setdefault("judges", {})[benchmark] = why or JUDGE_REQUIRED
+        if needs_simulator:
             slug = plan["simulators"].get(benchmark)
             user, why = _single_model(slug, "simulator") if slug else (None, "")
             if user is not None:
                 simulators[benchmark] = _target_snapshot(user)
                 helpers[slug] = user
             else:
-                errors.setdefault("simulators", {})[benchmark] = (
-                    why or "a user-simulator target is required"
-                )
+                errors.setdefault("simulators", {})[benchmark] = why or SIMULATOR_REQUIRED
     return judges, simulators, helpers
+
+
+JUDGE_REQUIRED = "a judge target is required"
+SIMULATOR_REQUIRED = "a user-simulator target is required"
+
+
+def _graders_needed(judges: dict[str, Any], benchmark: str) -> tuple[bool, bool]:
+    """Whether a chosen benchmark needs a judge target and a user-simulator target. τ³ takes an
+    optional judge for tasks with natural-language assertions (without one those tasks end
+    unscored, never silently passed); it needs its user simulator."""
+    simulated = benchmark in USER_SIMULATED
+    judged = benchmark in ADAPTERS and (ADAPTERS[benchmark].kind == "judge" or simulated)
+    return judged and not (simulated and benchmark not in judges), simulated
 
 
 def _check_options(

@@ -241,3 +241,25 @@ def test_the_plans_own_field_rules_are_reported_with_the_forms_errors_at_once(cl
     items = summary_items(client.post("/runs/new/", data).content.decode())
     assert [a for a, _ in items] == ["id_total_timeout_s", "id_name"], items
     assert Run.objects.count() == 0 and FrozenDataset.objects.count() == 0
+
+
+def test_a_judged_benchmark_without_its_judge_is_reported_with_the_forms_errors_at_once(
+    client, member
+):
+    """A ticked SimpleQA without a judge target was reported only once every other field was
+    right (plan_freeze reads the targets): now it comes with the form's own errors, at its
+    field (no dataset composed for a refused form), and alone once the rest is right."""
+    source_prepare(benchmark="simpleqa", profile="smoke")
+    f.target_create(slug="sim-strong", name="strong", model="sim-strong")
+
+    items = summary_items(
+        client.post("/runs/new/", form_data(benchmarks=["simpleqa"], name="")).content.decode()
+    )
+    assert [a for a, _ in items] == ["id_judge_simpleqa", "id_name"], items
+    assert "judge target is required" in items[0][1]
+    assert FrozenDataset.objects.count() == 0
+    items = summary_items(
+        client.post("/runs/new/", form_data(benchmarks=["simpleqa"])).content.decode()
+    )
+    assert [a for a, _ in items] == ["id_judge_simpleqa"], items
+    assert Run.objects.count() == 0
