@@ -37,6 +37,32 @@ def _has_cache_fields(usage: Any) -> bool | None:
     return None if buckets is None else buckets.cached_reported
 
 
+def _prompt_tokens(usage: Any) -> int | None:
+    buckets = usage_buckets(usage)
+    if buckets is None:
+        return None
+    return buckets.input + (buckets.cached_input or 0) + (buckets.cache_write or 0)
+
+
+def stream_usage_disagreement(usage: WireResult, plain: WireResult) -> str:
+    """Why the stream's usage is not the server's own count, or "" when nothing says so. The
+    stream and the plain call send the same prompt, so the server counts the same prompt
+    tokens for both. A gateway that got no usage from its upstream's stream may count the
+    tokens itself and send its own estimate as the stream's usage (LiteLLM's proxy in front of
+    llama.cpp: 9 prompt tokens streamed where the server's plain answer says 32, the chat
+    template left out), shaped like a receipt; the plain answer carries the server's own."""
+    if not _answered(plain):
+        return ""
+    streamed, answered = _prompt_tokens(usage.usage), _prompt_tokens(plain.usage)
+    if streamed is None or answered is None or streamed == answered:
+        return ""
+    return (
+        f"the stream's usage counts {streamed:,} prompt tokens where the plain answer to the "
+        f"same prompt counts {answered:,}: the stream's usage is not the server's own count "
+        "(a gateway in front of the server estimating tokens itself)"
+    )
+
+
 def usage_findings(usage: WireResult, plain: WireResult) -> tuple[dict[str, Any], list]:
     """Usage in a stream, in a plain answer, and the cached-token fields."""
     facts: dict[str, Any] = {"plain_usage": None, "stream_usage": None, "cached_fields": None}
@@ -54,8 +80,19 @@ def usage_findings(usage: WireResult, plain: WireResult) -> tuple[dict[str, Any]
         )
     elif usage_buckets(usage.usage) is not None:
         facts["stream_usage"] = True
+        disagreement = stream_usage_disagreement(usage, plain)
         out.append(
             _finding(
+                "stream_usage",
+                "quirk",
+                disagreement,
+                "a run's token counts and costs would be read from the stream's usage, which is "
+                "not the server's own count: they may be wrong although shown as known; point "
+                "the target at the server itself, or check its counts against the provider's "
+                "billing records",
+            )
+            if disagreement
+            else _finding(
                 "stream_usage",
                 "ok",
                 "a stream carries usage with stream_options.include_usage",

@@ -159,6 +159,11 @@ def _warnings(p: TargetPreflight, concurrency: int) -> list[str]:
         )
     if p.stream_usage is False:
         warnings.append("this server reports no usage when streaming: cost unknown")
+    warnings += [
+        f"{x['observed']}: {x['effect']}"
+        for x in p.findings or []
+        if x.get("key") == "stream_usage" and x.get("verdict") == "quirk" and p.stream_usage
+    ]
     if p.served_model_priced is False:
         warnings.append(
             f"the served model {p.served_model!r} has no price: every cost will be unknown"
