@@ -14,7 +14,12 @@ from django.utils import timezone
 
 from runs.engine import store
 from runs.engine.sse import ChatStreamAccumulator, SSEDecoder
-from runs.ledger.accounting import NOT_SENT_ERROR, NOT_SENT_USAGE, call_accounting
+from runs.ledger.accounting import (
+    NOT_SENT_ERROR,
+    NOT_SENT_USAGE,
+    call_accounting,
+    gateway_resent_note,
+)
 from runs.ledger.usage import header_count
 from srbench.money import money_stored
 
@@ -102,6 +107,8 @@ def accounting_fields(
         # usage chunk in a broken stream stays in the evidence but is not a receipt.
         buckets, cost, cache_neutral = None, None, None
         note = "stream incomplete: usage unverified"
+    if resent := gateway_resent_note(lower):
+        note = f"{resent}; {note}"
     fields: dict[str, Any] = {}
     if buckets is not None:
         fields.update(

@@ -49,7 +49,14 @@ EXPECTED_HASH_HEADER = "x-sr-bench-expected-config-hash"
 MAX_CALLS_HEADER = "x-sr-bench-max-inference-calls"
 CALL_ID_HEADER = "x-srbench-call-id"
 # Fields of a response worth keeping: routing decisions, receipts, rate limits, request ids.
-KEPT_HEADER_PREFIXES = ("x-vsr-", "x-request-id", "x-ratelimit-", "retry-after", "openai-")
+KEPT_HEADER_PREFIXES = (
+    "x-vsr-",
+    "x-request-id",
+    "x-ratelimit-",
+    "retry-after",
+    "openai-",
+    "x-litellm-attempted-",  # a gateway's own re-sends (runs.ledger.accounting)
+)
 REPETITION_MIN_BLOCK = 64
 REPETITION_REPEATS = 8
 REPETITION_CHECK_BYTES = 8192

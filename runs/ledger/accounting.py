@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from runs.ledger.usage import (
     NO_USAGE_OBJECT,
     UsageBuckets,
+    header_count,
     mom_call_buckets,
     mom_evidence,
     usage_buckets,
@@ -37,6 +38,7 @@ __all__ = [
     "cache_neutral_cost",
     "call_accounting",
     "call_cost",
+    "gateway_resent_note",
     "mom_cache_neutral_cost",
     "mom_call_cost",
     "no_stream_usage_reason",
@@ -196,6 +198,25 @@ NOT_SENT_USAGE: dict[str, Any] = {
     "cache_neutral_cost_usd": Decimal(0),
     "cost_note": NOT_SENT_NOTE,
 }
+
+
+# A gateway that re-sends a request on its own (LiteLLM's proxy retries a failed upstream call
+# twice by default, then tries its fallbacks) answers once; only these response headers say
+# that its upstream was asked more than once. The engine keeps them in the call's headers.
+GATEWAY_RESEND_HEADERS = ("x-litellm-attempted-retries", "x-litellm-attempted-fallbacks")
+
+
+def gateway_resent_note(headers: Mapping[str, str]) -> str:
+    """Words for a call's cost note when the gateway in front of the model says it sent the
+    request upstream more than once ("" when it does not say so). The usage, and so the cost,
+    is that of the answer that came back; what the earlier attempts used is not reported."""
+    resent = sum(header_count(headers.get(name, "")) or 0 for name in GATEWAY_RESEND_HEADERS)
+    if not resent:
+        return ""
+    return (
+        f"the gateway re-sent this request {resent} time(s) upstream: cost is of the last "
+        "attempt only, what earlier attempts cost is unknown"
+    )
 
 
 # What evidence would make such a call's usage known (the reconcile path says it per call).
