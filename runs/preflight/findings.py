@@ -51,8 +51,8 @@ def stream_usage_disagreement(usage: WireResult, plain: WireResult) -> str:
     tokens itself and send its own estimate as the stream's usage (LiteLLM's proxy in front of
     llama.cpp: 9 prompt tokens streamed where the server's plain answer says 32, the chat
     template left out), shaped like a receipt; the plain answer carries the server's own."""
-    if not _answered(plain):
-        return ""
+    if not _answered(plain) or usage.served_model != plain.served_model:
+        return ""  # another model (a router's other route) may count with another tokenizer
     streamed, answered = _prompt_tokens(usage.usage), _prompt_tokens(plain.usage)
     if streamed is None or answered is None or streamed == answered:
         return ""
