@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import time
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
@@ -352,7 +353,30 @@ def _scicode_test_file(
     )
     for k, test in enumerate(tests):
         parts.append(f"target = targets[{k}]\n{test}")
+    parts.append(SCICODE_END_OF_TESTS)
     return "\n\n".join(parts) + "\n"
+
+
+# The last lines of a step's program: the word the grader handed it on stdin, echoed on its own
+# line once every test ran. A program that exits 0 before (the model's `sys.exit(0)`, a
+# `__main__` block ending in `raise SystemExit`, `os._exit`) never prints it: `exited_early`,
+# never passed. The word is not in the file, so code that does not go looking cannot print it.
+SCICODE_END_OF_TESTS = """\
+import sys as _srbench_sys
+_srbench_sys.__stdout__.write("\\n" + _srbench_sys.stdin.read().strip() + "\\n")
+_srbench_sys.__stdout__.flush()"""
+
+
+def _scicode_step_status(result: SandboxResult, end_word: str) -> str:
+    """A step's outcome (upstream tells only pass, fail and time out apart, plus our limits)."""
+    failed = _failure_status(result)
+    if failed in ("runtime_error", "compile_error"):
+        return "failed"
+    if failed is not None:
+        return failed
+    if end_word.encode("ascii") not in result.stdout.splitlines():
+        return "exited_early"
+    return "passed"
 
 
 def grade_scicode(
@@ -398,21 +422,19 @@ def grade_scicode(
             continue
         source = _scicode_test_file(dependencies, prior, code, step)
         started = time.monotonic()
+        end_word = secrets.token_hex(16)
         result = sandbox_run(
             argv=[sandbox_python(), "step_test.py"],
             files=files | {"step_test.py": _source_bytes(source)},
+            stdin=end_word.encode("ascii"),
             limits=limits,
             ro_binds={SCICODE_TARGETS_INSIDE: Path(h5_path)},
         )
-        failed = _failure_status(result)
-        if failed in ("runtime_error", "compile_error"):
-            # Upstream only distinguishes pass, fail and time out for a step.
-            failed = "failed"
         results.append(
             {
                 "index": index,
                 "step_number": number,
-                "status": failed or "passed",
+                "status": _scicode_step_status(result, end_word),
                 "wall_s": round(time.monotonic() - started, 3),
             }
         )

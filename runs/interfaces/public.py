@@ -316,7 +316,14 @@ def grade_reasons(public: Mapping[str, Any] | None) -> list[str]:
         return words
     if grader == "scicode":
         words = [f"{public.get('steps_passed')} of {public.get('steps_total')} sub-steps passed"]
-        for outcome in ("failed", "timeout", "unparsed", "memory", "disk_quota_exceeded"):
+        for outcome in (
+            "failed",
+            "exited_early",
+            "timeout",
+            "unparsed",
+            "memory",
+            "disk_quota_exceeded",
+        ):
             n = sum(1 for s in public.get("steps") or [] if s.get("status") == outcome)
             if n:
                 words.append(f"{_n(n, 'sub-step')} {outcome.replace('_', ' ')}")
