@@ -269,7 +269,7 @@ async def terminal(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo)
     """Terminal-Bench: the subject drives one `terminal` tool inside the task's sandboxed
     directory; its first text-only reply ends the episode; the task's own tests decide."""
     from runs.engine.tau import assistant_message, terminal_tool_content, tool_message
-    from runs.engine.terminal import tool_command
+    from runs.engine.terminal import AgentClock, agent_timeout_s, tool_command
     from runs.engine.terminal_runner import terminal_session_open
 
     try:
@@ -281,6 +281,7 @@ async def terminal(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo)
         messages = get_adapter(cell.benchmark).messages(cell.payload)
         tools = cell.payload["tools"]
         steps = 0
+        clock = AgentClock(agent_timeout_s(cell.payload))
         for step in range(AGENT_MAX_STEPS):
             outcome = await d.turn(
                 cell,
@@ -301,16 +302,23 @@ async def terminal(d: Caller, cell: store.ClaimedCell, target: store.TargetInfo)
                 command = tool_command(call.arguments)
                 if command is None:
                     content = "Error: arguments must be a JSON object with a `command` string"
+                elif clock.left() <= 0:
+                    content = clock.note()
                 else:
-                    result = await d.sandboxed(
-                        lambda c=command: session.run_command(c, timeout=TERMINAL_COMMAND_S)
+                    timeout = min(TERMINAL_COMMAND_S, clock.left())
+                    result = await clock.timed(
+                        d.sandboxed(lambda c=command, t=timeout: session.run_command(c, timeout=t))
                     )
                     content = terminal_tool_content(*result)
                 messages = [*messages, tool_message(call.id, content)]
+            if clock.left() <= 0:
+                break
         reward, detail = await d.sandboxed(session.verify)
     finally:
         await asyncio.to_thread(session.close)
     grade = {"grader": "terminal-bench", "reward": reward, "steps": steps, "detail": detail}
+    if clock.left() <= 0:
+        grade |= {"agent_stopped": "agent_timeout", "agent_timeout_s": clock.budget_s}
     await d.complete(cell, reward == 1, grade, messages[-1].get("content") or "")
 
 

@@ -16,9 +16,11 @@ import base64
 import json
 import os
 import shutil
+import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 from datasets.benchmarks import get_adapter
 from runs.engine.sandbox import DISK_QUOTA_EXCEEDED, SNAPSHOT_NAME, sandbox_run
@@ -262,6 +264,42 @@ def reward_grade(
         passed = reason == "ok" and exit_code == 0
         return int(passed), detail | {"reward_source": "exit_code"}
     return 0, detail | {"reward_source": "missing"}
+
+
+T = TypeVar("T")
+
+# A task that names no agent timeout gets Terminal-Bench's usual one.
+DEFAULT_AGENT_TIMEOUT_S = 600.0
+
+
+def agent_timeout_s(payload: dict[str, Any]) -> float:
+    """The task's agent timeout (Harbor's agent.timeout_sec, TB1's max_agent_timeout_sec)."""
+    value = payload.get("agent_timeout_sec")
+    return float(value) if isinstance(value, int | float) and value > 0 else DEFAULT_AGENT_TIMEOUT_S
+
+
+@dataclass
+class AgentClock:
+    """The time an agent's commands have used of the task's agent timeout. Upstream stops the
+    agent there and still runs the tests; so does the episode: each command gets at most what
+    is left, and once nothing is left no command runs (a model may ask for thirty turns of
+    commands, or hundreds in one turn, each up to the command timeout)."""
+
+    budget_s: float
+    used_s: float = 0.0
+
+    def left(self) -> float:
+        return self.budget_s - self.used_s
+
+    def note(self) -> str:
+        return f"Error: not run: the task's agent timeout of {self.budget_s:g} s is used up"
+
+    async def timed(self, work: Awaitable[T]) -> T:
+        started = time.monotonic()
+        try:
+            return await work
+        finally:
+            self.used_s += time.monotonic() - started
 
 
 def tool_command(arguments: Any) -> str | None:

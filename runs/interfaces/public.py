@@ -124,6 +124,8 @@ def _terminal_bench(grade: Mapping[str, Any]) -> dict[str, Any]:
         "verifier_exit_code": _int(inner.get("verifier_exit_code")),
         "reward_source": _token(inner.get("reward_source")),
         "verifier_reward": reward if isinstance(reward, int | float) else None,
+        "agent_stopped": _token(grade.get("agent_stopped")),
+        "agent_timeout_s": _token(grade.get("agent_timeout_s")),
     }
 
 
@@ -337,6 +339,12 @@ def grade_reasons(public: Mapping[str, Any] | None) -> list[str]:
             words.append(f"the verifier stopped: {public['verifier_reason']}")
         if public.get("reward_source") == "missing":
             words.append("the verifier wrote no reward")
+        if public.get("agent_stopped") == "agent_timeout":
+            limit = public.get("agent_timeout_s")
+            words.append(
+                "the agent was stopped at the task's agent timeout"
+                + (f" ({limit:g} s)" if isinstance(limit, int | float) else "")
+            )
         return words
     if grader == "tau3":
         return _tau3_reasons(public)

@@ -120,3 +120,38 @@ def test_a_hostile_agent_scores_zero_reaches_nothing_and_leaves_nothing(
     [row] = page.json()["results"]
     assert row["correct"] is False
     assert "the task's tests did not pass" in row["reasons"]
+
+
+def test_an_agent_that_sleeps_is_stopped_at_the_tasks_agent_timeout(
+    celery_worker, tmp_path: Path, client
+):
+    """Each command is killed after 30 s, but a model could ask for thirty of them (or a
+    thousand in one turn) and hold the worker for hours: the task's own `agent_timeout_sec`
+    (Harbor's agent.timeout_sec, TB1's max_agent_timeout_sec) bounds the commands' time in all,
+    as upstream bounds the agent; then its tests decide, as upstream's do after a timeout."""
+    adapter = get_adapter("terminal-bench")
+    task = adapter.load(adapter.fixture_path())[0]
+    task = dataclasses.replace(task, payload={**task.payload, "agent_timeout_sec": 3.0})
+    key = hostile_key("\n".join(["sleep 100"] * 4))
+    with tempfile.TemporaryDirectory(prefix="srbench-answer-key-") as folder:
+        path = Path(folder) / "answer-key.json"
+        key.save(path)
+        config = load_config(None, {"answer_key": {"file": str(path)}})
+        models = {**es.FAST_MODELS, "sim-strong": {"ttft_s": 0.0, "accuracy": 1.0}}
+        with running_simulator(config, models=models) as url:
+            es.sim_targets(url)
+            dataset = es.questions_dataset([task], name="slow-agent", benchmarks=["terminal-bench"])
+            run, _ = run_create(
+                owner=f.user_create(),
+                plan={"name": "slow-agent", "dataset": dataset.pk, "targets": ["sim-strong"]},
+            )
+            wait_until(lambda: es.terminal(run), timeout=300)
+    assert run.status == "completed", (run.stop_reason, celery_worker.log()[-3000:])
+    cell = Cell.objects.get(run=run)
+    assert cell.correct is False
+    assert cell.grade["detail"]["commands_run"] == 1, cell.grade
+    assert cell.grade["agent_stopped"] == "agent_timeout", cell.grade
+    assert (cell.finished_at - cell.started_at).total_seconds() < 25
+    client.force_login(run.owner)
+    [row] = client.get(f"/api/v1/runs/{run.pk}/results/").json()["results"]
+    assert any("3 s" in r and "agent" in r for r in row["reasons"]), row["reasons"]
