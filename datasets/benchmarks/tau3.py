@@ -131,7 +131,8 @@ class Tau3Adapter(BenchmarkAdapter):
     weight = Fraction(1, 10)
     kind = "agent"
     episode = "tau"
-    grader_version = "tau-local/1"  # runs/engine/tau.py reads it from here
+    # /2: an episode ends at τ²'s max_errors (10 agent tool errors, reward 0), live and in regrade.
+    grader_version = "tau-local/2"  # runs/engine/tau.py reads it from here
     loader_version = "tau3/2"
     licence_note = (
         "τ³-bench (sierra-research/tau2-bench v1.0+), MIT licence. Results from self-authored or "

@@ -57,6 +57,9 @@ async def tau_episode(d: Caller, cell: store.ClaimedCell, target: store.TargetIn
             return
         subject_calls += 1
         await asyncio.to_thread(session.agent, outcome.content, outcome.tool_calls)
+        if session.ended:
+            termination = session.ended
+            break
         if outcome.tool_calls:
             continue
         user = await d.turn(

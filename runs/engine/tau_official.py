@@ -171,6 +171,9 @@ class OfficialEpisode:
         self.environment = _fresh_environment(domain, self.task)
         self.trajectory: list[Any] = []
         self.refused: list[Refused] = []
+        # Tool errors of the agent's calls, refused ones and those the toolkit answered as
+        # errors (τ² counts both toward max_errors; runs.engine.tau_session ends the episode).
+        self.agent_errors = 0
         self._checks = {
             tool.name: _schema_tool(tool.openai_schema) for tool in self.environment.get_tools()
         }
@@ -219,11 +222,13 @@ class OfficialEpisode:
                 error = f"Error: {str(exc)[:2000]}"
                 self.refused.append(Refused(str(name)[:MAX_TOOL_NAME_CHARS], error))
                 results.append(error)
+                self.agent_errors += role == "assistant"
                 continue
             tool_call = msg.ToolCall(
                 id=str(call_id)[:200], name=name, arguments=arguments, requestor=role
             )
             response = self.environment.get_response(tool_call)
+            self.agent_errors += role == "assistant" and bool(getattr(response, "error", False))
             ran.append((tool_call, response))
             results.append(str(response.content))
         text = content if content and content.strip() else None

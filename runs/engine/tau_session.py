@@ -27,6 +27,7 @@ from runs.engine.tau_tools import TauError
 from runs.models import CallStatus
 
 CAPPED = "max_steps"
+TOO_MANY_ERRORS = "too_many_errors"
 
 
 def official_task(payload: Mapping[str, Any], secret: Mapping[str, Any]) -> dict[str, Any]:
@@ -68,6 +69,7 @@ class TauSession:
         self.messages: list[dict[str, Any]] = tau.first_messages(dict(payload))
         self.agent_turns = 0
         self.responses_differ = 0
+        self.tool_errors = 0  # the deciding environment's (ours where it runs, else the package's)
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         if self.official is not None:
@@ -85,10 +87,20 @@ class TauSession:
             name = tau._call_field(call, "name")
             arguments = tau._call_field(call, "arguments")
             ours = self.ours.call_tool(name, arguments) if self.ours is not None else None
+            if self.ours is not None:
+                self.tool_errors += not self.ours.calls[-1].ok
             shown = official[index] if official is not None else ours
             if official is not None and ours is not None and official[index] != ours:
                 self.responses_differ += 1
             self.messages.append(tau.tool_message(str(tau._call_field(call, "id")), shown or ""))
+        if self.ours is None and self.official is not None:
+            self.tool_errors = self.official.agent_errors
+
+    @property
+    def ended(self) -> str | None:
+        """τ²'s own end of an episode by the agent's tool errors (max_errors; reward 0), else
+        None: the live loop and the regrade replay both stop there."""
+        return TOO_MANY_ERRORS if self.tool_errors >= tau.MAX_TOOL_ERRORS else None
 
     def user(self, content: str) -> None:
         self.messages.append({"role": "user", "content": content})
@@ -127,6 +139,11 @@ class TauSession:
             detail["official"] = {"status": "not available here", "reason": self.official_reason}
         detail["agent_turns"] = self.agent_turns
         detail["max_turns"] = max_turns
+        if termination == TOO_MANY_ERRORS:
+            detail["reason"] = (
+                f"ended after {self.tool_errors} tool errors (τ² max_errors "
+                f"{tau.MAX_TOOL_ERRORS}, reward 0 by the official rule)"
+            )
         if termination == CAPPED:
             detail["capped"] = True
             detail["reason"] = (
@@ -156,6 +173,9 @@ def replay_stored(
             if call.status != CallStatus.COMPLETED:
                 raise TauError(f"subject call {call.sequence} ended {call.status}")
             session.agent(call.content, _stored_tool_calls(call.tool_calls))
+            if session.ended:
+                termination = session.ended
+                break
         elif call.role == "simulator":
             if call.status != CallStatus.COMPLETED:
                 raise TauError(f"simulator call {call.sequence} ended {call.status}")
