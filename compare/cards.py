@@ -270,7 +270,8 @@ def card(index: int, c: CandidateResult, comparison: Comparison) -> dict[str, An
                 "benchmark": b.benchmark,
                 "n": b.n,
                 "weight": str(b.weight),
-                "mean_difference": float(b.mean_difference),
+                # Worded as the card's weighted Δ (one benchmark: the same number, the same text).
+                "mean_difference": signed_text(float(b.mean_difference)),
                 "wins": b.wins,
                 "losses": b.losses,
                 "ties": b.ties,
