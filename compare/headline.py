@@ -2,8 +2,9 @@
 quality at lower cost?
 
 Read from a comparison document (`compare.services.comparison_build`, the JSON the API answers),
-so the demo, the CLI and the page say the same thing. The answer's first word follows THE
-verdict (`compare.verdict`) and nothing else; the sentence then names the margin, the
+so the demo, the CLI and the page say the same thing. The answer's quality part follows THE
+verdict (`compare.verdict`) and nothing else, and it says "Yes" only when the subject cost is
+known to be lower as well (`_answer`); the sentence then names the margin, the
 family-wise interval with its level and n, and the subject-cost savings — or why a figure is
 unknown. Nothing here computes a statistic; figures are worded by the shared presenters
 (srbench/money.py, srbench/presenters.py), as on the page.
@@ -18,13 +19,16 @@ from compare.verdict import level_text
 from srbench.figures_text import signed_interval_text
 from srbench.money import UNKNOWN_TEXT, percent_text, usd_text
 
-# The answer to "does it keep the quality?", by verdict word.
+# The answer to "does it keep the quality at lower cost?", by verdict word when the subject
+# cost is lower; a kept quality without a lower cost is not a "Yes" (`_answer`).
 ANSWERS = {
     "better": "Yes, and better",
     "non_inferior": "Yes",
     "inconclusive": "Not shown",
     "worse": "No",
 }
+# The quality kept (better or non-inferior), the cost higher or the same / unknown.
+QUALITY_KEPT = {"better": "Better quality", "non_inferior": "Quality kept"}
 
 
 class NoSuchCandidate(LookupError):
@@ -73,6 +77,21 @@ def _cost_words(doc: dict[str, Any], c: dict[str, Any]) -> str:
     return f"subject cost {percent_text(pct)} lower ({costs})"
 
 
+def _answer(c: dict[str, Any]) -> str:
+    """The sentence's first words: "Yes" only when the quality is kept (the verdict) *and* the
+    subject cost is known to be lower; otherwise the quality part alone, saying the cost part
+    is not met or not known. Inconclusive and worse answer the quality question already."""
+    word = c["verdict"]
+    if word not in QUALITY_KEPT:
+        return ANSWERS[word]
+    pct = c["savings"]["subject_cost_pct"]
+    if pct is None:
+        return f"{QUALITY_KEPT[word]}; lower cost not shown"
+    if Decimal(pct) <= 0:
+        return f"{QUALITY_KEPT[word]}, but not at lower cost"
+    return ANSWERS[word]
+
+
 def headline_sentence(doc: dict[str, Any], target: str, run: int | None = None) -> str:
     """One sentence: the question, the answer by verdict, the interval and n, the savings."""
     c = candidate_entry(doc, target, run)
@@ -82,7 +101,7 @@ def headline_sentence(doc: dict[str, Any], target: str, run: int | None = None) 
     benchmarks = ", ".join(b["benchmark"] for b in c["benchmarks"])
     return (
         f"Does {c['target']} keep {base['target']}'s quality at lower cost? "
-        f"{ANSWERS[c['verdict']]} — {_verdict_words(c)}: "
+        f"{_answer(c)} — {_verdict_words(c)}: "
         f"Δ {c['delta']:+.4f} (quality {c['quality']:.4f} vs {base['quality']:.4f}), "
         f"{level_text(fam['level'])} family-wise interval "
         f"{signed_interval_text(fam['display_lower'], fam['display_upper'])} on {c['questions']:,} {split} "

@@ -20,9 +20,11 @@ from tests.compare.test_verdicts import CASES, Case, build, outcomes
 
 pytestmark = pytest.mark.django_db
 
+# Both sides cost the same here, so a kept quality is not a "Yes" to "at lower cost?"
+# (tests/compare/test_headline_cost.py has the lower and higher costs).
 ANSWER = {
-    "better": "Yes, and better — better",
-    "non_inferior": "Yes — non-inferior with the margin",
+    "better": "Better quality, but not at lower cost — better",
+    "non_inferior": "Quality kept, but not at lower cost — non-inferior with the margin",
     "inconclusive": "Not shown — inconclusive",
     "worse": "No — worse",
 }

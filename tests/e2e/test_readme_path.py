@@ -446,7 +446,7 @@ def read_the_api(api: Api, demo_run: int, candidates: list[int]) -> None:
 
 HEADLINE = re.compile(
     r"^Does sim-router keep sim-strong's quality at lower cost\? (?P<answer>Yes, and better|Yes|"
-    r"Not shown|No) — (?P<word>better|non-inferior|inconclusive|worse)\b.*: "
+    r"Better quality, but not at lower cost|Quality kept, but not at lower cost|Not shown|No) — (?P<word>better|non-inferior|inconclusive|worse)\b.*: "
     r"Δ (?P<delta>[-+]\d\.\d{4}) .*?, (?P<level>[\d.]+)% family-wise interval "
     r"\[(?P<lower>[-+]\d\.\d{4}), (?P<upper>[-+]\d\.\d{4})\] on (?P<n>[\d,]+) holdout "
     r"questions \(mmlu-pro\); subject cost (?P<pct>[\d.]+)% (?P<way>lower|higher) "
@@ -481,8 +481,6 @@ def headline_recomputed(api: Api, run_id: int, printed: re.Match[str]) -> str:
     else:
         word = "inconclusive"
     assert printed["word"] == word.replace("_", "-"), (printed.group(0), word, lower, upper)
-    answer = {"better": "Yes, and better", "non_inferior": "Yes", "worse": "No"}
-    assert printed["answer"] == answer.get(word, "Not shown"), printed.group(0)
     assert printed["n"] == f"{n:,}" and printed["level"] == "97.5", printed.group(0)
     assert printed["delta"] == f"{float(delta):+.4f}", (printed.group(0), delta)
     assert (printed["lower"], printed["upper"]) == (f"{lower:+.4f}", f"{upper:+.4f}")
@@ -494,6 +492,12 @@ def headline_recomputed(api: Api, run_id: int, printed: re.Match[str]) -> str:
     assert Decimal(printed["base"]) == cost["sim-strong"], (printed.group(0), cost)
     saved = (1 - cost["sim-router"] / cost["sim-strong"]) * 100
     assert printed["way"] == ("lower" if saved > 0 else "higher"), printed.group(0)
+    answer = {"better": "Yes, and better", "non_inferior": "Yes", "worse": "No"}
+    if word in ("better", "non_inferior") and cost["sim-router"] >= cost["sim-strong"]:
+        # "Yes" answers both halves of the question: the quality kept *at lower cost*.
+        answer[word] = {"better": "Better quality", "non_inferior": "Quality kept"}[word]
+        answer[word] += ", but not at lower cost"
+    assert printed["answer"] == answer.get(word, "Not shown"), printed.group(0)
     assert abs(Decimal(printed["pct"]) - abs(saved)) < Decimal("0.05"), (printed.group(0), saved)
     return word
 
