@@ -28,7 +28,7 @@ from datasets.provenance import UNKNOWN as PROVENANCE_UNKNOWN
 from datasets.provenance import provenance_summary
 from runs.reporting.official_metrics import METRICS as OFFICIAL_METRICS
 from runs.reporting.official_metrics import metric_value_text
-from srbench.figures_text import signed_interval_text
+from srbench.figures_text import level_text, signed_interval_text
 from srbench.money import percent_text
 from srbench.presenters import (
     UNKNOWN_HTML,
@@ -217,7 +217,7 @@ def _quality_figures(p: PairedResult) -> dict[str, Any]:
         if p.family_size > 1
         else None,
         "family_size": p.family_size,
-        "family_level": f"{1 - p.family_alpha:.2%}",
+        "family_level": level_text(1 - p.family_alpha),
         "bootstrap": None if boot is None else signed_interval_text(boot.lower, boot.upper),
         "wins": p.wins,
         "losses": p.losses,

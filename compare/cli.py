@@ -28,7 +28,7 @@ from srbench.api_client import (
     refused_text,
     text_file_write,
 )
-from srbench.figures_text import signed_figure, signed_interval_text
+from srbench.figures_text import level_text, signed_figure, signed_interval_text
 from srbench.money import percent_text, usd_text
 
 
@@ -116,7 +116,7 @@ def compare(options: dict[str, Any]) -> int:
     level = f"{1 - doc['alpha']:.0%}"
     # The family-wise level as the comparison states it (compare.results), not recomputed here.
     family = comps[0]["family_interval"]["level"] if comps else 1 - doc["alpha"]
-    family_level = f"{family:.2%}".replace(".00%", "%")
+    family_level = level_text(family)
     print(
         f"{'candidate':<32} {'Δ':>8} {level + ' Hoeffding':>22} {family_level + ' family':>22} "
         f"{'W/L/T':>12} {'savings':>9} {'cache-neutral':>13}  verdict"

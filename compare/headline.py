@@ -15,8 +15,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from compare.verdict import level_text
-from srbench.figures_text import signed_interval_text
+from srbench.figures_text import level_text, signed_interval_text
 from srbench.money import UNKNOWN_TEXT, percent_text, usd_text
 
 # The answer to "does it keep the quality at lower cost?", by verdict word when the subject

@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 from runs.ledger.selectors import manifest_without_cases
 from runs.models import Run
-from srbench.figures_text import signed_interval_text
+from srbench.figures_text import level_text, signed_interval_text
 from srbench.stats import PairedResult, clipped_to_unit
 
 VerdictWord = Literal["better", "non_inferior", "inconclusive", "worse"]
@@ -162,11 +162,6 @@ def margin_terms(candidate: Run, baseline: Run) -> tuple[Decimal | None, str | N
         shown = split if split != "holdout" else baseline_split
         return None, f"the cases are the {shown or 'unknown'} split; parity needs holdout cases"
     return margin, None
-
-
-def level_text(level: float) -> str:
-    """95% or 98.33%: the level with at most two decimals, no trailing zeros."""
-    return f"{level * 100:.2f}".rstrip("0").rstrip(".") + "%"
 
 
 def verdict_decide(

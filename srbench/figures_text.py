@@ -17,3 +17,9 @@ def signed_figure(value: float | None, digits: int = 4) -> str:
 def signed_interval_text(lower: float, upper: float, digits: int = 4) -> str:
     """A difference's interval with the sign of each bound: ``[-0.1250, +0.0625]``."""
     return f"[{lower:+.{digits}f}, {upper:+.{digits}f}]"
+
+
+def level_text(level: float) -> str:
+    """An interval's level as every comparison text writes it — 95%, 97.5% or 98.33%: at most
+    two decimals, no trailing zeros (the verdict's reason, the card, the headline, the CLI)."""
+    return f"{level * 100:.2f}".rstrip("0").rstrip(".") + "%"

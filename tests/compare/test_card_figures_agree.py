@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.core.management import call_command
 
 from compare.views import compare_url
 from tests import factories as f
@@ -44,3 +45,25 @@ def test_a_lone_benchmarks_mean_difference_reads_as_the_weighted_delta(client) -
     cells = re.findall(r'<td class="num">(.*?)</td>', row.group(1))
     # questions, weight, mean Δ, W / L / T
     assert cells == ["32", "1", "+0.0312", "1 / 0 / 31"], cells
+
+
+def test_the_family_wise_level_is_written_as_the_verdict_writes_it(client, capsys) -> None:
+    """Two candidates: the family-wise level is 1 − 0.05/2 = 97.5 %. The verdict's reason says
+    "97.5%"; the card's row and the CLI's column said "97.50%" for the same interval."""
+    ops = f.user_create(username="ops-level", staff=True)
+    client.force_login(ops)
+    qs = b.questions({"mmlu-pro": 6})
+    base, one, two = b.target("base"), b.target("one", kind="mom"), b.target("two", kind="mom")
+    run = b.run(qs, {base: [True, False] * 3, one: [True] * 6, two: [False] * 6})
+
+    page = client.get(compare_url(baseline=run.pk, candidates=[run.pk], compare=True))
+    card = _card(page.content.decode(), run.pk, "one")
+    assert "97.5% family-wise interval" in card
+    assert "Family-wise interval (97.5%, Bonferroni over 2)" in card, card
+    assert "97.50%" not in card
+
+    capsys.readouterr()
+    call_command("benchmark", "compare", str(run.pk), str(run.pk), "--user", "ops-level")
+    out = capsys.readouterr().out
+    assert "97.5% family " in out.splitlines()[1], out
+    assert "97.50%" not in out, out
