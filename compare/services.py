@@ -332,6 +332,9 @@ def _pick_baseline(
     """The strongest single model of the baseline run, or the named one among those tied
     with it (never a weaker one, R5.1)."""
     run_id = loaded.baseline_run.pk
+    if not loaded.cases.keys.size:
+        # Every target "has a result for each" of no case: say what is true instead.
+        raise ComparisonError(f"run {run_id} plans no case: there is nothing to compare")
     pool, listed = _baseline_pool(loaded.entries[run_id], loaded.cases)
     if not pool:
         raise ComparisonError(
