@@ -525,12 +525,27 @@ def _candidate_row(b: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# Cells whose text a user chose (a run's name, a target's slug): a spreadsheet runs a cell that
+# starts with one of FORMULA_STARTS as a formula, so such a cell is written after an apostrophe
+# (shown as text). Figures are never touched: a negative Δ or savings rate keeps its sign.
+FREE_TEXT_COLUMNS = ("run_name", "target", "baseline_target")
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_cell(column: str, value: Any) -> Any:
+    if value is None:
+        return ""
+    if column in FREE_TEXT_COLUMNS and isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def comparison_csv(doc: dict[str, Any]) -> str:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for row in comparison_rows(doc):
-        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+        writer.writerow({k: _csv_cell(k, v) for k, v in row.items()})
     return out.getvalue()
 
 
