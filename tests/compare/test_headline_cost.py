@@ -34,9 +34,7 @@ def _doc(n: int, right: int, cand_right: set[int], router_cost: Decimal | None, 
     strong = b.target(f"hc-strong-{next(b._seq)}")
     router = b.target(f"hc-router-{next(b._seq)}", kind="mom")
     split = "holdout" if extra else "dev"
-    baseline = b.run(
-        qs, {strong: base_out}, costs={strong: D("0.001")}, split=split, **extra
-    )
+    baseline = b.run(qs, {strong: base_out}, costs={strong: D("0.001")}, split=split, **extra)
     costs = {router: router_cost if router_cost is not None else [None] * n}
     candidate = b.run(qs, {router: cand_out}, costs=costs, split=split, **extra)
     doc = comparison_build(baseline_run_id=baseline.pk, candidate_run_ids=[candidate.pk])
@@ -46,7 +44,7 @@ def _doc(n: int, right: int, cand_right: set[int], router_cost: Decimal | None, 
 def _non_inferior(router_cost: Decimal | None):
     # Independent check of the constructed case: Δ − r above −0.19, Δ + r above 0.
     r = math.sqrt(2 * math.log(2 / 0.05) / 400)
-    assert -0.19 < -0.05 - r and -0.05 + r > 0
+    assert -0.05 - r > -0.19 and -0.05 + r > 0
     return _doc(400, 200, set(range(20, 200)), router_cost, non_inferiority_margin="0.19")
 
 
