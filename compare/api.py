@@ -48,6 +48,7 @@ from srbench.api import (
     error_responses,
     int_param,
 )
+from srbench.spreadsheet import spreadsheet_text
 
 # One compared candidate. Documented field by field where a client decides on it (the verdict
 # and the numbers behind it); the rest of the candidate's document is described in
@@ -525,19 +526,16 @@ def _candidate_row(b: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# Cells whose text a user chose (a run's name, a target's slug): a spreadsheet runs a cell that
-# starts with one of FORMULA_STARTS as a formula, so such a cell is written after an apostrophe
-# (shown as text). Figures are never touched: a negative Δ or savings rate keeps its sign.
+# Cells whose text a user chose (a run's name, a target's slug), written as a spreadsheet shows
+# them as text (srbench.spreadsheet). Figures are never touched: a negative Δ or savings rate
+# (``-17/35``) keeps its sign.
 FREE_TEXT_COLUMNS = ("run_name", "target", "baseline_target")
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _csv_cell(column: str, value: Any) -> Any:
     if value is None:
         return ""
-    if column in FREE_TEXT_COLUMNS and isinstance(value, str) and value.startswith(FORMULA_STARTS):
-        return "'" + value
-    return value
+    return spreadsheet_text(value) if column in FREE_TEXT_COLUMNS else value
 
 
 def comparison_csv(doc: dict[str, Any]) -> str:

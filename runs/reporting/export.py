@@ -31,6 +31,7 @@ from runs.reporting.reconcile import effective_call_sums
 from runs.reporting.stored_report import run_report_served
 from srbench.money import money_text
 from srbench.refusals import Refusal
+from srbench.spreadsheet import spreadsheet_text
 
 __all__ = ["ExportRefused", "export_csv", "export_json", "export_matrix"]
 
@@ -198,18 +199,19 @@ def export_csv(matrix: dict[str, Any]) -> str:
     header = base + [f"{s}.{field}" for s in matrix["targets"] for field in per_target + extra]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(header)
+    # Target slugs, native ids and the model's answers are text someone else chose: written as
+    # a spreadsheet shows them as text (srbench.spreadsheet), numbers as they are.
+    writer.writerow([spreadsheet_text(h) for h in header])
     for row in matrix["rows"]:
         values: list[Any] = [row[h] for h in base]
         for slug in matrix["targets"]:
             cell = row["targets"].get(slug, {})
             for field in per_target:
-                value = cell.get(field)
-                values.append("" if value is None else value)
+                values.append(cell.get(field))
             if extra:
                 official = official_csv_cells(cell.get("official"))
-                values += ["" if official[k] is None else official[k] for k in extra]
-        writer.writerow(values)
+                values += [official[k] for k in extra]
+        writer.writerow([spreadsheet_text(v) for v in values])
     return out.getvalue()
 
 
