@@ -76,16 +76,34 @@ def answer_key(benchmarks: list[str]) -> AnswerKey:
 
 
 @contextlib.contextmanager
-def simulator(benchmarks: list[str], **overrides: Any) -> Iterator[str]:
-    """A simulator that knows the fixtures' answers the way a deployed one does: the key saved
-    as JSON and named by the config's ``[answer_key] file`` (issue 24)."""
+def simulator(
+    benchmarks: list[str], *, key: AnswerKey | None = None, **overrides: Any
+) -> Iterator[str]:
+    """A simulator that knows the fixtures' answers the way a deployed one does (or answers
+    from ``key``): the key saved as JSON and named by the config's ``[answer_key] file``
+    (issue 24)."""
     models = {**FAST_MODELS, **overrides.pop("models", {})}
     with tempfile.TemporaryDirectory(prefix="srbench-answer-key-") as folder:
         path = Path(folder) / "answer-key.json"
-        answer_key(benchmarks).save(path)
+        (answer_key(benchmarks) if key is None else key).save(path)
         config = load_config(None, {"answer_key": {"file": str(path)}})
         with running_simulator(config, models=models, **overrides) as url:
             yield url
+
+
+def keyed_run(key: AnswerKey, dataset: FrozenDataset, name: str, *, timeout: float) -> Run:
+    """One run of sim-strong over ``dataset``, answering from ``key`` (a hostile model's
+    answers, say), waited for until it ends."""
+    from tests.conftest import wait_until
+
+    with simulator([], key=key, models={"sim-strong": {"ttft_s": 0.0, "accuracy": 1.0}}) as url:
+        sim_targets(url)
+        run, _ = run_create(
+            owner=user_create(),
+            plan={"name": name, "dataset": dataset.pk, "targets": ["sim-strong"]},
+        )
+        wait_until(lambda: terminal(run), timeout=timeout)
+    return run
 
 
 def sim_targets(url: str) -> dict[str, Target]:

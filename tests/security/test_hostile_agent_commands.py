@@ -14,18 +14,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from datasets.benchmarks import get_adapter
 from runs.models import Call, Cell
-from runs.planning.services import run_create
-from srbench.simulator.config import load_config
-from srbench.simulator.testing import running_simulator
-from tests import factories as f
-from tests.conftest import wait_until
 from tests.runs import engine_support as es
 
 pytestmark = pytest.mark.worker
@@ -71,19 +65,8 @@ def test_a_hostile_agent_scores_zero_reaches_nothing_and_leaves_nothing(
     host_file = tmp_path / "host-secret.txt"
     host_file.write_text("host data\n")
     key = hostile_key(hostile_script(host_file))
-    with tempfile.TemporaryDirectory(prefix="srbench-answer-key-") as folder:
-        path = Path(folder) / "answer-key.json"
-        key.save(path)
-        config = load_config(None, {"answer_key": {"file": str(path)}})
-        models = {**es.FAST_MODELS, "sim-strong": {"ttft_s": 0.0, "accuracy": 1.0}}
-        with running_simulator(config, models=models) as url:
-            es.sim_targets(url)
-            dataset = es.fixture_dataset(["terminal-bench"], per_benchmark=1)
-            run, _ = run_create(
-                owner=f.user_create(),
-                plan={"name": "hostile-agent", "dataset": dataset.pk, "targets": ["sim-strong"]},
-            )
-            wait_until(lambda: es.terminal(run), timeout=300)
+    dataset = es.fixture_dataset(["terminal-bench"], per_benchmark=1)
+    run = es.keyed_run(key, dataset, "hostile-agent", timeout=300)
     assert run.status == "completed", (run.stop_reason, celery_worker.log()[-3000:])
     cell = Cell.objects.get(run=run)
     assert cell.status == "completed", cell.error
@@ -133,19 +116,8 @@ def test_an_agent_that_sleeps_is_stopped_at_the_tasks_agent_timeout(
     task = adapter.load(adapter.fixture_path())[0]
     task = dataclasses.replace(task, payload={**task.payload, "agent_timeout_sec": 3.0})
     key = hostile_key("\n".join(["sleep 100"] * 4))
-    with tempfile.TemporaryDirectory(prefix="srbench-answer-key-") as folder:
-        path = Path(folder) / "answer-key.json"
-        key.save(path)
-        config = load_config(None, {"answer_key": {"file": str(path)}})
-        models = {**es.FAST_MODELS, "sim-strong": {"ttft_s": 0.0, "accuracy": 1.0}}
-        with running_simulator(config, models=models) as url:
-            es.sim_targets(url)
-            dataset = es.questions_dataset([task], name="slow-agent", benchmarks=["terminal-bench"])
-            run, _ = run_create(
-                owner=f.user_create(),
-                plan={"name": "slow-agent", "dataset": dataset.pk, "targets": ["sim-strong"]},
-            )
-            wait_until(lambda: es.terminal(run), timeout=300)
+    dataset = es.questions_dataset([task], name="slow-agent", benchmarks=["terminal-bench"])
+    run = es.keyed_run(key, dataset, "slow-agent", timeout=300)
     assert run.status == "completed", (run.stop_reason, celery_worker.log()[-3000:])
     cell = Cell.objects.get(run=run)
     assert cell.correct is False

@@ -15,7 +15,6 @@ process, the simulator answering with the hostile code, the cell read back from 
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,11 +24,7 @@ from datasets.scicode_fixture_data import write_fixture_test_data
 from runs.engine.code_grading import grade_scicode
 from runs.engine.sandbox_command import SandboxLimits, sandbox_available
 from runs.models import Cell
-from runs.planning.services import run_create
-from srbench.simulator.config import load_config
-from srbench.simulator.testing import running_simulator
-from tests import factories as f
-from tests.conftest import WorkerProcess, purge_broker, wait_until
+from tests.conftest import WorkerProcess, purge_broker
 from tests.runs import engine_support as es
 
 assert sandbox_available(), "bubblewrap missing: run scripts/ensure_sandbox.sh"
@@ -87,23 +82,8 @@ def run_scicode_against(key, tmp_path: Path, settings) -> Cell:
     )
     worker.start()
     try:
-        with tempfile.TemporaryDirectory(prefix="srbench-answer-key-") as folder:
-            path = Path(folder) / "answer-key.json"
-            key.save(path)
-            config = load_config(None, {"answer_key": {"file": str(path)}})
-            models = {**es.FAST_MODELS, "sim-strong": {"ttft_s": 0.0, "accuracy": 1.0}}
-            with running_simulator(config, models=models) as url:
-                es.sim_targets(url)
-                dataset = es.fixture_dataset(["scicode"], per_benchmark=1)
-                run, _ = run_create(
-                    owner=f.user_create(),
-                    plan={
-                        "name": "hostile-scicode",
-                        "dataset": dataset.pk,
-                        "targets": ["sim-strong"],
-                    },
-                )
-                wait_until(lambda: es.terminal(run), timeout=240)
+        dataset = es.fixture_dataset(["scicode"], per_benchmark=1)
+        run = es.keyed_run(key, dataset, "hostile-scicode", timeout=240)
     finally:
         worker.stop()
         purge_broker()
