@@ -149,22 +149,67 @@ JSON_TEXTS = st.one_of(
     st.sampled_from(
         ['{"a":1}', ' {"a":1}', '{"a":1} ', '{"a":1}x', '{"a":1}{}', "{", "}", "{}}", "{]", ""]
         + ['{"a":"\\ud800"}', '{"a":NaN}', '{"a":1,}', '{"a" 1}', "[1]", "1", '"x"', "{}\n"]
+        + ['{"a":1E400}', '{"a":-Infinity}', '\ufeff{"a":1}', '{"a":"\x00"}', '{"a":01}']
+        + ['{"a":1.}', '{"a":.5}', '{"a":+1}', '{"a":1,"a":2}', '{"a":-0}', '{"a":-0.0}']
+        + ['{"\ud800":1}', '{"a":"\\uDFFF\\uD800"}', '{"a":1e-400}', "[" * 50 + "]" * 50, "[" * 100_000 + "]" * 100_000]
     ),
-    st.text(alphabet='{}[]":,01 ab\\\n\t', max_size=30),
-    st.builds(lambda s: "{" + s + "}", st.text(alphabet='{}[]":,01 ab\\', max_size=20)),
+    st.text(alphabet='{}[]":,01 ab\\\n\teE.-+\ufeff\x00\u00e9', max_size=30),
+    st.builds(lambda s: "{" + s + "}", st.text(alphabet='{}[]":,01 ab\\eE.-+', max_size=20)),
+)
+# Values of every JSON type (integers past 64 bits, floats at the edges, any text), written
+# with json.dumps' variants: what a server might send.
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=-(10**40), max_value=10**40)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
 )
 
 
-@fixed(500)
+def strictly(value: Any) -> Any:
+    """A value with its types spelled out: 1, 1.0 and True differ; -0.0 is not 0.0."""
+    if isinstance(value, dict):
+        return ("dict", [(strictly(k), strictly(v)) for k, v in value.items()])
+    if isinstance(value, list):
+        return ("list", [strictly(v) for v in value])
+    if isinstance(value, float):
+        return ("float", repr(value))
+    return (type(value).__name__, value)
+
+
+def outcome(parse: Any, text: str) -> Any:
+    try:
+        return "value", strictly(parse(text))
+    except json.JSONDecodeError as exc:
+        return "error", exc.msg, exc.pos
+    except RecursionError:
+        return "too deep"
+
+
+@fixed(800)
 @given(text=JSON_TEXTS)
 def test_chunk_json_is_parsed_exactly_as_json_loads(text: str) -> None:
-    def outcome(parse: Any) -> Any:
-        try:
-            return "value", parse(text)
-        except json.JSONDecodeError as exc:
-            return "error", exc.msg, exc.pos
+    """The read path's decoder (msgspec first, json.loads for what it refuses) against
+    json.loads: the same value with the same types, or the same error at the same place."""
+    assert outcome(_json_object, text) == outcome(json.loads, text)
 
-    assert outcome(_json_object) == outcome(json.loads)
+
+@fixed(300)
+@given(
+    value=JSON_VALUES,
+    ascii_only=st.booleans(),
+    separators=st.sampled_from([(",", ":"), (", ", ": "), (" , ", " : ")]),
+    indent=st.sampled_from([None, 0, 2, "\t"]),
+)
+def test_any_json_value_reads_back_exactly_as_json_loads_reads_it(
+    value: Any, ascii_only: bool, separators: tuple[str, str], indent: Any
+) -> None:
+    text = json.dumps(value, ensure_ascii=ascii_only, separators=separators, indent=indent)
+    assert outcome(_json_object, text) == outcome(json.loads, text)
 
 
 # --- the transport's chunked decoding ---------------------------------------------------------
