@@ -16,6 +16,7 @@ from runs.ledger.events import events_append
 from runs.ledger.idempotency import IdempotencyKey, IdempotencyKeyReused, key_value
 from runs.models import ACTIVE_RUN_STATUSES, Call, Cell, CellStatus, Run, Target, TargetSecret
 from runs.planning.plans import plan_freeze
+from srbench.canonical import sha256_hex
 from srbench.secrets import encrypt_secret
 
 
@@ -72,6 +73,36 @@ def run_insert(*, run: Run, cells: list[NewCell], created: dict[str, Any] | None
         ],
     )
     return run
+
+
+def child_run_insert(
+    *,
+    parent: Run,
+    manifest: dict[str, Any],
+    cells: list[NewCell],
+    owner: Any,
+    created: dict[str, Any],
+    idempotency_key: str | None = None,
+) -> Run:
+    """A child run of ``parent`` (a recovery's, a re-judge's) by `run_insert`, in the caller's
+    transaction: the parent's mode, profile and dataset, the child's own manifest (its name the
+    manifest's, cut to the column) and plan hash, ``parent`` as its lineage. Dispatch is the
+    caller's: after its commit."""
+    return run_insert(
+        run=Run(
+            name=manifest["name"][: Run._meta.get_field("name").max_length],
+            mode=parent.mode,
+            profile=parent.profile,
+            manifest=manifest,
+            plan_sha256=sha256_hex(manifest),
+            dataset_id=parent.dataset_id,
+            owner=owner,
+            parent=parent,
+            idempotency_key=idempotency_key,
+        ),
+        cells=cells,
+        created=created,
+    )
 
 
 def run_create(

@@ -91,17 +91,9 @@ def recovery_child_create(
         slot_of = {c["cell"]: top[(c["question"], target_ids[c["cell"]])] + 1 for c in chosen}
     else:
         slot_of = {c["cell"]: c["slot"] for c in chosen}
-    child = services.run_insert(
-        run=Run(
-            name=manifest["name"],
-            mode=parent.mode,
-            profile=parent.profile,
-            manifest=manifest,
-            plan_sha256=sha256_hex(manifest),
-            dataset_id=parent.dataset_id,
-            owner=user,
-            parent=parent,
-        ),
+    return services.child_run_insert(
+        parent=parent,
+        manifest=manifest,
         cells=[
             services.NewCell(
                 question_id=c["question"],
@@ -111,11 +103,11 @@ def recovery_child_create(
             )
             for c in chosen
         ],
+        owner=user,
         created={
             "recovery": {"parent": parent.pk, "mode": mode, "recovery_plan_sha256": plan_sha256}
         },
     )
-    return child
 
 
 def judge_only_recovery_child(

@@ -214,23 +214,16 @@ def _insert(
         )
     )
     # The same (question, target, slot) as the parent cell: the same attempt, judged again.
-    return services.run_insert(
-        run=Run(
-            name=manifest["name"][:200],
-            mode=parent.mode,
-            profile=parent.profile,
-            manifest=manifest,
-            plan_sha256=sha256_hex(manifest),
-            dataset_id=parent.dataset_id,
-            owner=user,
-            parent=parent,
-            idempotency_key=key,
-        ),
+    return services.child_run_insert(
+        parent=parent,
+        manifest=manifest,
         cells=[
             services.NewCell(question_id=qid, target_id=targets[pk], slot=slot, benchmark=benchmark)
             for pk, qid, _slug, slot, benchmark, _sha in content["cells"]
         ],
+        owner=user,
         created=created,
+        idempotency_key=key,
     )
 
 
