@@ -30,6 +30,7 @@ from runs.settlement.recovery import (
     recovery_plan_page,
     recovery_submit,
 )
+from runs.settlement.recovery_child import recovery_child_doc
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from srbench.api import (
     ApiSchema,
@@ -120,8 +121,49 @@ RecoverRequestSerializer = inline_serializer(
 )
 
 
+class CellEchoSerializer(serializers.Serializer):
+    """Many cell ids said in brief (`srbench.refusals.echo_items`): never all of them."""
+
+    count = serializers.IntegerField(help_text="how many cells")
+    first = serializers.ListField(
+        child=serializers.IntegerField(), help_text="the first ten parent cell ids, ascending"
+    )
+    omitted = serializers.IntegerField(help_text="how many ids `first` leaves out")
+
+
+RecoveryMarkerSerializer = inline_serializer(
+    "RecoveryMarker",
+    allow_null=True,
+    help_text="where the child came from; null for a run that is no recovery child",
+    fields={
+        "parent_run": serializers.IntegerField(),
+        "parent_plan_sha256": serializers.CharField(),
+        "mode": serializers.ChoiceField(choices=RECOVERY_MODES),
+        "recovery_plan_sha256": serializers.CharField(),
+        "selected_cells": CellEchoSerializer(
+            help_text="the parent cells this child runs: a count and the first ten ids, never "
+            "all of them (a run may have 100,000); all of them are read as the child's cells "
+            "(`cells`)"
+        ),
+        "selected_cells_sha256": serializers.CharField(
+            help_text="the hash of every selected parent cell id (canonical JSON), whole"
+        ),
+        "eligible_cells": CellEchoSerializer(
+            help_text="the parent cells the reviewed plan offered: a count and the first ten"
+        ),
+        "parent_snapshot": serializers.DictField(),
+        "recovery_subset": serializers.BooleanField(),
+        "judge_cost_quote": serializers.DictField(required=False, help_text="judge_only mode"),
+        "cells": serializers.CharField(
+            help_text="the child run's cells (GET, paged ≤ 100): one per selected parent cell, "
+            "same question and target, the same slot (the next one in failed mode)"
+        ),
+    },
+)
+
+
 class RecoveredRunSerializer(RunSerializer):
-    recovery = serializers.DictField(allow_null=True)
+    recovery = RecoveryMarkerSerializer
 
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "recovery"]
@@ -256,7 +298,7 @@ class RecoverView(APIView):
             user=request.user,
         )
         child = selectors.runs_with_progress(Run.objects.filter(pk=child.pk)).get()
-        body = {**RunSerializer(child).data, "recovery": child.manifest.get("recovery")}
+        body = {**RunSerializer(child).data, "recovery": recovery_child_doc(child)}
         return replay_response(body, created=created)
 
 

@@ -174,7 +174,8 @@ def _recover(options: dict[str, Any]) -> int:
         options,
         child,
         f"run {child['id']}: {child['status']}, {child['progress']['denominator']} cells "
-        f"(recovery of run {options['run_id']}, {plan.get('mode')} mode)",
+        f"(recovery of run {options['run_id']}, {plan.get('mode')} mode); its cells: "
+        f"benchmark show {child['id']} --results",
     )
     return 0
 

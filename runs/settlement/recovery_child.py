@@ -17,8 +17,9 @@ from runs.settlement import rejudge
 from runs.settlement.rejudge import ChildRunRefused
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from srbench.canonical import sha256_hex
+from srbench.refusals import echo_items
 
-__all__ = ["judge_only_recovery_child", "recovery_child_create"]
+__all__ = ["judge_only_recovery_child", "recovery_child_create", "recovery_child_doc"]
 
 
 def _recovery_marker(
@@ -35,6 +36,26 @@ def _recovery_marker(
         "eligible_cells": [e["cell"] for e in content["eligible_cells"]],
         "parent_snapshot": content["parent"],
         "recovery_subset": True,
+    }
+
+
+def recovery_child_doc(child: Run) -> dict[str, Any] | None:
+    """What the recovery API (201, and 200 on a replay) and the CLI say of where a child came
+    from: its manifest's ``recovery`` marker with the selected and eligible parent cells as a
+    count, the first few ids and how many were left out (`srbench.refusals.echo_items`, the
+    rule refusals follow) — a run of 100,000 cells answered every id twice, about 1.6 MB — and
+    where all of them are read: the child's cells (``cells``), one per selected parent cell
+    (same question and target; the same slot, or the next one in failed mode), paged. The
+    ``selected_cells_sha256`` identifies the whole selection. None for a run that is no
+    recovery child."""
+    marker = child.manifest.get("recovery") if isinstance(child.manifest, dict) else None
+    if not marker:
+        return None
+    return {
+        **{k: v for k, v in marker.items() if k not in ("selected_cells", "eligible_cells")},
+        "selected_cells": echo_items(marker["selected_cells"]),
+        "eligible_cells": echo_items(marker["eligible_cells"]),
+        "cells": f"/api/v1/runs/{child.pk}/results/",
     }
 
 
