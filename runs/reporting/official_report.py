@@ -66,15 +66,11 @@ def official_sections(
     if not wanted:
         return {}
     slots = dict(Run.objects.filter(pk__in=wanted).values_list("pk", "manifest__slots"))
-    # ARC with one attempt per question has no pass@2 to read: its cells are not fetched.
-    fetch = {
-        run_id: [b for b in names if b != "arc" or int(slots.get(run_id) or 1) >= 2]
-        for run_id, names in wanted.items()
-    }
-    fetch = {run_id: names for run_id, names in fetch.items() if names}
+    # ARC with one attempt per question has no pass@2, but its tasks are still counted and
+    # said measured or not (a count beside an unknown value is a count, never a 0 unread).
     rows = Cell.objects.filter(
-        run_id__in=fetch,
-        benchmark__in={b for names in fetch.values() for b in names},
+        run_id__in=wanted,
+        benchmark__in={b for names in wanted.values() for b in names},
         slot__lt=2,
     ).values_list("run_id", "target_id", "benchmark", "question_id", "slot", "status", "grade")
     cells: dict[tuple[int, int, str], dict[int, dict[int, tuple[str, Any]]]] = defaultdict(
@@ -82,7 +78,7 @@ def official_sections(
     )
     arc_questions: set[int] = set()
     for run_id, target_id, benchmark, qid, slot, status, grade in rows:
-        if benchmark not in fetch.get(run_id, ()):
+        if benchmark not in wanted.get(run_id, ()):
             continue
         cells[(run_id, target_id, benchmark)][qid][slot] = (status, grade)
         if benchmark == "arc":
@@ -142,20 +138,29 @@ def _judged(
 def _arc(
     by_question: dict[int, dict[int, tuple[str, Any]]], outputs: dict[int, int], slots: int
 ) -> dict[str, Any]:
+    """ARC's official section: pass@2 (`official.arc_summary`), with ``tasks`` the target's
+    ARC tasks in the run and ``tasks_measured`` those whose attempts the scorer reads (the
+    first two, one when the plan made one) all have a per-output result — the n of pass@2, and
+    beside an unknown pass@2 how many were measured, never 0 for tasks that were not read."""
     tasks = []
     unknown = 0
+    measured = 0
     for qid, attempts in sorted(by_question.items()):
         if outputs.get(qid, 0) < 1:
             unknown += 1  # a question without test inputs: its per-output score is unknown
             continue
         graded = []
+        known = True
         for slot in range(min(slots, 2)):
             status, grade = attempts.get(slot, ("pending", None))
             kind, matches = _arc_attempt(status, grade)
             unknown += kind == "unknown"
+            known = known and kind != "unknown"
             graded.append(matches)
+        measured += known
         tasks.append((outputs[qid], graded))
     summary = official.arc_summary(tasks, slots)
+    summary.update(tasks=len(by_question), tasks_measured=measured)
     if unknown and slots >= 2:
         summary.update(
             value=None,

@@ -124,14 +124,15 @@ def _grade(benchmark: str, slug: str, index: int, slot: int) -> tuple[bool, dict
     return ok, {"grader": "judge", "verdict": verdict, "official": official}
 
 
-def official_run(name: str = "official") -> Run:
+def official_run(name: str = "official", *, slots: int = 2) -> Run:
     """A completed live dev-split run of targets strong and cheap (single models), two
-    attempts per question, over 4 ARC, 5 SimpleQA and 5 HLE questions."""
+    attempts per question (or `slots`: the first of them), over 4 ARC, 5 SimpleQA and 5 HLE
+    questions."""
     qs = [_question("arc", {"train": [], "test_inputs": [[[0]]] * n}) for n in ARC_OUTPUTS]
     qs += [_question("simpleqa", {"question": f"S{i}?"}) for i in range(len(SIMPLEQA["strong"]))]
     qs += [_question("hle", {"question": f"H{i}?"}) for i in range(len(HLE["strong"]))]
     targets = [b.target("strong"), b.target("cheap")]
-    doc = b.manifest(qs, targets, slots=2)
+    doc = b.manifest(qs, targets, slots=slots)
     for benchmark in ("simpleqa", "hle"):
         doc["benchmarks"][benchmark]["official_scoring"] = dict(TEMPLATE)
     run = f.run_create(
@@ -147,7 +148,7 @@ def official_run(name: str = "official") -> Run:
     for t in targets:
         for q in qs:
             index = [x for x in qs if x.benchmark == q.benchmark].index(q)
-            for slot in (0, 1):
+            for slot in range(slots):
                 correct, grade = _grade(q.benchmark, t.slug, index, slot)
                 cells.append(
                     Cell(
