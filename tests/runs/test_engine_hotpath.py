@@ -151,7 +151,13 @@ JSON_TEXTS = st.one_of(
         + ['{"a":"\\ud800"}', '{"a":NaN}', '{"a":1,}', '{"a" 1}', "[1]", "1", '"x"', "{}\n"]
         + ['{"a":1E400}', '{"a":-Infinity}', '\ufeff{"a":1}', '{"a":"\x00"}', '{"a":01}']
         + ['{"a":1.}', '{"a":.5}', '{"a":+1}', '{"a":1,"a":2}', '{"a":-0}', '{"a":-0.0}']
-        + ['{"\ud800":1}', '{"a":"\\uDFFF\\uD800"}', '{"a":1e-400}', "[" * 50 + "]" * 50, "[" * 100_000 + "]" * 100_000]
+        + [
+            '{"\ud800":1}',
+            '{"a":"\\uDFFF\\uD800"}',
+            '{"a":1e-400}',
+            "[" * 50 + "]" * 50,
+            "[" * 100_000 + "]" * 100_000,
+        ]
     ),
     st.text(alphabet='{}[]":,01 ab\\\n\teE.-+\ufeff\x00\u00e9', max_size=30),
     st.builds(lambda s: "{" + s + "}", st.text(alphabet='{}[]":,01 ab\\eE.-+', max_size=20)),
@@ -165,7 +171,9 @@ JSON_VALUES = st.recursive(
     | st.integers(min_value=-(10**40), max_value=10**40)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 
