@@ -18,7 +18,7 @@ from runs.ledger.accounting import (
     NOT_SENT_ERROR,
     NOT_SENT_USAGE,
     call_accounting,
-    gateway_resent_note,
+    with_gateway_resent,
 )
 from runs.ledger.usage import header_count
 from srbench.money import money_stored
@@ -101,14 +101,13 @@ def accounting_fields(
             served_model=result.served_model or "",
             headers=lower,
             price_table=target.prices,
+            usage_estimated=bool(target.stream_usage_estimate),
         )
     else:
         # Usage is trusted only from a finished stream (one [DONE], a finish_reason): a
         # usage chunk in a broken stream stays in the evidence but is not a receipt.
         buckets, cost, cache_neutral = None, None, None
-        note = "stream incomplete: usage unverified"
-    if resent := gateway_resent_note(lower):
-        note = f"{resent}; {note}"
+        note = with_gateway_resent("stream incomplete: usage unverified", lower)
     fields: dict[str, Any] = {}
     if buckets is not None:
         fields.update(

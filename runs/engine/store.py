@@ -30,6 +30,7 @@ from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from datasets.models import Question
+from runs.ledger.accounting import STREAM_USAGE_ESTIMATE_KEY
 from runs.ledger.bulk_sql import bulk_insert_sql, bulk_update_sql, first_per_key
 from runs.ledger.events import events_append
 from runs.ledger.selectors import target_api_key
@@ -63,6 +64,9 @@ class TargetInfo:
     api_key: str | None
     target_id: int
     api: str = WireApi.OPENAI  # the API the target speaks
+    # Why the target's stream usage is a gateway's estimate, as the plan froze it ("" when the
+    # target check showed nothing so): such calls' tokens and cost are unknown.
+    stream_usage_estimate: str = ""
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,7 @@ def _target_info(target: Target, snapshot: dict[str, Any], prices: dict[str, Any
         api_key=target_api_key(target=target),
         target_id=target.pk,
         api=snapshot.get("api", WireApi.OPENAI),
+        stream_usage_estimate=snapshot.get(STREAM_USAGE_ESTIMATE_KEY) or "",
     )
 
 

@@ -178,6 +178,30 @@ def benchmark_score_text(v: dict[str, Any]) -> str:
     return text
 
 
+def spend_text(spend: dict[str, Any], answers_of: int | None) -> str:
+    """The run's spend line: total, waste, and why a total is unknown or known only at least."""
+    unknown = spend["waste_calls_cost_unknown"]
+    return (
+        f"total spend {spent_text(spend['total_spend_usd'], spend['known_total_spend_usd'])}  "
+        f"waste {spent_text(spend['waste_usd'], spend['known_waste_usd'])} on "
+        f"{spend['waste_calls']} failed or unknown-outcome calls"
+        + (f" ({unknown} of unknown cost)" if unknown else "")
+        + (
+            f"; at least {usd(spend['known_total_spend_usd'])}: a gateway re-sent "
+            f"{spend['gateway_resent_calls']} calls upstream, their earlier attempts' cost "
+            "unknown"
+            if spend.get("gateway_resent_calls") and spend["total_spend_usd"] is None
+            else ""
+        )
+        + (
+            f" — judge calls only: the answers judged are run {answers_of}'s, bought "
+            "and counted there"
+            if answers_of
+            else ""
+        )
+    )
+
+
 def report_text(report: dict[str, Any]) -> str:
     r = report["run"]
     counts = report["counts"]
@@ -201,19 +225,7 @@ def report_text(report: dict[str, Any]) -> str:
     lines += not_run_lines(report.get("not_run", []))
     spend = report.get("spend")
     if spend is not None:
-        unknown = spend["waste_calls_cost_unknown"]
-        lines.append(
-            f"total spend {spent_text(spend['total_spend_usd'], spend['known_total_spend_usd'])}  "
-            f"waste {spent_text(spend['waste_usd'], spend['known_waste_usd'])} on "
-            f"{spend['waste_calls']} failed or unknown-outcome calls"
-            + (f" ({unknown} of unknown cost)" if unknown else "")
-            + (
-                f" — judge calls only: the answers judged are run {r['answers_of']}'s, bought "
-                "and counted there"
-                if r.get("answers_of")
-                else ""
-            )
-        )
+        lines.append(spend_text(spend, r.get("answers_of")))
     correction = report.get("usage_correction")
     if correction is not None:
         lines.append(

@@ -38,7 +38,14 @@ __all__ = [
     "cache_neutral_cost",
     "call_accounting",
     "call_cost",
+    "GATEWAY_ESTIMATE_NOTE",
+    "GATEWAY_RESENT_START",
+    "STREAM_USAGE_ESTIMATE_KEY",
+    "gateway_estimate_reason",
+    "gateway_resent_count",
     "gateway_resent_note",
+    "gateway_resent_reason",
+    "with_gateway_resent",
     "mom_cache_neutral_cost",
     "mom_call_cost",
     "no_stream_usage_reason",
@@ -201,21 +208,72 @@ NOT_SENT_USAGE: dict[str, Any] = {
 
 
 # A gateway that re-sends a request on its own (LiteLLM's proxy retries a failed upstream call
-# twice by default, then tries its fallbacks) answers once; only these response headers say
-# that its upstream was asked more than once. The engine keeps them in the call's headers.
+# twice by default, on a timeout too, then tries its fallbacks, even mid-stream) answers once;
+# only these response headers say that its upstream was asked more than once. The engine keeps
+# them in the call's headers. An earlier attempt may have been billed (a timed-out or cut
+# stream was computed upstream), and nothing says what it used: the answer's cost is a lower
+# bound of the call's, so a report sums such calls as known at least, never as complete.
 GATEWAY_RESEND_HEADERS = ("x-litellm-attempted-retries", "x-litellm-attempted-fallbacks")
+GATEWAY_RESENT_START = "the gateway re-sent this request"
+
+
+def gateway_resent_count(headers: Mapping[str, str]) -> int:
+    """How many times the gateway says it re-sent the request upstream (0 when it does not
+    say so); ``headers`` with lower-cased names."""
+    return sum(header_count(headers.get(name, "")) or 0 for name in GATEWAY_RESEND_HEADERS)
 
 
 def gateway_resent_note(headers: Mapping[str, str]) -> str:
     """Words for a call's cost note when the gateway in front of the model says it sent the
     request upstream more than once ("" when it does not say so). The usage, and so the cost,
     is that of the answer that came back; what the earlier attempts used is not reported."""
-    resent = sum(header_count(headers.get(name, "")) or 0 for name in GATEWAY_RESEND_HEADERS)
+    resent = gateway_resent_count(headers)
     if not resent:
         return ""
     return (
-        f"the gateway re-sent this request {resent} time(s) upstream: cost is of the last "
+        f"{GATEWAY_RESENT_START} {resent} time(s) upstream: cost is of the last "
         "attempt only, what earlier attempts cost is unknown"
+    )
+
+
+def with_gateway_resent(note: str, headers: Mapping[str, str]) -> str:
+    """A call's cost note, led by the gateway's re-sends when it says it re-sent the request:
+    the engine's note at close and reconcile-usage's for the same call read the same."""
+    resent = gateway_resent_note(headers)
+    return f"{resent}; {note}" if resent else note
+
+
+def gateway_resent_reason(calls: int, role_calls: int | None, role: str) -> str | None:
+    """Why a target's cost in ``role`` is a lower bound (None when no call was re-sent): said
+    once per target, by the report, beside the known sum."""
+    if not calls:
+        return None
+    return (
+        f"the gateway re-sent {calls} of {role_calls or calls} {role} calls upstream: each "
+        "is priced by the answer that came back, what the earlier attempts cost is unknown, so "
+        "the cost is at least the known sum, not complete"
+    )
+
+
+# A stream's usage that the target check showed to be a gateway's own count, not the server's
+# (runs.preflight.findings.stream_usage_disagreement: LiteLLM before llama.cpp streams 9 prompt
+# tokens where the server counts 32), frozen into the plan's target snapshot as
+# STREAM_USAGE_ESTIMATE_KEY. Such usage is shaped like a receipt and is not one: a cost priced
+# from it would be wrong, shown as known; its tokens and cost are unknown instead.
+STREAM_USAGE_ESTIMATE_KEY = "stream_usage_estimate"
+# (With the longest re-sent words before it, the note still fits the 200-character column.)
+GATEWAY_ESTIMATE_NOTE = "usage is a gateway's estimate, not the server's: tokens, cost unknown"
+
+
+def gateway_estimate_reason(calls: int, subject_calls: int | None, why: str) -> str | None:
+    """Why a target's tokens and cost are unknown when its streams' usage is a gateway's own
+    estimate (None when no call of it was so); ``why`` is what the plan's snapshot froze."""
+    if not calls:
+        return None
+    return (
+        f"{calls} of {subject_calls or calls} subject calls carried usage that is not the "
+        f"server's own count ({why}): their tokens and cost are unknown; point the target at "
+        "the server itself, or at a gateway that passes the server's usage through"
     )
 
 
@@ -429,20 +487,27 @@ def call_accounting(
     served_model: str | None,
     headers: Mapping[str, str],
     price_table: Mapping[str, Mapping[str, Any]],
+    usage_estimated: bool = False,
 ) -> CallAccounting:
     """Buckets, cost and cache-neutral cost of one call of a finished stream: the one
     composition that both the engine (at close) and ``reconcile-usage`` (from saved evidence)
     apply. ``kind`` is the target's kind (``single`` or ``mom``); ``headers`` are the response
-    headers with lower-cased names (only MoM reads them). A MoM call is bucketed, priced and
-    cache-neutrally priced only from a complete receipt (each entry at its own served model's
-    price) or a proven direct call. When the cost is known but the cache-neutral cost is not,
-    the note says why. Raises :class:`PriceError` for a malformed price entry."""
+    headers with lower-cased names (a MoM call's receipts, a gateway's re-sends). A MoM call is
+    bucketed, priced and cache-neutrally priced only from a complete receipt (each entry at its
+    own served model's price) or a proven direct call. ``usage_estimated``: the plan froze that
+    the target's stream usage is a gateway's estimate (:data:`STREAM_USAGE_ESTIMATE_KEY`), so a
+    call priced from its stream's usage has unknown tokens and cost (a router's receipt is not
+    the stream's usage and still prices). When the cost is known but the cache-neutral cost is
+    not, the note says why; a gateway's re-sends lead the note. Raises :class:`PriceError` for
+    a malformed price entry."""
+    from_stream = True
     if kind == "mom":
         buckets = mom_call_buckets(headers, usage)
         cost, note = mom_call_cost(headers, usage, price_table)
         neutral, neutral_note = mom_cache_neutral_cost(headers, usage, price_table)
         if neutral is None and cost is not None:
             note = f"{note}; cache-neutral cost unknown: {neutral_note}"
+        from_stream = mom_evidence(headers).receipt is None
     else:
         buckets = usage_buckets(usage)
         cost, note = priced_call_cost(usage, served_model or None, price_table)
@@ -451,4 +516,6 @@ def call_accounting(
         if cost is not None:
             note = "usage unknown"
         cost, neutral = None, None
-    return CallAccounting(buckets, cost, neutral, note)
+    elif usage_estimated and from_stream:
+        buckets, cost, neutral, note = None, None, None, GATEWAY_ESTIMATE_NOTE
+    return CallAccounting(buckets, cost, neutral, with_gateway_resent(note, headers))

@@ -86,10 +86,9 @@ def usage_findings(usage: WireResult, plain: WireResult) -> tuple[dict[str, Any]
                 "stream_usage",
                 "quirk",
                 disagreement,
-                "a run's token counts and costs would be read from the stream's usage, which is "
-                "not the server's own count: they may be wrong although shown as known; point "
-                "the target at the server itself, or check its counts against the provider's "
-                "billing records",
+                "a run planned after this check records its calls' tokens and cost as unknown, "
+                "since the stream's usage is not the server's own count; point the target at "
+                "the server itself, or at a gateway that passes the server's usage through",
             )
             if disagreement
             else _finding(

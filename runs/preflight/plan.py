@@ -67,6 +67,31 @@ def latest_preflights(targets: Iterable[Target]) -> dict[str, TargetPreflight]:
     return found
 
 
+def _estimate_finding(preflight: TargetPreflight) -> dict[str, Any] | None:
+    """The check's finding that the stream's usage is not the server's own count
+    (`runs.preflight.findings.stream_usage_disagreement`), if it made one."""
+    return next(
+        (
+            x
+            for x in preflight.findings or []
+            if x.get("key") == "stream_usage" and x.get("verdict") == "quirk"
+        ),
+        None,
+    )
+
+
+def stream_usage_estimate(target: Target) -> str:
+    """Why the target's stream usage is a gateway's own estimate, as its latest completed check
+    of its current endpoint and model found ("" when that check found nothing so, or none was
+    made). A plan freezes it into the target's snapshot, and the engine then records such
+    calls' tokens and cost as unknown (`runs.ledger.accounting.STREAM_USAGE_ESTIMATE_KEY`)."""
+    preflight = latest_preflights([target]).get(target.slug)
+    finding = None if preflight is None else _estimate_finding(preflight)
+    if preflight is None or finding is None:
+        return ""
+    return f"target check #{preflight.pk}: {finding['observed']}"
+
+
 def context_reason(slug: str, preflight: TargetPreflight) -> str:
     return (
         f"prompt longer than the {preflight.context_tokens:,}-token context target {slug} "
@@ -159,11 +184,8 @@ def _warnings(p: TargetPreflight, concurrency: int) -> list[str]:
         )
     if p.stream_usage is False:
         warnings.append("this server reports no usage when streaming: cost unknown")
-    warnings += [
-        f"{x['observed']}: {x['effect']}"
-        for x in p.findings or []
-        if x.get("key") == "stream_usage" and x.get("verdict") == "quirk" and p.stream_usage
-    ]
+    if p.stream_usage and (estimate := _estimate_finding(p)) is not None:
+        warnings.append(f"{estimate['observed']}: {estimate['effect']}")
     if p.served_model_priced is False:
         warnings.append(
             f"the served model {p.served_model!r} has no price: every cost will be unknown"

@@ -45,7 +45,6 @@ from runs.models import (
 )
 from runs.models.live import CELL_SUM_FIELDS
 from runs.reporting.report import (
-    BUCKETS,
     CELL_STATES,
     ReportBatch,
     call_timings,
@@ -57,6 +56,7 @@ from runs.reporting.report import (
     run_report_settled_compute,
     timing_shown,
 )
+from runs.reporting.report_spend import BUCKETS
 from runs.reporting.report_types import Counts, Report
 
 # A running run's percentiles and routing are recomputed at most this often (a request that

@@ -10,21 +10,26 @@ row: :func:`effective_call_sums` is that rule, in SQL.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
 
 from django.db import connection, transaction
-from django.db.models import Count
+from django.db.models import Count, Q
 
 from runs.engine.sse import ChatStreamAccumulator, SSEError, decode_sse
 from runs.ledger.accounting import (
+    GATEWAY_ESTIMATE_NOTE,
+    GATEWAY_RESENT_START,
     NO_STREAM_USAGE_NOTE,
     NO_STREAM_USAGE_REMEDY,
     NOT_SENT_ERROR,
     NOT_SENT_NOTE,
     NOT_SENT_USAGE,
+    STREAM_USAGE_ESTIMATE_KEY,
     PriceError,
     call_accounting,
     sum_known,
@@ -44,6 +49,7 @@ __all__ = [
     "ReconcileRefused",
     "ReconcileResult",
     "correction_summary",
+    "cost_note_counts",
     "effective_call_sums",
     "effective_cell_costs",
     "latest_corrections",
@@ -52,7 +58,9 @@ __all__ = [
 
 # Part of the evidence hash: a change to these rules must produce a new correction version for
 # the same evidence, never be hidden behind the old one.
-RULES_VERSION = "reconcile-usage/1"
+# 2: a gateway's re-sends lead a call's note as at close, and a stream usage the plan froze as a
+# gateway's estimate is unknown (runs.ledger.accounting.call_accounting).
+RULES_VERSION = "reconcile-usage/2"
 
 BUCKET_COLUMNS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
 MONEY_COLUMNS = ("cost_usd", "cache_neutral_cost_usd")
@@ -104,7 +112,10 @@ def _unverifiable(call_id: int, reason: str) -> dict[str, Any]:
     }
 
 
-def _reconcile_call(row: dict[str, Any], kind: str, prices: Mapping[str, Any]) -> dict[str, Any]:
+def _reconcile_call(
+    row: dict[str, Any], snapshot: Mapping[str, Any], prices: Mapping[str, Any]
+) -> dict[str, Any]:
+    kind = snapshot.get("kind") or row["target__kind"]
     call_id = row["id"]
     if row["error_code"] == NOT_SENT_ERROR:
         # No connection was made: nothing left, nothing used, nothing billed — known, with no
@@ -145,7 +156,8 @@ def _reconcile_call(row: dict[str, Any], kind: str, prices: Mapping[str, Any]) -
     if result.usage != row["usage_raw"]:
         return _unverifiable(call_id, "usage in evidence differs from the recorded raw usage")
 
-    headers = _lower(row["response_headers"]) if kind == "mom" else {}
+    # A router's receipts and a gateway's re-sends, read as the engine read them at close.
+    headers = _lower(row["response_headers"])
     if kind == "mom":
         problem = _mom_proof(headers)
         if problem:
@@ -158,6 +170,7 @@ def _reconcile_call(row: dict[str, Any], kind: str, prices: Mapping[str, Any]) -
             served_model=result.served_model,
             headers=headers,
             price_table=prices,
+            usage_estimated=bool(snapshot.get(STREAM_USAGE_ESTIMATE_KEY)),
         )
     except PriceError as exc:
         return _unverifiable(call_id, f"malformed frozen price: {exc}")
@@ -171,7 +184,9 @@ def _reconcile_call(row: dict[str, Any], kind: str, prices: Mapping[str, Any]) -
         "cache_neutral_cost_usd": neutral,
     }
     return _entry(
-        row, found, f"{note}; {NO_STREAM_USAGE_REMEDY}" if note == NO_STREAM_USAGE_NOTE else note
+        row,
+        found,
+        f"{note}; {NO_STREAM_USAGE_REMEDY}" if note.endswith(NO_STREAM_USAGE_NOTE) else note,
     )
 
 
@@ -221,10 +236,15 @@ def _call_rows(run: Run) -> Iterable[dict[str, Any]]:
     )
 
 
-def _target_kinds(manifest: Mapping[str, Any]) -> dict[str, str]:
-    """Kinds as frozen in the plan, so a later edit of a target cannot change the rules."""
-    snapshots = [*manifest.get("targets", []), *manifest.get("judges", {}).values()]
-    return {s["slug"]: s["kind"] for s in snapshots}
+def _target_snapshots(manifest: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """Targets as frozen in the plan (kind, what the target check found of its stream usage),
+    so a later edit of a target cannot change the rules."""
+    snapshots = [
+        *manifest.get("targets", []),
+        *manifest.get("judges", {}).values(),
+        *manifest.get("simulators", {}).values(),
+    ]
+    return {s["slug"]: s for s in snapshots}
 
 
 def usage_reconcile(*, run_id: int) -> ReconcileResult:
@@ -244,7 +264,7 @@ def usage_reconcile(*, run_id: int) -> ReconcileResult:
         raise ReconcileRefused(
             f"run {run_id} is {run.status}: reconcile a run only once it has ended"
         )
-    kinds = _target_kinds(run.manifest)
+    snapshots = _target_snapshots(run.manifest)
     prices = run.manifest.get("prices", {})
 
     entries: list[dict[str, Any]] = []
@@ -252,9 +272,7 @@ def usage_reconcile(*, run_id: int) -> ReconcileResult:
     evidence_ids: list[tuple[int, str | None]] = []
     for row in _call_rows(run):
         slug = row["target__slug"]
-        entries.append(
-            _reconcile_call(row, kinds.get(slug, row["target__kind"]), prices.get(slug, {}))
-        )
+        entries.append(_reconcile_call(row, snapshots.get(slug, {}), prices.get(slug, {})))
         recorded_costs.append(row["cost_usd"])
         evidence_ids.append((row["id"], row["evidence__sha256"]))
     evidence_sha = sha256_hex({"rules": RULES_VERSION, "calls": evidence_ids})
@@ -419,17 +437,29 @@ def effective_call_sums(*, run_ids: Sequence[int], group_by: GroupBy) -> list[di
     return out
 
 
-def no_stream_usage_counts(*, run_ids: Sequence[int]) -> dict[tuple[int, int], int]:
-    """Per (run, target of the cell): subject calls whose finished stream carried no usage
-    object (`runs.ledger.accounting.NO_STREAM_USAGE_NOTE`): a server that sends none when streaming."""
+# What a call's cost note says of its usage, counted by the report once per target
+# (runs.ledger.accounting's words): a stream without usage, a stream whose usage the plan froze
+# as a gateway's estimate, a request the gateway re-sent upstream (its note starts so).
+NOTE_COUNTS = {
+    "no_stream_usage": Q(cost_note__endswith=NO_STREAM_USAGE_NOTE),
+    "usage_estimated": Q(cost_note__endswith=GATEWAY_ESTIMATE_NOTE),
+    "gateway_resent": Q(cost_note__startswith=GATEWAY_RESENT_START),
+}
+
+
+def cost_note_counts(*, run_ids: Sequence[int]) -> dict[tuple[int, int, str], dict[str, int]]:
+    """Per (run, target of the cell, role): how many calls' cost notes say each of
+    :data:`NOTE_COUNTS`; a group where none says anything is absent."""
     rows = (
-        Call.objects.filter(
-            cell__run_id__in=run_ids, role=Call.Role.SUBJECT, cost_note=NO_STREAM_USAGE_NOTE
-        )
-        .values_list("cell__run_id", "cell__target_id")
-        .annotate(n=Count("id"))
+        Call.objects.filter(cell__run_id__in=run_ids)
+        .filter(functools.reduce(operator.or_, NOTE_COUNTS.values()))
+        .values_list("cell__run_id", "cell__target_id", "role")
+        .annotate(**{name: Count("id", filter=q) for name, q in NOTE_COUNTS.items()})
     )
-    return {(run_id, target_id): n for run_id, target_id, n in rows}
+    return {
+        (run_id, target_id, role): dict(zip(NOTE_COUNTS, counts, strict=True))
+        for run_id, target_id, role, *counts in rows
+    }
 
 
 # A call that spent money and produced nothing usable: an error, or a call whose outcome is

@@ -15,7 +15,6 @@ import copy
 import json
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -24,17 +23,17 @@ from django.db.models import Count, Q
 
 from datasets.benchmarks import ADAPTERS
 from datasets.provenance import UNKNOWN
-from runs.ledger.accounting import no_stream_usage_reason, sum_known
 from runs.ledger.selectors import manifest_head, run_settled_fingerprint, runs_data_provenance
 from runs.models import Call, Cell, Run, RunReport, RunStatus, Target
 from runs.reporting.official_report import official_sections
 from runs.reporting.reconcile import (
     NO_CALL_SUMS,
+    cost_note_counts,
     effective_call_sums,
     effective_run_spend,
     latest_corrections,
-    no_stream_usage_counts,
 )
+from runs.reporting.report_spend import run_spend, target_spend, usage_unknown_reason
 from runs.reporting.report_types import (
     COUNT_FIELDS,
     NOT_RUN_SUBSET_LABEL,
@@ -47,18 +46,17 @@ from runs.reporting.report_types import (
     Report,
     RunHead,
     Score,
-    Spend,
     TargetReport,
     report_doc,
 )
 from srbench.canonical import sha256_hex
 from srbench.stats import accuracy, weighted_quality, wilson_interval
 
-BUCKETS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
 # Part of a stored report's fingerprint: bump it whenever what a report computes changes, so a
 # report stored by the previous code is never served (v7: "weighted subset average", a re-judge
-# child's own subject spend).
-REPORT_CACHE_VERSION = "v7"
+# child's own subject spend; v8: a gateway's re-sent calls leave a total incomplete, a gateway's
+# estimate counted and said per target).
+REPORT_CACHE_VERSION = "v8"
 # pg_advisory_xact_lock(class, run id): one computation of a settled run's stored report at a
 # time (`run_report_settled_compute`).
 REPORT_LOCK_CLASS = 38001
@@ -286,52 +284,6 @@ def _target_score(
     return Score("subset", quality, label, tuple(sorted(accs)))
 
 
-def _target_spend(
-    total: dict[str, int], sums: dict[str, dict[str, Any]], missing_subject: int
-) -> dict[str, Any]:
-    """The target's tokens and costs (`TargetReport`'s fields): a total only when every
-    planned cell contributes a known value, beside it the known partial sum."""
-    subject = sums.get("subject", {})
-    cells_all_subject_known = (
-        missing_subject == 0 and total["planned"] > 0 and total["completed"] == total["planned"]
-    )
-    usage_complete = cells_all_subject_known and subject.get("usage_unknown", 1) == 0
-    cost_complete = cells_all_subject_known and subject.get("cost_unknown", 1) == 0
-    neutral_complete = cells_all_subject_known and subject.get("neutral_unknown", 1) == 0
-    evaluation = [sums[r] for r in ("judge", "simulator") if r in sums]
-    # Exact sums (sum_known's precision), never a float: a report shows the ledger's digits.
-    # A known partial sum is None, never 0, when no call of its kind has a known cost (a target
-    # without prices); with no evaluation calls at all, nothing was spent on evaluation.
-    evaluation_costs = [e["cost"] for e in evaluation if e["cost"] is not None]
-    evaluation_known = (
-        sum_known(evaluation_costs).known_sum if evaluation_costs or not evaluation else None
-    )
-    evaluation_complete = all(e["cost_unknown"] == 0 for e in evaluation)
-    subject_known = subject.get("cost")
-    spend_parts = [subject_known, *evaluation_costs]
-    spend_known = (
-        sum_known(p for p in spend_parts if p is not None).known_sum
-        if any(p is not None for p in spend_parts)
-        else None
-    )
-    return {
-        "tokens": {
-            b.removesuffix("_tokens"): (subject.get(b) if usage_complete else None) for b in BUCKETS
-        },
-        "tokens_known_partial": {b.removesuffix("_tokens"): subject.get(b) for b in BUCKETS},
-        "subject_cost_usd": subject_known if cost_complete else None,
-        "known_cost_usd": subject_known,
-        "evaluation_cost_usd": evaluation_known if evaluation_complete else None,
-        "known_evaluation_cost_usd": evaluation_known,
-        "total_spend_usd": spend_known if cost_complete and evaluation_complete else None,
-        "known_total_spend_usd": spend_known,
-        "cache_neutral_cost_usd": subject.get("neutral") if neutral_complete else None,
-        "cache_neutral_unknown_reason": _cache_neutral_unknown_reason(
-            total, missing_subject, subject, cells_all_subject_known, neutral_complete
-        ),
-    }
-
-
 def _routed_counts(routed: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     """A MoM target's selected models and decisions, summed over its subject calls."""
     models: dict[str, int] = defaultdict(int)
@@ -359,8 +311,10 @@ class ReportBatch:
     # Per run, per benchmark: where its questions came from (`datasets.provenance`); None
     # (a batch built elsewhere) reads each run's on its own.
     provenance: dict[int, dict[str, str]] | None = None
-    # Per (run, target): subject calls whose finished stream carried no usage object.
-    no_stream_usage: dict[tuple[int, int], int] | None = None
+    # Per (run, target, role): calls whose cost notes say their stream carried no usage
+    # object, that its usage is a gateway's estimate, that a gateway re-sent them
+    # (`runs.reporting.reconcile.cost_note_counts`).
+    notes: dict[tuple[int, int, str], dict[str, int]] | None = None
 
     @classmethod
     def read(cls, runs: list[Run]) -> ReportBatch:
@@ -383,7 +337,7 @@ class ReportBatch:
             # The official scorers beside the sr-bench score (issue 22 point 5).
             official=official_sections(runs, target_ids),
             provenance=runs_data_provenance(runs),
-            no_stream_usage=no_stream_usage_counts(run_ids=run_ids),
+            notes=cost_note_counts(run_ids=run_ids),
         )
 
 
@@ -399,8 +353,8 @@ def _target_report(
     no_subject = bool(run.manifest.get("rejudge"))
     by_role = {"subject": NO_CALL_SUMS, **by_role} if no_subject else by_role
     timings = batch.timings.get((run.pk, tid), {})
-    no_usage = (batch.no_stream_usage or {}).get((run.pk, tid or 0), 0)
-    subject_calls = by_role.get("subject", {}).get("calls")
+    notes = {role: n for (r, t, role), n in (batch.notes or {}).items() if r == run.pk and t == tid}
+    resent = {role: n["gateway_resent"] for role, n in notes.items()}
     benchmarks, total, accs = _benchmark_rows(run.manifest, mine, question_scores, provenance)
     report = TargetReport(
         slug=snapshot["slug"],
@@ -416,44 +370,18 @@ def _target_report(
         cancelled=total["cancelled"],
         benchmarks=benchmarks,
         score=_target_score(run, benchmarks, accs),
-        **_target_spend(total, by_role, 0 if no_subject else batch.missing.get((run.pk, tid), 0)),
+        **target_spend(
+            total, by_role, 0 if no_subject else batch.missing.get((run.pk, tid), 0), resent
+        ),
         **{k: timings.get(k) for k in TIMING_FIELDS},
         official=batch.official.get((run.pk, snapshot["slug"])),
-        usage_unknown_reason=no_stream_usage_reason(no_usage, subject_calls),
+        usage_unknown_reason=usage_unknown_reason(snapshot, notes, by_role),
     )
     if run.mode == Run.Mode.PREVIEW:
         return _preview_only(report, run, tid)
     if snapshot["kind"] == "mom":
         return replace(report, **_routed_counts(batch.routing.get((run.pk, tid), [])))
     return report
-
-
-def _cache_neutral_unknown_reason(
-    total: dict[str, int],
-    missing_subject: int,
-    subject: dict[str, Any],
-    cells_all_subject_known: bool,
-    neutral_complete: bool,
-) -> str | None:
-    """Why a target's cache-neutral cost is null, from the same counts that made it null. A
-    call's own reason (an unpriced receipt entry's model, a missing entry) is its cost note."""
-    if neutral_complete:
-        return None
-    if not cells_all_subject_known:
-        if total["planned"] == 0:
-            return "no planned cells"
-        if missing_subject:
-            return f"{missing_subject} planned cells have no subject call"
-        return (
-            f"{total['planned'] - total['completed']} of {total['planned']} planned cells "
-            "have no completed result"
-        )
-    unknown = subject.get("neutral_unknown")
-    return (
-        f"{unknown} of {subject.get('calls')} subject calls have no cache-neutral cost (a "
-        "missing or unusable usage receipt entry, or an entry whose model has no price; each "
-        "call's cost note names it)"
-    )
 
 
 def _preview_routing(run: Run, target_id: int | None) -> dict[str, dict[str, dict[str, int]]]:
@@ -614,28 +542,6 @@ def run_reports(*, runs: list[Run]) -> dict[int, dict[str, Any]]:
     return {pk: report_doc(r) for pk, r in run_reports_compute(runs=runs).items()}
 
 
-def _run_spend(targets: list[TargetReport], sums: dict[str, Any] | None, ended: bool) -> Spend:
-    """The run's total spend over every call of every role, and beside it the waste: what its
-    failed and unknown-outcome calls cost. A known part is None when no cost of it is known
-    (never 0 for "no price"). The total is given when every call made has a known cost and no
-    more can be made: the run has ended (a cell never dispatched cost nothing, issue 35 item
-    7), or every target's own total is complete."""
-    if sums is None:  # no call at all (a preview, or nothing dispatched yet)
-        return Spend(None, None, None, None, waste_calls=0, waste_calls_cost_unknown=0)
-    settled = ended or all(t.total_spend_usd is not None for t in targets)
-    complete = sums["unknown"] == 0 and settled
-    # No failed or unknown call: nothing was wasted, a known 0.
-    waste_known = sums["waste_known"] if sums["waste_calls"] else Decimal(0)
-    return Spend(
-        total_spend_usd=sums["known"] if complete else None,
-        known_total_spend_usd=sums["known"],
-        waste_usd=waste_known if sums["waste_unknown"] == 0 else None,
-        known_waste_usd=waste_known,
-        waste_calls=sums["waste_calls"],
-        waste_calls_cost_unknown=sums["waste_unknown"],
-    )
-
-
 def _run_totals(targets: list[TargetReport]) -> Counts:
     """The run's counts over its targets. A count a target leaves unknown (a preview run
     grades nothing) keeps the total unknown."""
@@ -677,5 +583,14 @@ def report_from_batch(run: Run, batch: ReportBatch) -> Report:
         counts=totals,
         targets=tuple(targets),
         usage_correction=Correction.of(batch.corrections.get(run.pk)),
-        spend=_run_spend(targets, batch.spend.get(run.pk), run.is_terminal),
+        spend=run_spend(
+            targets,
+            batch.spend.get(run.pk),
+            run.is_terminal,
+            sum(
+                n["gateway_resent"]
+                for (r, _t, _role), n in (batch.notes or {}).items()
+                if r == run.pk
+            ),
+        ),
     )

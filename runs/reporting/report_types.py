@@ -226,8 +226,10 @@ class TargetReport:
     selected_models: Mapping[str, int] | None = None
     selected_decisions: Mapping[str, int] | None = None
     official: OfficialSection | None = None
-    # Why tokens and cost are unknown when the server sent no usage while streaming (issue 39):
-    # said once per target (`runs.ledger.accounting.no_stream_usage_reason`); None otherwise.
+    # Why tokens and cost are unknown or only known at least, said once per target: the server
+    # sent no usage while streaming (issue 39, `runs.ledger.accounting.no_stream_usage_reason`),
+    # the streams' usage is a gateway's estimate (`gateway_estimate_reason`), a gateway re-sent
+    # calls upstream (`gateway_resent_reason`); None otherwise.
     usage_unknown_reason: str | None = None
 
     def to_doc(self) -> dict[str, Any]:
@@ -304,12 +306,16 @@ class Spend:
     known_waste_usd: Decimal | None
     waste_calls: int
     waste_calls_cost_unknown: int
+    # Calls a gateway re-sent upstream (`runs.ledger.accounting.gateway_resent_reason`): the
+    # total is then unknown and the known sum a lower bound ("at least").
+    gateway_resent_calls: int = 0
 
     def to_doc(self) -> dict[str, Any]:
         return {
             **{k: money_text(getattr(self, k)) for k in RUN_MONEY},
             "waste_calls": self.waste_calls,
             "waste_calls_cost_unknown": self.waste_calls_cost_unknown,
+            "gateway_resent_calls": self.gateway_resent_calls,
         }
 
     @classmethod
@@ -318,6 +324,7 @@ class Spend:
             **{k: _dec(doc[k]) for k in RUN_MONEY},
             waste_calls=doc["waste_calls"],
             waste_calls_cost_unknown=doc["waste_calls_cost_unknown"],
+            gateway_resent_calls=doc.get("gateway_resent_calls", 0),
         )
 
 

@@ -19,6 +19,8 @@ import pytest
 
 from runs.models import Call
 from runs.planning.services import run_create, target_set_api_key
+from runs.reporting.reconcile import usage_reconcile
+from runs.reporting.report import run_report
 from tests import factories as f
 from tests.conftest import wait_until
 from tests.e2e.test_litellm_gateway import GATEWAY_MODEL, litellm_proxy
@@ -118,3 +120,13 @@ def test_a_call_the_gateway_resent_says_so_beside_its_cost(celery_worker, tmp_pa
         "the gateway re-sent this request 1 time(s) upstream: cost is of the last attempt "
         "only, what earlier attempts cost is unknown; priced as"
     ), call.cost_note
+    # The run's cost is at least the known sum, not complete: the first attempt's is unknown.
+    report = run_report(run=run)
+    (target_report,) = report["targets"]
+    assert target_report["subject_cost_usd"] is None
+    assert Decimal(target_report["known_cost_usd"]) == expected
+    assert report["spend"]["gateway_resent_calls"] == 1
+    assert report["spend"]["total_spend_usd"] is None
+    # reconcile-usage verifies the call from its evidence and keeps the same words.
+    (entry,) = usage_reconcile(run_id=run.pk).correction.corrections["calls"]
+    assert (entry["outcome"], entry["reason"]) == ("verified", call.cost_note)
