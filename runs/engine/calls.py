@@ -56,6 +56,7 @@ KEPT_HEADER_PREFIXES = (
     "retry-after",
     "openai-",
     "x-litellm-attempted-",  # a gateway's own re-sends (runs.ledger.accounting)
+    "x-litellm-version",  # a LiteLLM gateway answered (runs.ledger.accounting)
 )
 REPETITION_MIN_BLOCK = 64
 REPETITION_REPEATS = 8

@@ -267,6 +267,8 @@ def report_text(report: dict[str, Any]) -> str:
         lines.append("    tokens: " + "  ".join(f"{k} {fmt(v)}" for k, v in tokens.items()))
         if t.get("usage_unknown_reason"):  # once per target (issue 39)
             lines.append(f"    usage: {t['usage_unknown_reason']}")
+        if t.get("usage_caution"):  # an unchecked gateway answered: its usage may be estimated
+            lines.append(f"    usage: {t['usage_caution']}")
         lines += official_lines(t.get("official"))
     lines += report_version_lines(report.get("report_version"))
     return "\n".join(lines)

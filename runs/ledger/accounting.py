@@ -38,11 +38,14 @@ __all__ = [
     "cache_neutral_cost",
     "call_accounting",
     "call_cost",
+    "GATEWAY_ANSWERED_HEADER",
     "GATEWAY_ESTIMATE_NOTE",
     "GATEWAY_RESENT_START",
+    "STREAM_USAGE_CHECKED_KEY",
     "STREAM_USAGE_ESTIMATE_KEY",
     "gateway_estimate_reason",
     "gateway_resent_count",
+    "gateway_unchecked_caution",
     "gateway_resent_note",
     "gateway_resent_reason",
     "with_gateway_resent",
@@ -263,6 +266,30 @@ def gateway_resent_reason(calls: int, role_calls: int | None, role: str) -> str 
 STREAM_USAGE_ESTIMATE_KEY = "stream_usage_estimate"
 # (With the longest re-sent words before it, the note still fits the 200-character column.)
 GATEWAY_ESTIMATE_NOTE = "usage is a gateway's estimate, not the server's: tokens, cost unknown"
+
+
+# What a run can tell without the target check: that a LiteLLM proxy answered (it sends this
+# header with every answer, kept by the engine), not whether a stream's usage is its estimate
+# (its headers and the usage chunk's fields are the same either way, measured on 1.110.2). A
+# plan that froze a check of the target's stream usage names it (STREAM_USAGE_CHECKED_KEY).
+GATEWAY_ANSWERED_HEADER = "x-litellm-version"
+STREAM_USAGE_CHECKED_KEY = "stream_usage_checked"
+
+
+def gateway_unchecked_caution(calls: int, subject_calls: int | None) -> str | None:
+    """Why a target's known tokens and cost may be a gateway's estimate (None when no call was
+    answered by a gateway): its calls came through LiteLLM and the plan froze no target check
+    of its stream usage. Said once per target by the report; the costs stay as recorded."""
+    if not calls:
+        return None
+    return (
+        f"{calls} of {subject_calls or calls} subject calls were answered through a LiteLLM "
+        "gateway and the plan froze no target check of it: when the server behind it sends no "
+        "usage in a stream, the gateway streams its own token estimate, which a run cannot "
+        "tell from the server's count (LiteLLM before llama.cpp: 14 prompt tokens where the "
+        "server counts 37), so these tokens and costs may be wrong; check the target "
+        "(benchmark targets check) before trusting them"
+    )
 
 
 def gateway_estimate_reason(calls: int, subject_calls: int | None, why: str) -> str | None:

@@ -20,11 +20,10 @@ from datasets.official import manifest_entry as official_manifest_entry
 from datasets.official_prompts import OFFICIAL_PROMPTED, PromptingUnavailable, load_prompting
 from runs.engine.runnable_here import CHECKED
 from runs.engine.tau_episode import DEFAULT_TAU_MAX_TURNS
-from runs.ledger.accounting import STREAM_USAGE_ESTIMATE_KEY
 from runs.models import Run, Target, WireApi, validate_price_table
 from runs.planning import runnable
 from runs.planning.fixed_params import fixed_params_errors
-from runs.preflight.plan import not_fitting, stream_usage_estimate
+from runs.preflight.plan import not_fitting, stream_usage_snapshot
 from runs.vocabulary.limits import MAX_RUN_SECONDS
 from runs.vocabulary.run_modes import RunMode
 from srbench.api import StrictFieldsSerializer
@@ -222,11 +221,10 @@ def _target_snapshot(target: Target) -> dict[str, Any]:
     # Named only when not the chat API, so every earlier plan keeps its snapshot and hash.
     if target.api != WireApi.OPENAI:
         snapshot["api"] = target.api
-    # What the target check found of its stream usage, frozen (named only when it found it a
-    # gateway's estimate): the engine then records such calls' tokens and cost as unknown, and
-    # a later check cannot change what this plan's run decided.
-    if estimate := stream_usage_estimate(target):
-        snapshot[STREAM_USAGE_ESTIMATE_KEY] = estimate
+    # What the target check found of its stream usage, frozen (named only when a check looked
+    # at it): a gateway's estimate the engine then records as unknown, or which check found
+    # none. A later check cannot change what this plan's run decided.
+    snapshot.update(stream_usage_snapshot(target))
     return snapshot
 
 

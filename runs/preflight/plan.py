@@ -20,7 +20,11 @@ from typing import Any
 
 from datasets.benchmarks import get_adapter
 from datasets.models import Question
-from runs.ledger.accounting import sent_max_tokens
+from runs.ledger.accounting import (
+    STREAM_USAGE_CHECKED_KEY,
+    STREAM_USAGE_ESTIMATE_KEY,
+    sent_max_tokens,
+)
 from runs.models import Target
 from runs.models.preflight import PreflightStatus, TargetPreflight
 
@@ -67,29 +71,32 @@ def latest_preflights(targets: Iterable[Target]) -> dict[str, TargetPreflight]:
     return found
 
 
+def _stream_usage_finding(preflight: TargetPreflight) -> dict[str, Any] | None:
+    """The check's finding about the usage in a stream, if it made one."""
+    return next((x for x in preflight.findings or [] if x.get("key") == "stream_usage"), None)
+
+
 def _estimate_finding(preflight: TargetPreflight) -> dict[str, Any] | None:
     """The check's finding that the stream's usage is not the server's own count
     (`runs.preflight.findings.stream_usage_disagreement`), if it made one."""
-    return next(
-        (
-            x
-            for x in preflight.findings or []
-            if x.get("key") == "stream_usage" and x.get("verdict") == "quirk"
-        ),
-        None,
-    )
+    finding = _stream_usage_finding(preflight)
+    return finding if finding is not None and finding.get("verdict") == "quirk" else None
 
 
-def stream_usage_estimate(target: Target) -> str:
-    """Why the target's stream usage is a gateway's own estimate, as its latest completed check
-    of its current endpoint and model found ("" when that check found nothing so, or none was
-    made). A plan freezes it into the target's snapshot, and the engine then records such
-    calls' tokens and cost as unknown (`runs.ledger.accounting.STREAM_USAGE_ESTIMATE_KEY`)."""
+def stream_usage_snapshot(target: Target) -> dict[str, str]:
+    """What the target's latest completed check of its current endpoint and model found of
+    its stream usage, as a plan's target snapshot names it: why the usage is a gateway's own
+    estimate (`runs.ledger.accounting.STREAM_USAGE_ESTIMATE_KEY`; the engine then records such
+    calls' tokens and cost as unknown), else which check found nothing so
+    (`STREAM_USAGE_CHECKED_KEY`); nothing when no check looked at it."""
     preflight = latest_preflights([target]).get(target.slug)
-    finding = None if preflight is None else _estimate_finding(preflight)
+    finding = None if preflight is None else _stream_usage_finding(preflight)
     if preflight is None or finding is None:
-        return ""
-    return f"target check #{preflight.pk}: {finding['observed']}"
+        return {}
+    where = f"target check #{preflight.pk}"
+    if finding.get("verdict") == "quirk":
+        return {STREAM_USAGE_ESTIMATE_KEY: f"{where}: {finding['observed']}"}
+    return {STREAM_USAGE_CHECKED_KEY: where}
 
 
 def context_reason(slug: str, preflight: TargetPreflight) -> str:

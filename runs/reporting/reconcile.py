@@ -22,6 +22,7 @@ from django.db.models import Count, Q
 
 from runs.engine.sse import ChatStreamAccumulator, SSEError, decode_sse
 from runs.ledger.accounting import (
+    GATEWAY_ANSWERED_HEADER,
     GATEWAY_ESTIMATE_NOTE,
     GATEWAY_RESENT_START,
     NO_STREAM_USAGE_NOTE,
@@ -439,11 +440,13 @@ def effective_call_sums(*, run_ids: Sequence[int], group_by: GroupBy) -> list[di
 
 # What a call's cost note says of its usage, counted by the report once per target
 # (runs.ledger.accounting's words): a stream without usage, a stream whose usage the plan froze
-# as a gateway's estimate, a request the gateway re-sent upstream (its note starts so).
+# as a gateway's estimate, a request the gateway re-sent upstream (its note starts so); and
+# whether a LiteLLM gateway answered it (its kept header).
 NOTE_COUNTS = {
     "no_stream_usage": Q(cost_note__endswith=NO_STREAM_USAGE_NOTE),
     "usage_estimated": Q(cost_note__endswith=GATEWAY_ESTIMATE_NOTE),
     "gateway_resent": Q(cost_note__startswith=GATEWAY_RESENT_START),
+    "gateway_answered": Q(response_headers__has_key=GATEWAY_ANSWERED_HEADER),
 }
 
 

@@ -33,7 +33,12 @@ from runs.reporting.reconcile import (
     effective_run_spend,
     latest_corrections,
 )
-from runs.reporting.report_spend import run_spend, target_spend, usage_unknown_reason
+from runs.reporting.report_spend import (
+    run_spend,
+    target_spend,
+    usage_caution,
+    usage_unknown_reason,
+)
 from runs.reporting.report_types import (
     COUNT_FIELDS,
     NOT_RUN_SUBSET_LABEL,
@@ -55,7 +60,7 @@ from srbench.stats import accuracy, weighted_quality, wilson_interval
 # Part of a stored report's fingerprint: bump it whenever what a report computes changes, so a
 # report stored by the previous code is never served (v7: "weighted subset average", a re-judge
 # child's own subject spend; v8: a gateway's re-sent calls leave a total incomplete, a gateway's
-# estimate counted and said per target).
+# estimate counted and said per target, a caution where an unchecked gateway answered).
 REPORT_CACHE_VERSION = "v8"
 # pg_advisory_xact_lock(class, run id): one computation of a settled run's stored report at a
 # time (`run_report_settled_compute`).
@@ -376,6 +381,7 @@ def _target_report(
         **{k: timings.get(k) for k in TIMING_FIELDS},
         official=batch.official.get((run.pk, snapshot["slug"])),
         usage_unknown_reason=usage_unknown_reason(snapshot, notes, by_role),
+        usage_caution=usage_caution(snapshot, notes, by_role),
     )
     if run.mode == Run.Mode.PREVIEW:
         return _preview_only(report, run, tid)

@@ -9,15 +9,17 @@ from decimal import Decimal
 from typing import Any
 
 from runs.ledger.accounting import (
+    STREAM_USAGE_CHECKED_KEY,
     STREAM_USAGE_ESTIMATE_KEY,
     gateway_estimate_reason,
     gateway_resent_reason,
+    gateway_unchecked_caution,
     no_stream_usage_reason,
     sum_known,
 )
 from runs.reporting.report_types import Spend, TargetReport
 
-__all__ = ["BUCKETS", "run_spend", "target_spend", "usage_unknown_reason"]
+__all__ = ["BUCKETS", "run_spend", "target_spend", "usage_caution", "usage_unknown_reason"]
 
 BUCKETS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens")
 
@@ -105,6 +107,17 @@ def usage_unknown_reason(
         ),
     ]
     return " ".join(r for r in reasons if r) or None
+
+
+def usage_caution(
+    snapshot: dict[str, Any], notes: dict[str, dict[str, int]], by_role: dict[str, Any]
+) -> str | None:
+    """Why the target's known tokens and cost may be a gateway's estimate: its subject calls
+    were answered through LiteLLM and the plan froze no check of its stream usage."""
+    if snapshot.get(STREAM_USAGE_ESTIMATE_KEY) or snapshot.get(STREAM_USAGE_CHECKED_KEY):
+        return None
+    answered = notes.get("subject", {}).get("gateway_answered", 0)
+    return gateway_unchecked_caution(answered, by_role.get("subject", {}).get("calls"))
 
 
 def _cache_neutral_unknown_reason(

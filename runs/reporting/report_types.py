@@ -231,6 +231,9 @@ class TargetReport:
     # the streams' usage is a gateway's estimate (`gateway_estimate_reason`), a gateway re-sent
     # calls upstream (`gateway_resent_reason`); None otherwise.
     usage_unknown_reason: str | None = None
+    # Why the known tokens and cost may still be wrong: answered through a gateway that no
+    # check frozen in the plan looked at (`runs.ledger.accounting.gateway_unchecked_caution`).
+    usage_caution: str | None = None
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -245,6 +248,7 @@ class TargetReport:
             **{k: money_text(getattr(self, k)) for k in TARGET_MONEY},
             "cache_neutral_unknown_reason": self.cache_neutral_unknown_reason,
             "usage_unknown_reason": self.usage_unknown_reason,
+            "usage_caution": self.usage_caution,
             **{k: getattr(self, k) for k in TIMING_FIELDS},
         }
         if self.selected_models is not None:
@@ -267,6 +271,7 @@ class TargetReport:
             **{k: _dec(doc[k]) for k in TARGET_MONEY},
             cache_neutral_unknown_reason=doc["cache_neutral_unknown_reason"],
             usage_unknown_reason=doc.get("usage_unknown_reason"),
+            usage_caution=doc.get("usage_caution"),
             **{k: doc[k] for k in TIMING_FIELDS},
             selected_models=doc.get("selected_models"),
             selected_decisions=doc.get("selected_decisions"),

@@ -127,6 +127,10 @@ def test_a_call_the_gateway_resent_says_so_beside_its_cost(celery_worker, tmp_pa
     assert Decimal(target_report["known_cost_usd"]) == expected
     assert report["spend"]["gateway_resent_calls"] == 1
     assert report["spend"]["total_spend_usd"] is None
+    # LiteLLM answered and no check of the target was frozen: the report says what that means.
+    assert target_report["usage_caution"].startswith(
+        "1 of 1 subject calls were answered through a LiteLLM gateway"
+    )
     # reconcile-usage verifies the call from its evidence and keeps the same words.
     (entry,) = usage_reconcile(run_id=run.pk).correction.corrections["calls"]
     assert (entry["outcome"], entry["reason"]) == ("verified", call.cost_note)

@@ -13,6 +13,7 @@ from django.core.management import call_command
 
 from runs.ledger.accounting import (
     GATEWAY_ESTIMATE_NOTE,
+    STREAM_USAGE_CHECKED_KEY,
     STREAM_USAGE_ESTIMATE_KEY,
     gateway_resent_note,
 )
@@ -82,8 +83,10 @@ def test_the_checks_finding_of_a_gateways_estimate_is_frozen_into_the_plans_targ
     )
     assert after.plan_sha256 != before.plan_sha256
     # A later check that finds the server's own count in the stream is the one a plan reads.
-    checked(target, [{"key": "stream_usage", "verdict": "ok", "observed": "", "effect": ""}])
-    assert plan_freeze(data=plan).plan_sha256 == before.plan_sha256
+    ok = checked(target, [{"key": "stream_usage", "verdict": "ok", "observed": "", "effect": ""}])
+    snapshot = plan_freeze(data=plan).manifest["targets"][0]
+    assert STREAM_USAGE_ESTIMATE_KEY not in snapshot
+    assert snapshot[STREAM_USAGE_CHECKED_KEY] == f"target check #{ok.pk}"
 
 
 def test_a_run_after_the_check_records_the_gateways_estimate_as_unknown_not_as_a_cost(
@@ -110,6 +113,7 @@ def test_a_run_after_the_check_records_the_gateways_estimate_as_unknown_not_as_a
     target = run_report(run=run)["targets"][0]
     assert target["subject_cost_usd"] is None and target["known_cost_usd"] is None
     assert target["tokens"]["input"] is None
+    assert target["usage_caution"] is None  # no gateway answered the simulator's calls
     assert target["usage_unknown_reason"].startswith(
         f"2 of 2 subject calls carried usage that is not the server's own count (target check "
         f"#{TargetPreflight.objects.get().pk}: {OBSERVED}): their tokens and cost are unknown"
@@ -217,3 +221,26 @@ def test_the_cli_report_says_the_spend_is_at_least_the_known_sum(capsys):
     out = bench(capsys, "report", str(r.pk))
     assert "a gateway re-sent 1 calls upstream, their earlier attempts' cost unknown" in out
     assert "total spend unknown" in out
+
+
+@pytest.mark.django_db
+def test_known_costs_answered_by_a_gateway_no_check_looked_at_carry_a_caution(client, capsys):
+    """A run cannot tell a LiteLLM gateway's estimate from the server's count (the headers and
+    the usage chunk are the same); it can tell that LiteLLM answered, and says what that means
+    when the plan froze no check of the target's stream usage. The costs stay as recorded."""
+    qs = b.questions({"mmlu-pro": 2})
+    t = b.target("gw-unchecked")
+    answered = {"response_headers": {"x-litellm-version": "1.110.2"}}
+    r = b.run(qs, {t: [True, True]}, call_fields={t: [answered, {}]})
+
+    target = run_report(run=r)["targets"][0]
+
+    assert D(target["subject_cost_usd"]) == D("0.002")  # as recorded, not made unknown
+    assert target["usage_caution"].startswith(
+        "1 of 2 subject calls were answered through a LiteLLM gateway and the plan froze no "
+        "target check of it"
+    )
+    client.force_login(r.owner)
+    page = client.get(f"/runs/{r.pk}/").content.decode()
+    assert 'id="usage-caution-gw-unchecked"' in page
+    assert "were answered through a LiteLLM gateway" in bench(capsys, "report", str(r.pk))
