@@ -527,14 +527,12 @@ def call_accounting(
     the stream's usage and still prices). When the cost is known but the cache-neutral cost is
     not, the note says why; a gateway's re-sends lead the note. Raises :class:`PriceError` for
     a malformed price entry."""
-    from_stream = True
     if kind == "mom":
         buckets = mom_call_buckets(headers, usage)
         cost, note = mom_call_cost(headers, usage, price_table)
         neutral, neutral_note = mom_cache_neutral_cost(headers, usage, price_table)
         if neutral is None and cost is not None:
             note = f"{note}; cache-neutral cost unknown: {neutral_note}"
-        from_stream = mom_evidence(headers).receipt is None
     else:
         buckets = usage_buckets(usage)
         cost, note = priced_call_cost(usage, served_model or None, price_table)
@@ -543,6 +541,6 @@ def call_accounting(
         if cost is not None:
             note = "usage unknown"
         cost, neutral = None, None
-    elif usage_estimated and from_stream:
+    elif usage_estimated and (kind != "mom" or mom_evidence(headers).receipt is None):
         buckets, cost, neutral, note = None, None, None, GATEWAY_ESTIMATE_NOTE
     return CallAccounting(buckets, cost, neutral, with_gateway_resent(note, headers))

@@ -15,6 +15,7 @@ from runs.ledger.accounting import (
     GATEWAY_ESTIMATE_NOTE,
     STREAM_USAGE_CHECKED_KEY,
     STREAM_USAGE_ESTIMATE_KEY,
+    call_accounting,
     gateway_resent_note,
 )
 from runs.models import Call
@@ -27,6 +28,7 @@ from tests import factories as f
 from tests.compare import builders as b
 from tests.conftest import wait_until
 from tests.runs import engine_support as es
+from tests.runs.test_accounting import CHILD_A, CHILD_B, PRICES, STREAM_USAGE, receipt
 from tests.runs.test_reconcile import USAGE, attach, stream
 
 D = Decimal
@@ -244,3 +246,38 @@ def test_known_costs_answered_by_a_gateway_no_check_looked_at_carry_a_caution(cl
     page = client.get(f"/runs/{r.pk}/").content.decode()
     assert 'id="usage-caution-gw-unchecked"' in page
     assert "were answered through a LiteLLM gateway" in bench(capsys, "report", str(r.pk))
+
+
+def test_a_frozen_estimate_unprices_stream_usage_never_a_routers_receipt():
+    """The finding is about the stream's usage: a router's complete per-call receipt is not
+    that and still prices; a proven direct call, priced from the stream, does not."""
+    receipted = {
+        "x-vsr-model-usage": receipt([CHILD_A, CHILD_B]),
+        "x-vsr-inference-call-count": "2",
+    }
+    direct = {"x-vsr-inference-call-count": "1", "x-vsr-selected-model": "small-b"}
+    for kind, headers, served in (("mom", receipted, "auto"), ("mom", direct, "auto")):
+        plain = call_accounting(
+            kind=kind, usage=STREAM_USAGE, served_model=served, headers=headers, price_table=PRICES
+        )
+        assert plain.cost is not None
+    known = call_accounting(
+        kind="mom",
+        usage=STREAM_USAGE,
+        served_model="auto",
+        headers=receipted,
+        price_table=PRICES,
+        usage_estimated=True,
+    )
+    assert known.cost == D("0.00028") and known.buckets is not None
+    for kind, headers in (("mom", direct), ("single", {})):
+        unknown = call_accounting(
+            kind=kind,
+            usage=STREAM_USAGE,
+            served_model="small-b",
+            headers=headers,
+            price_table=PRICES,
+            usage_estimated=True,
+        )
+        assert (unknown.buckets, unknown.cost, unknown.cache_neutral) == (None, None, None)
+        assert unknown.note == GATEWAY_ESTIMATE_NOTE
