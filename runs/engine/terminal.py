@@ -47,6 +47,20 @@ LOGS_INSIDE = "/logs"
 REWARD_FILE = "verifier/reward.txt"  # beneath LOGS_INSIDE
 REWARD_PATH = f"{LOGS_INSIDE}/{REWARD_FILE}"
 REWARD_MAX_BYTES = 4096
+# What the task's test command runs with besides TEST_DIR (docs/decisions.md, "A verifier's
+# pytest the agent cannot replace"): a site directory of ours, mounted read-only, whose
+# sitecustomize keeps `python3 -m pytest` from importing the agent's /app first; no pytest
+# plugin but those the task names (upstream's verifier has pytest and its own plugin only; an
+# autoloaded plugin would also find entry points on any path the tests add); no user site,
+# which a Python outside a virtualenv reads under HOME, the agent's /app.
+VERIFIER_SITE = Path(__file__).resolve().with_name("verifier_site")
+VERIFIER_SITE_INSIDE = "/srbench/verifier-site"
+VERIFIER_ENV = {
+    "TEST_DIR": TESTS_INSIDE,
+    "PYTHONPATH": VERIFIER_SITE_INSIDE,
+    "PYTHONNOUSERSITE": "1",
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+}
 # Image build files are not part of the task's working directory (upstream COPYs the data).
 BUILD_FILES = {"Dockerfile", "docker-compose.yaml", "docker-compose.yml"}
 
@@ -178,6 +192,11 @@ class TerminalSession:
         makes, regular files only, so a planted symlink is never followed. A reward or a
         `tests/` the agent planted in `/app` is never looked at.
 
+        Nothing the agent planted runs in the verifier unless the tests run it (VERIFIER_ENV):
+        `python3 -m pytest` does not import from `/app` first, only the tests' own imports reach
+        a module there; no pytest plugin is autoloaded; no user site is read. Code the tests do
+        run (the agent's program, a module they import) is the verifier's, as upstream's is.
+
         A session that exceeded its disk quota is not verified: reward 0, `verifier_reason`
         and `reward_source` "disk_quota_exceeded". A verifier that exceeds it scores 0 too."""
         if self.disk_quota_exceeded:
@@ -193,10 +212,10 @@ class TerminalSession:
                 ),
                 workdir=self.workdir,
                 save=False,
-                ro_binds={TESTS_INSIDE: tests_dir},
+                ro_binds={TESTS_INSIDE: tests_dir, VERIFIER_SITE_INSIDE: VERIFIER_SITE},
                 writable_dirs=[f"{LOGS_INSIDE}/verifier"],
                 collect=[REWARD_PATH],
-                env={"TEST_DIR": TESTS_INSIDE},
+                env=VERIFIER_ENV,
             )
         finally:
             shutil.rmtree(tests_dir, ignore_errors=True)

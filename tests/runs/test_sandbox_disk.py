@@ -381,10 +381,10 @@ def test_terminal_verifier_past_the_budget_scores_nothing():
     with terminal_session_start(q.payload, q.secret, limits=TERMINAL) as session:
         for entry in q.secret["solution"]:
             assert session.run_command(entry["content"])[0] == 0
-        # Code the verifier runs (pytest imports from /app) fills the budget.
+        # Code the verifier runs (the tests run the agent's median.py) fills the budget.
         session.run_command(
-            "cat > pytest.py <<'EOF'\n"
-            "with open('/logs/verifier/fill', 'wb') as f:\n"
+            "cat >> median.py <<'EOF'\n"
+            "with open('/tmp/fill', 'wb') as f:\n"
             "    f.write(b'x' * (64 << 20))\n"
             "EOF"
         )

@@ -130,19 +130,18 @@ def test_terminal_solution_still_passes_beside_planted_links(host_dir: Path):
 
 
 def test_a_verifier_that_plants_a_reward_symlink_is_not_followed(host_dir: Path):
-    """Code the agent left in /app runs during verification (`python3 -m pytest` imports from
-    the working directory). It can point the reward file at a host file holding "1"; the host
-    reads the reward without following links, so the forged link scores nothing."""
+    """Whatever runs in the verifier (code the tests run; agent code used to get there through a
+    planted pytest.py, tests/security/test_hostile_agent_verifier.py) could point the reward
+    file at a host file holding "1"; the host reads the reward without following links, so the
+    forged link scores nothing. Here the task's own test script plants it."""
     before = tree_digest(host_dir)
     q = terminal_question("fix-broken-script")
-    forge = (
-        "import os\n"
-        f"os.symlink({str(host_dir / 'reward')!r}, '/logs/verifier/reward.txt')\n"
-        "os.chmod('/logs/verifier', 0o555)\n"
-        "raise SystemExit(0)\n"
+    plant = (
+        f"ln -s {str(host_dir / 'reward')!r} /logs/verifier/reward.txt\nchmod 555 /logs/verifier\n"
     )
-    with terminal_session_start(q.payload, q.secret) as session:
-        session.run_command(f"cat > pytest.py <<'EOF'\n{forge}EOF")
+    tests = [t for t in q.secret["tests"] if not t["path"].endswith("test.sh")]
+    secret = {**q.secret, "tests": [*tests, {"path": "tests/test.sh", "content": plant}]}
+    with terminal_session_start(q.payload, secret) as session:
         reward, detail = session.verify()
     assert reward == 0 and detail["reward_source"] == "missing", detail
     assert tree_digest(host_dir) == before

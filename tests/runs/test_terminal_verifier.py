@@ -1,0 +1,131 @@
+"""Honest Terminal-Bench tasks whose tests import code keep passing in the local sandbox now that
+the verifier's `python3 -m pytest` no longer puts the agent's /app ahead of everything
+(runs/engine/verifier_site/sitecustomize.py): a helper beside the tests in /tests, the module
+the task asks for in /app (by the working directory, by an explicit sys.path entry, through
+`pytest.importorskip`), a module of /app importing its neighbour, and a program the tests run
+whose modules sit beside it — one of them named like a standard library module, which Python
+lets it shadow. Each task also fails without its solution, so its pass is the solution's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runs.engine.sandbox_command import sandbox_available
+from runs.engine.terminal import terminal_session_start
+
+assert sandbox_available(), "bubblewrap missing: run scripts/ensure_sandbox.sh"
+
+HARBOR_TEST_SH = """#!/usr/bin/env bash
+mkdir -p /logs/verifier
+cd /app
+if python3 -m pytest -q -p no:cacheprovider /tests/test_outputs.py; then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi
+"""
+LEGACY_RUN_TESTS = '#!/usr/bin/env bash\npython3 -m pytest -rA "$TEST_DIR/test_outputs.py"\n'
+
+SHADOW_STDLIB = """import statistics  # /app/statistics.py, beside main.py: it shadows the standard one
+from util import double
+
+print(double(statistics.middle([3, 1, 2])))
+"""
+TASKS: dict[str, dict[str, Any]] = {
+    "helper-beside-the-tests": {
+        "tests": {
+            "helpers.py": "EXPECTED = '6\\n'\n",
+            "test_outputs.py": (
+                "from pathlib import Path\n\nfrom helpers import EXPECTED\n\n\n"
+                "def test_out():\n    assert Path('out.txt').read_text() == EXPECTED\n"
+            ),
+        },
+        "solution": "echo 6 > out.txt",
+    },
+    "module-in-the-working-directory": {
+        "tests": {
+            "test_outputs.py": (
+                "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+            ),
+        },
+        "solution": "printf 'def add(a, b):\\n    return a + b\\n' > calc.py",
+    },
+    "module-by-an-explicit-path": {
+        "tests": {
+            "test_outputs.py": (
+                "import sys\n\nsys.path.insert(0, '/app')\n\nimport calc  # noqa: E402\n\n\n"
+                "def test_add():\n    assert calc.add(2, 3) == 5\n"
+            ),
+        },
+        "solution": "printf 'def add(a, b):\\n    return a + b\\n' > calc.py",
+    },
+    "module-through-importorskip": {
+        "tests": {
+            "test_outputs.py": (
+                "import pytest\n\ncalc = pytest.importorskip('calc')\n\n\n"
+                "def test_add():\n    assert calc.add(2, 3) == 5\n"
+            ),
+        },
+        "solution": "printf 'def add(a, b):\\n    return a + b\\n' > calc.py",
+    },
+    "module-importing-its-neighbour": {
+        "tests": {
+            "test_outputs.py": (
+                "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+            ),
+        },
+        "solution": (
+            "printf 'def plus(a, b):\\n    return a + b\\n' > arith.py && "
+            "printf 'from arith import plus as add\\n' > calc.py"
+        ),
+    },
+    "program-with-modules-beside-it": {
+        "tests": {
+            "test_outputs.py": (
+                "import subprocess\n\n\ndef test_main():\n    out = subprocess.run(\n"
+                "        ['python3', '/app/main.py'], capture_output=True, text=True, check=True\n"
+                "    ).stdout\n    assert out == '4\\n'\n"
+            ),
+        },
+        "solution": (
+            "printf 'def double(x):\\n    return 2 * x\\n' > util.py && "
+            "printf 'def middle(v):\\n    return sorted(v)[len(v) // 2]\\n' > statistics.py && "
+            f"cat > main.py <<'EOF'\n{SHADOW_STDLIB}EOF"
+        ),
+    },
+}
+
+
+def task(name: str, *, legacy: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    spec = TASKS[name]
+    tests = [{"path": f"tests/{path}", "content": text} for path, text in spec["tests"].items()]
+    if legacy:
+        tests.append({"path": "run-tests.sh", "content": LEGACY_RUN_TESTS})
+    else:
+        tests.append({"path": "tests/test.sh", "content": HARBOR_TEST_SH})
+    payload = {
+        "task_id": name,
+        "format": "legacy" if legacy else "harbor",
+        "environment": {"local_compatible": True},
+        "environment_files": [],
+    }
+    secret = {
+        "tests": tests,
+        "test_command": "bash /tests/run-tests.sh" if legacy else "bash /tests/test.sh",
+    }
+    return payload, secret
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["harbor", "legacy"])
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_an_honest_task_whose_tests_import_code_passes_with_its_solution_only(name, legacy):
+    payload, secret = task(name, legacy=legacy)
+    with terminal_session_start(payload, secret) as session:
+        unsolved, _ = session.verify()
+    with terminal_session_start(payload, secret) as session:
+        code, out, err = session.run_command(TASKS[name]["solution"])
+        assert code == 0, (out, err)
+        solved, detail = session.verify()
+    assert (unsolved, solved) == (0, 1), detail["verifier_output_tail"]
