@@ -114,7 +114,7 @@ class TerminalBenchAdapter(BenchmarkAdapter):
     weight = Fraction(1, 10)
     kind = "agent"
     episode = "terminal"
-    grader_version = "terminal-local/1"  # runs/engine/terminal.py reads it from here
+    grader_version = "terminal-local/2"  # runs/engine/terminal.py reads it from here
     loader_version = "terminal-bench/1"
     licence_note = (
         "Terminal-Bench task format (harbor-framework/terminal-bench-2), Apache-2.0. Official "
