@@ -49,7 +49,8 @@ REWARD_PATH = f"{LOGS_INSIDE}/{REWARD_FILE}"
 REWARD_MAX_BYTES = 4096
 # What the task's test command runs with besides TEST_DIR (docs/decisions.md, "A verifier's
 # pytest the agent cannot replace"): a site directory of ours, mounted read-only, whose
-# sitecustomize keeps `python3 -m pytest` from importing the agent's /app first; no pytest
+# sitecustomize keeps `python3 -m pytest` from importing the agent's /app first and confines a
+# pytest process and all it starts (no write under /logs, no ptrace of the test script); no pytest
 # plugin but those the task names (upstream's verifier has pytest and its own plugin only; an
 # autoloaded plugin would also find entry points on any path the tests add); no user site,
 # which a Python outside a virtualenv reads under HOME, the agent's /app.
@@ -194,8 +195,9 @@ class TerminalSession:
 
         Nothing the agent planted runs in the verifier unless the tests run it (VERIFIER_ENV):
         `python3 -m pytest` does not import from `/app` first, only the tests' own imports reach
-        a module there; no pytest plugin is autoloaded; no user site is read. Code the tests do
-        run (the agent's program, a module they import) is the verifier's, as upstream's is.
+        a module there; no pytest plugin is autoloaded; no user site is read. What the tests do
+        run (the agent's program) runs confined with pytest: it cannot write under `/logs` nor
+        reach the test script, which writes the reward.
 
         A session that exceeded its disk quota is not verified: reward 0, `verifier_reason`
         and `reward_source` "disk_quota_exceeded". A verifier that exceeds it scores 0 too."""

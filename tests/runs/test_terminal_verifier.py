@@ -95,6 +95,28 @@ TASKS: dict[str, dict[str, Any]] = {
             f"cat > main.py <<'EOF'\n{SHADOW_STDLIB}EOF"
         ),
     },
+    # The tests and the program they run write where a test may (pytest's tmp_path in /tmp,
+    # /app): the confinement of what pytest runs leaves these alone (only /logs is refused).
+    "tests-writing-scratch-files": {
+        "tests": {
+            "test_outputs.py": (
+                "import subprocess\nfrom pathlib import Path\n\n\n"
+                "def test_sum(tmp_path):\n"
+                "    (tmp_path / 'in.txt').write_text('3 1 2')\n"
+                "    Path('/app/scratch.txt').write_text('x')\n"
+                "    subprocess.run(\n"
+                "        ['python3', '/app/total.py', str(tmp_path / 'in.txt')], check=True\n"
+                "    )\n"
+                "    assert Path('/app/total.txt').read_text() == '6\\n'\n"
+            ),
+        },
+        "solution": (
+            "cat > total.py <<'EOF'\nimport sys\n\n"
+            "numbers = open(sys.argv[1]).read().split()\n"
+            "open('/tmp/work.txt', 'w').write('scratch')\n"
+            "open('/app/total.txt', 'w').write(f'{sum(map(int, numbers))}\\n')\nEOF"
+        ),
+    },
 }
 
 

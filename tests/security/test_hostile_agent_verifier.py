@@ -10,8 +10,11 @@ here, checks its answer with the system's `/usr/bin/python3`. Each variant plant
 Python, pytest or a shell might read — a module that shadows pytest, one of its dependencies or
 the standard library, a compiled module, a plugin's entry point, pytest's configuration files,
 a `sitecustomize`, a user site `.pth`, a `python3` of its own, a reward written in advance —
-whose code, if it ever ran in the verifier, would write reward 1 and exit 0. The task is never
-done, so every cell must score 0 with the task's own tests having run and failed.
+whose code, if it ever ran in the verifier, would write reward 1 and exit 0. Two more write
+the program fix-broken-script's tests run (`median.py`) to forge the reward from inside the
+tests: one locks a reward of 1 against the test script's own write, one leaves a daemon writing
+1. The task is never done, so every cell must score 0 with the task's own tests having run and
+failed.
 """
 
 from __future__ import annotations
@@ -80,6 +83,34 @@ CONFIG = [
     " && mkdir -p /app/.local/bin && cp /app/bin/python3 /app/.local/bin/",
     user_site_pth(),
 ]
+# The program fix-broken-script's tests run (`python3 median.py`), written to forge instead of
+# to work: one writes reward 1 and makes the file read-only, so test.sh's own `echo 0 >` is
+# refused; one leaves a daemon writing 1 over whatever test.sh writes until the sandbox ends.
+LOCK_REWARD = """import os
+os.makedirs("/logs/verifier", exist_ok=True)
+with open("/logs/verifier/reward.txt", "w") as reward:
+    reward.write("1")
+os.chmod("/logs/verifier/reward.txt", 0o444)
+print("wrong")
+"""
+DAEMON_REWARD = """import os
+import time
+if os.fork() == 0:
+    os.setsid()
+    quiet = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(quiet, fd)
+    end = time.time() + 10
+    while time.time() < end:
+        try:
+            with open("/logs/verifier/reward.txt", "w") as reward:
+                reward.write("1")
+        except OSError:
+            pass
+        time.sleep(0.001)
+    os._exit(0)
+print("wrong")
+"""
 # name -> (commands, a file that must exist at the end)
 ATTACKS: dict[str, tuple[list[str], str]] = {
     "pytest-module": ([plant("/app/pytest.py", FORGE)], "/app/pytest.py"),
@@ -104,6 +135,8 @@ ATTACKS: dict[str, tuple[list[str], str]] = {
     ),
     "plugin-entry-point": (ENTRY_POINT, "/app/evil-1.0.dist-info/entry_points.txt"),
     "configuration": (CONFIG, "/app/.local/lib/python3.12/site-packages/srbench-evil.pth"),
+    "program-locks-reward": ([plant("/app/median.py", LOCK_REWARD)], "/app/median.py"),
+    "program-leaves-a-daemon": ([plant("/app/median.py", DAEMON_REWARD)], "/app/median.py"),
 }
 PYTEST_TASKS = ("csv-column-sum", "fix-broken-script")
 

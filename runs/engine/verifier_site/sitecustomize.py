@@ -13,6 +13,10 @@ finder that still lets the tests' own imports reach a top-level module there, so
 says `from median import median` in `/app` keeps working. Every other Python keeps Python's own
 rules: a program the tests run (`python3 median.py`) imports the modules beside it as always.
 
+The `-m pytest` process is also confined before it imports pytest (srbench_confine, beside
+this file): nothing it runs may write under `/logs`, where the test script writes the reward,
+nor reach the test script or pytest itself by ptrace. (The `pytest` command does not run in the
+sandbox at all: its first line names the virtualenv's host path.)
 """
 
 from __future__ import annotations
@@ -82,9 +86,29 @@ def guard_pytest_main() -> None:
             if sys.path and sys.path[0] == cwd:
                 del sys.path[0]
                 sys.meta_path.append(TaskModules(cwd))
+            confine_pytest()
         return run_module_as_main(mod_name, alter_argv)
 
     runpy._run_module_as_main = guarded  # type: ignore[attr-defined]
+
+
+def confine_pytest() -> None:
+    """srbench_confine.confine, imported from this directory whatever sys.path holds by now. A
+    kernel without Landlock leaves the process as it was; a refusal ends it with status 1 (the
+    tests then fail: pytest never runs unconfined where confinement was possible)."""
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    spec = spec_from_file_location(
+        "srbench_confine", os.path.join(os.path.dirname(__file__), "srbench_confine.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        module.confine()
+    except OSError as error:
+        sys.stderr.write(f"srbench verifier: cannot confine pytest: {error}\n")
+        os._exit(1)
 
 
 guard_pytest_main()
