@@ -181,6 +181,7 @@ def sandbox_run(
     ro_binds: Mapping[str, Path] | None = None,
     writable_dirs: Sequence[str] = (),
     collect: Sequence[str] = (),
+    collect_max_bytes: int = COLLECT_MAX_BYTES,
     env: Mapping[str, str] | None = None,
 ) -> SandboxResult:
     """Run `argv` inside a fresh sandbox whose working directory `/app` holds `files`.
@@ -191,7 +192,8 @@ def sandbox_run(
     `ro_binds`: extra read-only mounts, absolute sandbox path (outside `/app`, `/tmp`) -> host
     path. `writable_dirs`: extra empty directories on the budget (e.g. `/logs/verifier`).
     `collect`: sandbox paths (in `/app` or a writable directory) of files to return in
-    `SandboxResult.collected`.
+    `SandboxResult.collected`; `collect_max_bytes` caps their archive (past it, a file may
+    come back cut short).
     """
     if not argv:
         raise ValueError("argv must not be empty")
@@ -218,6 +220,7 @@ def sandbox_run(
             ro_binds=dict(ro_binds or {}),
             writable_dirs=writable,
             collect=wanted,
+            collect_max_bytes=collect_max_bytes,
             env=env,
             restore=restore,
             snapshot=snapshot if save else None,
@@ -284,6 +287,7 @@ def _execute(
     ro_binds: Mapping[str, Path],
     writable_dirs: Sequence[str],
     collect: Sequence[str],
+    collect_max_bytes: int,
     env: Mapping[str, str] | None,
     restore: BinaryIO | None,
     snapshot: Path | None,
@@ -314,6 +318,7 @@ def _execute(
             proc, started = _spawn(cmd, stdin, fds.passed())
             fds.spawned()
             run = _Run(proc, fds, limits, budget, snapshot, new_snapshot, collect)
+            run.collect_max_bytes = collect_max_bytes
             return run.supervise(started, started + limits.wall_s + grace)
     finally:
         fds.close_all()
@@ -352,6 +357,7 @@ class _Run:
     new_snapshot: BinaryIO | None
     collect: Sequence[str]
     output_capped: bool = False
+    collect_max_bytes: int = COLLECT_MAX_BYTES
 
     def supervise(self, started: float, deadline: float) -> SandboxResult:
         assert self.proc.stdout is not None and self.proc.stderr is not None
@@ -413,7 +419,7 @@ class _Run:
             assert self.new_snapshot is not None
             pipes.add(self.fds.snapshot_r, cap=self.budget, sink=self.new_snapshot)
         if self.fds.collect_r is not None:
-            pipes.add(self.fds.collect_r, cap=COLLECT_MAX_BYTES)
+            pipes.add(self.fds.collect_r, cap=self.collect_max_bytes)
         seen = bytearray()
 
         def on_report(chunk: bytes) -> None:
