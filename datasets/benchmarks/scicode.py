@@ -64,7 +64,7 @@ class SciCodeAdapter(BenchmarkAdapter):
     weight = Fraction(1, 10)
     kind = "code"
     episode = "scicode"  # one turn per sub-step
-    grader_version = "scicode-sandbox/2"
+    grader_version = "scicode-sandbox/3"
     loader_version = "scicode/1"
     licence_note = (
         "SciCode (Tian et al. 2024, github.com/scicode-bench/SciCode), Apache-2.0; test targets "

@@ -2,17 +2,19 @@
 (benchmarks.md §6–7). Each returns a JSON-ready grade dict with a `correct` flag and per-test
 statuses by index; expected outputs and hidden test inputs never appear in it.
 
-Expected outputs never enter the sandbox either: a LiveCodeBench program prints its answer and
-the comparison happens here. SciCode's targets must be inside (its official test snippets assert
-against `target` in-process), so the HDF5 file is mounted read-only; the tests see the targets
-for the step being tested, exactly as upstream.
+Expected outputs never enter the model's sandbox either: a LiveCodeBench program prints its
+answer and the comparison happens here. SciCode's official test snippets assert against `target`
+in the model's own module upstream; here each snippet is split (`runs.engine.scicode_split`):
+the model's code and the tests' calls run in one sandbox with no target in it, the values the
+calls returned come out as data (`runs.engine.scicode_values`), and a second sandbox, which runs
+no model code, holds the HDF5 file and compares (`runs.engine.scicode_judge`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-import secrets
 import time
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
@@ -23,8 +25,10 @@ from datasets.benchmarks import get_adapter
 from datasets.benchmarks.scicode import ADAPTER as SCICODE
 from datasets.grading import strip_reasoning
 from datasets.official_prompts import SCICODE_GOLD_FILES
+from runs.engine import scicode_judge, scicode_values
 from runs.engine.sandbox import DISK_QUOTA_EXCEEDED, SandboxResult, sandbox_run
-from runs.engine.sandbox_command import SandboxLimits, sandbox_python
+from runs.engine.sandbox_command import SANDBOX_WORKDIR, SandboxLimits, sandbox_python
+from runs.engine.scicode_split import RECORD, SplitTest, UnsupportedTest, split_test
 
 # The adapters carry the versions (they go into plan manifests); one place for each.
 LCB_GRADER_VERSION = get_adapter("livecodebench").grader_version
@@ -341,42 +345,117 @@ def are_dicts_close(dict1, dict2, atol=1e-8, rtol=1e-5):
 """
 
 
-def _scicode_test_file(
-    dependencies: str, prior_code: list[str], code: str, step: dict[str, Any]
+# What the tests' calls returned may be large (a trajectory, an image), but not without bound.
+SCICODE_VALUES_MAX_BYTES = 96 * 1024 * 1024
+SCICODE_VALUES_INSIDE = f"{SANDBOX_WORKDIR}/values.bin"
+
+# Imported by the model's program after its code: carries each judge statement's values out.
+SCICODE_RECORD_MODULE = f"""\
+import srbench_values
+
+_recorder = srbench_values.Recorder({SCICODE_VALUES_MAX_BYTES})
+
+
+def record(test, statement, thunks):
+    _recorder.add(test, statement, [thunk() for thunk in thunks])
+
+
+def finish():
+    with open({SCICODE_VALUES_INSIDE!r}, "wb") as f:
+        f.write(_recorder.dump())
+"""
+
+
+def _module_source(module: Any) -> bytes:
+    return Path(module.__file__).read_bytes()
+
+
+def _scicode_model_program(
+    dependencies: str, prior_code: list[str], code: str, splits: list[SplitTest]
 ) -> str:
-    tests = step["test_cases"]
+    """The model's process: its code, then the tests' own statements, their calls' values
+    recorded; the values file is written after the last test, so a program that ends before
+    it has none (`exited_early`). No target, and none of the judge's statements, is in it."""
     parts = [dependencies, *prior_code, code]
-    parts.append(
-        "from scicode.parse.parse import process_hdf5_to_tuple\n"
-        f"targets = process_hdf5_to_tuple({step['step_number']!r}, {len(tests)}, "
-        f"{SCICODE_TARGETS_INSIDE!r})"
-    )
-    for k, test in enumerate(tests):
-        parts.append(f"target = targets[{k}]\n{test}")
-    parts.append(SCICODE_END_OF_TESTS)
+    parts.append(f"from srbench_record import record as {RECORD}, finish as _srbench_finish")
+    parts += [split.model_source for split in splits]
+    parts.append("_srbench_finish()")
     return "\n\n".join(parts) + "\n"
 
 
-# The last lines of a step's program: the word the grader handed it on stdin, echoed on its own
-# line once every test ran. A program that exits 0 before (the model's `sys.exit(0)`, a
-# `__main__` block ending in `raise SystemExit`, `os._exit`) never prints it: `exited_early`,
-# never passed. The word is not in the file, so code that does not go looking cannot print it.
-SCICODE_END_OF_TESTS = """\
-import sys as _srbench_sys
-_srbench_sys.__stdout__.write("\\n" + _srbench_sys.stdin.read().strip() + "\\n")
-_srbench_sys.__stdout__.flush()"""
+def _scicode_plan(number: str, splits: list[SplitTest]) -> bytes:
+    tests = [[{"source": j.source, "values": j.values} for j in split.judge] for split in splits]
+    plan = {"step": number, "h5": SCICODE_TARGETS_INSIDE, "tests": tests}
+    return json.dumps(plan).encode("utf-8")
 
 
-def _scicode_step_status(result: SandboxResult, end_word: str) -> str:
-    """A step's outcome (upstream tells only pass, fail and time out apart, plus our limits)."""
-    failed = _failure_status(result)
+def _judge_outcome(stdout: bytes, tests: int) -> dict[str, Any] | None:
+    lines = stdout.decode("utf-8", "replace").strip().splitlines()
+    try:
+        outcome = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(outcome, dict):
+        return None
+    results = outcome.get("results")
+    if not isinstance(results, list) or len(results) != tests:
+        return None
+    if not all(r in scicode_judge.OUTCOMES for r in results):
+        return None
+    return outcome
+
+
+def _scicode_step(
+    *,
+    files: dict[str, bytes],
+    source: str,
+    number: str,
+    splits: list[SplitTest],
+    h5_path: Path,
+    limits: SandboxLimits,
+) -> dict[str, Any]:
+    """Run one step's two processes; its status (and the tests' outcomes once judged)."""
+    room = SCICODE_VALUES_MAX_BYTES + 1024 * 1024  # the values file is written, then unpacked
+    limits = dataclasses.replace(limits, file_size_bytes=max(limits.file_size_bytes, room))
+    model = sandbox_run(
+        argv=[sandbox_python(), "step_test.py"],
+        files=files | {"step_test.py": _source_bytes(source)},
+        limits=limits,
+        collect=[SCICODE_VALUES_INSIDE],
+        collect_max_bytes=room,
+    )
+    failed = _failure_status(model)
     if failed in ("runtime_error", "compile_error"):
-        return "failed"
+        return {"status": "failed"}
     if failed is not None:
-        return failed
-    if end_word.encode("ascii") not in result.stdout.splitlines():
-        return "exited_early"
-    return "passed"
+        return {"status": failed}
+    values = model.collected.get(SCICODE_VALUES_INSIDE)
+    if values is None:
+        return {"status": "exited_early"}
+    judged = sandbox_run(
+        argv=[sandbox_python(), "srbench_judge.py"],
+        files=SCICODE_JUDGE_FILES
+        | {"plan.json": _scicode_plan(number, splits), "values.bin": values},
+        limits=limits,
+        ro_binds={SCICODE_TARGETS_INSIDE: Path(h5_path)},
+    )
+    outcome = _judge_outcome(judged.stdout, len(splits))
+    if outcome is None:  # the values made the comparison run out of time or memory
+        return {"status": "failed", "judge": _failure_status(judged) or "no outcome"}
+    results = outcome["results"]
+    status = "passed" if all(r == "passed" for r in results) else "failed"
+    detail: dict[str, Any] = {"status": status, "tests": results}
+    if outcome.get("values") != "read":
+        detail["values"] = outcome.get("values")
+    return detail
+
+
+def _scicode_splits(step: dict[str, Any]) -> list[SplitTest] | None:
+    """The step's tests split for the two processes; None when one cannot be (never passed)."""
+    try:
+        return [split_test(test, k) for k, test in enumerate(step["test_cases"])]
+    except UnsupportedTest:
+        return None
 
 
 def grade_scicode(
@@ -388,23 +467,19 @@ def grade_scicode(
     limits: SandboxLimits = SCICODE_LIMITS,
 ) -> dict[str, Any]:
     """Run each step's cumulative code (dependencies, earlier steps' code, this step's code, its
-    tests) in the sandbox; the main problem is correct only if every scored step passes.
+    tests' own statements) in the sandbox, and judge the values its tests' calls returned
+    against the targets in a second one; the main problem is correct only if every scored step
+    passes.
 
     `step_replies[i]` is the model's reply to sub-step i (code is extracted from it); a missing
-    reply fails that step. Steps upstream fills with gold code use it and are not scored.
+    reply fails that step. Steps upstream fills with gold code use it and are not scored. A
+    step whose tests cannot be split is `untestable`, never passed.
     Raises TargetsUnavailable when the HDF5 file is not there.
     """
     if h5_path is None or not Path(h5_path).is_file():
         raise TargetsUnavailable(f"SciCode test_data.h5 not found at {h5_path}")
     steps: list[dict[str, Any]] = secret["steps"]
     dependencies = payload.get("required_dependencies") or ""
-    files = {
-        "scicode/__init__.py": b"",
-        "scicode/parse/__init__.py": b"",
-        "scicode/parse/parse.py": SCICODE_PARSE_MODULE.encode("utf-8"),
-        "scicode/compare/__init__.py": b"",
-        "scicode/compare/cmp.py": SCICODE_CMP_MODULE.encode("utf-8"),
-    }
     prior: list[str] = []
     results: list[dict[str, Any]] = []
     for index, step in enumerate(steps):
@@ -416,29 +491,27 @@ def grade_scicode(
             continue
         reply = step_replies[index] if index < len(step_replies) else None
         code = extract_python_code(reply)
+        splits = _scicode_splits(step)
+        head = {"index": index, "step_number": number}
         if code is None:
-            results.append({"index": index, "step_number": number, "status": "unparsed"})
+            results.append(head | {"status": "unparsed"})
             prior.append("")
             continue
-        source = _scicode_test_file(dependencies, prior, code, step)
-        started = time.monotonic()
-        end_word = secrets.token_hex(16)
-        result = sandbox_run(
-            argv=[sandbox_python(), "step_test.py"],
-            files=files | {"step_test.py": _source_bytes(source)},
-            stdin=end_word.encode("ascii"),
-            limits=limits,
-            ro_binds={SCICODE_TARGETS_INSIDE: Path(h5_path)},
-        )
-        results.append(
-            {
-                "index": index,
-                "step_number": number,
-                "status": _scicode_step_status(result, end_word),
-                "wall_s": round(time.monotonic() - started, 3),
-            }
-        )
+        prior_code = list(prior)
         prior.append(code)
+        if splits is None:
+            results.append(head | {"status": "untestable"})
+            continue
+        started = time.monotonic()
+        detail = _scicode_step(
+            files=SCICODE_MODEL_FILES,
+            source=_scicode_model_program(dependencies, prior_code, code, splits),
+            number=number,
+            splits=splits,
+            h5_path=Path(h5_path),
+            limits=limits,
+        )
+        results.append(head | detail | {"wall_s": round(time.monotonic() - started, 3)})
     scored = [r for r in results if r["status"] != "gold"]
     passed = sum(1 for r in scored if r["status"] == "passed")
     correct = bool(scored) and passed == len(scored)
@@ -451,3 +524,23 @@ def grade_scicode(
         "steps_passed": passed,
         "steps": results,
     }
+
+
+# The model's sandbox holds the helpers a test may import (not the targets' reader: no test
+# reads the file, and nothing there could); the judge's holds both and the HDF5 file.
+SCICODE_MODEL_FILES = {
+    "scicode/__init__.py": b"",
+    "scicode/compare/__init__.py": b"",
+    "scicode/compare/cmp.py": SCICODE_CMP_MODULE.encode("utf-8"),
+    "srbench_values.py": _module_source(scicode_values),
+    "srbench_record.py": SCICODE_RECORD_MODULE.encode("utf-8"),
+}
+SCICODE_JUDGE_FILES = {
+    "scicode/__init__.py": b"",
+    "scicode/parse/__init__.py": b"",
+    "scicode/parse/parse.py": SCICODE_PARSE_MODULE.encode("utf-8"),
+    "scicode/compare/__init__.py": b"",
+    "scicode/compare/cmp.py": SCICODE_CMP_MODULE.encode("utf-8"),
+    "srbench_values.py": _module_source(scicode_values),
+    "srbench_judge.py": _module_source(scicode_judge),
+}

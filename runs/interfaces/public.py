@@ -321,6 +321,7 @@ def grade_reasons(public: Mapping[str, Any] | None) -> list[str]:
         for outcome in (
             "failed",
             "exited_early",
+            "untestable",
             "timeout",
             "unparsed",
             "memory",

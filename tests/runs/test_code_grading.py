@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import h5py
@@ -225,3 +226,20 @@ def test_scicode_missing_reply_fails_that_step(targets_h5):
 def test_scicode_without_targets_refuses_to_grade(tmp_path):
     with pytest.raises(TargetsUnavailable):
         grade_901([reply(TIME_OF_FLIGHT), reply(RANGE)], tmp_path / "absent.h5")
+
+
+def test_a_step_whose_test_cannot_keep_its_target_from_the_model_is_untestable(targets_h5):
+    """The target given to a function the judge cannot run: the step is never passed, rather
+    than run with the target beside the model's code."""
+    q = scicode_questions()["901"]
+    secret = copy.deepcopy(q.secret)
+    secret["steps"][0]["test_cases"] = ["assert are_equivalent(time_of_flight(1, 1, 1), target)"]
+    grade = grade_scicode(
+        step_replies=[reply(TIME_OF_FLIGHT), reply(RANGE)],
+        payload=q.payload,
+        secret=secret,
+        h5_path=targets_h5,
+        limits=FAST,
+    )
+    assert [s["status"] for s in grade["steps"]] == ["untestable", "passed"]
+    assert grade["correct"] is False

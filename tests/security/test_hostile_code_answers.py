@@ -5,8 +5,9 @@ passed when that program exits 0. Code that exits 0 before the tests run (``sys.
 ``os._exit(0)``, a module-level ``raise SystemExit``, a real model's ``if __name__ ==
 "__main__":`` block that ends in ``sys.exit()``) used to pass every step it was given, so the
 problem scored correct with no function defined at all. The grader now needs the program to
-reach the end of the tests and say so with a word it only learns there; a step that exits
-without it is ``exited_early`` and the cell's public reasons say so.
+reach the end of the tests: the values the tests' calls returned are written only after the
+last one (tests/security/test_scicode_hidden_targets.py says why that is safe); a step that
+exits without them is ``exited_early`` and the cell's public reasons say so.
 
 The end-to-end test goes the real way: a run created through the API's service, a Celery worker
 process, the simulator answering with the hostile code, the cell read back from the public API.
