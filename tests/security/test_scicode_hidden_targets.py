@@ -86,6 +86,10 @@ ATTACKS = {
     "the end-of-tests word read from /proc/self/fd/0": (
         "import os\nprint(open('/proc/self/fd/0').read().strip(), flush=True)\nos._exit(0)\n"
     ),
+    # Upstream's own hole: np.allclose(np.array([]), 2.5) is True (broadcast to nothing).
+    "an empty array, close to any number": (
+        "def {name}(*args, **kwargs):\n    return np.array([])\n"
+    ),
     "a values file forged, then an early exit": (
         "import os, srbench_values\n"
         "r = srbench_values.Recorder(1 << 20)\n"
