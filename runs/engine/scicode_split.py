@@ -28,6 +28,7 @@ official test split's 915 snippets is (tests/runs/test_scicode_split.py).
 from __future__ import annotations
 
 import ast
+import builtins
 import copy
 from dataclasses import dataclass
 
@@ -220,7 +221,9 @@ def _needs_model(stmt: ast.stmt, names: _Names, allowed: frozenset[str]) -> bool
 
 class _Attempt:
     def __init__(self, test: int, both: set[int], allowed: frozenset[str]) -> None:
-        self.test, self.both, self.allowed = test, both, allowed
+        self.test, self.both = test, both
+        self.base = allowed
+        self.functions: set[str] = set()  # the test's own functions the judge may call
         self.names = _Names(judge={TARGET}, lacking={TARGET}, secret={TARGET})
         self.judge: list[JudgeStatement] = []
         self.model: list[str] = []
@@ -230,8 +233,33 @@ class _Attempt:
             self.statement(index, stmt)
         return SplitTest(model_source="\n".join(self.model), judge=tuple(self.judge))
 
+    @property
+    def allowed(self) -> frozenset[str]:
+        return self.base | self.functions
+
+    def judge_function(self, stmt: ast.stmt) -> bool:
+        """A function the test defines that reads nothing but numpy, builtins and the judge's
+        other functions (say an order-free comparison): the judge may call it on the target."""
+        if not isinstance(stmt, ast.FunctionDef) or stmt.decorator_list:
+            return False
+        if any(isinstance(n, ast.Attribute) and n.attr == "random" for n in ast.walk(stmt)):
+            return False  # its draws belong to the model's process, in order
+        params = {a.arg for a in ast.walk(stmt.args) if isinstance(a, ast.arg)}
+        free = _loads(stmt) - params - (_stores(stmt) - {stmt.name}) - {stmt.name}
+        builtin = set(dir(builtins)) - (ALLOWED_BUILTINS - self.base)
+        return free <= (self.allowed & NUMPY_NAMES) | builtin | self.functions
+
     def statement(self, index: int, stmt: ast.stmt) -> None:
         loads, stores = _loads(stmt), _stores(stmt)
+        self.functions -= stores
+        if not loads & self.names.lacking and self.judge_function(stmt):
+            assert isinstance(stmt, ast.FunctionDef)
+            source = ast.unparse(stmt)
+            self.model.append(source)
+            self.judge.append(JudgeStatement(source, 0))
+            self.functions.add(stmt.name)
+            self.names.bind(stores, judge=True, model=True, secret=False)
+            return
         names = self.names
         lacking = loads & names.lacking
         if index in self.both and lacking:  # its inputs must reach the model's process first

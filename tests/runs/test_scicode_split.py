@@ -98,7 +98,7 @@ def test_random_numbers_are_drawn_in_the_models_process_only():
 @pytest.mark.parametrize(
     "test",
     [
-        "assert are_equivalent(f(1), target)",  # a test's own function given the target
+        "def g(x):\n    return f(x)\nassert g(target)",  # a test's function calling the model's
         "for t in target:\n    assert f(t)",
         "print(target)",
     ],
@@ -106,3 +106,20 @@ def test_random_numbers_are_drawn_in_the_models_process_only():
 def test_a_target_the_judge_cannot_keep_is_unsupported(test: str):
     with pytest.raises(UnsupportedTest):
         split_test(test, 0)
+
+
+def test_a_comparison_function_the_test_defines_runs_in_the_judge_with_the_target():
+    test = (
+        "def are_equivalent(a, b):\n"
+        "    return a.shape == b.shape and all(np.allclose(x, y) for x, y in zip(a, b))\n"
+        "assert are_equivalent(generate_gpoints(1), target)"
+    )
+    split = split_test(test, 0)
+    assert split.judge[-1].source == "assert are_equivalent(_srbench_leaf[0], target)"
+    assert "target" not in names(split.model_source)
+
+
+def test_a_test_function_that_draws_random_numbers_stays_in_the_models_process():
+    test = "def noisy(n):\n    return np.random.rand(n)\nassert np.allclose(f(noisy(3)), target)"
+    split = split_test(test, 0)
+    assert split.judge[-1].source == "assert np.allclose(_srbench_leaf[0], target)"
