@@ -265,6 +265,15 @@ class RegradeRequestSerializer(StrictFieldsSerializer):
         required=False, max_digits=40, decimal_places=18, allow_null=True, default=None
     )
 
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # A confirmation without `rejudge: true` ran a plain regrade and dropped the amount:
+        # the caller meant a re-judge (session 6 probe).
+        if attrs.get("confirm_judge_cost") is not None and not attrs.get("rejudge"):
+            raise serializers.ValidationError(
+                {"confirm_judge_cost": ["only with rejudge: true (a re-judge's confirmed cost)"]}
+            )
+        return attrs
+
 
 ExportSerializer = inline_serializer(
     "AnswerMatrix",

@@ -279,8 +279,7 @@ class RecoverView(APIView):
         # The documented fields only; inside `plan` (the reviewed plan, whole) anything goes.
         refuse_unknown_fields(data, frozenset(RecoverRequestSerializer.fields))
         # The full reviewed plan, or just its hash, mode and the selected cells.
-        # A top-level selected_cells overrides the one in the plan.
-        source = data["plan"] if isinstance(data.get("plan"), dict) else data
+        source = _reviewed_plan(data)
         _refuse_two_values(data, source)
         plan = {k: source.get(k) for k in ("plan_sha256", "mode", "selected_cells")}
         if "selected_cells" in data:
@@ -302,12 +301,28 @@ class RecoverView(APIView):
         return replay_response(body, created=created)
 
 
+def _reviewed_plan(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The reviewed plan a submission names: `plan` when given (a JSON object, else refused —
+    a `plan` of another type was dropped and the top-level fields submitted), else the body."""
+    if "plan" not in data:
+        return data
+    if not isinstance(data["plan"], Mapping):
+        raise Refusal(
+            f"plan must be the reviewed plan as a JSON object, not {echo_text(data['plan'])!r}; "
+            "or send plan_sha256, mode and selected_cells at the top.",
+            code="invalid",
+            detail={"field": "plan"},
+        )
+    return data["plan"]
+
+
 def _refuse_two_values(data: Mapping[str, Any], plan: Mapping[str, Any]) -> None:
-    """A whole plan sent with a top-level mode or hash of its own that differs: refused, never
-    one of them silently chosen (the plan's was taken, the top-level one dropped)."""
+    """A whole plan sent with a top-level mode, hash or selection of its own that differs:
+    refused, never one of them silently chosen (the top-level one was taken: a top-level
+    `selected_cells: null` widened a plan's reviewed subset to every eligible cell)."""
     if plan is data:
         return
-    for key in ("mode", "plan_sha256"):
+    for key in ("mode", "plan_sha256", "selected_cells"):
         if key in data and data[key] != plan.get(key):
             raise Refusal(
                 f"{key} is given twice with different values: {echo_text(data[key])!r} at the "

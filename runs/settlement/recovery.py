@@ -388,10 +388,19 @@ def _submitted(plan: object) -> tuple[str, str, list[int] | None]:
         raise ChildRunRefused("invalid_plan", "the plan must be a JSON object")
     mode = _check_mode(plan.get("mode"))
     sha = plan.get("plan_sha256")
-    if not isinstance(sha, str) or not HEX64.match(sha):
+    if sha is None:
         raise ChildRunRefused(
             "recovery_plan_required",
             "the reviewed plan_sha256 is required (review the recovery plan first)",
+        )
+    if not isinstance(sha, str) or not HEX64.match(sha):
+        # Given but not a plan's hash: said so, not "required" (an upper-case copy read so);
+        # the code stays the one clients know.
+        raise ChildRunRefused(
+            "recovery_plan_required",
+            "plan_sha256 must be the reviewed plan's hash as the plan states it: 64 lower-case "
+            "hexadecimal digits",
+            detail={"plan_sha256": echo_text(sha)},
         )
     selected = plan.get("selected_cells")
     cells = None if selected is None else _check_cell_ids(selected)
