@@ -150,3 +150,20 @@ def test_the_cli_recover_prints_the_bounded_answer(client, capsys, tmp_path):
     assert f"run {child['id']}: " in out and f"{CELLS} cells" in out
     assert f"benchmark show {child['id']} --results" in out
     assert len(out) < 1_000
+
+
+def test_the_api_schema_documents_the_bounded_answer(client):
+    """The OpenAPI schema says what a client reads: `recovery.selected_cells` and
+    `eligible_cells` as {count, first, omitted}, with `cells` the way to read them all."""
+    client.force_login(f.user_create())
+    schema = client.get("/api/schema/", {"format": "json"}).json()
+    answer = schema["paths"]["/api/v1/runs/{id}/recover/"]["post"]["responses"]["201"]
+    ref = answer["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    recovery = schema["components"]["schemas"][ref]["properties"]["recovery"]
+    assert recovery["nullable"] is True
+    marker = schema["components"]["schemas"]["RecoveryMarker"]["properties"]
+    assert marker["selected_cells"]["allOf"][0]["$ref"].endswith("/CellEcho")
+    assert "never all of them" in marker["selected_cells"]["description"]
+    assert "child run's cells" in marker["cells"]["description"]
+    echo = schema["components"]["schemas"]["CellEcho"]["properties"]
+    assert set(echo) == {"count", "first", "omitted"}
