@@ -43,7 +43,7 @@ def recovery_child_doc(child: Run) -> dict[str, Any] | None:
     """What the recovery API (201, and 200 on a replay) and the CLI say of where a child came
     from: its manifest's ``recovery`` marker with the selected and eligible parent cells as a
     count, the first few ids and how many were left out (`srbench.refusals.echo_items`, the
-    rule refusals follow) — a run of 100,000 cells answered every id twice, about 1.6 MB — and
+    rule refusals follow) — a run of 100,000 cells answered every id twice, 1,178,960 bytes — and
     where all of them are read: the child's cells (``cells``), one per selected parent cell
     (same question and target; the same slot, or the next one in failed mode), paged. The
     ``selected_cells_sha256`` identifies the whole selection. None for a run that is no
