@@ -326,7 +326,11 @@ def recovery_plan_page(
 
     eligible, next_eligible = page(plan["eligible_cells"], eligible_after)
     excluded, next_excluded = page(plan["excluded"], excluded_after)
-    summary = {k: v for k, v in plan.items() if k not in ("eligible_cells", "excluded")}
+    # `selected_cells` is every eligible id by default: each page carried all of them (600 KB a
+    # page of 100 at 100,000 cells). Its count is here; the ids are the eligible pages'.
+    summary = {
+        k: v for k, v in plan.items() if k not in ("eligible_cells", "excluded", "selected_cells")
+    }
     return {
         **summary,
         "selected_cells_count": len(plan["selected_cells"]),
