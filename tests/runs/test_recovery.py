@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
+from datetime import timedelta
 from decimal import Decimal
 
 import httpx
@@ -36,6 +37,9 @@ from tests.runs import engine_support as es
 
 BENCHMARKS = ["mmlu-pro", "arc"]
 SLOW = {"sim-strong": {"ttft_s": 0.2, "tokens_per_second": 8.0, "chunk_tokens": 1}}
+# A first token after 4 s: long enough that a call seen in flight is still in flight when the
+# test kills its worker, whatever the machine's load.
+SLOW_FIRST_TOKEN = {"sim-strong": {"ttft_s": 4.0, "tokens_per_second": 8.0, "chunk_tokens": 1}}
 FAST = {"sim-strong": {"ttft_s": 0.0, "tokens_per_second": 0.0}}
 
 
@@ -108,17 +112,23 @@ def budget_stopped_parent(owner) -> Run:
 @pytest.mark.worker
 def test_killed_worker_run_recovers_only_never_dispatched_cells_in_a_child(workers):
     owner = f.user_create()
-    with es.simulator(BENCHMARKS, models=SLOW) as url:
+    # Every answer takes at least ttft_s: the worker is killed while a call sent under a second
+    # ago is in flight, so it is still in flight when the kill lands, at any load (with 1-second
+    # answers, a call seen streaming could finish before the kill at load 7: no sent_unknown).
+    with es.simulator(BENCHMARKS, models=SLOW_FIRST_TOKEN) as url:
         es.sim_targets(url)
         first = workers("first")
         run = parent_run(owner)
-        wait_until(
-            lambda: (
+
+        def a_fresh_call_in_flight() -> bool:
+            fresh = timezone.now() - timedelta(seconds=1)
+            in_flight = Call.objects.filter(cell__run=run, status__in=["sent", "streaming"])
+            return (
                 Cell.objects.filter(run=run, status="completed").exists()
-                and Call.objects.filter(cell__run=run, status__in=["sent", "streaming"]).exists()
-            ),
-            timeout=60,
-        )
+                and in_flight.filter(sent_at__gte=fresh).exists()
+            )
+
+        wait_until(a_fresh_call_in_flight, timeout=90, interval=0.05)
         first.stop(signal.SIGKILL)
 
         # The dead worker's leases have not run out yet: the run is not terminal.
