@@ -191,3 +191,14 @@ def test_remote_verbs_read_their_json_files_without_django(live_server, tmp_path
     )
     assert (code, out, modules) == (2, "", []), err
     assert err.startswith("error: cannot read") and "NUL" in err and err.count("\n") == 0
+
+
+def test_console_script_usage_and_errors_name_the_command_the_user_types() -> None:
+    # `srbench VERB`, never `srbench benchmark VERB` (a command line that fails): the console
+    # script runs `manage.py benchmark`, whose parser Django would name "srbench benchmark".
+    code, out, err, _ = console("--help")
+    assert code == 0 and out.startswith("usage: srbench [-h]"), out
+    assert "srbench benchmark" not in out
+    code, out, err, _ = console("no-such-verb")
+    assert code == 2 and "srbench: error: argument VERB: invalid choice" in err, err
+    assert "srbench benchmark" not in err
