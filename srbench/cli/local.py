@@ -26,7 +26,7 @@ from django.core.management import call_command
 from django.db import transaction
 
 from runs.models import TERMINAL_RUN_STATUSES, RunStatus
-from srbench.api_client import EXIT_FAILED, EXIT_UNREACHABLE, cli_error
+from srbench.api_client import EXIT_FAILED, EXIT_UNREACHABLE, cli_error, cli_guard
 
 ROOT = Path(settings.BASE_DIR)
 
@@ -535,7 +535,9 @@ def register(verbs: Any) -> None:
     )
     p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for it to answer")
     p.set_defaults(
-        handler=lambda o: simulator_targets(simulator_url=o["simulator_url"], wait=o["wait"])
+        handler=cli_guard(
+            lambda o: simulator_targets(simulator_url=o["simulator_url"], wait=o["wait"])
+        )
     )
 
     p = verbs.add_parser("ensure-login", help="create a portal login (idempotent)")
@@ -547,14 +549,18 @@ def register(verbs: Any) -> None:
         help="environment variable holding the password (unset: generate one for a new login)",
     )
     p.set_defaults(
-        handler=lambda o: ensure_login(
-            username=o["username"], operator=o["operator"], password_env=o["password_env"]
+        handler=cli_guard(
+            lambda o: ensure_login(
+                username=o["username"], operator=o["operator"], password_env=o["password_env"]
+            )
         )
     )
 
     p = verbs.add_parser("doctor", help="check database → broker → worker round trip")
     p.add_argument("--timeout", type=float, default=30.0)
-    p.set_defaults(handler=lambda o: doctor(timeout=o["timeout"]))
+    # Guarded like the API verbs: on a fresh var/ (no `make demo` yet) the embedded database
+    # has no tables, and the answer is what to run, not a traceback.
+    p.set_defaults(handler=cli_guard(lambda o: doctor(timeout=o["timeout"])))
 
 
 def _simulator(options: dict[str, Any]) -> int:

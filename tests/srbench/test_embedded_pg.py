@@ -176,6 +176,23 @@ def test_the_cli_on_a_fresh_var_dir_says_what_to_do(shared_dir: Path):
     assert not embedded_pg.is_running(shared_dir / "pg")
 
 
+def test_the_local_verbs_on_a_fresh_var_dir_say_what_to_do_too(shared_dir: Path):
+    """`benchmark doctor` (the README's health check) and `ensure-login` write to the database
+    themselves, not through the API: on a fresh var/ they too give the one line and the hint."""
+    for verb in (["doctor", "--timeout", "1"], ["ensure-login", "--username", "newcomer"]):
+        result = subprocess.run(
+            [sys.executable, "manage.py", "benchmark", *verb],
+            cwd=ROOT,
+            env=embedded_env(shared_dir),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 3, (verb, result.stderr)
+        assert result.stderr.startswith("error: the database is not ready"), result.stderr
+        assert "manage.py migrate" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_binaries_out_of_the_server_accounts_reach_are_run_from_a_copy(
     tmp_path: Path, shared_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):
