@@ -23,9 +23,18 @@ from srbench.api_client import (
 )
 from srbench.money import usd_text
 
+# Fields only a frozen manifest has (the review's answer), never a plan request: a file with
+# them is what `plan --output` wrote, and the API would list them as unknown fields.
+MANIFEST_ONLY_FIELDS = {"version", "cases"}
+
 
 def _plan_arguments(p: Any) -> None:
-    p.add_argument("--plan-file", help="a JSON plan (the other plan options override it)")
+    p.add_argument(
+        "--plan-file",
+        help="a JSON plan: the fields of POST /api/v1/plans/review/ (name, dataset, targets, "
+        "benchmarks, limits, …), not the manifest `plan --output` writes; the other plan "
+        "options override it",
+    )
     p.add_argument("--name")
     p.add_argument("--dataset", type=int)
     p.add_argument("--target", action="append", dest="targets", metavar="SLUG")
@@ -66,6 +75,13 @@ def plan_from(options: dict[str, Any], *, default_name: str | None = None) -> di
         plan = json_file_read(options["plan_file"], "plan file")
         if not isinstance(plan, dict):
             raise CliError("a plan file must hold a JSON object")
+        if plan.keys() >= MANIFEST_ONLY_FIELDS:
+            raise CliError(
+                f"{options['plan_file']} is a frozen manifest (what `plan --output` writes), "
+                "not a plan: a plan file holds the fields of POST /api/v1/plans/review/ "
+                "(name, dataset, targets, benchmarks, limits, …); to run the plan you reviewed, "
+                "give `run` the same options"
+            )
     for key in (
         "name",
         "dataset",
@@ -321,6 +337,7 @@ def _plan(options: dict[str, Any]) -> int:
         f"cells {summary['cells']}: "
         + ", ".join(f"{b} {n}" for b, n in summary["cases_per_benchmark"].items())
         + f"\ntargets: {', '.join(t['slug'] for t in summary['targets'])}\n"
+        + "".join(f"{line}\n" for line in parity_lines(summary["manifest"]))
         + "".join(f"{line}\n" for line in not_run_lines(summary["manifest"].get("not_run", [])))
         + "".join(
             f"warning: {w['target']}: {w['warning']}\n"
@@ -329,6 +346,29 @@ def _plan(options: dict[str, Any]) -> int:
         + "no model was called (model_requests: 0)",
     )
     return 0
+
+
+def parity_lines(manifest: dict[str, Any]) -> list[str]:
+    """What a comparison of this run can claim, said before anything is spent (R5.5): a
+    non-inferiority verdict needs a margin frozen in the plan and holdout cases. None for a
+    routing preview, which answers nothing and is never compared."""
+    if manifest.get("mode") == "preview":
+        return []
+    ds = manifest.get("dataset") or {}
+    split = ds.get("split") or "unknown"
+    where = f"split {split} ({ds.get('profile') or 'unknown'} profile, seed {ds.get('seed')})"
+    margin = manifest.get("non_inferiority_margin")
+    if margin is not None and split == "holdout":
+        return [f"{where}; non-inferiority margin {margin} frozen in this plan"]
+    missing = []
+    if margin is None:
+        missing.append("no non-inferiority margin is frozen (--non-inferiority-margin)")
+    if split != "holdout":
+        missing.append("the cases are not the holdout split")
+    return [
+        f"{where}; {' and '.join(missing)}: a comparison of this run can say better, worse "
+        "or inconclusive, never non-inferior (R5.5)"
+    ]
 
 
 def not_run_lines(not_run: list[dict[str, Any]]) -> list[str]:
@@ -540,7 +580,11 @@ def _targets(options: dict[str, Any]) -> int:
 def register(verbs: Any) -> None:
     p = verbs.add_parser("plan", help="review a frozen plan (no model call)")
     _plan_arguments(p)
-    p.add_argument("--output", help="write the frozen manifest here")
+    p.add_argument(
+        "--output",
+        help="write the frozen manifest here (a record of the review; to run the plan, give "
+        "`run` the same options)",
+    )
     add_connection_arguments(p)
     p.set_defaults(handler=cli_guard(_plan))
 

@@ -146,6 +146,32 @@ def test_run_lifecycle_verbs(bench, dataset_and_target, tmp_path: Path) -> None:
     assert r.code == 2 and "limit" in r.err
 
 
+def test_plan_review_says_what_a_comparison_of_the_run_can_claim(bench, dataset_and_target) -> None:  # type: ignore[no-untyped-def]
+    # Before anything is spent (R5.5): no margin or dev cases → never non-inferior, said so.
+    r = bench("plan", *_plan_args(dataset_and_target.pk))
+    assert r.code == 0, r.err
+    assert "split dev (smoke profile, seed 1); no non-inferiority margin is frozen" in r.out
+    assert "the cases are not the holdout split" in r.out and "never non-inferior" in r.out
+    type(dataset_and_target).objects.filter(pk=dataset_and_target.pk).update(split="holdout")
+    r = bench("plan", *_plan_args(dataset_and_target.pk), "--non-inferiority-margin", "0.05")
+    assert r.code == 0, r.err
+    assert "split holdout (smoke profile, seed 1); non-inferiority margin 0.05 frozen" in r.out
+    assert "never non-inferior" not in r.out
+
+
+def test_run_refuses_the_manifest_plan_output_wrote_with_what_to_do(
+    bench, dataset_and_target, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    manifest = tmp_path / "plan.json"
+    r = bench("plan", *_plan_args(dataset_and_target.pk), "--output", str(manifest))
+    assert r.code == 0 and manifest.exists(), r.err
+    r = bench("run", "--plan-file", str(manifest), "--detach")
+    assert r.code == 2 and r.err.count("\n") == 1, r.err
+    assert f"{manifest} is a frozen manifest (what `plan --output` writes), not a plan" in r.err
+    assert "give `run` the same options" in r.err and "Unknown field" not in r.err
+    assert not Run.objects.exists()
+
+
 def test_evidence_verbs(bench, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     qs = b.questions({"mmlu-pro": 3})
     run = b.run(qs, {b.target("base"): [True, True, False], b.target("cand"): [True, False, False]})
