@@ -31,6 +31,7 @@ from runs.models import CELL_OUTCOMES, Run
 from runs.reporting.official_metrics import NOTE as OFFICIAL_NOTE
 from runs.reporting.official_metrics import official_metrics
 from runs.reporting.report_types import Report, TargetReport
+from srbench.figures_text import level_text
 from srbench.money import money_text
 from srbench.savings_bootstrap import SavingsInterval
 from srbench.stats import BaselineChoice, PairedResult, clipped_to_unit
@@ -405,7 +406,7 @@ def non_inferiority(paired: PairedResult, candidate: Run, baseline: Run) -> dict
         method = "weighted Hoeffding"
     margin = frozen_margin(candidate)
     applicable, why_not = margin_terms(candidate, baseline)
-    used = f"the {level:.2%} {method} interval {interval_shown(lower, upper)}"
+    used = f"the {level_text(level)} {method} interval {interval_shown(lower, upper)}"
     low = lower_shown(lower, upper)
     out: dict[str, Any] = {
         "margin": None if margin is None else float(margin),

@@ -67,3 +67,25 @@ def test_the_family_wise_level_is_written_as_the_verdict_writes_it(client, capsy
     out = capsys.readouterr().out
     assert "97.5% family " in out.splitlines()[1], out
     assert "97.50%" not in out, out
+
+
+def test_the_non_inferiority_row_writes_the_level_as_the_verdict_writes_it(client) -> None:
+    """A margin frozen on holdout cases, two candidates: the card's non-inferiority row said
+    "of the 97.50% weighted Hoeffding … interval" under a verdict that says "97.5%" (the demo's
+    headline comparison, third outside probe)."""
+    client.force_login(f.user_create(username="ops-ni"))
+    qs = b.questions({"mmlu-pro": 6})
+    base, one, two = b.target("base"), b.target("one", kind="mom"), b.target("two", kind="mom")
+    run = b.run(
+        qs,
+        {base: [True] * 6, one: [True] * 6, two: [False] * 6},
+        split="holdout",
+        non_inferiority_margin="0.1",
+    )
+
+    page = client.get(compare_url(baseline=run.pk, candidates=[run.pk], compare=True))
+    card = _card(page.content.decode(), run.pk, "one")
+    row = re.search(r'<td class="non-inferiority">(.*?)</td>', card, re.S)
+    assert row, card
+    assert "of the 97.5% weighted Hoeffding, Bonferroni over 2 interval" in row.group(1), row
+    assert "97.50%" not in card
