@@ -5,8 +5,8 @@ Read from a comparison document (`compare.services.comparison_build`, the JSON t
 so the demo, the CLI and the page say the same thing. The answer's quality part follows THE
 verdict (`compare.verdict`) and nothing else, and it says "Yes" only when the subject cost is
 known to be lower as well (`_answer`); the sentence then names the margin, the
-family-wise interval with its level and n, and the subject-cost savings — or why a figure is
-unknown. Nothing here computes a statistic; figures are worded by the shared presenters
+family-wise interval with its level and n, and the subject-cost savings beside the
+cache-neutral ones (R3.2) — or why a figure is unknown. Nothing here computes a statistic; figures are worded by the shared presenters
 (srbench/money.py, srbench/presenters.py), as on the page.
 """
 
@@ -61,6 +61,20 @@ def _verdict_words(c: dict[str, Any]) -> str:
     return f"inconclusive, and non-inferiority cannot be shown: {why}"
 
 
+def _cache_neutral_words(savings: dict[str, Any]) -> str:
+    """The cache-neutral savings beside the measured ones (R3.2): measured costs move with the
+    cache a run found warm — in the demo the router, asked after the single models, read twice
+    their cached tokens — and this rate prices every input token alike."""
+    pct = savings["cache_neutral_pct"]
+    if pct is None:
+        return "cache-neutral savings unknown"
+    if Decimal(pct) == 0:
+        return "cache-neutral cost the same"
+    if pct.startswith("-"):
+        return f"cache-neutral {percent_text(pct.removeprefix('-'))} higher"
+    return f"cache-neutral {percent_text(pct)} lower"
+
+
 def _cost_words(doc: dict[str, Any], c: dict[str, Any]) -> str:
     savings = c["savings"]
     pct = savings["subject_cost_pct"]
@@ -68,9 +82,10 @@ def _cost_words(doc: dict[str, Any], c: dict[str, Any]) -> str:
     if pct is None:
         why = savings["subject_cost_unknown_reason"] or "a subject cost is unknown"
         return f"savings unknown: {why}"
-    costs = f"{usd_text(own)} vs {usd_text(base)}"
+    neutral = _cache_neutral_words(savings)
+    costs = f"{usd_text(own)} vs {usd_text(base)}; {neutral}"
     if Decimal(pct) == 0:
-        return f"the same subject cost ({usd_text(own)} each)"
+        return f"the same subject cost ({usd_text(own)} each; {neutral})"
     if pct.startswith("-"):
         return f"subject cost {percent_text(pct.removeprefix('-'))} higher ({costs})"
     return f"subject cost {percent_text(pct)} lower ({costs})"

@@ -450,7 +450,8 @@ HEADLINE = re.compile(
     r"Δ (?P<delta>[-+]\d\.\d{4}) .*?, (?P<level>[\d.]+)% family-wise interval "
     r"\[(?P<lower>[-+]\d\.\d{4}), (?P<upper>[-+]\d\.\d{4})\] on (?P<n>[\d,]+) holdout "
     r"questions \(mmlu-pro\); subject cost (?P<pct>[\d.]+)% (?P<way>lower|higher) "
-    r"\(\$(?P<own>[\d.]+) vs \$(?P<base>[\d.]+)\)\.$"
+    r"\(\$(?P<own>[\d.]+) vs \$(?P<base>[\d.]+); cache-neutral (?P<neutral>[\d.]+)% "
+    r"(?P<neutral_way>lower|higher)\)\.$"
 )
 
 
@@ -485,9 +486,17 @@ def headline_recomputed(api: Api, run_id: int, printed: re.Match[str]) -> str:
     assert printed["delta"] == f"{float(delta):+.4f}", (printed.group(0), delta)
     assert (printed["lower"], printed["upper"]) == (f"{lower:+.4f}", f"{upper:+.4f}")
     cost: dict[str, Decimal] = {}
+    neutral: dict[str, Decimal] = {}
     for call in api.every(f"/api/v1/runs/{run_id}/calls/"):
         assert call["role"] == "subject" and call["cost_usd"] is not None, call
         cost[call["target"]] = cost.get(call["target"], Decimal(0)) + Decimal(call["cost_usd"])
+        each = Decimal(call["cache_neutral_cost_usd"])
+        neutral[call["target"]] = neutral.get(call["target"], Decimal(0)) + each
+    # Beside the measured savings, the cache-neutral ones (R3.2): the router reads the cache
+    # the single models warmed, which the measured costs alone would credit to its routing.
+    neutral_saved = (1 - neutral["sim-router"] / neutral["sim-strong"]) * 100
+    assert printed["neutral_way"] == ("lower" if neutral_saved > 0 else "higher"), printed[0]
+    assert abs(Decimal(printed["neutral"]) - abs(neutral_saved)) < Decimal("0.05"), printed[0]
     assert Decimal(printed["own"]) == cost["sim-router"], (printed.group(0), cost)
     assert Decimal(printed["base"]) == cost["sim-strong"], (printed.group(0), cost)
     saved = (1 - cost["sim-router"] / cost["sim-strong"]) * 100
