@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 
 from compare.views import compare_url
 from tests.compare import builders as b
+from tests.e2e.conftest import SCREENSHOTS
 from tests.security.test_permissions import completed_run
 
 pytestmark = pytest.mark.e2e
@@ -103,3 +104,44 @@ def test_the_scatters_point_numbers_do_not_overlap(
             if not (pair[0].startswith("point of") and pair[1].startswith("point of"))
         ]
         assert covered == [], (width, covered)
+
+
+# Each figure cell of a Compare card's cost table: its text, its box, and whether a reader sees
+# it without scrolling the table sideways (inside the table's own box and the viewport).
+COST_CELLS = """(table) => [...table.querySelectorAll('tr.cost-row td.num')].map((td) => {
+  const r = td.getBoundingClientRect(), t = table.getBoundingClientRect();
+  return {text: td.textContent.trim(), label: td.dataset.label || '',
+          seen: r.width > 0 && r.left >= t.left - 1 && r.right <= t.right + 1
+                && r.right <= document.documentElement.clientWidth + 1};
+})"""
+
+
+def test_a_cards_savings_are_seen_at_390px_without_scrolling_sideways(
+    logged_in_page: Any, live_server: Any, member: Any
+) -> None:
+    """The third outside probe, at 390 px on the demo's headline comparison: the card's cost
+    table scrolled inside itself and its Savings column — the answer to "at lower cost?" —
+    started at 357 px of a 337 px box, out of sight. Every figure of that table, each named
+    (baseline, candidate, savings), is seen at a phone's width and at a desktop's."""
+    page = logged_in_page
+    qs = b.questions({"mmlu-pro": 4})
+    base, router = b.target("strong-base"), b.target("cheap-router", kind="mom")
+    run = b.run(
+        qs,
+        {base: [True, True, False, True], router: [True, False, False, True]},
+        costs={base: Decimal("0.30594"), router: Decimal("0.0956633375")},
+    )
+    url = compare_url(baseline=run.pk, candidates=[run.pk], compare=True)
+    for width in (390, 1280):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(live_server.url + url)
+        table = page.locator(f"#card-{run.pk}-cheap-router table.costs")
+        expect(table).to_be_visible()
+        cells = table.evaluate(COST_CELLS)
+        assert len(cells) == 9, cells  # subject cost, total spend, cache-neutral × 3 figures
+        assert [c for c in cells if not c["seen"]] == [], (width, cells)
+        savings = [c["text"] for c in cells if c["label"] == "Savings"]
+        assert savings[0] == "68.7%", (width, cells)
+        # For people to look at (gitignored): the card's costs at this width.
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        table.screenshot(path=str(SCREENSHOTS / f"{width}-compare-card-costs.png"))
