@@ -11,6 +11,7 @@ from typing import Any
 
 from runs.interfaces.follow import run_followed
 from runs.reporting.official_metrics import metric_text, official_metrics
+from runs.vocabulary.not_run import not_run_reason
 from srbench.api_client import (
     ApiUnreachable,
     CliError,
@@ -375,7 +376,7 @@ def not_run_lines(not_run: list[dict[str, Any]]) -> list[str]:
     """What the plan leaves out of the suite, one line per benchmark and reason (the plan
     review and the report say the same)."""
     return [
-        f"not run here: {e['questions']} {e['benchmark']} question(s) — {e['reason']} "
+        f"not run here: {e['questions']} {e['benchmark']} question(s) — {not_run_reason(e)} "
         "(left out of the plan; not counted as failed or wrong)"
         for e in not_run
     ]

@@ -11,17 +11,20 @@ template spells the marker (tests/srbench/test_unknown_marker.py); srbench/prese
 ``{{ verdict|verdict_class }}``: a comparison verdict's CSS class.
 ``{{ amount|money }}``: a ledger amount's exact decimal text (no ``$``, for USD columns).
 ``{{ amount|usd }}``: ``$`` and the exact text. ``{{ rate|percent }}``: a percent to 0.1.
-Each shows the unknown marker for None, never 0.
+``{{ entry|not_run_reason }}``: a "not run here" entry's reason without its benchmark's name.
+Each figure filter shows the unknown marker for None, never 0.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
 from django import template
 from django.utils.safestring import SafeString
 
+from runs.vocabulary.not_run import not_run_reason
 from srbench import presenters
 from srbench.money import UNKNOWN_TEXT, money_text
 from srbench.presenters import UNKNOWN_HTML
@@ -68,3 +71,9 @@ def usd(value: Decimal | str | None) -> str:
 @register.filter(name="percent")
 def percent(value: Decimal | float | str | None) -> str:
     return presenters.percent_html(value)
+
+
+@register.filter(name="not_run_reason")
+def not_run_reason_filter(entry: Mapping[str, Any]) -> str:
+    """A "not run here" entry's reason without its benchmark's name (the line names it)."""
+    return not_run_reason(entry)
