@@ -227,7 +227,8 @@ class EvaluationForm(forms.Form):
         max_digits=5,
         decimal_places=4,
         label="Non-inferiority margin",
-        help_text="Optional, e.g. 0.05: a parity verdict on holdout cases is judged against it.",
+        help_text="Optional, e.g. 0.05, fixed before the run: the only way a comparison can "
+        "call a candidate non-inferior (quality kept), and only on standard (holdout) cases.",
     )
 
     # Route preview (R8.7): optional, MoM targets only, never a model call.

@@ -145,3 +145,37 @@ def test_a_cards_savings_are_seen_at_390px_without_scrolling_sideways(
         # For people to look at (gitignored): the card's costs at this width.
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         table.screenshot(path=str(SCREENSHOTS / f"{width}-compare-card-costs.png"))
+
+
+# Each checkbox of Create evaluation's official-scoring and official-prompting choices, with the
+# box of the words it ticks (a Range over the label's text).
+CHOICES = """() => [...document.querySelectorAll(
+    '#official-scoring label, #official-prompting label')].map((label) => {
+  const box = label.querySelector('input').getBoundingClientRect();
+  const range = document.createRange();
+  range.selectNodeContents(label.lastChild);
+  const text = range.getBoundingClientRect();
+  return {text: label.textContent.trim(), box_mid: (box.top + box.bottom) / 2,
+          text_mid: (text.top + text.bottom) / 2, box_right: box.right, text_left: text.left};
+})"""
+
+
+def test_create_evaluations_official_choices_sit_beside_their_names(
+    logged_in_page: Any, live_server: Any
+) -> None:
+    """The third outside probe: under "Official scoring beside sr-bench's" each checkbox stood
+    centred on a line of its own, above its name, so the HLE box sat between "SimpleQA" and
+    "HLE" and read as either's. Each box is on its name's line, left of it, at both widths."""
+    page = logged_in_page
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{live_server.url}/runs/new/")
+        choices = page.evaluate(CHOICES)
+        names = [c["text"] for c in choices]
+        assert names == ["SimpleQA", "HLE", "LiveCodeBench", "SciCode"], names
+        for c in choices:
+            assert abs(c["box_mid"] - c["text_mid"]) < 6, (width, c)
+            assert c["box_right"] <= c["text_left"] + 1, (width, c)
+        # Beside them, the margin says what it is for: without it, never "quality kept".
+        margin = page.locator("#task-limits label", has=page.locator("#id_non_inferiority_margin"))
+        expect(margin).to_contain_text("the only way a comparison can call a candidate")
