@@ -42,7 +42,7 @@ def _cells(card: str, cls: str) -> list[str]:
 
 def _cost_rows(card: str) -> list[list[str]]:
     rows = re.findall(r'<tr class="cost-row">(.*?)</tr>', card, re.S)
-    return [re.findall(r'<td class="num[^"]*">(.*?)</td>', row, re.S) for row in rows]
+    return [re.findall(r'<td class="num[^"]*"[^>]*>(.*?)</td>', row, re.S) for row in rows]
 
 
 def test_the_page_and_the_api_document_show_the_same_numbers(client) -> None:
