@@ -486,7 +486,8 @@ def test_comparison_api_page_and_exports_are_exact(world, api, client, ops):
         (base_e.neutral_total, cand_e.neutral_total),
     ):
         assert (
-            f'<td class="num">${plain(b_amount)}</td><td class="num">${plain(c_amount)}</td>'
+            f'<td class="num" data-label="Baseline">${plain(b_amount)}</td>'
+            f'<td class="num" data-label="Candidate">${plain(c_amount)}</td>'
         ) in html
 
 
