@@ -106,17 +106,18 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=10)
 
 
-@pytest.fixture(scope="session")
-def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+@contextlib.contextmanager
+def llama_running(log_dir: Path) -> Iterator[LlamaServer]:
     """`python -m llama_cpp.server` from the side venv on a free loopback port, with
     ``--n_ctx 4096 --model_alias smollm2`` and the server's defaults otherwise (so a new request
-    interrupts the stream in progress, as a user's server would), ready when yielded."""
+    interrupts the stream in progress, as a user's server would), ready when yielded and
+    stopped when the block ends."""
     python = LLAMA_VENV / "bin" / "python"
     if not python.exists():
         pytest.fail(f"{python} is missing: run scripts/ensure_llama.sh (make install does)")
     model = model_file(LLAMA_VENV)
     port = free_port()
-    log_path = tmp_path_factory.mktemp("llama-server") / "server.log"
+    log_path = log_dir / "server.log"
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(log_path.parent),
@@ -152,3 +153,10 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
         yield LlamaServer(base_url, MODEL_ALIAS, log_path, model)
     finally:
         stop(process)
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """The suite's llama.cpp server (`llama_running`), started once per session."""
+    with llama_running(tmp_path_factory.mktemp("llama-server")) as server:
+        yield server

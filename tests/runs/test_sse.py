@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from runs.engine.guards import output_cap_violation, repeated_tail_block, stream_byte_cap
 from runs.engine.sse import (
+    EMPTY_STREAM,
     ChatStreamAccumulator,
     ChatStreamResult,
     SSEDecoder,
@@ -338,6 +339,19 @@ def test_missing_done_is_incomplete() -> None:
     assert not result.complete
     assert result.incomplete_reason == "stream ended without [DONE]"
     assert result.content == "Hello"
+
+
+def test_an_empty_event_stream_says_so() -> None:
+    """A real server (llama.cpp, a prompt past its context window) sent 200 and headers, then
+    ended the body with no event: that is named, not "without [DONE]" like a cut answer."""
+    result = run_stream(b"")
+    assert not result.complete and result.event_count == 0
+    assert result.incomplete_reason == EMPTY_STREAM
+    assert result.incomplete_reason.startswith("empty stream: the server ended its 200 event")
+    # A comment alone (a keep-alive ping) is no event either.
+    assert run_stream(b": ping\n\n").incomplete_reason == EMPTY_STREAM
+    # One event and no [DONE] stays the cut answer's reason.
+    assert run_stream(chunk({"content": "a"})).incomplete_reason == "stream ended without [DONE]"
 
 
 def test_two_done_markers_are_incomplete() -> None:
