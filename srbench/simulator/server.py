@@ -373,9 +373,10 @@ async def respond(
             stall_seconds=stall,
         )
         if over_context(final.spec, body) is not None:
-            # llama-cpp-python raises after the stream started: a 200 and a stream that
-            # stops after its role chunk, without [DONE].
-            events = dataclasses.replace(events, deltas=(), tail=(), ttft_s=0.0)
+            # llama-cpp-python raises after its headers went out: a 200 whose chunked body
+            # ends at once, with no event at all (seen on its 0.3 server: `0\r\n\r\n`
+            # right after the headers; tests/real/test_llama_long_prompts.py).
+            events = dataclasses.replace(events, role=b"", deltas=(), tail=(), ttft_s=0.0)
         return SSEResponse(
             events, state.counters, received, headers, call_id=call_id, cut=cut, release=release
         )

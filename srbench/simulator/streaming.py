@@ -113,7 +113,8 @@ class SSEResponse(Response):
             # every request read meanwhile (at C = 256, a whole wave's: up to 90 ms), the
             # pause because it began in a task of its own, which runs after them.
             sent = _EventSender(send, counters, self.received, self.call_id)
-            await sent.event(self.sse.role)
+            if self.sse.role:  # none when the stream is refused after its headers
+                await sent.event(self.sse.role)
             first_token_due = asyncio.get_running_loop().time() + self.sse.ttft_s
             sending = asyncio.ensure_future(self.send_rest(sent, first_token_due))
             listening = asyncio.ensure_future(_disconnected(receive))

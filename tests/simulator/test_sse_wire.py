@@ -443,3 +443,17 @@ def test_streams_lists_each_named_calls_arrival_and_first_delta_in_wall_clock_ti
     assert streams[0]["last_delta_due"] >= arrived
     wire.post("/_sim/reset").raise_for_status()
     assert wire.get("/_sim/streams").json() == {"streams": []}
+
+
+def test_a_streamed_prompt_past_the_context_is_a_200_with_an_empty_chunked_body():
+    """As llama.cpp's server answers it (tests/real/test_llama_long_prompts.py; by hand on
+    llama-cpp-python 0.3: the headers, then ``0\\r\\n\\r\\n``): no role chunk, no event, the
+    chunked body ended cleanly. The simulator sent a role chunk first."""
+    small = {"sim-weak": {"ttft_s": 0.0, "context_tokens": 50}}
+    with running_simulator(answer_key=answer_key(), models=small) as url:
+        long = {"role": "user", "content": " ".join(["word"] * 400)}
+        body = {"model": "sim-weak", "stream": True, "messages": [long]}
+        head, raw = raw_exchange(url, body, {})
+    assert head.startswith(b"HTTP/1.1 200 ")
+    assert b"transfer-encoding: chunked" in head.lower()
+    assert raw == b"0\r\n\r\n"
