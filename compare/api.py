@@ -397,6 +397,7 @@ CSV_COLUMNS = (
     "total_savings_unknown_reason",
     "cache_neutral_savings_pct",
     "cache_neutral_savings_unknown_reason",
+    "savings_caution",
     "input_tokens",
     "cached_input_tokens",
     "cache_write_tokens",
@@ -522,6 +523,7 @@ def _candidate_row(b: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
         "total_savings_unknown_reason": s["total_spend_unknown_reason"],
         "cache_neutral_savings_pct": s["cache_neutral_pct"],
         "cache_neutral_savings_unknown_reason": s["cache_neutral_unknown_reason"],
+        "savings_caution": s["caution"],
         **_usage_cells(c["usage"]),
     }
 

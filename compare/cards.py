@@ -22,6 +22,7 @@ from compare.results import (
     Entry,
     RunDifferences,
     non_inferiority,
+    savings_caution,
 )
 from compare.verdict import interval_shown
 from datasets.provenance import UNKNOWN as PROVENANCE_UNKNOWN
@@ -88,6 +89,7 @@ def baseline_box(comparison: Comparison) -> dict[str, Any]:
         "cost": usd_html(choice.subject_cost),
         "data": provenance_summary(base.provenance),
         "usage_unknown_reason": base.target.usage_unknown_reason,
+        "usage_caution": base.target.usage_caution,
         "tied": list(choice.tied_slugs),
         "savings_known": choice.savings_known,
         "rule": BASELINE_RULE,
@@ -262,6 +264,7 @@ def card(index: int, c: CandidateResult, comparison: Comparison) -> dict[str, An
         if c.savings_interval is None
         else f"{c.savings_interval.label}, {c.savings_interval.draws} draws",
         "costs": _costs(base, c),
+        "savings_caution": savings_caution(base, e),
         "usage": _usage_rows(base, e),
         "usage_unknown_reason": e.target.usage_unknown_reason,
         "official": official_rows(base, e),

@@ -139,6 +139,8 @@ def compare(options: dict[str, Any]) -> int:
         print(f"    {c['verdict']}: {c['verdict_reason']}")
         if c["savings"]["subject_cost_unknown_reason"]:
             print(f"    {c['savings']['subject_cost_unknown_reason']}")
+        if c["savings"]["caution"]:  # known savings that may be a gateway's estimate
+            print(f"    caution: {c['savings']['caution']}")
         for line in official_lines(b.get("official"), c.get("official")):
             print(line)
     for r in doc["refused"]:

@@ -4,8 +4,9 @@ quality at lower cost?
 Read from a comparison document (`compare.services.comparison_build`, the JSON the API answers),
 so the demo, the CLI and the page say the same thing. The answer's quality part follows THE
 verdict (`compare.verdict`) and nothing else, and it says "Yes" only when the subject cost is
-known to be lower as well (`_answer`); the sentence then names the margin, the
-family-wise interval with its level and n, and the subject-cost savings beside the
+known to be lower as well (`_answer`) and no side's known costs may be a gateway's estimate
+(`compare.results.savings_caution`, said at the sentence's end); the sentence then names the
+margin, the family-wise interval with its level and n, and the subject-cost savings beside the
 cache-neutral ones (R3.2) — or why a figure is unknown. Nothing here computes a statistic; figures are worded by the shared presenters
 (srbench/money.py, srbench/presenters.py), as on the page.
 """
@@ -103,6 +104,8 @@ def _answer(c: dict[str, Any]) -> str:
         return f"{QUALITY_KEPT[word]}; lower cost not shown"
     if Decimal(pct) <= 0:
         return f"{QUALITY_KEPT[word]}, but not at lower cost"
+    if c["savings"]["caution"]:  # known costs that may be a gateway's estimate
+        return f"{QUALITY_KEPT[word]}; lower cost not verified"
     return ANSWERS[word]
 
 
@@ -113,11 +116,12 @@ def headline_sentence(doc: dict[str, Any], target: str, run: int | None = None) 
     fam = c["family_interval"]
     split = doc.get("split") or UNKNOWN_TEXT
     benchmarks = ", ".join(b["benchmark"] for b in c["benchmarks"])
+    caution = f"; {c['savings']['caution']}" if c["savings"]["caution"] else ""
     return (
         f"Does {c['target']} keep {base['target']}'s quality at lower cost? "
         f"{_answer(c)} — {_verdict_words(c)}: "
         f"Δ {c['delta']:+.4f} (quality {c['quality']:.4f} vs {base['quality']:.4f}), "
         f"{level_text(fam['level'])} family-wise interval "
         f"{signed_interval_text(fam['display_lower'], fam['display_upper'])} on {c['questions']:,} {split} "
-        f"questions ({benchmarks}); {_cost_words(doc, c)}."
+        f"questions ({benchmarks}); {_cost_words(doc, c)}{caution}."
     )

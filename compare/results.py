@@ -307,6 +307,8 @@ class Comparison:
                 "cache_neutral_pct": _pct(c.cache_neutral.pct),
                 "cache_neutral_unknown_reason": c.cache_neutral.unknown_reason,
                 "cache_neutral_label": STATEMENTS["cache_neutral"],
+                # Known savings that may still be wrong: a side's usage may be an estimate.
+                "caution": savings_caution(self.base, e),
             },
             "savings_interval": _savings_interval(c.savings_interval),
             "usage": _usage_block(e),
@@ -371,6 +373,21 @@ def _savings_interval(interval: SavingsInterval | None) -> dict[str, Any] | None
     }
 
 
+def savings_caution(base: Entry, candidate: Entry) -> str | None:
+    """Why a comparison's savings may be wrong though both costs are known (None when neither
+    side carries a `usage_caution`): a side's known tokens and costs may be a LiteLLM gateway's
+    own estimate (`runs.reporting.report_spend.usage_caution`, its words kept whole). Said on
+    the card, in the JSON and in the headline; the savings stay as computed."""
+    sides = [
+        f"the {side}'s (run {e.run.pk} / {e.slug}) {e.target.usage_caution}"
+        for side, e in (("baseline", base), ("candidate", candidate))
+        if e.target.usage_caution
+    ]
+    if not sides:
+        return None
+    return "these savings may be wrong: " + "; and ".join(sides)
+
+
 def _usage_block(e: Entry) -> dict[str, Any]:
     t, correction = e.target, e.report.usage_correction
     return {
@@ -380,6 +397,8 @@ def _usage_block(e: Entry) -> dict[str, Any]:
         "cache_neutral_cost_usd": money_text(t.cache_neutral_cost_usd),
         # Why tokens and cost are unknown when the server sent no usage while streaming.
         "usage_unknown_reason": t.usage_unknown_reason,
+        # Why known tokens and cost may be a gateway's estimate (an unchecked LiteLLM answered).
+        "usage_caution": t.usage_caution,
         "tokens": dict(t.tokens),
         "ttft_p50_ms": t.ttft_p50_ms,
         "latency_p50_ms": t.latency_p50_ms,
