@@ -243,6 +243,11 @@ class Run(models.Model):
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
     )
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    # The hash of the creation request as the client sent it (`runs.planning.services.
+    # request_sha256`): what a resend with the same idempotency key must match. Not the frozen
+    # plan's hash, which a server-side change between the two (a target check) moves. "" for
+    # runs created before runs/0024 (their resend is compared by a fresh freeze, as before).
+    request_sha256 = models.CharField(max_length=64, blank=True, default="", editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -3,9 +3,11 @@ transaction). Interfaces (admin, API, CLI, tasks) call these, never the ORM dire
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -111,23 +113,28 @@ def run_create(
     """Freeze the plan, create the run with all its cells, and ring the doorbell after commit.
 
     Idempotent by (owner, idempotency_key) through the one replay helper (runs/ledger/idempotency.py):
-    the same key with the same plan returns the same run (created=False); with a different
-    plan it raises IdempotencyKeyReused; a key that cannot be stored, InvalidIdempotencyKey.
+    the same key with the same request (`request_sha256`: what the client sent, not the frozen
+    plan, which a target check made in between would move) returns the same run with the plan
+    it was frozen with (created=False); with a different request it raises
+    IdempotencyKeyReused; a key that cannot be stored, InvalidIdempotencyKey.
     """
     key = IdempotencyKey.parse(idempotency_key)
-    frozen = plan_freeze(data=plan)
+    sent = request_sha256(plan)
+
+    def same(run: Run) -> bool:
+        if run.request_sha256:
+            return run.request_sha256 == sent
+        return run.plan_sha256 == plan_freeze(data=plan).plan_sha256  # a run before runs/0024
 
     def replayed() -> Run | None:
         if key is None:
             return None
-        return key.replay(
-            Run.objects.filter(owner=owner),
-            same=lambda run: run.plan_sha256 == frozen.plan_sha256,
-            reused=_run_key_reused,
-        )
+        return key.replay(Run.objects.filter(owner=owner), same=same, reused=_run_key_reused)
 
+    # A resend is answered before any freeze: its run keeps the plan frozen when it was made.
     if (existing := replayed()) is not None:
         return existing, False
+    frozen = plan_freeze(data=plan)
     try:
         with transaction.atomic(durable=True):
             run = run_insert(
@@ -140,6 +147,7 @@ def run_create(
                     dataset=frozen.dataset,
                     owner=owner,
                     idempotency_key=key_value(key),
+                    request_sha256=sent,
                 ),
                 cells=[
                     NewCell(question_id=qid, target_id=target.pk, slot=slot, benchmark=benchmark)
@@ -155,6 +163,13 @@ def run_create(
             raise
         return existing, False
     return run, True
+
+
+def request_sha256(plan: dict[str, Any]) -> str:
+    """The hash of a run-creation request as the client sent it (the plan document, without
+    the idempotency key): what a resend with the same key must match. Money a form gives as a
+    Decimal is written as its text, so the same form gives the same hash."""
+    return sha256_hex(json.loads(json.dumps(plan, cls=DjangoJSONEncoder)))
 
 
 def _run_key_reused(run: Run) -> IdempotencyKeyReused:
