@@ -6,15 +6,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0023_recovery_request_judge_only'),
+        ("runs", "0023_recovery_request_judge_only"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='run',
-            name='request_sha256',
-            field=models.CharField(blank=True, default='', editable=False, max_length=64),
+            model_name="run",
+            name="request_sha256",
+            field=models.CharField(blank=True, default="", editable=False, max_length=64),
         ),
     ]

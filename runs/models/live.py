@@ -109,6 +109,13 @@ class LiveCallSums(models.Model):
     cache_neutral_cost_usd_known = models.BigIntegerField(default=0)
     duration_ms = models.DecimalField(max_digits=50, decimal_places=20, default=0)
     duration_ms_known = models.BigIntegerField(default=0)
+    # The calls whose cost notes say each of `runs.reporting.reconcile.NOTE_COUNTS` (migration
+    # 0025): a running run's report counts the gateway's notes as they land. A database default
+    # too: a statement written before them (migration 0011's backfill) counts none.
+    no_stream_usage = models.BigIntegerField(default=0, db_default=0)
+    usage_estimated = models.BigIntegerField(default=0, db_default=0)
+    gateway_resent = models.BigIntegerField(default=0, db_default=0)
+    gateway_answered = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         constraints = [

@@ -44,6 +44,7 @@ from runs.models import (
     UsageCorrection,
 )
 from runs.models.live import CELL_SUM_FIELDS
+from runs.reporting.reconcile import NOTE_COUNTS
 from runs.reporting.report import (
     CELL_STATES,
     ReportBatch,
@@ -103,7 +104,7 @@ def run_report_live_compute(*, run: Run) -> ResultsReport:
     """A running run's report from the trigger-kept sums and the timings snapshot."""
     head = refreshed_head(run)
     counts, missing = _live_counts(head.pk)
-    sums, spend, seconds = _live_call_sums(head.pk)
+    sums, spend, seconds, notes = _live_call_sums(head.pk)
     slugs = dict(Target.objects.filter(pk__in={t for _, t, _ in counts}).values_list("pk", "slug"))
     target_ids = {(head.pk, slugs[tid]): tid for _, tid, _ in counts}
     figures, at = _snapshot(head)
@@ -127,6 +128,7 @@ def run_report_live_compute(*, run: Run) -> ResultsReport:
         corrections={},
         spend=spend,
         official={},  # the official scorers: given when the run has ended
+        notes=notes,  # the gateway's notes, counted as they land (migration 0025)
     )
     return ResultsReport(report_from_batch(head, batch), live=True, snapshot_at=at)
 
@@ -161,9 +163,11 @@ def _known(total: Any, known: int) -> Any:
     return total if known else None
 
 
-def _live_call_sums(run_id: int) -> tuple[dict, dict, dict]:
+def _live_call_sums(run_id: int) -> tuple[dict, dict, dict, dict]:
     """Per (run, target, role) the sums `runs.reporting.reconcile.effective_call_sums` gives; per run the
-    spend `effective_run_spend` gives; per (run, target) Σ request seconds (`call_timings`)."""
+    spend `effective_run_spend` gives; per (run, target) Σ request seconds (`call_timings`);
+    per (run, target, role) the note counts `cost_note_counts` gives (a group where none
+    says anything absent, as there)."""
     acc: dict[tuple[int, int, str], dict[str, Any]] = {}
     spend = {"known": Decimal(0), "cost_known": 0, "calls": 0}
     spend.update(waste_known=Decimal(0), waste_cost_known=0, waste_calls=0)
@@ -208,7 +212,12 @@ def _live_call_sums(run_id: int) -> tuple[dict, dict, dict]:
         for tid, (ms, known) in duration.items()
         if known
     }
-    return sums, run_spend, seconds
+    notes = {}
+    for key, a in acc.items():
+        counts = {name: a[name] for name in NOTE_COUNTS}
+        if any(counts.values()):
+            notes[key] = counts
+    return sums, run_spend, seconds, notes
 
 
 def snapshot_keep(*, run_id: int) -> datetime | None:

@@ -48,9 +48,7 @@ def check(target) -> TargetPreflight:
     )
 
 
-def test_a_resend_after_a_new_target_check_replays_the_run_with_its_own_frozen_plan(
-    client, sent
-):
+def test_a_resend_after_a_new_target_check_replays_the_run_with_its_own_frozen_plan(client, sent):
     target, plan = sent
     first = post(client, plan)
     assert first.status_code == 201, first.json()
