@@ -285,9 +285,9 @@ def card(index: int, c: CandidateResult, comparison: Comparison) -> dict[str, An
     }
 
 
-def legend_row(i: int, c: CandidateResult) -> dict[str, Any]:
-    """One comparison in the legend under the charts: its number, Δ and interval, savings and
-    verdict."""
+def legend_row(i: int, c: CandidateResult, comparison: Comparison) -> dict[str, Any]:
+    """One comparison in the legend under the charts: its number, Δ and interval, savings (and
+    whether they may be wrong, `savings_caution`) and verdict."""
     p = c.paired
     return {
         "n": i + 1,
@@ -295,6 +295,7 @@ def legend_row(i: int, c: CandidateResult) -> dict[str, Any]:
         "delta": signed_text(float(p.delta)),
         "interval": interval_shown(p.lower, p.upper),
         "savings": percent_html(c.subject.pct),
+        "savings_caution": savings_caution(comparison.base, c.entry),
         "neutral": percent_html(c.cache_neutral.pct),
     }
 

@@ -215,7 +215,7 @@ def _results(
         "cards_page": cards_page,
         "cards": [card(i, ordered[i], comparison) for i in cards_page.object_list],
         "charts": charts(chart_points(comparison)),
-        "legend": [legend_row(i, c) for i, c in enumerate(ordered)],
+        "legend": [legend_row(i, c, comparison) for i, c in enumerate(ordered)],
         "tied_links": [
             (slug, compare_url(**{**state, "bt": slug}, compare=True)) for slug in base["tied"]
         ]

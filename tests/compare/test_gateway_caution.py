@@ -84,9 +84,13 @@ def test_savings_against_a_side_an_unchecked_gateway_answered_carry_its_caution(
     client.force_login(user)
     page = client.get(compare_url(baseline=baseline.pk, candidates=[candidate.pk], compare=True))
     assert page.status_code == 200
-    card = _card(page.content.decode(), c)
+    text = page.content.decode()
+    card = _card(text, c)
     assert f'id="savings-caution-{c["run"]}-{c["target"]}"' in card
     assert "these savings may be wrong" in card and CAUTION in card
+    # The legend under the charts marks the savings it lists, linking to the card's words.
+    legend = re.search(r'<table class="compact" id="chart-legend">.*?</table>', text, re.S)
+    assert legend and 'class="usage-caution-mark"' in legend.group(0)
 
     # The headline's answer does not say "Yes" to a lower cost it cannot vouch for.
     sentence = headline_sentence(doc, c["target"], candidate.pk)
@@ -102,4 +106,5 @@ def test_savings_where_no_gateway_answered_carry_no_caution(client):
     client.force_login(user)
     page = client.get(compare_url(baseline=baseline.pk, candidates=[candidate.pk], compare=True))
     assert "savings-caution" not in page.content.decode()
+    assert "usage-caution-mark" not in page.content.decode()
     assert "? Yes, and better — better" in headline_sentence(doc, c["target"], candidate.pk)
