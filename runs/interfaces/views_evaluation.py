@@ -28,8 +28,8 @@ from runs.engine.router_client import PreviewError, route_preview
 from runs.interfaces.forms import EvaluationForm
 from runs.interfaces.views import canonical_items, query_int
 from runs.ledger import selectors
-from runs.ledger.idempotency import IdempotencyKeyReused
-from runs.models import Target
+from runs.ledger.idempotency import IdempotencyKey, IdempotencyKeyReused, InvalidIdempotencyKey
+from runs.models import Run, Target
 from runs.planning.plans import SUPPORTED_KINDS, PlanError, plan_field_errors, plan_freeze
 from runs.planning.services import run_create
 from runs.preflight.plan import plan_preflight_review
@@ -189,6 +189,18 @@ def _words(value: Any) -> str:
     return str(value)
 
 
+def _started(owner: Any, key: str) -> bool:
+    """Whether the review's key already made a run of the owner (a resubmitted Start)."""
+    try:
+        parsed = IdempotencyKey.parse(key)
+    except InvalidIdempotencyKey:
+        return False  # run_create refuses it, in its words
+    return (
+        parsed is not None
+        and Run.objects.filter(owner=owner, idempotency_key=parsed.value).exists()
+    )
+
+
 def _frozen_plan(form: EvaluationForm, user: Any) -> tuple[dict[str, Any], Any] | None:
     """Compose (if needed) and freeze: (plan, frozen plan). On failure the form carries the
     reasons and None is returned. Never calls a model (R8.3, R8.8)."""
@@ -278,7 +290,12 @@ def evaluation_new(request: HttpRequest) -> HttpResponse:
 
     key = data.get("idempotency_key", "")
     if action == "start" and key:
-        if data.get("reviewed_plan_sha256") != frozen.plan_sha256:
+        # A resubmitted Start (its key already made a run) is the same request: run_create
+        # answers it with that run, whatever a fresh freeze says now (a target check since).
+        if (
+            not _started(request.user, key)
+            and data.get("reviewed_plan_sha256") != frozen.plan_sha256
+        ):
             context["notice"] = (
                 "The plan changed since it was reviewed (a target, price or dataset was "
                 "edited meanwhile). Check the plan below and start again."

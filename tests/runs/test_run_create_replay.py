@@ -8,8 +8,11 @@ sent; the run keeps the plan frozen when it was made (never re-frozen for an in-
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from datasets.services import source_prepare
 from runs.ledger.accounting import STREAM_USAGE_CHECKED_KEY
 from runs.models import Run
 from runs.models.preflight import TargetPreflight
@@ -98,3 +101,49 @@ def test_a_run_made_before_the_request_hash_is_still_compared_by_its_frozen_plan
     assert post(client, plan).status_code == 200  # the plan freezes the same
     check(target)
     assert post(client, plan).status_code == 422  # the old rule: a fresh freeze differs
+
+
+def test_a_resubmitted_start_after_a_new_target_check_finds_its_run_on_the_create_page(client):
+    """The Create page's Start carries the review's key: resubmitted after a check finished,
+    it is the same request and finds the run it started, rather than "the plan changed since
+    it was reviewed" (which would have the user start a second run)."""
+    client.force_login(f.user_create())
+    source_prepare(benchmark="mmlu-pro", profile="smoke")
+    target = f.target_create(slug="rp-page", model="rp-page")
+    form = {
+        "profile": "smoke",
+        "seed": "20260918",
+        "name": "resubmitted",
+        "benchmarks": ["mmlu-pro"],
+        "targets": ["rp-page"],
+        "total_timeout_s": "300",
+        "idle_timeout_s": "60",
+        "max_output_tokens": "1024",
+        "max_output_chars": "200000",
+        "concurrency": "2",
+        "max_calls_per_case": "4",
+        "case_timeout_s": "900",
+        "max_run_seconds": "86400",
+        "failure_policy": "stop",
+        "slots": "1",
+        "action": "review",
+    }
+    html = client.post("/runs/new/", form).content.decode()
+    key = re.search(r'name="idempotency_key" value="([0-9a-f]+)"', html).group(1)
+    plan_hash = re.search(r'<code id="plan-hash">([0-9a-f]{64})</code>', html).group(1)
+    start = {**form, "action": "start", "idempotency_key": key, "reviewed_plan_sha256": plan_hash}
+    first = client.post("/runs/new/", start)
+    assert first.status_code == 303
+
+    check(target)
+    second = client.post("/runs/new/", start, follow=True)
+
+    assert second.redirect_chain and second.redirect_chain[0][0] == first["Location"]
+    assert "already started from this review" in second.content.decode()
+    assert Run.objects.count() == 1 and Run.objects.get().plan_sha256 == plan_hash
+    # A plan that changed before its first Start is still sent back to be reviewed again.
+    fresh = client.post("/runs/new/", {**start, "idempotency_key": "f" * 32})
+    assert fresh.status_code == 200 and "The plan changed since it was reviewed" in (
+        fresh.content.decode()
+    )
+    assert Run.objects.count() == 1
