@@ -34,9 +34,18 @@ from compare.api import (
 )
 from compare.compatibility import Difference, IncomparableRuns
 from compare.services import CandidatesRefused, comparison_margin_check
-from srbench.api import ApiSchema, error_responses, int_param
+from srbench.api import ApiSchema, error_responses, int_param, refuse_unknown_fields
 
 MAX_CANDIDATES = 100
+# The query parameters this route reads ("format" is DRF's own, ?format=json). Any other is
+# refused, not dropped: `candidates` (the successor's name) beside `candidate` compared only the
+# latter and answered 200.
+PARAMS = frozenset({"baseline", "candidate", "baseline_target", MARGIN_PARAM, "format"})
+SINGLE_PARAMS = ("baseline", "baseline_target", MARGIN_PARAM)
+CANDIDATES_HINT = (
+    "this deprecated route reads `candidate` (repeat it, or separate run ids by commas); "
+    "`candidates` is the field of its successor, POST /api/v1/compare/"
+)
 
 # The day GET /comparisons/ was deprecated (RFC 9745: a Structured Field Date, "@" + Unix
 # seconds). No Sunset header: the removal is tied to the next release, not to a date.
@@ -52,6 +61,20 @@ def deprecation_headers() -> dict[str, str]:
             f'<{reverse("api-docs")}>; rel="deprecation"; type="text/html"'
         ),
     }
+
+
+def _params_check(request: Request) -> None:
+    """400 for a parameter this route does not read, a single one given twice, or no baseline
+    (it answered 404 "unknown run(s): 0")."""
+    params = request.query_params
+    if "candidates" in params:
+        raise ValidationError({"candidates": CANDIDATES_HINT})
+    refuse_unknown_fields(params, PARAMS)
+    repeated = [name for name in SINGLE_PARAMS if len(params.getlist(name)) > 1]
+    if repeated:
+        raise ValidationError({name: "give it once" for name in repeated})
+    if not params.get("baseline"):
+        raise ValidationError({"baseline": "required: the baseline run id"})
 
 
 def _run_ids(request: Request) -> list[int]:
@@ -131,11 +154,14 @@ class ComparisonView(APIView):
             200: ComparisonSerializer,
             **error_responses(
                 _409="a margin other than the one frozen before the run was given",
+                _400="a parameter other than these, `candidates` (POST /compare/'s name), a "
+                "baseline missing or given twice, or a candidate id that is not a positive integer",
                 _422="a candidate run is not comparable (all or nothing), or there is no baseline",
             ),
         },
     )
     def get(self, request: Request) -> Response:
+        _params_check(request)
         baseline = int_param(request, "baseline", 0, low=1)
         candidates = _run_ids(request)
         margin = margin_param(request)
