@@ -54,3 +54,20 @@ def test_a_missing_or_repeated_baseline_is_a_400_that_says_so(api, setup):  # no
     assert response.status_code == 400, response.content
     assert "once" in str(response.json()["detail"]["baseline"]), response.json()
     assert_deprecated(response)
+
+
+def test_the_readme_says_what_the_deprecated_route_reads_and_sends() -> None:
+    """The README's REST API section is where a newcomer learns of the route (it was silent on
+    `candidate=`): its parameters, its headers' value and its successor, as the code has them."""
+    from pathlib import Path
+
+    from django.conf import settings
+
+    from compare.api_deprecated import PARAMS, deprecation_headers
+
+    readme = (Path(settings.BASE_DIR) / "README.md").read_text()
+    section = readme.split("## REST API", 1)[1].split("\n## ", 1)[0]
+    assert "GET /api/v1/comparisons/" in section and "POST /api/v1/compare/" in section
+    for name in PARAMS - {"format"}:
+        assert f"`{name}`" in section, name
+    assert f"Deprecation: {deprecation_headers()['Deprecation']}" in " ".join(section.split())
