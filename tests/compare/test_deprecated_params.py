@@ -50,7 +50,9 @@ def test_a_missing_or_repeated_baseline_is_a_400_that_says_so(api, setup):  # no
         response = api.get(f"{URL}?{query}")
         assert response.status_code == 400, (query, response.content)
         assert "required" in str(response.json()["detail"]["baseline"]), response.json()
-    response = api.get(f"{URL}?baseline={baseline.pk}&baseline={cands[0].pk}&candidate={cands[0].pk}")
+    response = api.get(
+        f"{URL}?baseline={baseline.pk}&baseline={cands[0].pk}&candidate={cands[0].pk}"
+    )
     assert response.status_code == 400, response.content
     assert "once" in str(response.json()["detail"]["baseline"]), response.json()
     assert_deprecated(response)
