@@ -264,7 +264,9 @@ def test_each_verdict_word_is_the_same_in_service_api_exports_cli_and_page(
     )
     assert card is not None
     assert card.group(2) == case.expected and card.group(3) == label(case)
-    legend = re.search(r'<td class="verdict-word[^"]*" data-verdict="(\w+)">([^<]+)</td>', page)
+    legend = re.search(
+        r'<td class="verdict-word[^"]*" data-verdict="(\w+)"[^>]*>([^<]+)</td>', page
+    )
     assert legend is not None and legend.groups() == (case.expected, label(case))
 
 

@@ -54,8 +54,10 @@ RUNS_KEYS = ["Name", "Status", "Score", "Known spend (USD)"]
 COMPARE_KEYS = ["Run", "Δ quality", "Subject savings", "Cache-neutral savings", "Verdict"]
 BASELINE_KEYS = ["Name", "Status", "Comparable runs", ""]  # "": the Use as baseline button
 CANDIDATE_KEYS = ["Select", "Name", "Status", "Targets"]
-# The cells that open a stacked row (ID and name, # and run, the checkbox): no name before them.
-UNNAMED = {"Name", "Run", "Select", ""}
+RESULTS_KEYS = ["Benchmark", "Accuracy", "95% Wilson interval"]
+# The cells that open a stacked row (ID and name, # and run, the checkbox, the benchmark): no
+# name before them.
+UNNAMED = {"Name", "Run", "Select", "Benchmark", ""}
 
 
 def _runs() -> tuple[Run, Run]:
@@ -80,13 +82,14 @@ def _measure(page: Any, selector: str, keys: list[str]) -> tuple[list[dict], dic
     return table.evaluate(CELLS, keys), table.evaluate(WIDTHS)
 
 
-def test_runs_list_and_all_candidates_table_need_no_sideways_scroll_at_390px(
+def test_runs_results_and_compare_tables_need_no_sideways_scroll_at_390px(
     logged_in_page: Any, live_server: Any
 ) -> None:
     page = logged_in_page
     baseline, candidate = _runs()
     pages = {
         "runs": ("/", "#runs-table table.runs", RUNS_KEYS),
+        "run-results": (f"/runs/{candidate.pk}/", "table.per-benchmark >> nth=0", RESULTS_KEYS),
         "compare-baselines": ("/compare/", "#baselines", BASELINE_KEYS),
         "compare-pick": (compare_url(baseline=baseline.pk), "#candidates", CANDIDATE_KEYS),
         "compare-candidates": (
@@ -114,7 +117,7 @@ def test_runs_list_and_all_candidates_table_need_no_sideways_scroll_at_390px(
         # without names before them, and the table fits.
         page.set_viewport_size({"width": 1280, "height": 900})
         page.goto(live_server.url + url)
-        expect(page.locator(f"{selector} thead")).to_be_visible()
+        expect(page.locator(selector).locator("thead")).to_be_visible()
         cells, widths = _measure(page, selector, keys)
         assert [c for c in cells if not c["seen"]] == [], (name, cells)
         assert all(abs(c["top"] - c["row_top"]) < 2 for c in cells), (name, cells)

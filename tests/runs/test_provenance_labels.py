@@ -89,7 +89,9 @@ def qs():
 
 
 def cell(html: str, benchmark: str) -> str:
-    found = re.findall(rf'<td class="provenance" data-benchmark="{benchmark}">(.*?)</td>', html)
+    found = re.findall(
+        rf'<td class="provenance" data-benchmark="{benchmark}"[^>]*>(.*?)</td>', html
+    )
     assert found, benchmark
     return found[0]
 
