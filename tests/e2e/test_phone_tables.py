@@ -1,9 +1,10 @@
 """The fourth outside probe (a newcomer at a phone's 390 px): the runs list and the Compare
 page's table of every compared candidate scrolled sideways, and the answers a user came for —
 a run's status, score and spend; a candidate's Δ quality, savings and verdict — sat behind the
-scroll. At 390 px each row of those tables stacks into a block whose cells are named (their
-column's heading, from data-label), nothing needs sideways scrolling, and every key cell is in
-sight; at 1280 px they stay ordinary tables, one line per row (SPEC R7, R11.4)."""
+scroll; so were a run's per-benchmark accuracy and interval and Compare's "Use as baseline".
+At 390 px each row of those tables stacks into a block whose cells are named (their column's
+heading, from data-label), nothing needs sideways scrolling, and every key cell is in sight; at
+1280 px they stay ordinary tables, one line per row (SPEC R7, R11.4)."""
 
 from __future__ import annotations
 
