@@ -90,3 +90,28 @@ class RunReport(models.Model):
             models.Index(fields=["score"], name="runreport_score"),
             models.Index(fields=["known_spend_usd"], name="runreport_spend"),
         ]
+
+
+class StoredRecoveryPlan(models.Model):
+    """A reviewed recovery plan (R15), computed once per state of its parent's ledger and mode
+    and read back for every later page of it (fourth outside probe: a 100,000-cell plan took
+    3.5–4.4 s to compute, and `benchmark recover-plan` recomputed it for each page of 100).
+
+    `fingerprint` names the state it was computed from (`runs.settlement.recovery_store`):
+    the settled run's fingerprint, the parent's recovery claims and the plan code's version.
+    A row under another fingerprint is stale and never read; it is replaced by the next
+    computation. One row per (run, mode): the newest state only. Derived: deleting it costs
+    one computation, nothing else. A submission never reads it — it recomputes the plan under
+    the parent's lock and checks the reviewed hash (`recovery_submit`).
+    """
+
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="+")
+    mode = models.CharField(max_length=16)
+    fingerprint = models.CharField(max_length=64)
+    computed_at = models.DateTimeField(auto_now=True)
+    plan_json = models.TextField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "mode"], name="stored_recovery_plan_run_mode")
+        ]

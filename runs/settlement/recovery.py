@@ -52,6 +52,11 @@ from runs.settlement.recovery_rules import (
     judge_only_hint,
     judge_only_why,
 )
+from runs.settlement.recovery_store import (
+    recovery_plan_key,
+    recovery_plan_store,
+    recovery_plan_stored,
+)
 from runs.settlement.rejudge import ChildRunRefused
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from srbench.api import Keyset
@@ -281,15 +286,24 @@ def recovery_plan(
 ) -> dict[str, Any]:
     """Reconcile, then classify every cell of the run for `mode`. Reads only after the
     reconciliation; no model call. ``selected_cells`` (cell ids) must be ⊆ the eligible
-    cells; by default all eligible cells are selected."""
+    cells; by default all eligible cells are selected.
+
+    The default plan of a settled run is computed once per state of its ledger and then read
+    back (`runs.settlement.recovery_store`): a reviewer pages through it. The key is read
+    before and after computing, and the plan kept only when both agree."""
     _check_mode(mode)
     if run.mode != Run.Mode.LIVE:
         raise ChildRunRefused("not_live", "only live runs can be recovered", http_status=422)
     _check_rejudge_mode(run, mode)
     recovery_reconcile(run=run)
+    key = None if selected_cells is not None else recovery_plan_key(run, mode)
+    if key is not None and (kept := recovery_plan_stored(run_id=run.pk, mode=mode, key=key)):
+        return kept
     rows = cell_rows(run)
     plan = _finish_plan(_plan_content(run, mode, rows), selected_cells)
     plan["judge_only"] = None if mode == JUDGE_ONLY else _judge_only_summary(run, rows)
+    if key is not None and recovery_plan_key(run, mode) == key:
+        recovery_plan_store(run_id=run.pk, mode=mode, key=key, plan=plan)
     return plan
 
 
