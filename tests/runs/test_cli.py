@@ -6,24 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.core.management import call_command
 
 from runs.models import Run
 from tests import factories as f
+from tests.cli_support import bench
 from tests.conftest import wait_until
 from tests.runs import engine_support as es
 
 pytestmark = pytest.mark.worker
-
-
-def bench(capsys, *args: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        call_command("benchmark", *args)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_plan_run_show_report_cancel_through_the_cli(celery_worker, capsys):

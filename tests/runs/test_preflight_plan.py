@@ -11,7 +11,6 @@ import re
 
 import httpx
 import pytest
-from django.core.management import call_command
 
 from datasets.benchmarks import get_adapter
 from datasets.models import DatasetQuestion
@@ -21,6 +20,7 @@ from runs.models.preflight import TargetPreflight
 from runs.planning.plans import PlanError, plan_freeze
 from srbench.simulator.testing import running_simulator
 from tests import factories as f
+from tests.cli_support import bench
 from tests.runs import engine_support as es
 
 pytestmark = pytest.mark.django_db
@@ -164,22 +164,12 @@ def test_api_quotes_first_and_only_an_operator_sends(client):
     assert not TargetPreflight.objects.filter(target=target).exists()
 
 
-def _bench(capsys, *args: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        call_command("benchmark", *args)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_cli_targets_check_refuses_without_yes_and_prints_the_quote(capsys):
     """issue 39 item 1: `benchmark targets check SLUG` quotes the worst case first and, not
     confirmed, sends nothing."""
     f.user_create(username="op", staff=True)
     f.target_create(slug="smollm2", base_url="http://127.0.0.1:1/v1")
-    code, out, err = _bench(capsys, "targets", "check", "smollm2", "--user", "op")
+    code, out, err = bench(capsys, "targets", "check", "smollm2", "--user", "op")
     assert code != 0
     assert out.startswith("preflight of smollm2: up to 9 tiny calls")
     assert "add --yes" in err
@@ -198,7 +188,7 @@ def test_cli_targets_check_sends_once_and_reports_in_words_and_json(capsys):
             base_url=f"{url}/v1",
             prices={"sim-weak": {"input": "1", "output": "2"}},
         )
-        code, out, err = _bench(
+        code, out, err = bench(
             capsys, "targets", "check", "weak", "--yes", "--user", "op", "--json"
         )
         stats = httpx.get(f"{url}/_sim/stats").json()
@@ -239,7 +229,7 @@ def test_the_api_and_cli_plan_review_warn_as_the_page_does(client, member, capsy
     body = client.post("/api/v1/plans/review/", cut, content_type="application/json").json()
     warned = [w["warning"] for w in body["preflight_warnings"] if w["target"] == "smollm2"]
     assert any("concurrency 4 exceeds what this target showed" in w for w in warned), body
-    code, out, _ = _bench(
+    code, out, _ = bench(
         capsys,
         "plan",
         "--dataset",
@@ -323,7 +313,7 @@ def test_a_prompt_plus_its_output_limit_past_the_context_is_warned(client, membe
     )
     assert warned(5) == []  # prompt + output ≤ context for every case: nothing said
 
-    code, out, _ = _bench(
+    code, out, _ = bench(
         capsys, "plan", "--dataset", str(dataset.pk), "--target", "smollm2",
         "--max-output-tokens", str(output), "--user", "member",
     )  # fmt: skip

@@ -12,7 +12,6 @@ from decimal import Decimal
 
 import httpx
 import pytest
-from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
@@ -32,6 +31,7 @@ from runs.settlement.recovery import recovery_plan, recovery_submit
 from srbench.canonical import sha256_hex
 from srbench.refusals import Refusal
 from tests import factories as f
+from tests.cli_support import bench
 from tests.conftest import WorkerProcess, purge_broker, wait_until
 from tests.runs import engine_support as es
 
@@ -632,16 +632,6 @@ def test_api_pages_the_plan_and_answers_201_200_409_422_400(client):
     assert lineage["children"][0]["progress"]["denominator"] == 3
     assert lineage["original_known_cost_usd"] == "0"
     assert client.get(f"/api/v1/runs/{child['id']}/lineage/").json()["parent"]["id"] == run.pk
-
-
-def bench(capsys, *args: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        call_command("benchmark", *args)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.worker

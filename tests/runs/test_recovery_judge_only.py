@@ -21,7 +21,6 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -42,6 +41,7 @@ from runs.settlement.recovery_rules import (
 from srbench.refusals import Refusal
 from srbench.simulator import oracle
 from tests import factories as f
+from tests.cli_support import bench
 from tests.conftest import WorkerProcess, purge_broker, wait_until
 from tests.runs import engine_support as es
 from tests.runs.test_crash_settle import call, crashed
@@ -178,16 +178,6 @@ def expected_worst(run: Run, cell: Cell, answer: str) -> Decimal:
 
 def by_cell(entries: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return {e["cell"]: e for e in entries}
-
-
-def bench(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        call_command("benchmark", *args)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # --- the plan ------------------------------------------------------------------------------------

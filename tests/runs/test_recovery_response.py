@@ -9,13 +9,13 @@ import hashlib
 import json
 
 import pytest
-from django.core.management import call_command
 from django.utils import timezone
 
 from datasets.models import Question
 from runs.models import Cell, Run
 from srbench.canonical import sha256_hex
 from tests import factories as f
+from tests.cli_support import bench
 from tests.compare import builders as b
 
 pytestmark = pytest.mark.django_db
@@ -58,16 +58,6 @@ def _large_parent(owner) -> tuple[Run, list[int]]:
         batch_size=5000,
     )
     return run, sorted(Cell.objects.filter(run=run).values_list("pk", flat=True))
-
-
-def _bench(capsys, *args: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        call_command("benchmark", *args)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _bounded(recovery: dict, ids: list[int], child_id: int) -> None:
@@ -141,13 +131,13 @@ def test_the_cli_recover_prints_the_bounded_answer(client, capsys, tmp_path):
     path = tmp_path / "plan.json"
     path.write_text(json.dumps({"plan_sha256": plan["plan_sha256"], "mode": "undispatched"}))
     args = ["recover", str(run.pk), "--plan", str(path), "--idempotency-key", "cli-large"]
-    code, out, err = _bench(capsys, *args, "--user", "ops", "--json")
+    code, out, err = bench(capsys, *args, "--user", "ops", "--json")
     assert code == 0, err
     assert len(out) < BODY_MAX, len(out)
     child = json.loads(out)
     _bounded(child["recovery"], ids, child["id"])
 
-    code, out, err = _bench(capsys, *args, "--user", "ops")
+    code, out, err = bench(capsys, *args, "--user", "ops")
     assert code == 0 and "already existed" in err
     assert f"run {child['id']}: " in out and f"{CELLS} cells" in out
     assert f"benchmark show {child['id']} --results" in out
