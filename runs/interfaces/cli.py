@@ -22,6 +22,12 @@ from srbench.api_client import (
     json_file_read,
     text_file_write,
 )
+from srbench.figures_text import (
+    ACCURACY_DIGITS,
+    SCORE_DIGITS,
+    WALL_SECONDS_DIGITS,
+    figure_text,
+)
 from srbench.money import usd_text
 
 # Fields only a frozen manifest has (the review's answer), never a plan request: a file with
@@ -183,12 +189,12 @@ def subject_cost_text(total: str | None, known: str | None) -> str:
 def benchmark_score_text(v: dict[str, Any]) -> str:
     """A benchmark row's `correct/planned = accuracy [interval]`; with several attempts per
     question the counts are attempts and the interval's n is said in questions (issue 35
-    item 4): `24/36 attempts = 0.6667 [0.391, 0.862], n = 12 questions`."""
+    item 4): `24/36 attempts = 0.667 [0.391, 0.862], n = 12 questions`."""
     interval = v["wilson_95"]
     ci = "" if interval is None else f" [{interval[0]:.3f}, {interval[1]:.3f}]"
     questions = v.get("questions")
     attempts = bool(questions) and questions != v["planned"]
-    acc = fmt(v["accuracy"] and round(v["accuracy"], 4))
+    acc = figure_text(v["accuracy"], ACCURACY_DIGITS)  # the page's digits
     text = f"{v['correct']}/{v['planned']}{' attempts' if attempts else ''} = {acc}{ci}"
     if attempts and interval is not None:
         text += f", n = {questions} question{'' if questions == 1 else 's'}"
@@ -222,6 +228,7 @@ def spend_text(spend: dict[str, Any], answers_of: int | None) -> str:
 def report_text(report: dict[str, Any]) -> str:
     r = report["run"]
     counts = report["counts"]
+    wall = r["wall_seconds"]
     lines = [
         f"run {r['id']} {r['name']!r}: {r['status']}"
         + (
@@ -237,7 +244,8 @@ def report_text(report: dict[str, Any]) -> str:
             for key, label in (("cancelled", "cancelled"), ("sent_unknown", "outcome unknown"))
             if counts.get(key)
         )
-        + f"  wall {fmt(r['wall_seconds'], 's')}",
+        # The page's digits (srbench.figures_text); --json keeps the full value.
+        + f"  wall {fmt(None if wall is None else figure_text(wall, WALL_SECONDS_DIGITS), 's')}",
     ]
     lines += not_run_lines(report.get("not_run", []))
     spend = report.get("spend")
@@ -260,7 +268,7 @@ def report_text(report: dict[str, Any]) -> str:
             score["kind"], "score"
         )
         lines.append(
-            f"  {t['slug']} ({t['kind']}): {label} {fmt(score.get('value'))}  "
+            f"  {t['slug']} ({t['kind']}): {label} {figure_text(score.get('value'), SCORE_DIGITS)}  "
             f"subject cost {subject_cost_text(t['subject_cost_usd'], t['known_cost_usd'])}  "
             f"judge {usd(t['evaluation_cost_usd'])}  cache-neutral {usd(t['cache_neutral_cost_usd'])}  "
             f"TTFT p50 {fmt(t['ttft_p50_ms'] and round(t['ttft_p50_ms']), 'ms')}"

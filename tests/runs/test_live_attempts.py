@@ -19,6 +19,7 @@ from django.utils import timezone
 from runs.interfaces.cli import report_text
 from runs.models import Cell, Run
 from runs.reporting.report import run_report, run_report_compute
+from srbench.figures_text import figure_text
 from tests import factories as f
 from tests.runs.test_pages import manifest_for
 
@@ -167,7 +168,7 @@ def test_the_ended_runs_results_and_cli_say_n_in_questions(member):
     low, high = row["wilson_95"]
     text = report_text(doc)
     assert (
-        f"{row['correct']}/24 attempts = {round(row['accuracy'], 4)} [{low:.3f}, {high:.3f}], "
+        f"{row['correct']}/24 attempts = {figure_text(row['accuracy'], 3)} [{low:.3f}, {high:.3f}], "
         "n = 12 questions" in text
     )
     html = member.get(f"/runs/{run.pk}/?tab=results").content.decode()
