@@ -54,7 +54,7 @@ from runs.reporting.report import incomplete_reasons
 from runs.reporting.report_types import Report
 from runs.settlement.lineage import run_lineage
 from runs.settlement.recovery import recovery_plan, recovery_submit
-from runs.settlement.recovery_rules import REASONS
+from runs.settlement.recovery_rules import REASONS, recovery_offer
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from srbench.money import money_text
 from srbench.refusals import Refusal
@@ -276,6 +276,10 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "may_act": may_act_on_run(request.user, run),
         # Export, Compare and the CLI commands of this run (issue 35 item 7).
         "actions": run_actions(request, run),
+        # "Review recovery plan" only when some cell may be recovered (else why not).
+        "recovery_offer": recovery_offer(run)
+        if run.is_terminal and run.mode == Run.Mode.LIVE
+        else None,
         **_live(run),
     }
     context.update(TAB_CONTEXT[tab](request, run))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import Count, Q
 
@@ -22,6 +22,7 @@ from runs.models import (
     CellStatus,
     RecoveryClaim,
     Run,
+    RunSummary,
 )
 from runs.reporting.reconcile import effective_call_sums
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
@@ -327,3 +328,42 @@ def judge_only_why(row: dict[str, Any]) -> str:
 def judge_only_hint(row: dict[str, Any]) -> str:
     """The note the other modes add to a cell of the judge-only class."""
     return judge_only_why(row) + JUDGE_ONLY_HINT
+
+
+class RecoveryOffer(NamedTuple):
+    """What a terminal run's page offers: `cells` some recovery mode might take; when 0,
+    `reason` says why there is nothing to review."""
+
+    cells: int
+    reason: str | None
+
+
+def recovery_offer(run: Run) -> RecoveryOffer:
+    """Whether a terminal run's page offers "Review recovery plan" (fourth outside probe,
+    item 2). From counts only — the run's summary row and its claims, never the plan (seconds
+    at 100,000 cells): a completed cell, one whose outcome is unknown and one already claimed
+    are excluded in every mode (`exclusion`), so when they are all the cells there is nothing
+    to review. A cell left over may still be excluded by the plan (a cost that is unclear);
+    the review says why."""
+    summary = RunSummary.objects.filter(run_id=run.pk).first() or RunSummary()  # no cells
+    total = summary.total
+    closed = {
+        "completed": summary.completed,
+        "are claimed by a recovery run": RecoveryClaim.objects.filter(cell__run=run).count(),
+        "have an unknown outcome": summary.sent_unknown + summary.running,
+    }
+    left = total - sum(closed.values())
+    if left > 0:
+        return RecoveryOffer(left, None)
+    shown = [what for what, n in closed.items() if n]
+    if not total:
+        return RecoveryOffer(0, "Nothing to recover: the run has no cells.")
+    if shown == ["completed"]:
+        return RecoveryOffer(0, f"Nothing to recover: all {total} cells completed.")
+    if shown == ["are claimed by a recovery run"]:
+        return RecoveryOffer(
+            0, f"Nothing to recover: every cell is claimed by a recovery run ({total})."
+        )
+    parts = [f"{closed[what]} {what}" for what in shown]
+    listed = ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else parts[0]
+    return RecoveryOffer(0, f"Nothing to recover: of {total} cells, {listed}.")

@@ -156,3 +156,34 @@ def test_no_js_undispatched_with_nothing_ticked_recovers_every_eligible_cell(cli
     assert response.status_code == 303
     child = Run.objects.get(parent=run)
     assert child.cells.count() == Cell.objects.filter(run=run).count()
+
+
+def test_a_completed_run_with_every_cell_completed_offers_no_review(client):
+    """Fourth outside probe, item 2: the button showed on a run with nothing to recover. The
+    page says why instead, and the review stays reachable by its address."""
+    owner = f.user_create()
+    client.force_login(owner)
+    run = parent(owner, status="completed")
+    Cell.objects.filter(run=run).update(status="completed")
+    total = Cell.objects.filter(run=run).count()
+
+    html = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="review-recovery"' not in html and "Review recovery plan" not in html
+    assert f"Nothing to recover: all {total} cells completed." in html
+    review = client.get(f"/runs/{run.pk}/recovery/", {"mode": "undispatched"}).content.decode()
+    assert 'Eligible cells <span class="meta">(0)' in review
+
+
+def test_a_run_whose_open_cells_are_all_claimed_offers_no_second_review(client):
+    owner = f.user_create()
+    client.force_login(owner)
+    run = parent(owner, status="interrupted")
+    assert 'id="review-recovery"' in client.get(f"/runs/{run.pk}/").content.decode()
+    url = f"/runs/{run.pk}/recovery/"
+    fields = form_fields(client.get(url).content.decode())
+    assert client.post(url, {**fields, "mode": "undispatched"}).status_code == 303
+    total = Cell.objects.filter(run=run).count()
+
+    html = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="review-recovery"' not in html
+    assert f"Nothing to recover: every cell is claimed by a recovery run ({total})." in html
