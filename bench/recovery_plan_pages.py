@@ -1,0 +1,86 @@
+"""Scale benchmark: paging a reviewed recovery plan of 100,000 cells through the API, as
+`benchmark recover-plan` does (fourth outside probe, item 1).
+
+The first page computes the plan (and keeps it, `runs.settlement.recovery_store`); the later
+pages read the kept plan. Before the plan was kept, every page cost what the first does.
+Reviewing reconciles the ledger in durable transactions, so the rows are committed: run it on
+a scratch database (migrated; the rows stay), e.g.
+
+    createdb srbench_bench_recovery && DATABASE_URL=postgres://…/srbench_bench_recovery \\
+        .venv/bin/python manage.py migrate
+    DATABASE_URL=postgres://…/srbench_bench_recovery .venv/bin/python bench/recovery_plan_pages.py
+
+Not part of `make bench` (bench/run_all.py) yet. A second invocation reuses the run it built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import report_scale as rs  # noqa: E402  (sets up Django)
+from django.contrib.auth import get_user_model  # noqa: E402
+
+from datasets.models import FrozenDataset  # noqa: E402
+from runs.models import Run, Target  # noqa: E402
+
+NAME = "recovery-plan-pages"
+
+
+def parent_run() -> Run:
+    """An interrupted run of 10,000 questions × 10 targets, every cell completed: its plan
+    excludes all 100,000 (1,000 pages of 100)."""
+    owner, _ = get_user_model().objects.get_or_create(username="bench-recovery", is_staff=True)
+    run = Run.objects.filter(name=NAME).order_by("-pk").first()
+    if run is not None:
+        return run
+    started = time.perf_counter()
+    dataset = FrozenDataset.objects.create(
+        identity_sha256=hashlib.sha256(NAME.encode()).hexdigest(),
+        name="bench",
+        profile="standard",
+        seed=1,
+        split="dev",
+        selection={},
+    )
+    qs = rs.build_questions(10_000, "rp")
+    targets = [
+        Target.objects.create(
+            slug=f"bench-rp{k}", name="t", model="m", base_url="http://x/v1", prices=rs.PRICE
+        )
+        for k in range(10)
+    ]
+    run = rs.build_run(qs, targets, dataset, owner, seed=1)
+    Run.objects.filter(pk=run.pk).update(name=NAME, status="interrupted")
+    rs.analyze()
+    print(f"built 100,000 cells and calls in {time.perf_counter() - started:.1f} s")
+    run.refresh_from_db()
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--pages", type=int, default=6)
+    args = parser.parse_args()
+    run = parent_run()
+    client = rs.api_client(run.owner)
+    after = 0
+    for page in range(1, args.pages + 1):
+        started = time.perf_counter()
+        response = client.get(
+            f"/api/v1/runs/{run.pk}/recovery-plan/",
+            {"mode": "undispatched", "excluded_after": after, "limit": 100},
+        )
+        seconds = time.perf_counter() - started
+        assert response.status_code == 200, response.content[:300]
+        after = response.json()["next_excluded_after"]
+        print(f"recovery plan page {page} of 1,000: {seconds * 1000:8.1f} ms  ({rs.load()})")
+
+
+if __name__ == "__main__":
+    main()
