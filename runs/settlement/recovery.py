@@ -23,6 +23,7 @@ from a review of a ledger that has changed since.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections import Counter
 from decimal import Decimal
 from typing import Any, Literal
@@ -335,8 +336,10 @@ def recovery_plan_page(
     limit = max(1, min(limit, MAX_RECOVERY_PAGE))
 
     def page(items: list[dict[str, Any]], after: int) -> tuple[list[dict[str, Any]], int | None]:
-        rest = [i for i in items if i["cell"] > after]
-        return rest[:limit], PLAN_PAGE.next_cursor(rest[:limit], more=len(rest) > limit)
+        # The lists ascend by cell id (`cell_rows`): the page starts where `after` would go.
+        start = bisect_right(items, after, key=lambda i: i["cell"])
+        rows = items[start : start + limit]
+        return rows, PLAN_PAGE.next_cursor(rows, more=len(items) - start > limit)
 
     eligible, next_eligible = page(plan["eligible_cells"], eligible_after)
     excluded, next_excluded = page(plan["excluded"], excluded_after)
