@@ -294,6 +294,8 @@ def report_text(report: dict[str, Any]) -> str:
             lines.append(f"    usage: {t['usage_unknown_reason']}")
         if t.get("usage_caution"):  # an unchecked gateway answered: its usage may be estimated
             lines.append(f"    usage: {t['usage_caution']}")
+        if t.get("empty_answers_note"):
+            lines.append(f"    answers: {t['empty_answers_note']}")
         lines += official_lines(t.get("official"))
     lines += report_version_lines(report.get("report_version"))
     return "\n".join(lines)

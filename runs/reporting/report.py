@@ -60,8 +60,9 @@ from srbench.stats import accuracy, weighted_quality, wilson_interval
 # Part of a stored report's fingerprint: bump it whenever what a report computes changes, so a
 # report stored by the previous code is never served (v7: "weighted subset average", a re-judge
 # child's own subject spend; v8: a gateway's re-sent calls leave a total incomplete, a gateway's
-# estimate counted and said per target, a caution where an unchecked gateway answered).
-REPORT_CACHE_VERSION = "v8"
+# estimate counted and said per target, a caution where an unchecked gateway answered; v9: a
+# target's empty answers counted and said).
+REPORT_CACHE_VERSION = "v9"
 # pg_advisory_xact_lock(class, run id): one computation of a settled run's stored report at a
 # time (`run_report_settled_compute`).
 REPORT_LOCK_CLASS = 38001
@@ -145,6 +146,34 @@ def _cells_without_subject_call(run_ids: list[int]) -> dict[tuple[int, int], int
         .annotate(n=Count("id"))
     )
     return {(r["run_id"], r["target_id"]): r["n"] for r in rows}
+
+
+def _empty_answers(run_ids: list[int]) -> dict[tuple[int, int], int]:
+    """Per (run, target of the cell): completed subject calls whose answer is empty — no
+    content but white space, no reasoning, no tool call."""
+    rows = (
+        Call.objects.filter(cell__run_id__in=run_ids, role="subject", status="completed")
+        .filter(content__regex=r"^\s*$", reasoning="")
+        .filter(Q(tool_calls__isnull=True) | Q(tool_calls=[]))
+        .values("cell__run_id", "cell__target_id")
+        .annotate(n=Count("id"))
+    )
+    return {(r["cell__run_id"], r["cell__target_id"]): r["n"] for r in rows}
+
+
+def empty_answers_note(empty: int | None, completed: int) -> str | None:
+    """What a count of empty answers may mean (said once per target), or None for none.
+    Seen on a real stack: LiteLLM before llama.cpp's server turns the server's refusal of a
+    prompt past its context window (a 200 with an empty event stream) into a finished empty
+    answer, finish_reason "stop", no usage (tests/real/test_llama_long_prompts.py)."""
+    if not empty:
+        return None
+    return (
+        f"{empty} of {completed} completed answers were empty (no content, no reasoning, no "
+        "tool call) and are graded as given; a gateway answers so when the server behind it "
+        "refused the request after its headers (LiteLLM before llama.cpp: a prompt past the "
+        "server's context window) — the server's log tells which"
+    )
 
 
 def _call_sums(run_ids: list[int]) -> dict[tuple[int, int, str], dict[str, Any]]:
@@ -320,6 +349,8 @@ class ReportBatch:
     # object, that its usage is a gateway's estimate, that a gateway re-sent them
     # (`runs.reporting.reconcile.cost_note_counts`).
     notes: dict[tuple[int, int, str], dict[str, int]] | None = None
+    # Per (run, target): completed subject answers that are empty (`_empty_answers`).
+    empty: dict[tuple[int, int], int] | None = None
 
     @classmethod
     def read(cls, runs: list[Run]) -> ReportBatch:
@@ -343,6 +374,7 @@ class ReportBatch:
             official=official_sections(runs, target_ids),
             provenance=runs_data_provenance(runs),
             notes=cost_note_counts(run_ids=run_ids),
+            empty=_empty_answers(run_ids),
         )
 
 
@@ -360,6 +392,8 @@ def _target_report(
     timings = batch.timings.get((run.pk, tid), {})
     notes = {role: n for (r, t, role), n in (batch.notes or {}).items() if r == run.pk and t == tid}
     resent = {role: n["gateway_resent"] for role, n in notes.items()}
+    # Counted when the run has ended (the live report's batch has no count: unknown, not 0).
+    empty = None if batch.empty is None else batch.empty.get((run.pk, tid), 0)
     benchmarks, total, accs = _benchmark_rows(run.manifest, mine, question_scores, provenance)
     report = TargetReport(
         slug=snapshot["slug"],
@@ -382,6 +416,8 @@ def _target_report(
         official=batch.official.get((run.pk, snapshot["slug"])),
         usage_unknown_reason=usage_unknown_reason(snapshot, notes, by_role),
         usage_caution=usage_caution(snapshot, notes, by_role),
+        empty_answers=empty,
+        empty_answers_note=empty_answers_note(empty, total["completed"]),
     )
     if run.mode == Run.Mode.PREVIEW:
         return _preview_only(report, run, tid)

@@ -234,6 +234,11 @@ class TargetReport:
     # Why the known tokens and cost may still be wrong: answered through a gateway that no
     # check frozen in the plan looked at (`runs.ledger.accounting.gateway_unchecked_caution`).
     usage_caution: str | None = None
+    # Completed subject answers with no content, no reasoning and no tool call (graded as
+    # given; None while the run is live), and what that may mean when there are any
+    # (`runs.reporting.report.empty_answers_note`).
+    empty_answers: int | None = None
+    empty_answers_note: str | None = None
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -249,6 +254,8 @@ class TargetReport:
             "cache_neutral_unknown_reason": self.cache_neutral_unknown_reason,
             "usage_unknown_reason": self.usage_unknown_reason,
             "usage_caution": self.usage_caution,
+            "empty_answers": self.empty_answers,
+            "empty_answers_note": self.empty_answers_note,
             **{k: getattr(self, k) for k in TIMING_FIELDS},
         }
         if self.selected_models is not None:
@@ -272,6 +279,8 @@ class TargetReport:
             cache_neutral_unknown_reason=doc["cache_neutral_unknown_reason"],
             usage_unknown_reason=doc.get("usage_unknown_reason"),
             usage_caution=doc.get("usage_caution"),
+            empty_answers=doc.get("empty_answers"),
+            empty_answers_note=doc.get("empty_answers_note"),
             **{k: doc[k] for k in TIMING_FIELDS},
             selected_models=doc.get("selected_models"),
             selected_decisions=doc.get("selected_decisions"),

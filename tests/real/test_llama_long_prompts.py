@@ -7,7 +7,10 @@ What llama.cpp's server (llama-cpp-python 0.3, sse-starlette) does, seen here fi
   client has gone (no check between batches);
 - a prompt longer than its context window is refused *after* those headers: the handler
   raises (``Requested tokens (4130) exceed context window of 4096``), and the client reads a
-  200 event stream with no event at all.
+  200 event stream with no event at all;
+- LiteLLM's proxy before it turns that empty stream into a finished empty answer
+  (finish_reason "stop", a chunk without usage, ``[DONE]``): a completed call, graded wrong,
+  which the report must count and explain (`empty_answers`).
 
 The product must record both as failed calls — never re-sent, never priced, the run stopped on
 the first (fail closed) — and say what happened in words a user can act on."""
@@ -24,10 +27,11 @@ from datasets.benchmarks import get_adapter
 from runs.engine.sse import EMPTY_STREAM
 from runs.models import Call, CallEvidence, Cell, Run
 from runs.models.evidence import evidence_raw
-from runs.planning.services import run_create
+from runs.planning.services import run_create, target_set_api_key
 from runs.reporting.report import run_report
 from tests import factories as f
 from tests.conftest import wait_until
+from tests.e2e.test_litellm_gateway import GATEWAY_MODEL, litellm_proxy
 from tests.real.conftest import LlamaServer, llama_running
 from tests.runs import engine_support as es
 
@@ -57,14 +61,14 @@ def llama_target(server: LlamaServer) -> None:
     )
 
 
-def run_on(questions: list[Any], **limits: Any) -> Run:
+def run_on(questions: list[Any], target: str = "llama-long", **limits: Any) -> Run:
     dataset = es.questions_dataset(questions, name="long prompts", benchmarks=["mmlu-pro"])
     run, _ = run_create(
         owner=f.user_create(),
         plan={
             "name": f"long prompts {Run.objects.count()}",
             "dataset": dataset.pk,
-            "targets": ["llama-long"],
+            "targets": [target],
             "sampling": {"temperature": 0},
             "limits": {"concurrency": 1, "max_output_tokens": 8, **limits},
         },
@@ -136,3 +140,42 @@ def test_a_prompt_past_the_context_window_and_a_slow_first_token_fail_closed_unp
     out = capsys.readouterr().out
     assert "first transport failure (fail closed): idle_timeout" in out
     assert "waste unknown on 1 failed or unknown-outcome calls" in out
+
+
+@pytest.mark.timeout(RUN_S + 200)
+def test_a_gateways_empty_answer_for_a_refused_prompt_is_graded_and_counted(
+    celery_worker, tmp_path, capsys
+):
+    """Through LiteLLM, the server's refusal (a prompt past its context window) comes back as
+    a finished, empty answer: the call is completed (the wire says so), the cell graded wrong
+    as given, nothing re-sent (one request at the server), and the report and the CLI count
+    the empty answer and say what it may mean."""
+    with llama_running(tmp_path) as server:
+        route = {"model": f"openai/{server.model}", "api_base": server.base_url, "api_key": "x"}
+        with litellm_proxy(server.base_url, tmp_path, route) as gw:
+            target = f.target_create(
+                slug="gw-llama",
+                model=GATEWAY_MODEL,
+                base_url=f"{gw.url}/v1",
+                prices={GATEWAY_MODEL: PRICE},
+            )
+            target_set_api_key(target=target, api_key=gw.key)
+            f.user_create(username="ops", staff=True)
+            since = server.log_size()
+            run = run_on([long_question(300), long_question(4)], target="gw-llama")
+        received = server.chat_requests(since)
+    assert run.status == "completed", run.stop_reason
+    calls = list(Call.objects.filter(cell__run=run).order_by("pk"))
+    assert len(received) == len(calls) == 2, (received, calls)
+    refused = calls[0]
+    assert (refused.status, refused.finish_reason, refused.content) == ("completed", "stop", "")
+    assert refused.cost_usd is None  # no usage came back
+    assert Cell.objects.get(pk=refused.cell_id).correct is False
+    assert calls[1].content.strip(), calls[1].content  # the short prompt was answered
+
+    t = run_report(run=run)["targets"][0]
+    assert t["empty_answers"] == 1
+    assert t["empty_answers_note"].startswith("1 of 2 completed answers were empty")
+    capsys.readouterr()
+    call_command("benchmark", "report", str(run.pk), "--user", "ops")
+    assert "answers: 1 of 2 completed answers were empty" in capsys.readouterr().out

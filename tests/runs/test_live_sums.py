@@ -158,7 +158,16 @@ def snapshot_compare(run: Run) -> bool:
 
 # What the live report does not give while the run runs: the question-level intervals and the
 # official scorers (given when it ends), the percentiles and routing (an "as of" snapshot).
-NOT_SUMS = ("ttft_p50_ms", "latency_p50_ms", "latency_p95_ms", "official")
+# Not kept by the live sums: percentiles (the snapshot), the official scorers and the empty
+# answers (counted when the run has ended; None while it runs).
+NOT_SUMS = (
+    "ttft_p50_ms",
+    "latency_p50_ms",
+    "latency_p95_ms",
+    "official",
+    "empty_answers",
+    "empty_answers_note",
+)
 NOT_SUMS_MOM = ("selected_models", "selected_decisions")
 
 
