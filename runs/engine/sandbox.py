@@ -183,6 +183,7 @@ def sandbox_run(
     collect: Sequence[str] = (),
     collect_max_bytes: int = COLLECT_MAX_BYTES,
     env: Mapping[str, str] | None = None,
+    site_files: Mapping[str, Path] | None = None,
 ) -> SandboxResult:
     """Run `argv` inside a fresh sandbox whose working directory `/app` holds `files`.
 
@@ -194,6 +195,9 @@ def sandbox_run(
     `collect`: sandbox paths (in `/app` or a writable directory) of files to return in
     `SandboxResult.collected`; `collect_max_bytes` caps their archive (past it, a file may
     come back cut short).
+    `site_files`: file name -> host file, added read-only to the site-packages of the sandbox's
+    Python (`sandbox_python`), which reads a `.pth` there at every start, whatever `PYTHONPATH`
+    or `-E`/`-I` say.
     """
     if not argv:
         raise ValueError("argv must not be empty")
@@ -224,6 +228,7 @@ def sandbox_run(
             env=env,
             restore=restore,
             snapshot=snapshot if save else None,
+            site_files=site_files,
         )
 
 
@@ -291,6 +296,7 @@ def _execute(
     env: Mapping[str, str] | None,
     restore: BinaryIO | None,
     snapshot: Path | None,
+    site_files: Mapping[str, Path] | None = None,
 ) -> SandboxResult:
     budget = disk_budget_bytes(limits)
     # The hard deadline: the driver ends the program at the wall limit itself; this leaves it
@@ -310,6 +316,7 @@ def _execute(
             collect=collect,
             env=env,
             fds=fds.sandbox,
+            site_files=site_files,
         )
         with contextlib.ExitStack() as stack:
             new_snapshot = None

@@ -16,6 +16,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -260,12 +261,50 @@ def _prlimit_args(tools: Mapping[str, str], limits: SandboxLimits, uid: int | No
     ]
 
 
+def _site_packages() -> tuple[Path, str]:
+    """(host path, sandbox path) of the site-packages directory of `sandbox_python`."""
+    host = Path(sysconfig.get_path("purelib")).resolve()
+    base, venv = _python_layout()
+    if venv is not None and host.is_relative_to(venv):
+        return host, str(PurePosixPath(SANDBOX_VENV) / host.relative_to(venv))
+    return host, str(host)
+
+
+def _site_file_args(site_files: Mapping[str, Path]) -> list[str]:
+    """`site_files` (name -> host file) added to the sandboxed interpreter's site-packages, which
+    it reads at start whatever its environment says: a read-only tmpfs over the directory, holding
+    a bind of each entry of the real one plus these files (a new file cannot be mounted inside
+    the read-only runtime itself)."""
+    if not site_files:
+        return []
+    host, inside = _site_packages()
+    args = ["--tmpfs", inside]
+    for entry in sorted(os.listdir(host)):
+        if entry in site_files:
+            continue
+        source = host / entry
+        if source.is_symlink():
+            args += ["--symlink", os.readlink(source), f"{inside}/{entry}"]
+        else:
+            args += ["--ro-bind", str(source), f"{inside}/{entry}"]
+    for name, path in sorted(site_files.items()):
+        if "/" in name or name in ("", ".", ".."):
+            raise ValueError(f"a site file's name must be a plain file name: {name!r}")
+        args += ["--ro-bind", str(path), f"{inside}/{name}"]
+    return [*args, "--remount-ro", inside]
+
+
 def _filesystem_args(
-    disk_bytes: int, ro_binds: Mapping[str, Path], writable_dirs: Sequence[str]
+    disk_bytes: int,
+    ro_binds: Mapping[str, Path],
+    writable_dirs: Sequence[str],
+    site_files: Mapping[str, Path] | None = None,
 ) -> list[str]:
     """The budget tmpfs as the root (first, so every later mount lands on it), the read-only
-    runtime and binds, then the writable places: plain directories on the budget."""
+    runtime (with any `site_files`) and binds, then the writable places: plain directories on
+    the budget."""
     args = ["--size", str(disk_bytes), "--tmpfs", "/", *_runtime_args()]
+    args += _site_file_args(site_files or {})
     for inside, host in ro_binds.items():
         args += _ro_bind(host, bind_target(inside))
     args += ["--proc", "/proc", "--dev", "/dev"]
@@ -428,6 +467,7 @@ def sandbox_command(
     collect: Sequence[str],
     env: Mapping[str, str] | None,
     fds: SandboxFds,
+    site_files: Mapping[str, Path] | None = None,
 ) -> list[str]:
     """prlimit → bubblewrap (budget, binds, namespaces, identity) → the driver → the inner
     bubblewrap (no user namespaces) → the reporting shim → ``argv``."""
@@ -435,7 +475,7 @@ def sandbox_command(
     return [
         *_prlimit_args(tools, limits, uid),
         tools["bwrap"],
-        *_filesystem_args(disk_budget_bytes(limits), ro_binds, writable_dirs),
+        *_filesystem_args(disk_budget_bytes(limits), ro_binds, writable_dirs, site_files),
         *_namespace_args(env, fds.status),
         *_identity_args(tools, uid, [SANDBOX_WORKDIR, *writable_dirs]),
         *_driver_args(tools, fds, limits.wall_s, collect),

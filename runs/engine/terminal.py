@@ -48,17 +48,20 @@ REWARD_FILE = "verifier/reward.txt"  # beneath LOGS_INSIDE
 REWARD_PATH = f"{LOGS_INSIDE}/{REWARD_FILE}"
 REWARD_MAX_BYTES = 4096
 # What the task's test command runs with besides TEST_DIR (docs/decisions.md, "A verifier's
-# pytest the agent cannot replace"): a site directory of ours, mounted read-only, whose
-# sitecustomize keeps `python3 -m pytest` from importing the agent's /app first and confines a
-# pytest process and all it starts (no write under /logs, no ptrace of the test script); no pytest
-# plugin but those the task names (upstream's verifier has pytest and its own plugin only; an
-# autoloaded plugin would also find entry points on any path the tests add); no user site,
-# which a Python outside a virtualenv reads under HOME, the agent's /app.
+# pytest the agent cannot replace" and "jb: the verifier's guard in the interpreter itself"): a
+# site directory of ours, mounted read-only, whose guard a `.pth` in the sandboxed Python's own
+# site-packages loads at every start — whatever PYTHONPATH the test script sets — so that a
+# process importing pytest never imports pytest, its dependencies or the standard library from
+# the agent's /app and is confined with all it starts (no write under /logs, no ptrace of the
+# test script); no pytest plugin but those the task names (upstream's verifier has pytest and
+# its own plugin only; an autoloaded plugin would also find entry points on any path the tests
+# add; the guard sets it again in the pytest process); no user site, which a Python outside a
+# virtualenv reads under HOME, the agent's /app.
 VERIFIER_SITE = Path(__file__).resolve().with_name("verifier_site")
-VERIFIER_SITE_INSIDE = "/srbench/verifier-site"
+VERIFIER_SITE_INSIDE = "/srbench/verifier-site"  # named in srbench-verifier.pth
+VERIFIER_PTH = "srbench-verifier.pth"
 VERIFIER_ENV = {
     "TEST_DIR": TESTS_INSIDE,
-    "PYTHONPATH": VERIFIER_SITE_INSIDE,
     "PYTHONNOUSERSITE": "1",
     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
 }
@@ -193,11 +196,12 @@ class TerminalSession:
         makes, regular files only, so a planted symlink is never followed. A reward or a
         `tests/` the agent planted in `/app` is never looked at.
 
-        Nothing the agent planted runs in the verifier unless the tests run it (VERIFIER_ENV):
-        `python3 -m pytest` does not import from `/app` first, only the tests' own imports reach
-        a module there; no pytest plugin is autoloaded; no user site is read. What the tests do
-        run (the agent's program) runs confined with pytest: it cannot write under `/logs` nor
-        reach the test script, which writes the reward.
+        Nothing the agent planted runs in the verifier unless the tests run it (VERIFIER_ENV,
+        verifier_site/srbench_guard.py): a Python that imports pytest, however it was started,
+        imports pytest and the standard library from the runtime, never from `/app`; only the
+        tests' own imports reach a module there; no pytest plugin is autoloaded; no user site
+        is read. What the tests do run (the agent's program) runs confined with pytest: it
+        cannot write under `/logs` nor reach the test script, which writes the reward.
 
         A session that exceeded its disk quota is not verified: reward 0, `verifier_reason`
         and `reward_source` "disk_quota_exceeded". A verifier that exceeds it scores 0 too."""
@@ -218,6 +222,7 @@ class TerminalSession:
                 writable_dirs=[f"{LOGS_INSIDE}/verifier"],
                 collect=[REWARD_PATH],
                 env=VERIFIER_ENV,
+                site_files={VERIFIER_PTH: VERIFIER_SITE / VERIFIER_PTH},
             )
         finally:
             shutil.rmtree(tests_dir, ignore_errors=True)

@@ -1,10 +1,12 @@
 """Honest Terminal-Bench tasks whose tests import code keep passing in the local sandbox now that
-the verifier's `python3 -m pytest` no longer puts the agent's /app ahead of everything
-(runs/engine/verifier_site/sitecustomize.py): a helper beside the tests in /tests, the module
-the task asks for in /app (by the working directory, by an explicit sys.path entry, through
-`pytest.importorskip`), a module of /app importing its neighbour, and a program the tests run
-whose modules sit beside it — one of them named like a standard library module, which Python
-lets it shadow. Each task also fails without its solution, so its pass is the solution's."""
+the verifier's pytest no longer imports from the agent's /app ahead of everything
+(runs/engine/verifier_site/srbench_guard.py), however the test script starts it (`-m pytest`,
+`-c "import pytest; …"`, under a PYTHONPATH of its own): a helper beside the tests in /tests,
+the module the task asks for in /app (by the working directory, by an explicit sys.path entry,
+through `pytest.importorskip`), a module of /app importing its neighbour, and a program the
+tests run whose modules sit beside it — one of them named like a standard library module, which
+Python lets it shadow. Each task also fails without its solution, so its pass is the
+solution's."""
 
 from __future__ import annotations
 
@@ -20,12 +22,24 @@ assert sandbox_available(), "bubblewrap missing: run scripts/ensure_sandbox.sh"
 HARBOR_TEST_SH = """#!/usr/bin/env bash
 mkdir -p /logs/verifier
 cd /app
-if python3 -m pytest -q -p no:cacheprovider /tests/test_outputs.py; then
+if {pytest}; then
   echo 1 > /logs/verifier/reward.txt
 else
   echo 0 > /logs/verifier/reward.txt
 fi
 """
+PYTEST_ARGS = "-q -p no:cacheprovider /tests/test_outputs.py"
+# How a Harbor test script starts pytest (the guard acts wherever pytest is imported, under any
+# PYTHONPATH the script sets: runs/engine/verifier_site/srbench_guard.py).
+RUNNERS = {
+    "m-pytest": f"python3 -m pytest {PYTEST_ARGS}",
+    "dash-c": (
+        'python3 -c "import sys, pytest; '
+        "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '/tests/test_outputs.py']))\""
+    ),
+    "pythonpath-tests": f"PYTHONPATH=/tests python3 -m pytest {PYTEST_ARGS}",
+    "pythonpath-app": f"PYTHONPATH=/app python3 -m pytest {PYTEST_ARGS}",
+}
 LEGACY_RUN_TESTS = '#!/usr/bin/env bash\npython3 -m pytest -rA "$TEST_DIR/test_outputs.py"\n'
 
 SHADOW_STDLIB = """import statistics  # /app/statistics.py, beside main.py: it shadows the standard one
@@ -120,13 +134,16 @@ TASKS: dict[str, dict[str, Any]] = {
 }
 
 
-def task(name: str, *, legacy: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+def task(
+    name: str, *, legacy: bool, runner: str = "m-pytest"
+) -> tuple[dict[str, Any], dict[str, Any]]:
     spec = TASKS[name]
     tests = [{"path": f"tests/{path}", "content": text} for path, text in spec["tests"].items()]
     if legacy:
         tests.append({"path": "run-tests.sh", "content": LEGACY_RUN_TESTS})
     else:
-        tests.append({"path": "tests/test.sh", "content": HARBOR_TEST_SH})
+        test_sh = HARBOR_TEST_SH.format(pytest=RUNNERS[runner])
+        tests.append({"path": "tests/test.sh", "content": test_sh})
     payload = {
         "task_id": name,
         "format": "legacy" if legacy else "harbor",
@@ -140,10 +157,14 @@ def task(name: str, *, legacy: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     return payload, secret
 
 
-@pytest.mark.parametrize("legacy", [False, True], ids=["harbor", "legacy"])
+@pytest.mark.parametrize(
+    ("legacy", "runner"),
+    [(False, runner) for runner in RUNNERS] + [(True, "m-pytest")],
+    ids=[f"harbor-{runner}" for runner in RUNNERS] + ["legacy"],
+)
 @pytest.mark.parametrize("name", sorted(TASKS))
-def test_an_honest_task_whose_tests_import_code_passes_with_its_solution_only(name, legacy):
-    payload, secret = task(name, legacy=legacy)
+def test_an_honest_task_whose_tests_import_code_passes_with_its_solution_only(name, legacy, runner):
+    payload, secret = task(name, legacy=legacy, runner=runner)
     with terminal_session_start(payload, secret) as session:
         unsolved, _ = session.verify()
     with terminal_session_start(payload, secret) as session:

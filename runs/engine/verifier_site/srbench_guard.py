@@ -1,0 +1,168 @@
+"""The guard of a Terminal-Bench verifier's pytest, read by every Python a verifier starts in the
+sandbox, never by the project. runs/engine/terminal.py mounts this directory read-only and adds
+`srbench-verifier.pth` (beside this file) to the site-packages of the sandbox's Python, which
+runs it at every start whatever the test script sets (`PYTHONPATH`, `-E`, `-I`); it loads this
+file by its path. It runs under any CPython 3.11+, so it uses nothing newer.
+
+A test script starts pytest in the agent's directory `/app` in many ways — `python3 -m pytest`
+(and `-m py.test`), `python3 -c "import pytest; …"`, a script that imports pytest, under a
+`PYTHONPATH` of its own — and Python puts `/app` (or `''`) ahead of the standard library and
+site-packages in all but the last. A `pytest.py`, `_pytest/`, `argparse.py` or `pytest.pyc`
+planted there would replace the verifier (docs/decisions.md, "A verifier's pytest the agent
+cannot replace" and "jb: the verifier's guard in the interpreter itself"). So the guard acts
+where pytest is imported, not on the command line: a finder ahead of the path finder stays
+idle until something asks for `pytest`, `_pytest` or `py`; from then on, in that process:
+
+- a top-level module the interpreter's own directories provide (the standard library,
+  site-packages) always comes from there, never from a directory on `sys.path` before them;
+- any other top-level module found outside the read-only places (`/app`, `/tmp`, a
+  `PYTHONPATH` entry there) is only for the tests' own imports (code under `/tests`, the
+  script given to `-c`) and for the agent's modules importing their neighbours, never for the
+  standard library's, pytest's or another installed package's (their optional imports, `_wmi`
+  and `msvcrt`, would otherwise reach a file the agent planted);
+- no plugin is autoloaded (`PYTEST_DISABLE_PLUGIN_AUTOLOAD`, set here, not only by the
+  verifier's environment);
+- the process is confined before pytest is imported (srbench_confine, beside this file).
+
+A Python that never imports pytest (`python3 main.py`, run by the tests) keeps Python's own
+rules: its modules beside it, even one named like the standard library's, are its own.
+"""
+
+# Nothing is imported by name that the interpreter has not frozen or built in (os, sys,
+# importlib.machinery): under a PYTHONPATH of the agent's directory, `types`, `typing` or even
+# `__future__` would come from there.
+import os
+import sys
+from importlib.machinery import ModuleSpec, PathFinder
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
+
+TESTS_DIR = "/tests"
+PYTEST_NAMES = frozenset({"pytest", "_pytest", "py"})
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_IMPORT_SYSTEM = os.path.join(os.path.dirname(os.__file__), "importlib")
+# The read-only places whose modules need no guard: the runtime, the tests, this directory.
+_READ_ONLY = tuple(
+    sorted(
+        {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, "/usr", TESTS_DIR}
+        | {_HERE}
+    )
+)
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _read_only(path: str) -> bool:
+    return any(_within(path, root) for root in _READ_ONLY)
+
+
+def interpreter_dirs() -> list[str]:
+    """The entries of sys.path (as the site module left it) that are the interpreter's own: the
+    standard library, its extension modules, site-packages — never `''`, the working directory,
+    a script's directory or a `PYTHONPATH` entry outside the runtime."""
+    return [p for p in sys.path if os.path.isabs(p) and _read_only(p) and not _within(p, TESTS_DIR)]
+
+
+def importer_frame(frame: "FrameType | None") -> "FrameType | None":
+    """The frame of the code that asked for an import: the first, from ``frame`` up, that is not
+    the import system (importlib, frozen or not), this file, nor pytest's ``importorskip``,
+    which imports on its caller's behalf."""
+    while frame is not None:
+        code = frame.f_code
+        name = code.co_filename
+        inside = (
+            name.startswith("<frozen importlib")
+            or _within(name, _IMPORT_SYSTEM)
+            or name == __file__
+            or (code.co_name == "importorskip" and os.path.basename(name) == "outcomes.py")
+        )
+        if not inside:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def tests_own_import(frame: "FrameType | None") -> bool:
+    """Whether the import was asked for by the tests (a file under /tests, the `-c` script) or by
+    a module outside the read-only places (the agent's, already running)."""
+    if frame is None:
+        return False
+    name = frame.f_code.co_filename
+    if name in ("<string>", "<stdin>"):
+        return frame.f_back is None and frame.f_globals.get("__name__") == "__main__"
+    if not os.path.isabs(name):
+        return False
+    return _within(name, TESTS_DIR) or not _read_only(name)
+
+
+def _spec_paths(spec: ModuleSpec) -> list[str]:
+    paths = [spec.origin] if spec.origin and os.path.isabs(spec.origin) else []
+    return paths + list(spec.submodule_search_locations or [])
+
+
+class PytestGuard:
+    """The finder (just before the path finder) that keeps a pytest process's imports out of
+    the places the agent can write; idle until pytest is asked for."""
+
+    def __init__(self, trusted: list[str]) -> None:
+        self.trusted = trusted
+        self.active = False
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> ModuleSpec | None:
+        if path is not None or "." in name:
+            return None  # a submodule: its package's own path finds it
+        if not self.active:
+            if name not in PYTEST_NAMES:
+                return None
+            self.activate()
+        spec = PathFinder.find_spec(name, self.trusted)
+        if spec is not None:
+            return spec
+        spec = PathFinder.find_spec(name, [p for p in sys.path if p not in self.trusted])
+        if spec is None or all(_read_only(p) for p in _spec_paths(spec)):
+            return spec
+        if tests_own_import(importer_frame(sys._getframe(1))):
+            return spec
+        raise ModuleNotFoundError(f"No module named {name!r} (srbench verifier)", name=name)
+
+    def activate(self) -> None:
+        """Once per process, on the first request for pytest: no plugin autoload, confined."""
+        self.active = True
+        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        confine()
+
+
+def confine() -> None:
+    """srbench_confine.confine, loaded from this directory by its path. A kernel without
+    Landlock leaves the process as it was; a refusal ends it with status 1 (the tests then
+    fail: pytest never runs unconfined where confinement was possible)."""
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    spec = spec_from_file_location("srbench_confine", os.path.join(_HERE, "srbench_confine.py"))
+    assert spec is not None and spec.loader is not None
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        module.confine()
+    except OSError as error:
+        sys.stderr.write(f"srbench verifier: cannot confine pytest: {error}\n")
+        os._exit(1)
+
+
+def install() -> PytestGuard:
+    """Put the guard just before the path finder (after the builtin and frozen importers, which
+    nothing on sys.path can shadow, and before any finder a later `.pth` adds)."""
+    guard = PytestGuard(interpreter_dirs())
+    position = next(
+        (i for i, finder in enumerate(sys.meta_path) if finder is PathFinder), len(sys.meta_path)
+    )
+    sys.meta_path.insert(position, guard)
+    return guard
+
+
+if not any(isinstance(finder, PytestGuard) for finder in sys.meta_path):
+    install()
