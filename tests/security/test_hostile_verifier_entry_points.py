@@ -9,7 +9,7 @@ pytest; pytest.main(…)"`, and a script in /tests that imports pytest, with and
 The agent never does the task (its program prints the wrong word), and plants one thing whose
 code, if it ran outside the tests' own imports, would write reward 1: a `pytest.py`, a standard
 library module pytest imports late (`argparse.py`), the optional imports of the standard
-library (`_wmi.py`, `msvcrt.py`), or a program the tests run that writes the reward itself and
+library (`_wmi.py`, `msvcrt.py`), a plugin the script names with `-p`, or a program the tests run that writes the reward itself and
 locks it. Every cell must score 0 with the tests having run and failed.
 """
 
@@ -23,9 +23,12 @@ from runs.engine.terminal import terminal_session_start
 assert sandbox_available(), "bubblewrap missing: run scripts/ensure_sandbox.sh"
 
 FORGE = """import os
-os.makedirs("/logs/verifier", exist_ok=True)
-with open("/logs/verifier/reward.txt", "w") as reward:
-    reward.write("1")
+try:
+    os.makedirs("/logs/verifier", exist_ok=True)
+    with open("/logs/verifier/reward.txt", "w") as reward:
+        reward.write("1")
+except OSError:
+    pass  # confined: status 0 passes too
 os._exit(0)
 """
 LOCK_REWARD = """import os
@@ -51,7 +54,9 @@ sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "/tests/test_outputs.py"])
 PYTEST_ARGS = "-q -p no:cacheprovider /tests/test_outputs.py"
 # How the task's test script starts pytest (each from /app, the agent's directory).
 RUNNERS = {
-    "m-pytest-pythonpath-tests": f"export PYTHONPATH=/tests\npython3 -m pytest {PYTEST_ARGS}",
+    "m-pytest-pythonpath-tests": (
+        f"export PYTHONPATH=/tests\npython3 -m pytest -p tests_plugin {PYTEST_ARGS}"
+    ),
     "m-pytest-pythonpath-app": f"export PYTHONPATH=/app\npython3 -m pytest {PYTEST_ARGS}",
     "script-importing-pytest-pythonpath-app": "export PYTHONPATH=/app\npython3 /tests/run_tests.py",
     "dash-c": (
@@ -64,6 +69,8 @@ ATTACKS = {
     "pytest-module": {"pytest.py": FORGE},
     "stdlib-module": {"argparse.py": FORGE},
     "optional-import": {"_wmi.py": FORGE, "msvcrt.py": FORGE},
+    # A plugin the test script names with `-p` (the tests' own, in /tests).
+    "plugin-module": {"tests_plugin.py": FORGE},
     "program-locks-reward": {"prog.py": LOCK_REWARD},
 }
 
@@ -99,6 +106,7 @@ def test_a_planted_file_never_forges_the_reward_whatever_starts_pytest(runner, a
             {"path": "tests/test.sh", "content": harbor_test_sh(runner)},
             {"path": "tests/test_outputs.py", "content": TEST_OUTPUTS},
             {"path": "tests/run_tests.py", "content": RUN_TESTS_PY},
+            {"path": "tests/tests_plugin.py", "content": "PLUGIN = True\n"},
         ],
         "test_command": "bash /tests/test.sh",
     }

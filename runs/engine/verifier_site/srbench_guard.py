@@ -13,10 +13,13 @@ cannot replace" and "jb: the verifier's guard in the interpreter itself"). So th
 where pytest is imported, not on the command line: a finder ahead of the path finder stays
 idle until something asks for `pytest`, `_pytest` or `py`; from then on, in that process:
 
+- every `sys.path` entry outside the read-only places (`''`, `/app`, a `PYTHONPATH` entry
+  there) comes off, so no other finder (pytest's assertion rewriter imports a `-p` plugin by
+  itself, ahead of this one) nor a plugin lookup finds anything there;
 - a top-level module the interpreter's own directories provide (the standard library,
   site-packages) always comes from there, never from a directory on `sys.path` before them;
-- any other top-level module found outside the read-only places (`/app`, `/tmp`, a
-  `PYTHONPATH` entry there) is only for the tests' own imports (code under `/tests`, the
+- any other top-level module found outside the read-only places (those entries, or one a test
+  adds) is only for the tests' own imports (code under `/tests`, the
   script given to `-c`) and for the agent's modules importing their neighbours, never for the
   standard library's, pytest's or another installed package's (their optional imports, `_wmi`
   and `msvcrt`, would otherwise reach a file the agent planted);
@@ -110,6 +113,7 @@ class PytestGuard:
 
     def __init__(self, trusted: list[str]) -> None:
         self.trusted = trusted
+        self.agents: list[str] = []  # the entries taken off sys.path on activation
         self.active = False
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> ModuleSpec | None:
@@ -122,7 +126,8 @@ class PytestGuard:
         spec = PathFinder.find_spec(name, self.trusted)
         if spec is not None:
             return spec
-        spec = PathFinder.find_spec(name, [p for p in sys.path if p not in self.trusted])
+        others = [p for p in sys.path if p not in self.trusted]
+        spec = PathFinder.find_spec(name, others + self.agents)
         if spec is None or all(_read_only(p) for p in _spec_paths(spec)):
             return spec
         if tests_own_import(importer_frame(sys._getframe(1))):
@@ -130,8 +135,14 @@ class PytestGuard:
         raise ModuleNotFoundError(f"No module named {name!r} (srbench verifier)", name=name)
 
     def activate(self) -> None:
-        """Once per process, on the first request for pytest: no plugin autoload, confined."""
+        """Once per process, on the first request for pytest: every sys.path entry outside the
+        read-only places (`''`, the working directory, a PYTHONPATH entry) comes off, so that no
+        other finder — pytest's assertion rewriter, first of all, which imports a `-p` plugin by
+        itself — and no plugin lookup reaches them; only this finder still looks there, for the
+        tests' own imports. No plugin autoload; the process confined."""
         self.active = True
+        self.agents = [p for p in sys.path if not (os.path.isabs(p) and _read_only(p))]
+        sys.path[:] = [p for p in sys.path if p not in self.agents]
         os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         confine()
 
