@@ -118,3 +118,42 @@ def test_a_planted_file_never_forges_the_reward_whatever_starts_pytest(runner, a
     assert reward == 0, tail
     assert detail["reward_source"] == "reward.txt" and detail["reward"] == 0.0, detail
     assert "1 failed" in tail, tail
+
+
+# A test script's own Python that never imports pytest, run in /app and graded by its status
+# (is out.json the right JSON; is it JSON at all): the standard library it imports (json, and
+# argparse through `-m json.tool`) is the runtime's. The agent's out.json is no JSON.
+DIRECT_CHECKS = {
+    "dash-c-json": (
+        "python3 -c \"import json, sys; sys.exit(json.load(open('/app/out.json')) != {'sum': 6})\""
+    ),
+    "m-json-tool": "python3 -m json.tool /app/out.json",
+}
+DIRECT_ATTACKS = {"json-module": {"json.py": FORGE}, "argparse-module": {"argparse.py": FORGE}}
+
+
+@pytest.mark.parametrize("attack", sorted(DIRECT_ATTACKS))
+@pytest.mark.parametrize("check", sorted(DIRECT_CHECKS))
+def test_a_planted_module_never_forges_a_check_by_the_scripts_own_python(check, attack):
+    test_sh = (
+        "#!/usr/bin/env bash\nmkdir -p /logs/verifier\ncd /app\n"
+        f"if {DIRECT_CHECKS[check]}; then\n  echo 1 > /logs/verifier/reward.txt\n"
+        "else\n  echo 0 > /logs/verifier/reward.txt\nfi\n"
+    )
+    payload = {
+        "task_id": f"{check}--{attack}",
+        "format": "harbor",
+        "environment": {"local_compatible": True},
+        "environment_files": [],
+    }
+    secret = {
+        "tests": [{"path": "tests/test.sh", "content": test_sh}],
+        "test_command": "bash /tests/test.sh",
+    }
+    with terminal_session_start(payload, secret) as session:
+        files = {**DIRECT_ATTACKS[attack], "out.json": "the sum is 5"}
+        code, out, err = session.run_command(plant(files))
+        assert code == 0, (out, err)
+        reward, detail = session.verify()
+    assert reward == 0, detail["verifier_output_tail"]
+    assert detail["reward_source"] == "reward.txt" and detail["reward"] == 0.0, detail
