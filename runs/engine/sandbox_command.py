@@ -261,37 +261,50 @@ def _prlimit_args(tools: Mapping[str, str], limits: SandboxLimits, uid: int | No
     ]
 
 
-def _site_packages() -> tuple[Path, str]:
-    """(host path, sandbox path) of the site-packages directory of `sandbox_python`."""
+# The system Python's site directory on Debian (`/usr/bin/python3`), seen read-only through
+# the sandbox's /usr: site files go there too.
+SYSTEM_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")
+
+
+def _site_dirs() -> list[tuple[Path, str]]:
+    """(host path, sandbox path) of each site directory a sandboxed Python reads at start: the
+    site-packages of `sandbox_python`, and the system Python's where there is one."""
     host = Path(sysconfig.get_path("purelib")).resolve()
     base, venv = _python_layout()
     if venv is not None and host.is_relative_to(venv):
-        return host, str(PurePosixPath(SANDBOX_VENV) / host.relative_to(venv))
-    return host, str(host)
+        dirs = [(host, str(PurePosixPath(SANDBOX_VENV) / host.relative_to(venv)))]
+    else:
+        dirs = [(host, str(host))]
+    if SYSTEM_DIST_PACKAGES.is_dir() and SYSTEM_DIST_PACKAGES.resolve() != host:
+        dirs.append((SYSTEM_DIST_PACKAGES.resolve(), str(SYSTEM_DIST_PACKAGES)))
+    return dirs
 
 
 def _site_file_args(site_files: Mapping[str, Path]) -> list[str]:
-    """`site_files` (name -> host file) added to the sandboxed interpreter's site-packages, which
-    it reads at start whatever its environment says: a read-only tmpfs over the directory, holding
-    a bind of each entry of the real one plus these files (a new file cannot be mounted inside
-    the read-only runtime itself)."""
+    """`site_files` (name -> host file) added to each site directory of the sandbox's Pythons,
+    which they read at start whatever their environment says: a read-only tmpfs over the
+    directory, holding a bind of each entry of the real one plus these files (a new file cannot
+    be mounted inside the read-only runtime itself)."""
     if not site_files:
         return []
-    host, inside = _site_packages()
-    args = ["--tmpfs", inside]
-    for entry in sorted(os.listdir(host)):
-        if entry in site_files:
-            continue
-        source = host / entry
-        if source.is_symlink():
-            args += ["--symlink", os.readlink(source), f"{inside}/{entry}"]
-        else:
-            args += ["--ro-bind", str(source), f"{inside}/{entry}"]
-    for name, path in sorted(site_files.items()):
+    for name in site_files:
         if "/" in name or name in ("", ".", ".."):
             raise ValueError(f"a site file's name must be a plain file name: {name!r}")
-        args += ["--ro-bind", str(path), f"{inside}/{name}"]
-    return [*args, "--remount-ro", inside]
+    args = []
+    for host, inside in _site_dirs():
+        args += ["--tmpfs", inside]
+        for entry in sorted(os.listdir(host)):
+            if entry in site_files:
+                continue
+            source = host / entry
+            if source.is_symlink():
+                args += ["--symlink", os.readlink(source), f"{inside}/{entry}"]
+            else:
+                args += ["--ro-bind", str(source), f"{inside}/{entry}"]
+        for name, path in sorted(site_files.items()):
+            args += ["--ro-bind", str(path), f"{inside}/{name}"]
+        args += ["--remount-ro", inside]
+    return args
 
 
 def _filesystem_args(

@@ -172,3 +172,54 @@ def test_an_honest_task_whose_tests_import_code_passes_with_its_solution_only(na
         assert code == 0, (out, err)
         solved, detail = session.verify()
     assert (unsolved, solved) == (0, 1), detail["verifier_output_tail"]
+
+
+# A test script's own Python that never imports pytest, graded by its status: it still imports
+# the task's module from /app, runs a module of /app with `-m`, runs the agent's program whose
+# modules sit beside it (one named like the standard library's) — under the guard, which gives
+# the runtime's modules first only to the script's own Python, never to the agent's program.
+DIRECT_CHECKS: dict[str, tuple[str, str]] = {
+    "dash-c-importing-the-task-module": (
+        'python3 -c "import sys; from calc import add; sys.exit(add(2, 3) != 5)"',
+        "printf 'def add(a, b):\\n    return a + b\\n' > calc.py",
+    ),
+    "system-python-dash-c-importing-the-task-module": (
+        '/usr/bin/python3 -c "import sys; from calc import add; sys.exit(add(2, 3) != 5)"',
+        "printf 'def add(a, b):\\n    return a + b\\n' > calc.py",
+    ),
+    "m-running-a-module-of-app": (
+        'test "$(python3 -m answer)" = 42',
+        "echo 'print(42)' > answer.py",
+    ),
+    "program-with-modules-beside-it": (
+        'test "$(python3 /app/main.py)" = 4',
+        TASKS["program-with-modules-beside-it"]["solution"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIRECT_CHECKS))
+def test_an_honest_check_by_the_scripts_own_python_passes_with_its_solution_only(name):
+    check, solution = DIRECT_CHECKS[name]
+    test_sh = (
+        "#!/usr/bin/env bash\nmkdir -p /logs/verifier\ncd /app\n"
+        f"if {check}; then\n  echo 1 > /logs/verifier/reward.txt\n"
+        "else\n  echo 0 > /logs/verifier/reward.txt\nfi\n"
+    )
+    payload = {
+        "task_id": name,
+        "format": "harbor",
+        "environment": {"local_compatible": True},
+        "environment_files": [],
+    }
+    secret = {
+        "tests": [{"path": "tests/test.sh", "content": test_sh}],
+        "test_command": "bash /tests/test.sh",
+    }
+    with terminal_session_start(payload, secret) as session:
+        unsolved, _ = session.verify()
+    with terminal_session_start(payload, secret) as session:
+        code, out, err = session.run_command(solution)
+        assert code == 0, (out, err)
+        solved, detail = session.verify()
+    assert (unsolved, solved) == (0, 1), detail["verifier_output_tail"]

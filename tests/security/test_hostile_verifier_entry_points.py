@@ -128,6 +128,11 @@ DIRECT_CHECKS = {
         "python3 -c \"import json, sys; sys.exit(json.load(open('/app/out.json')) != {'sum': 6})\""
     ),
     "m-json-tool": "python3 -m json.tool /app/out.json",
+    # The system's Python (not the virtualenv's) reads its own dist-packages.
+    "system-python-dash-c-json": (
+        '/usr/bin/python3 -c "import json, sys; '
+        "sys.exit(json.load(open('/app/out.json')) != {'sum': 6})\""
+    ),
 }
 DIRECT_ATTACKS = {"json-module": {"json.py": FORGE}, "argparse-module": {"argparse.py": FORGE}}
 

@@ -27,8 +27,12 @@ idle until something asks for `pytest`, `_pytest` or `py`; from then on, in that
   verifier's environment);
 - the process is confined before pytest is imported (srbench_confine, beside this file).
 
-A Python that never imports pytest (`python3 main.py`, run by the tests) keeps Python's own
-rules: its modules beside it, even one named like the standard library's, are its own.
+The test script's own Python that never imports pytest (`python3 -c "import json; …"`,
+`python3 -m json.tool out.json`, a script in /tests) is guarded the same from its start (its
+imports only; not confined, so it may still write the reward). Every Python a pytest process
+starts (`python3 main.py`, run by the tests) and the agent's program run by the script itself
+keep Python's own rules until they import pytest: their modules beside them, even one named
+like the standard library's, are their own — they are the agent's code, confined with pytest.
 """
 
 # Nothing is imported by name that the interpreter has not frozen or built in (os, sys,
@@ -44,6 +48,9 @@ if TYPE_CHECKING:
 
 TESTS_DIR = "/tests"
 PYTEST_NAMES = frozenset({"pytest", "_pytest", "py"})
+# Set in a pytest process (and so in all it starts): the programs the tests run are the agent's,
+# confined with pytest, and keep Python's own rules. Absent (or dropped by a test): guarded.
+UNDER_PYTEST = "SRBENCH_VERIFIER_UNDER_PYTEST"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _IMPORT_SYSTEM = os.path.join(os.path.dirname(os.__file__), "importlib")
 # The read-only places whose modules need no guard: the runtime, the tests, this directory.
@@ -89,12 +96,15 @@ def importer_frame(frame: "FrameType | None") -> "FrameType | None":
     return None
 
 
-def tests_own_import(frame: "FrameType | None") -> bool:
-    """Whether the import was asked for by the tests (a file under /tests, the `-c` script) or by
-    a module outside the read-only places (the agent's, already running)."""
+def tests_own_import(frame: "FrameType | None", module: str, main: str | None) -> bool:
+    """Whether the import was asked for by the tests (a file under /tests, the `-c` script, the
+    module the command line names with `-m`) or by a module outside the read-only places (the
+    agent's, already running)."""
     if frame is None:
         return False
     name = frame.f_code.co_filename
+    if name == "<frozen runpy>":
+        return module == main
     if name in ("<string>", "<stdin>"):
         return frame.f_back is None and frame.f_globals.get("__name__") == "__main__"
     if not os.path.isabs(name):
@@ -111,18 +121,21 @@ class PytestGuard:
     """The finder (just before the path finder) that keeps a pytest process's imports out of
     the places the agent can write; idle until pytest is asked for."""
 
-    def __init__(self, trusted: list[str]) -> None:
+    def __init__(self, trusted: list[str], watching: bool, main: str | None) -> None:
         self.trusted = trusted
         self.agents: list[str] = []  # the entries taken off sys.path on activation
         self.active = False
+        self.watching = watching  # guarding imports from the start (the test script's Python)
+        self.main = main  # the top-level module named by `-m`
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> ModuleSpec | None:
         if path is not None or "." in name:
             return None  # a submodule: its package's own path finds it
         if not self.active:
-            if name not in PYTEST_NAMES:
+            if name in PYTEST_NAMES:
+                self.activate()
+            elif not self.watching:
                 return None
-            self.activate()
         spec = PathFinder.find_spec(name, self.trusted)
         if spec is not None:
             return spec
@@ -130,7 +143,7 @@ class PytestGuard:
         spec = PathFinder.find_spec(name, others + self.agents)
         if spec is None or all(_read_only(p) for p in _spec_paths(spec)):
             return spec
-        if tests_own_import(importer_frame(sys._getframe(1))):
+        if tests_own_import(importer_frame(sys._getframe(1)), name, self.main):
             return spec
         raise ModuleNotFoundError(f"No module named {name!r} (srbench verifier)", name=name)
 
@@ -141,6 +154,7 @@ class PytestGuard:
         itself — and no plugin lookup reaches them; only this finder still looks there, for the
         tests' own imports. No plugin autoload; the process confined."""
         self.active = True
+        os.environ[UNDER_PYTEST] = "1"
         self.agents = [p for p in sys.path if not (os.path.isabs(p) and _read_only(p))]
         sys.path[:] = [p for p in sys.path if p not in self.agents]
         os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
@@ -164,10 +178,33 @@ def confine() -> None:
         os._exit(1)
 
 
+def main_module(argv: list[str]) -> str | None:
+    """The top-level module a command line names with `-m` (`python3 -u -m json.tool x`)."""
+    for index, arg in enumerate(argv[1:], start=1):
+        if arg == "-m":
+            return argv[index + 1].split(".")[0] if index + 1 < len(argv) else None
+        if arg.startswith("-m"):
+            return arg[2:].split(".")[0]
+        if arg == "-c" or not arg.startswith("-"):
+            return None
+    return None
+
+
+def watching() -> bool:
+    """Whether this Python guards its imports from the start: one the test script runs itself
+    (not under pytest) whose main code is the task's — `-c`, `-m`, stdin, a script in a
+    read-only place. A program of the agent's (`python3 /app/main.py`) keeps Python's rules until
+    it imports pytest: guarding it would change nothing it cannot do itself."""
+    if os.environ.get(UNDER_PYTEST) == "1":
+        return False
+    main = sys.argv[0] if sys.argv else ""
+    return main in ("-c", "-m", "-", "") or _read_only(os.path.abspath(main))
+
+
 def install() -> PytestGuard:
     """Put the guard just before the path finder (after the builtin and frozen importers, which
     nothing on sys.path can shadow, and before any finder a later `.pth` adds)."""
-    guard = PytestGuard(interpreter_dirs())
+    guard = PytestGuard(interpreter_dirs(), watching(), main_module(list(sys.orig_argv)))
     position = next(
         (i for i, finder in enumerate(sys.meta_path) if finder is PathFinder), len(sys.meta_path)
     )
