@@ -16,8 +16,9 @@ idle until something asks for `pytest`, `_pytest` or `py`; from then on, in that
 - every `sys.path` entry outside the read-only places (`''`, `/app`, a `PYTHONPATH` entry
   there) comes off, so no other finder (pytest's assertion rewriter imports a `-p` plugin by
   itself, ahead of this one) nor a plugin lookup finds anything there;
-- a top-level module the interpreter's own directories provide (the standard library,
-  site-packages) always comes from there, never from a directory on `sys.path` before them;
+- a top-level module the read-only entries of `sys.path` provide (the standard library,
+  site-packages, /tests), in their order, always comes from there, never from a place the
+  agent can write before them;
 - any other top-level module found outside the read-only places (those entries, or one a test
   adds) is only for the tests' own imports (code under `/tests`, the
   script given to `-c`) and for the agent's modules importing their neighbours, never for the
@@ -70,11 +71,11 @@ def _read_only(path: str) -> bool:
     return any(_within(path, root) for root in _READ_ONLY)
 
 
-def interpreter_dirs() -> list[str]:
-    """The entries of sys.path (as the site module left it) that are the interpreter's own: the
-    standard library, its extension modules, site-packages — never `''`, the working directory,
-    a script's directory or a `PYTHONPATH` entry outside the runtime."""
-    return [p for p in sys.path if os.path.isabs(p) and _read_only(p) and not _within(p, TESTS_DIR)]
+def read_only_entries() -> list[str]:
+    """The entries of sys.path, in its order, in the read-only places: the standard library,
+    site-packages, /tests (pytest puts it first) — never `''`, the working directory or an entry
+    under /app or /tmp."""
+    return [p for p in sys.path if os.path.isabs(p) and _read_only(p)]
 
 
 def importer_frame(frame: "FrameType | None") -> "FrameType | None":
@@ -121,8 +122,7 @@ class PytestGuard:
     """The finder (just before the path finder) that keeps a pytest process's imports out of
     the places the agent can write; idle until pytest is asked for."""
 
-    def __init__(self, trusted: list[str], watching: bool, main: str | None) -> None:
-        self.trusted = trusted
+    def __init__(self, watching: bool, main: str | None) -> None:
         self.agents: list[str] = []  # the entries taken off sys.path on activation
         self.active = False
         self.watching = watching  # guarding imports from the start (the test script's Python)
@@ -136,10 +136,11 @@ class PytestGuard:
                 self.activate()
             elif not self.watching:
                 return None
-        spec = PathFinder.find_spec(name, self.trusted)
+        read_only = read_only_entries()
+        spec = PathFinder.find_spec(name, read_only)
         if spec is not None:
             return spec
-        others = [p for p in sys.path if p not in self.trusted]
+        others = [p for p in sys.path if p not in read_only]
         spec = PathFinder.find_spec(name, others + self.agents)
         if spec is None or all(_read_only(p) for p in _spec_paths(spec)):
             return spec
@@ -204,7 +205,7 @@ def watching() -> bool:
 def install() -> PytestGuard:
     """Put the guard just before the path finder (after the builtin and frozen importers, which
     nothing on sys.path can shadow, and before any finder a later `.pth` adds)."""
-    guard = PytestGuard(interpreter_dirs(), watching(), main_module(list(sys.orig_argv)))
+    guard = PytestGuard(watching(), main_module(list(sys.orig_argv)))
     position = next(
         (i for i, finder in enumerate(sys.meta_path) if finder is PathFinder), len(sys.meta_path)
     )
