@@ -393,7 +393,7 @@ def _target_report(
     notes = {role: n for (r, t, role), n in (batch.notes or {}).items() if r == run.pk and t == tid}
     resent = {role: n["gateway_resent"] for role, n in notes.items()}
     # Counted when the run has ended (the live report's batch has no count: unknown, not 0).
-    empty = None if batch.empty is None else batch.empty.get((run.pk, tid), 0)
+    empty = None if batch.empty is None else 0 if tid is None else batch.empty.get((run.pk, tid), 0)
     benchmarks, total, accs = _benchmark_rows(run.manifest, mine, question_scores, provenance)
     report = TargetReport(
         slug=snapshot["slug"],
