@@ -195,10 +195,7 @@ def _started(owner: Any, key: str) -> bool:
         parsed = IdempotencyKey.parse(key)
     except InvalidIdempotencyKey:
         return False  # run_create refuses it, in its words
-    return (
-        parsed is not None
-        and Run.objects.filter(owner=owner, idempotency_key=parsed.value).exists()
-    )
+    return parsed is not None and parsed.made(Run.objects.filter(owner=owner)) is not None
 
 
 def _frozen_plan(form: EvaluationForm, user: Any) -> tuple[dict[str, Any], Any] | None:

@@ -93,6 +93,10 @@ class IdempotencyKey:
             raw = body.get(BODY_FIELD)
         return cls.parse(raw)
 
+    def made(self, scope: QuerySet[Row]) -> Row | None:
+        """The row this key already made within ``scope``, or None."""
+        return scope.filter(idempotency_key=self.value).first()
+
     def replay(
         self,
         scope: QuerySet[Row],
@@ -103,7 +107,7 @@ class IdempotencyKey:
         """The row this key already made within ``scope`` when ``same`` says the request is
         the one that made it (the answer to a lost response: nothing is made or sent again);
         ``reused(row)`` raised when it is not; None when the key is new here."""
-        existing = scope.filter(idempotency_key=self.value).first()
+        existing = self.made(scope)
         if existing is None:
             return None
         if not same(existing):
