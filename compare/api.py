@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -47,6 +48,7 @@ from srbench.api import (
     StrictFieldsSerializer,
     error_responses,
     int_param,
+    query_params_check,
 )
 from srbench.spreadsheet import spreadsheet_text
 
@@ -550,7 +552,8 @@ def comparison_csv(doc: dict[str, Any]) -> str:
 
 
 class CSVRenderer(BaseRenderer):
-    """Lets a client send ``Accept: text/csv``; an error document becomes a one-row CSV."""
+    """Lets a client send ``Accept: text/csv``; an error document becomes a one-row CSV
+    (error, code, and the detail that names the fields, as compact JSON)."""
 
     media_type = "text/csv"
     format = "csv"
@@ -561,8 +564,16 @@ class CSVRenderer(BaseRenderer):
             return data.encode("utf-8")
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(["error", "code"])
-        writer.writerow([(data or {}).get("error", ""), (data or {}).get("code", "")])
+        doc = data or {}
+        detail = doc.get("detail")
+        writer.writerow(["error", "code", "detail"])
+        writer.writerow(
+            [
+                doc.get("error", ""),
+                doc.get("code", ""),
+                "" if detail is None else json.dumps(detail, ensure_ascii=False, sort_keys=True),
+            ]
+        )
         return out.getvalue().encode("utf-8")
 
 
@@ -579,6 +590,13 @@ EXPORT_PARAMS = [
 ]
 
 
+# What an export reads of its query string (DRF's `format` too); anything else is refused.
+EXPORT_PARAM_NAMES = frozenset(
+    {"baseline", "candidates", "baseline_target", MARGIN_PARAM, "format"}
+)
+EXPORT_SINGLE_PARAMS = ("baseline", "candidates", "baseline_target", MARGIN_PARAM)
+
+
 class CompareExportView(APIView):
     """The whole selected comparison (every candidate, not a page of cards) as CSV or JSON;
     the same numbers as POST /compare/, with the fixed statements in the JSON."""
@@ -588,6 +606,7 @@ class CompareExportView(APIView):
     export_format = "json"
 
     def _selection(self, request: Request) -> tuple[int, list[int]]:
+        query_params_check(request.query_params, EXPORT_PARAM_NAMES, EXPORT_SINGLE_PARAMS)
         baseline = int_param(request, "baseline", 0, low=1)
         try:
             candidates = ids_parse(request.query_params.get("candidates", ""))

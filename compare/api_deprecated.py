@@ -34,7 +34,7 @@ from compare.api import (
 )
 from compare.compatibility import Difference, IncomparableRuns
 from compare.services import CandidatesRefused, comparison_margin_check
-from srbench.api import ApiSchema, error_responses, int_param, refuse_unknown_fields
+from srbench.api import ApiSchema, error_responses, int_param, query_params_check
 
 MAX_CANDIDATES = 100
 # The query parameters this route reads ("format" is DRF's own, ?format=json). Any other is
@@ -69,10 +69,7 @@ def _params_check(request: Request) -> None:
     params = request.query_params
     if "candidates" in params:
         raise ValidationError({"candidates": CANDIDATES_HINT})
-    refuse_unknown_fields(params, PARAMS)
-    repeated = [name for name in SINGLE_PARAMS if len(params.getlist(name)) > 1]
-    if repeated:
-        raise ValidationError({name: "give it once" for name in repeated})
+    query_params_check(params, PARAMS, SINGLE_PARAMS)
     if not params.get("baseline"):
         raise ValidationError({"baseline": "required: the baseline run id"})
 

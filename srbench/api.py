@@ -133,6 +133,19 @@ def refuse_unknown_fields(data: Any, known: set[str] | frozenset[str]) -> None:
             raise exceptions.ValidationError(named)
 
 
+def query_params_check(
+    params: Any, known: set[str] | frozenset[str], single: tuple[str, ...] = ()
+) -> None:
+    """The one rule for a GET's query string: a parameter the view does not read is refused
+    (400, named as a body's unknown field is), and so is one of ``single`` given twice — a
+    typo (`candidate=` for `candidates=`, a misspelt margin) silently dropped changed the
+    answer."""
+    refuse_unknown_fields(params, known)
+    repeated = [name for name in single if len(params.getlist(name)) > 1]
+    if repeated:
+        raise exceptions.ValidationError({name: "give it once" for name in repeated})
+
+
 def require_no_body_fields(data: Any) -> None:
     """For an action that takes no body: none, or `{}`. Reading `request.data` to pass it here
     also puts the body through the parser's checks (size, depth, Unicode, content type)."""
