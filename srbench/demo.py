@@ -13,6 +13,7 @@ from datasets.answer_key import answer_key_write
 from datasets.models import FrozenDataset
 from datasets.profiles import DEFAULT_SEED
 from runs.models import Target
+from srbench.figures_text import SCORE_DIGITS, figure_text
 from srbench.simulator.config import DEFAULT_CONFIG_PATH
 
 # Illustrative list prices (USD per 1M tokens) so the demo shows costs and savings.
@@ -287,7 +288,7 @@ def score_lines(
     for target in report["targets"]:
         score = target["score"]
         value = score.get("value")
-        shown = "n/a" if value is None else f"{value:.4f}"
+        shown = figure_text(value, SCORE_DIGITS)  # the page's and the CLI's digits
         if score["kind"] == "sr-bench":
             lines.append(f"{target['slug']}: sr-bench score over the nine benchmarks {shown}")
         else:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 from django.utils import timezone
 
 from datasets.models import FrozenDataset, Question
@@ -29,6 +28,7 @@ from runs.planning.services import run_create
 from runs.settlement.recovery import recovery_plan, recovery_submit
 from srbench.refusals import Refusal
 from tests import factories as f
+from tests.cli_support import bench
 from tests.runs import engine_support as es
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,16 +49,6 @@ TABLES = (
 
 def counts() -> dict[str, int]:
     return {m.__name__: m.objects.count() for m in TABLES}
-
-
-def bench(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        call_command("benchmark", *args)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

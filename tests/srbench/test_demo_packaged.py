@@ -6,6 +6,8 @@ prints it. The demo process itself is driven end to end by tests/e2e/test_readme
 
 from __future__ import annotations
 
+from decimal import ROUND_HALF_UP, Decimal
+
 import pytest
 
 from runs.models import Cell
@@ -114,7 +116,7 @@ def test_the_demo_evaluates_packaged_data_and_prints_the_subset_with_what_is_mis
     assert by_slug["sim-strong"]["score"]["kind"] == "subset"
     assert lines[0] == (
         "sim-strong: weighted subset score over 8 of the nine (arc, gpqa, hle, livecodebench, mmlu-pro, "
-        f"simpleqa, tau3, terminal-bench) {value:.4f} — not an sr-bench score"
+        f"simpleqa, tau3, terminal-bench) {half_up(value)} — not an sr-bench score"
     )
     missing = [line for line in lines if line.startswith("  missing ")]
     assert missing == [
@@ -123,6 +125,29 @@ def test_the_demo_evaluates_packaged_data_and_prints_the_subset_with_what_is_mis
         f"({sources['scicode'].provenance['package']['not_included']['test_data.h5']})"
     ]
     assert "test_data.h5" in missing[0] and "not configured" in missing[0]
+
+
+def half_up(value: float, digits: int = 4) -> str:
+    """A score as the run page writes it (Django's floatformat: half up), computed here."""
+    return str(Decimal(repr(value)).quantize(Decimal(10) ** -digits, rounding=ROUND_HALF_UP))
+
+
+def test_the_demos_score_line_has_the_pages_digits_and_says_unknown():
+    """The demo printed `{value:.4f}` (0.03125 → 0.0312, where the page and the CLI say
+    0.0313) and "n/a" for no score (the house word is "unknown")."""
+    from srbench.demo import score_lines
+
+    report = {
+        "not_run": [],
+        "targets": [
+            {"slug": "a", "score": {"kind": "sr-bench", "value": 0.03125}},
+            {"slug": "b", "score": {"kind": "sr-bench", "value": None}},
+        ],
+    }
+    lines = score_lines(report, {})
+    assert lines[0] == f"a: sr-bench score over the nine benchmarks {half_up(0.03125)}"
+    assert half_up(0.03125) == "0.0313" and f"{0.03125:.4f}" == "0.0312"
+    assert lines[1] == "b: sr-bench score over the nine benchmarks unknown"
 
 
 @pytest.fixture
