@@ -161,18 +161,20 @@ def _empty_answers(run_ids: list[int]) -> dict[tuple[int, int], int]:
     return {(r["cell__run_id"], r["cell__target_id"]): r["n"] for r in rows}
 
 
-def empty_answers_note(empty: int | None, completed: int) -> str | None:
+def empty_answers_note(empty: int | None) -> str | None:
     """What a count of empty answers may mean (said once per target), or None for none.
     Seen on a real stack: LiteLLM before llama.cpp's server turns the server's refusal of a
     prompt past its context window (a 200 with an empty event stream) into a finished empty
-    answer, finish_reason "stop", no usage (tests/real/test_llama_long_prompts.py)."""
+    answer, finish_reason "stop", no usage (tests/real/test_llama_long_prompts.py). Counted per
+    call: an agent's cell makes several, and a turn that says nothing is one."""
     if not empty:
         return None
+    one = empty == 1
     return (
-        f"{empty} of {completed} completed answers were empty (no content, no reasoning, no "
-        "tool call) and are graded as given; a gateway answers so when the server behind it "
-        "refused the request after its headers (LiteLLM before llama.cpp: a prompt past the "
-        "server's context window) — the server's log tells which"
+        f"{empty} completed subject call{'' if one else 's'} came back empty (no content, no "
+        f"reasoning, no tool call) and {'was' if one else 'were'} graded as given; a gateway "
+        "answers so when the server behind it refused the request after its headers (LiteLLM before "
+        "llama.cpp: a prompt past the server's context window) — the server's log tells which"
     )
 
 
@@ -417,7 +419,7 @@ def _target_report(
         usage_unknown_reason=usage_unknown_reason(snapshot, notes, by_role),
         usage_caution=usage_caution(snapshot, notes, by_role),
         empty_answers=empty,
-        empty_answers_note=empty_answers_note(empty, total["completed"]),
+        empty_answers_note=empty_answers_note(empty),
     )
     if run.mode == Run.Mode.PREVIEW:
         return _preview_only(report, run, tid)

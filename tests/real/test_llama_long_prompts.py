@@ -175,7 +175,7 @@ def test_a_gateways_empty_answer_for_a_refused_prompt_is_graded_and_counted(
 
     t = run_report(run=run)["targets"][0]
     assert t["empty_answers"] == 1
-    assert t["empty_answers_note"].startswith("1 of 2 completed answers were empty")
+    assert t["empty_answers_note"].startswith("1 completed subject call came back empty")
     capsys.readouterr()
     call_command("benchmark", "report", str(run.pk), "--user", "ops")
-    assert "answers: 1 of 2 completed answers were empty" in capsys.readouterr().out
+    assert "answers: 1 completed subject call came back empty" in capsys.readouterr().out

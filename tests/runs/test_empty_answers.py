@@ -51,16 +51,18 @@ def test_empty_answers_are_counted_and_said_on_the_report_page_and_cli(client, c
     )
     assert expected == 2
     assert target["empty_answers"] == expected
-    assert target["empty_answers_note"] == empty_answers_note(2, target["completed"])
+    assert target["empty_answers_note"] == empty_answers_note(2)
     assert target["empty_answers_note"].startswith(
-        "2 of 5 completed answers were empty (no content, no reasoning, no tool call) and are "
-        "graded as given; a gateway answers so when the server behind it refused the request"
+        "2 completed subject calls came back empty (no content, no reasoning, no tool call) "
+        "and were graded as given; a gateway answers so when the server behind it refused"
     )
     client.force_login(r.owner)
     page = client.get(f"/runs/{r.pk}/").content.decode()
     assert 'id="empty-answers-gw-small"' in page
-    assert "2 of 5 completed answers were empty" in page
-    assert "answers: 2 of 5 completed answers were empty" in bench(capsys, "report", str(r.pk))
+    assert "2 completed subject calls came back empty" in page
+    assert "answers: 2 completed subject calls came back empty" in bench(
+        capsys, "report", str(r.pk)
+    )
 
 
 @pytest.mark.django_db
