@@ -57,6 +57,7 @@ from runs.settlement.recovery_store import (
     recovery_plan_key,
     recovery_plan_store,
     recovery_plan_stored,
+    recovery_plans_forget,
 )
 from runs.settlement.rejudge import ChildRunRefused
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
@@ -483,6 +484,14 @@ def recovery_submit(
                 confirm_judge_cost=confirm_judge_cost,
                 user=user,
             )
+    except ChildRunRefused as refused:
+        if refused.code == "recovery_plan_changed":
+            # The plan the reviewer saw is not the plan now: whatever was kept for this run is
+            # dropped, so the next review computes it (a kept plan the code no longer computes
+            # the same way — a deploy that changed a reason's words — would otherwise be
+            # served again, and refused again, until the ledger moved).
+            recovery_plans_forget(run_id=run.pk)
+        raise
     except IntegrityError:
         # Only another writer can get here (the parent lock serialises our own path): answer
         # as a replay would, or say which cells someone else claimed first.

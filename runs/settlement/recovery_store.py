@@ -62,3 +62,9 @@ def recovery_plan_store(*, run_id: int, mode: str, key: str, plan: dict[str, Any
         unique_fields=["run", "mode"],
         update_fields=["fingerprint", "plan_json", "computed_at"],
     )
+
+
+def recovery_plans_forget(*, run_id: int) -> None:
+    """Drop every plan kept for the run (a submission found the reviewed plan is not the plan
+    now: the next review computes it afresh)."""
+    StoredRecoveryPlan.objects.filter(run_id=run_id).delete()

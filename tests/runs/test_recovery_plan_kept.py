@@ -159,3 +159,47 @@ def test_a_cell_changed_in_the_ledger_gives_a_fresh_plan(client, computations):
     assert [e["cell"] for e in after["eligible_cells"]] == [cell.pk]
     assert after["eligible_cells"][0]["previous_attempt_cost_usd"] == "0.0002"
     assert computations == [run.pk, run.pk]
+
+
+def test_a_kept_plan_the_code_no_longer_computes_is_dropped_when_its_submission_is_refused(
+    client, monkeypatch
+):
+    """A deploy that changes what a plan says (a reason's words) without a new cache version:
+    the kept plan was served again and its submission refused as changed, and reviewing again
+    served the same kept plan — a 409 loop until the ledger moved (outside probe jf). The
+    refusal now drops what was kept, so the next review is computed and can be submitted."""
+    from runs.settlement import recovery_rules
+
+    owner = f.user_create()
+    client.force_login(owner)
+    run = interrupted_parent(owner)
+    url = f"/api/v1/runs/{run.pk}/recovery-plan/"
+    first = client.get(url, {"mode": "undispatched"}).json()
+    chosen = [c["cell"] for c in first["eligible_cells"][:3]]
+    body = {"plan_sha256": first["plan_sha256"], "mode": "undispatched", "selected_cells": chosen}
+    recover = f"/api/v1/runs/{run.pk}/recover/"
+    made = client.post(
+        recover, body, content_type="application/json", headers={"Idempotency-Key": "d-1"}
+    )
+    assert made.status_code == 201, made.content[:300]
+    kept = client.get(url, {"mode": "undispatched"}).json()  # kept under the new state
+
+    words = "claimed by another recovery run"
+    monkeypatch.setitem(recovery_rules.REASONS, "already_claimed_by_another_recovery", words)
+    served = client.get(url, {"mode": "undispatched"}).json()
+    assert served["plan_sha256"] == kept["plan_sha256"]  # the kept plan, as before the deploy
+    pick = [c["cell"] for c in served["eligible_cells"][:2]]
+    body = {"plan_sha256": served["plan_sha256"], "mode": "undispatched", "selected_cells": pick}
+    refused = client.post(
+        recover, body, content_type="application/json", headers={"Idempotency-Key": "d-2"}
+    )
+    assert refused.status_code == 409 and refused.json()["code"] == "recovery_plan_changed"
+
+    fresh = client.get(url, {"mode": "undispatched"}).json()
+    assert fresh["plan_sha256"] != kept["plan_sha256"]
+    assert fresh["excluded"][0]["detail"].startswith(words), fresh["excluded"][0]
+    body = {"plan_sha256": fresh["plan_sha256"], "mode": "undispatched", "selected_cells": pick}
+    again = client.post(
+        recover, body, content_type="application/json", headers={"Idempotency-Key": "d-3"}
+    )
+    assert again.status_code == 201, again.content[:300]
