@@ -149,12 +149,18 @@ def _cells_without_subject_call(run_ids: list[int]) -> dict[tuple[int, int], int
 
 
 def _empty_answers(run_ids: list[int]) -> dict[tuple[int, int], int]:
-    """Per (run, target of the cell): completed subject calls whose answer is empty — no
-    content but white space, no reasoning, no tool call."""
+    """Per (run, target of the cell): subject calls of completed cells that completed with an
+    empty answer — no content but white space, no reasoning (shown or counted), no tool call,
+    not cut by the token limit."""
     rows = (
         Call.objects.filter(cell__run_id__in=run_ids, role="subject", status="completed")
+        .filter(cell__status="completed")  # graded as given: a failed cell is not graded
         .filter(content__regex=r"^\s*$", reasoning="")
         .filter(Q(tool_calls__isnull=True) | Q(tool_calls=[]))
+        # A cut answer is a cut answer (graded as truncated), and hidden reasoning is not
+        # nothing: neither is an empty answer.
+        .exclude(finish_reason="length")
+        .exclude(reasoning_tokens__gt=0)
         .values("cell__run_id", "cell__target_id")
         .annotate(n=Count("id"))
     )
@@ -395,7 +401,14 @@ def _target_report(
     notes = {role: n for (r, t, role), n in (batch.notes or {}).items() if r == run.pk and t == tid}
     resent = {role: n["gateway_resent"] for role, n in notes.items()}
     # Counted when the run has ended (the live report's batch has no count: unknown, not 0).
-    empty = None if batch.empty is None else 0 if tid is None else batch.empty.get((run.pk, tid), 0)
+    # A re-judge child's answers are its parent's (counted there): unknown here, not 0.
+    empty = (
+        None
+        if batch.empty is None or no_subject
+        else 0
+        if tid is None
+        else batch.empty.get((run.pk, tid), 0)
+    )
     benchmarks, total, accs = _benchmark_rows(run.manifest, mine, question_scores, provenance)
     report = TargetReport(
         slug=snapshot["slug"],

@@ -24,33 +24,45 @@ def bench(capsys, *args: str) -> str:
     return capsys.readouterr()[0]
 
 
+# (call fields, the cell's outcome: True/False graded, None failed)
+CASES = [
+    ({"content": ""}, False),  # empty
+    ({"content": " \n\t"}, False),  # white space only: empty
+    ({"content": "", "reasoning": "thinking"}, False),  # reasoned, said nothing: not empty
+    ({"content": "", "tool_calls": [{"id": "c1", "name": "f", "arguments": "{}"}]}, False),
+    (ANSWERED, True),
+    # A completed call of a failed cell: the cell is not graded (outside probe jf).
+    ({"content": ""}, None),
+    # Cut by the token limit: a cut answer, graded as truncated.
+    ({"content": "", "finish_reason": "length"}, False),
+    # Hidden reasoning that used the tokens: not nothing.
+    ({"content": "", "reasoning_tokens": 4096, "output_tokens": 4096}, False),
+]
+
+
+def counted_independently() -> int:
+    return sum(
+        1
+        for fields, outcome in CASES
+        if outcome is not None
+        and not fields["content"].strip()
+        and not fields.get("reasoning")
+        and not fields.get("tool_calls")
+        and fields.get("finish_reason", "stop") != "length"
+        and not fields.get("reasoning_tokens")
+    )
+
+
 @pytest.mark.django_db
 def test_empty_answers_are_counted_and_said_on_the_report_page_and_cli(client, capsys):
-    qs = b.questions({"mmlu-pro": 6})
+    qs = b.questions({"mmlu-pro": len(CASES)})
     t = b.target("gw-small")
-    fields = [
-        {"content": ""},  # empty
-        {"content": " \n\t"},  # white space only: empty
-        {"content": "", "reasoning": "thinking"},  # reasoned, said nothing: not empty
-        {"content": "", "tool_calls": [{"id": "c1", "name": "f", "arguments": "{}"}]},
-        ANSWERED,
-        {"content": "", "status": "failed", "error_code": "incomplete_stream"},  # failed
-    ]
-    r = b.run(qs, {t: [False, False, False, False, True, None]}, call_fields={t: fields})
+    r = b.run(qs, {t: [outcome for _, outcome in CASES]}, call_fields={t: [c for c, _ in CASES]})
 
     target = run_report(run=r)["targets"][0]
 
-    # Counted independently: the two completed calls without any words, reasoning or tools.
-    expected = sum(
-        1
-        for x, outcome in zip(fields, [False] * 4 + [True, None], strict=True)
-        if outcome is not None
-        and not x["content"].strip()
-        and not x.get("reasoning")
-        and not x.get("tool_calls")
-    )
-    assert expected == 2
-    assert target["empty_answers"] == expected
+    assert counted_independently() == 2
+    assert target["empty_answers"] == counted_independently()
     assert target["empty_answers_note"] == empty_answers_note(2)
     assert target["empty_answers_note"].startswith(
         "2 completed subject calls came back empty (no content, no reasoning, no tool call) "

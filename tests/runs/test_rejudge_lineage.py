@@ -500,6 +500,8 @@ def test_a_rejudge_childs_report_states_its_own_subject_spend_as_a_known_zero_an
     assert target["subject_cost_usd"] == "0" and target["known_cost_usd"] == "0"
     assert target["tokens"] == {"input": 0, "cached_input": 0, "cache_write": 0, "output": 0}
     assert target["cache_neutral_cost_usd"] == "0"
+    # Whether its answers were empty is the parent's to say: unknown here, not 0.
+    assert target["empty_answers"] is None and target["empty_answers_note"] is None
     judge_cost = Decimal("0.00006") * judged
     assert Decimal(target["evaluation_cost_usd"]) == judge_cost
     assert Decimal(target["total_spend_usd"]) == judge_cost
