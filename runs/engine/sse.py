@@ -22,8 +22,9 @@ from typing import Any
 
 import msgspec
 
+from runs.vocabulary.stream_reasons import EMPTY_STREAM
+
 __all__ = [
-    "EMPTY_STREAM",
     "DEFAULT_MAX_EVENT_BYTES",
     "DEFAULT_MAX_LINE_BYTES",
     "DONE_SENTINEL",
@@ -52,15 +53,6 @@ KNOWN_FINISH_REASONS = frozenset({"stop", "tool_calls", "function_call", "length
 _BOM = b"\xef\xbb\xbf"
 _CR = 0x0D
 _LF = 0x0A
-
-
-# A 200 event stream that ended before its first event. llama.cpp's server (llama-cpp-python)
-# answers so when it refuses a request after sending its headers, e.g. a prompt longer than its
-# context window (tests/real/test_llama_long_prompts.py).
-EMPTY_STREAM = (
-    "empty stream: the server ended its 200 event stream before any event (a server that"
-    " refuses a request after its headers ends so, e.g. a prompt longer than its context window)"
-)
 
 
 class SSEError(Exception):
@@ -642,10 +634,8 @@ class ChatStreamAccumulator:
         reason: str | None = None
         if self.error is not None:
             reason = self.error
-        elif self.done_count == 0 and self.event_count == 0:
-            reason = EMPTY_STREAM
         elif self.done_count == 0:
-            reason = "stream ended without [DONE]"
+            reason = EMPTY_STREAM if self.event_count == 0 else "stream ended without [DONE]"
         elif self.done_count > 1:
             reason = f"stream has {self.done_count} [DONE] markers"
         elif self.events_after_done:

@@ -24,7 +24,7 @@ from django.db.models import Count, Q
 from datasets.benchmarks import ADAPTERS
 from datasets.provenance import UNKNOWN
 from runs.ledger.selectors import manifest_head, run_settled_fingerprint, runs_data_provenance
-from runs.models import Call, Cell, Run, RunReport, RunStatus, Target
+from runs.models import Call, CallStatus, Cell, CellStatus, Run, RunReport, RunStatus, Target
 from runs.reporting.official_report import official_sections
 from runs.reporting.reconcile import (
     NO_CALL_SUMS,
@@ -153,8 +153,9 @@ def _empty_answers(run_ids: list[int]) -> dict[tuple[int, int], int]:
     empty answer — no content but white space, no reasoning (shown or counted), no tool call,
     not cut by the token limit."""
     rows = (
-        Call.objects.filter(cell__run_id__in=run_ids, role="subject", status="completed")
-        .filter(cell__status="completed")  # graded as given: a failed cell is not graded
+        Call.objects.filter(cell__run_id__in=run_ids, role="subject", status=CallStatus.COMPLETED)
+        # Graded as given: a failed cell is not graded.
+        .filter(cell__status=CellStatus.COMPLETED)
         .filter(content__regex=r"^\s*$", reasoning="")
         .filter(Q(tool_calls__isnull=True) | Q(tool_calls=[]))
         # A cut answer is a cut answer (graded as truncated), and hidden reasoning is not

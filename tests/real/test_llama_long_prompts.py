@@ -24,11 +24,11 @@ import pytest
 from django.core.management import call_command
 
 from datasets.benchmarks import get_adapter
-from runs.engine.sse import EMPTY_STREAM
 from runs.models import Call, CallEvidence, Cell, Run
 from runs.models.evidence import evidence_raw
 from runs.planning.services import run_create, target_set_api_key
 from runs.reporting.report import run_report
+from runs.vocabulary.stream_reasons import EMPTY_STREAM
 from tests import factories as f
 from tests.conftest import wait_until
 from tests.e2e.test_litellm_gateway import GATEWAY_MODEL, litellm_proxy

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from runs.engine.guards import output_cap_violation, repeated_tail_block, stream_byte_cap
 from runs.engine.sse import (
-    EMPTY_STREAM,
     ChatStreamAccumulator,
     ChatStreamResult,
     SSEDecoder,
@@ -21,6 +20,7 @@ from runs.engine.sse import (
     SSELimitError,
     decode_sse,
 )
+from runs.vocabulary.stream_reasons import EMPTY_STREAM
 
 
 def chunk(delta: dict[str, Any] | None = None, **fields: Any) -> bytes:
