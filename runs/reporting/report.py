@@ -180,8 +180,9 @@ def empty_answers_note(empty: int | None) -> str | None:
     return (
         f"{empty} completed subject call{'' if one else 's'} came back empty (no content, no "
         f"reasoning, no tool call) and {'was' if one else 'were'} graded as given; a gateway "
-        "answers so when the server behind it refused the request after its headers (LiteLLM before "
-        "llama.cpp: a prompt past the server's context window) — the server's log tells which"
+        "answers so when the server behind it refused the request after its headers (LiteLLM "
+        "before llama.cpp: a prompt past the server's context window) — the server's log tells "
+        "which"
     )
 
 
@@ -406,9 +407,7 @@ def _target_report(
     empty = (
         None
         if batch.empty is None or no_subject
-        else 0
-        if tid is None
-        else batch.empty.get((run.pk, tid), 0)
+        else sum(n for (r, t), n in batch.empty.items() if r == run.pk and t == tid)
     )
     benchmarks, total, accs = _benchmark_rows(run.manifest, mine, question_scores, provenance)
     report = TargetReport(
