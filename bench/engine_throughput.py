@@ -48,6 +48,11 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 LEDGER_TABLES = ("runs_cell", "runs_call", "runs_callevidence", "runs_runevent")
 
 
+# The fake servers the bench can run (--server): both answer from the same config and answer
+# key with the same bytes per stream (tests/simulator/test_lean_server.py).
+SERVERS = {"simulator": "srbench.simulator", "lean": "srbench.simulator.lean"}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -292,6 +297,7 @@ def start_simulator(
     chunks: int,
     chunk_gap: float,
     long_chunks: int | None = None,
+    module: str = "srbench.simulator",
 ) -> tuple[subprocess.Popen, int]:
     """The simulator in its own process: model `bench` answers after `ttft` with a reasoning
     text of (chunks - answer tokens) tokens paced `chunk_gap` apart, so every reply is about
@@ -315,7 +321,7 @@ def start_simulator(
         + f'[answer_key]\nfile = "{key}"\n'
     )
     sim = subprocess.Popen(
-        [sys.executable, "-m", "srbench.simulator", "--port", str(port), "--config", str(config)],
+        [sys.executable, "-m", module, "--port", str(port), "--config", str(config)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -480,6 +486,14 @@ def main() -> None:
         metavar="K",
         help="also measure CPU per extra chunk: C = 32 with --chunks and with K chunks per call",
     )
+    parser.add_argument(
+        "--server",
+        choices=sorted(SERVERS),
+        default="simulator",
+        help="the fake server: the simulator, or the lean server sending the simulator's "
+        "streams at a fraction of its CPU (srbench.simulator.lean), so that at C = 1,024 the "
+        "fake server is not a bottleneck of the measurement on a 2-core machine",
+    )
     parser.add_argument("--per-chunk-cells", type=int, default=320)
     parser.add_argument("--per-chunk-rounds", type=int, default=3)
     args = parser.parse_args()
@@ -500,6 +514,7 @@ def main() -> None:
         chunks=args.chunks,
         chunk_gap=args.chunk_gap,
         long_chunks=args.per_chunk or None,
+        module=SERVERS[args.server],
     )
     workers = [start_worker()]
     sim_pid = sim.pid
@@ -513,7 +528,8 @@ def main() -> None:
         n = len(questions)
         print(
             f"unloaded call latency L = {latency:.3f} s (TTFT {args.ttft} s + {args.chunks} "
-            f"chunks {args.chunk_gap} s apart); N = {n} cells"
+            f"chunks {args.chunk_gap} s apart); N = {n} cells; fake server: {args.server} "
+            f"({SERVERS[args.server]})"
         )
 
         def measure(
@@ -532,6 +548,7 @@ def main() -> None:
             before = cpu_by_pid(ours(worker_pids))
             sys_before = sys_seconds(worker_pids)
             sim_cpu_before = cpu_seconds([sim_pid])
+            sim_sys_before = sys_seconds([sim_pid])
             seen = dict(before)
             backends = db_backends()
             run, _ = run_create(
@@ -561,6 +578,7 @@ def main() -> None:
             used = {pid: cpu - before.get(pid, 0.0) for pid, cpu in seen.items()}
             worker_sys = sys_seconds(worker_pids) - sys_before
             sim_cpu = cpu_seconds([sim_pid]) - sim_cpu_before
+            sim_sys = sys_seconds([sim_pid]) - sim_sys_before
             worker_cpu = sum(v for pid, v in used.items() if pid in set(worker_pids))
             db_cpu = sum(v for pid, v in used.items() if pid in backends)
             total_cpu = sum(used.values())
@@ -594,6 +612,7 @@ def main() -> None:
                 # that cannot keep up is printed beside the engine's figures, not hidden.
                 "server_late": sim_stats.get("stream_late_ms") or {},
                 "sim_cpu": sim_cpu,
+                "sim_sys": sim_sys,
                 "ttft_split": ttft_split(run.pk, streams),
                 "in_flight": min(concurrency, cells),
                 "rss_before": rss_before,
@@ -627,14 +646,15 @@ def main() -> None:
             if not late.get("count"):
                 return ""
             return (
-                f"\n  the simulator (its own process, nothing subtracted): CPU "
-                f"{m['sim_cpu']:.2f} s = {m['sim_cpu'] / m['wall']:.2f} of a core over the wall; "
+                f"\n  the fake server ({args.server}, its own process, nothing subtracted): CPU "
+                f"{m['sim_cpu']:.2f} s (system {m['sim_sys']:.2f}) = "
+                f"{m['sim_cpu'] / m['wall']:.2f} of a core over the wall; "
                 f"lateness of each stream's last delta against its arrival + ttft + (n - 1) "
                 f"intervals, {late['count']} streams, p50 / p90 / max "
                 f"{late['p50']:.1f} / {late['p90']:.1f} / {late['max']:.1f} ms"
                 f"\n  CPU the ideal wall would need (CPU s of the run / ideal s; a process runs on "
                 f"one core at most): worker {m['cpu_s']['worker'] / m['ideal']:.2f} cores, "
-                f"simulator {m['sim_cpu'] / m['ideal']:.2f}, all our processes with it "
+                f"fake server {m['sim_cpu'] / m['ideal']:.2f}, all our processes with it "
                 f"{(m['cpu_s']['total'] + m['sim_cpu']) / m['ideal']:.2f} on "
                 f"{os.cpu_count()} cores"
             )

@@ -129,7 +129,14 @@ def main() -> None:
         default=25,
         help="connections per httpx.AsyncClient (shards the client pool)",
     )
+    parser.add_argument(
+        "--server",
+        choices=("simulator", "lean"),
+        default="simulator",
+        help="the simulator, or the lean server sending its streams (srbench.simulator.lean)",
+    )
     args = parser.parse_args()
+    module = {"simulator": "srbench.simulator", "lean": "srbench.simulator.lean"}[args.server]
 
     try:
         import uvloop
@@ -141,7 +148,7 @@ def main() -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as fh:
         fh.write(simulator_config(args.ttft, args.tokens_per_second, args.tokens))
     server = subprocess.Popen(
-        [sys.executable, "-m", "srbench.simulator", "--config", fh.name, "--port", str(port)],
+        [sys.executable, "-m", module, "--config", fh.name, "--port", str(port)],
         cwd=Path(__file__).resolve().parent.parent,
     )
     base_url = f"http://127.0.0.1:{port}"
