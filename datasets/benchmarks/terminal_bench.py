@@ -114,7 +114,9 @@ class TerminalBenchAdapter(BenchmarkAdapter):
     weight = Fraction(1, 10)
     kind = "agent"
     episode = "terminal"
-    grader_version = "terminal-local/2"  # runs/engine/terminal.py reads it from here
+    # runs/engine/terminal.py reads it from here; /3: a session that left a start-up module
+    # where a test script's PYTHONPATH could reach it is not verified (startup_plants.py).
+    grader_version = "terminal-local/3"
     loader_version = "terminal-bench/1"
     licence_note = (
         "Terminal-Bench task format (harbor-framework/terminal-bench-2), Apache-2.0. Official "

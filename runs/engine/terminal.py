@@ -26,6 +26,7 @@ from datasets.benchmarks import get_adapter
 from runs.engine.sandbox import DISK_QUOTA_EXCEEDED, SNAPSHOT_NAME, sandbox_run
 from runs.engine.sandbox_command import SandboxLimits, disk_budget_bytes
 from runs.engine.sandbox_files import fresh_directory, write_sandbox_files
+from runs.engine.startup_plants import STARTUP_MODULE_PLANTED, startup_plants
 
 TERMINAL_GRADER_VERSION = get_adapter("terminal-bench").grader_version
 COMMAND_TIMEOUT_S = 30.0
@@ -203,10 +204,17 @@ class TerminalSession:
         is read. What the tests do run (the agent's program) runs confined with pytest: it
         cannot write under `/logs` nor reach the test script, which writes the reward.
 
-        A session that exceeded its disk quota is not verified: reward 0, `verifier_reason`
-        and `reward_source` "disk_quota_exceeded". A verifier that exceeds it scores 0 too."""
+        A session whose `/app` holds a module a test script's Python would import at start-up
+        from there (`encodings`, `sitecustomize`, … where a path root could be) is not verified:
+        reward 0, `verifier_reason` and `reward_source` "startup_module_planted"
+        (runs/engine/startup_plants.py). A session that exceeded its disk quota is not
+        verified: reward 0, `verifier_reason` and `reward_source` "disk_quota_exceeded". A
+        verifier that exceeds it scores 0 too."""
         if self.disk_quota_exceeded:
             return 0, self._quota_detail()
+        snapshot = self.workdir / SNAPSHOT_NAME
+        if snapshot.exists() and (planted := startup_plants(snapshot)):
+            return 0, self._planted_detail(planted)
         tests_dir = fresh_directory("srbench-terminal-tests-")
         try:
             write_sandbox_files(tests_dir, hidden_test_files(self.secret), uid=None)
@@ -239,6 +247,20 @@ class TerminalSession:
             output=result.stdout + result.stderr,
             commands_run=self.commands_run,
         )
+
+    def _planted_detail(self, planted: list[str]) -> dict[str, Any]:
+        """The grade detail of a session not verified because the agent left a module a test
+        script's Python would import at start-up (runs/engine/startup_plants.py)."""
+        return {
+            "grader": "terminal-bench",
+            "version": TERMINAL_GRADER_VERSION,
+            "verifier_reason": STARTUP_MODULE_PLANTED,
+            "verifier_exit_code": None,
+            "verifier_output_tail": "",
+            "commands_run": self.commands_run,
+            "reward_source": STARTUP_MODULE_PLANTED,
+            "startup_modules": planted[:20],
+        }
 
     def _quota_detail(self) -> dict[str, Any]:
         """The grade detail of a session that went past its disk budget: the reason is public

@@ -336,6 +336,11 @@ def grade_reasons(public: Mapping[str, Any] | None) -> list[str]:
         words = ["the task's tests passed" if passed else "the task's tests did not pass"]
         if public.get("verifier_reason") == "disk_quota_exceeded":
             words.append("the session went past its disk budget: disk quota exceeded")
+        elif public.get("verifier_reason") == "startup_module_planted":
+            words.append(
+                "not verified: the agent left a module the test script's Python would import "
+                "at start-up (e.g. encodings, sitecustomize)"
+            )
         elif public.get("verifier_reason") not in (None, "ok"):
             words.append(f"the verifier stopped: {public['verifier_reason']}")
         if public.get("reward_source") == "missing":

@@ -9,12 +9,13 @@ fix-broken-script (`test.sh`, which writes `/logs/verifier/reward.txt`). A third
 here, checks its answer with the system's `/usr/bin/python3`. Each variant plants one thing a
 Python, pytest or a shell might read — a module that shadows pytest, one of its dependencies or
 the standard library, a compiled module, a plugin's entry point, pytest's configuration files,
-a `sitecustomize`, a user site `.pth`, a `python3` of its own, a reward written in advance —
+a user site `.pth`, a `python3` of its own, a reward written in advance —
 whose code, if it ever ran in the verifier, would write reward 1 and exit 0. Two more write
 the program fix-broken-script's tests run (`median.py`) to forge the reward from inside the
 tests: one locks a reward of 1 against the test script's own write, one leaves a daemon writing
 1. The task is never done, so every cell must score 0 with the task's own tests having run and
-failed.
+failed — except where the agent left a module a Python imports at start-up (`sitecustomize`,
+`re.py`): that session is not verified at all.
 """
 
 from __future__ import annotations
@@ -72,8 +73,6 @@ CONFIG = [
     plant("/app/tox.ini", "[pytest]\naddopts = --co -p evilplug"),
     plant("/app/setup.cfg", "[tool:pytest]\naddopts = --co -p evilplug"),
     plant("/app/pytest.toml", "[pytest]\naddopts = ['--co', '-p', 'evilplug']"),
-    plant("/app/sitecustomize.py", FORGE),
-    plant("/app/usercustomize.py", FORGE),
     plant("/app/.bashrc", FORGE_SHELL),
     plant("/app/.profile", FORGE_SHELL),
     plant("/app/logs/verifier/reward.txt", "1"),
@@ -135,6 +134,15 @@ ATTACKS: dict[str, tuple[list[str], str]] = {
     ),
     "plugin-entry-point": (ENTRY_POINT, "/app/evil-1.0.dist-info/entry_points.txt"),
     "configuration": (CONFIG, "/app/.local/lib/python3.12/site-packages/srbench-evil.pth"),
+    # Modules a Python imports at start-up from a PYTHONPATH the test script sets: the session
+    # is not verified at all (runs/engine/startup_plants.py).
+    "startup-modules": (
+        [
+            plant(f"/app/{name}", FORGE)
+            for name in ("sitecustomize.py", "usercustomize.py", "re.py")
+        ],
+        "/app/re.py",
+    ),
     "program-locks-reward": ([plant("/app/median.py", LOCK_REWARD)], "/app/median.py"),
     "program-leaves-a-daemon": ([plant("/app/median.py", DAEMON_REWARD)], "/app/median.py"),
 }
@@ -212,6 +220,10 @@ def test_files_an_agent_plants_never_run_in_the_verifier_and_it_scores_zero(cele
         told = json.dumps([c.request for c in Call.objects.filter(cell=cell)], ensure_ascii=False)
         assert f"planted-{attack}" in told, name  # every file was planted
         detail = cell.grade["detail"]
+        if attack == "startup-modules":
+            assert detail["reward_source"] == "startup_module_planted", (name, detail)
+            assert detail["startup_modules"] == ["re.py", "sitecustomize.py", "usercustomize.py"]
+            continue
         # The task's own check ran and failed: pytest reports its failures, the system Python
         # its missing answer file.
         tail = detail["verifier_output_tail"]
