@@ -42,9 +42,13 @@ STEPS = (
         "engine_throughput.py",
         ("--concurrency", "32", "256", "--per-chunk", "250", "--workers", "1", "2", "4"),
     ),
+    # C = 1,024 against the lean server (the simulator's bytes at less CPU), and the machine's
+    # floor for the same workload: a null client against the same server.
     Step(
-        "engine_throughput.py", ("--cells", "4096", "--chunk-gap", "0.016", "--concurrency", "1024")
+        "engine_throughput.py",
+        ("--cells", "4096", "--chunk-gap", "0.016", "--concurrency", "1024", "--server", "lean"),
     ),
+    Step("stream_floor.py", ("--cells", "4096", "--chunk-gap", "0.016", "--concurrency", "1024")),
     Step("scale_out.py", ("--cells", "3000", "--workers", "1", "2", "4")),
     Step("cli_path.py", ("--rounds", "3")),
     Step("side_by_side.py", ("--rounds", "2")),
