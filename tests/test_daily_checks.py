@@ -255,7 +255,9 @@ def test_make_test_passes_explicit_urls_on_and_unsets_stray_ones() -> None:
 BENCH_CHAIN = [
     "bench/simulator_load.py --streams 1000",
     "bench/engine_throughput.py --concurrency 32 256 --per-chunk 250 --workers 1 2 4",
-    "bench/engine_throughput.py --cells 4096 --chunk-gap 0.016 --concurrency 1024",
+    # issue 38 item 2: against the lean server, and the machine's floor (session 8)
+    "bench/engine_throughput.py --cells 4096 --chunk-gap 0.016 --concurrency 1024 --server lean",
+    "bench/stream_floor.py --cells 4096 --chunk-gap 0.016 --concurrency 1024",
     "bench/scale_out.py --cells 3000 --workers 1 2 4",  # issue 38 item 4, added since
     "bench/cli_path.py --rounds 3",
     "bench/side_by_side.py --rounds 2",
