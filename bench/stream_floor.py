@@ -121,16 +121,18 @@ async def drive(port: int, cells: int, concurrency: int) -> tuple[float, int]:
     shares: list[list[bytes]] = [[] for _ in range(concurrency)]
     for i in range(cells):
         shares[i % concurrency].append(request_bytes(port, i))
+    futures: list[asyncio.Future[None]] = [loop.create_future() for _ in shares]
     started = time.monotonic()
-    clients = []
-    futures = []
-    for share in shares:
-        done: asyncio.Future[None] = loop.create_future()
-        _, client = await loop.create_connection(
-            lambda share=share, done=done: NullClient(share, done), "127.0.0.1", port
+    # All connections at once, as the engine's first wave opens them.
+    opened = await asyncio.gather(
+        *(
+            loop.create_connection(
+                lambda share=share, done=done: NullClient(share, done), "127.0.0.1", port
+            )
+            for share, done in zip(shares, futures, strict=True)
         )
-        clients.append(client)
-        futures.append(done)
+    )
+    clients = [client for _, client in opened]
     await asyncio.gather(*futures)
     wall = time.monotonic() - started
     for client in clients:
