@@ -52,6 +52,7 @@ __all__ = [
     "mom_cache_neutral_cost",
     "mom_call_cost",
     "no_stream_usage_reason",
+    "unpriced_calls_reason",
     "price_for_model",
     "priced_call_cost",
     "sum_known",
@@ -323,6 +324,22 @@ def no_stream_usage_reason(calls: int, subject_calls: int | None) -> str | None:
         "carried no usage object, so their tokens and cost are unknown; reconcile-usage cannot "
         "recover them (the saved streams hold no usage) — a server that sends usage with "
         "stream_options.include_usage, or a router's usage receipt, would make them known"
+    )
+
+
+def unpriced_calls_reason(calls: int, subject_calls: int | None) -> str | None:
+    """Why a target's cost is unknown when some of its subject calls have no known cost for a
+    reason other than a stream without usage or a gateway's estimate (said by
+    `no_stream_usage_reason`, `gateway_estimate_reason`): a router's
+    missing or unusable receipt, a served model without a price, a failed call whose usage never
+    came. Each call's cost note names its own reason; None when there is no such call."""
+    if calls <= 0:
+        return None
+    subject_calls = subject_calls or calls
+    return (
+        f"{calls} of {subject_calls} subject calls have no known cost (a failed call, a "
+        "router's missing or unusable usage receipt, or a served model without a price; each "
+        "call's cost note names it), so the cost is unknown, never counted as $0"
     )
 
 

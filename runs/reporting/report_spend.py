@@ -16,6 +16,7 @@ from runs.ledger.accounting import (
     gateway_unchecked_caution,
     no_stream_usage_reason,
     sum_known,
+    unpriced_calls_reason,
 )
 from runs.reporting.report_types import Spend, TargetReport
 
@@ -84,19 +85,33 @@ def target_spend(
 
 
 def usage_unknown_reason(
-    snapshot: dict[str, Any], notes: dict[str, dict[str, int]], by_role: dict[str, Any]
+    snapshot: dict[str, Any],
+    notes: dict[str, dict[str, int]],
+    by_role: dict[str, Any],
+    *,
+    ended: bool = True,
 ) -> str | None:
     """The target's reasons why tokens and cost are unknown or known only at least, each said
-    once, in `runs.ledger.accounting`'s words; None when there is none."""
+    once, in `runs.ledger.accounting`'s words; None when there is none. Calls of unknown cost
+    for another reason than those named are counted once the run has ended (``ended``): before,
+    a call in flight has no cost yet and is no such call."""
     subject = notes.get("subject", {})
     subject_calls = by_role.get("subject", {}).get("calls")
+    no_usage = subject.get("no_stream_usage", 0)
+    # Calls whose cost is unknown for another reason than a stream without usage or a gateway's
+    # estimate (a hostile or missing receipt, no price, a failure): a null cost is never shown
+    # without a reason.
+    estimated = subject.get("usage_estimated", 0)
+    unknown_cost = by_role.get("subject", {}).get("cost_unknown", 0)
+    unpriced = unknown_cost - no_usage - estimated if ended else 0
     reasons = [
-        no_stream_usage_reason(subject.get("no_stream_usage", 0), subject_calls),
+        no_stream_usage_reason(no_usage, subject_calls),
         gateway_estimate_reason(
-            subject.get("usage_estimated", 0),
+            estimated,
             subject_calls,
             snapshot.get(STREAM_USAGE_ESTIMATE_KEY) or "a gateway's estimate",
         ),
+        unpriced_calls_reason(unpriced, subject_calls),
         *(
             gateway_resent_reason(
                 notes.get(role, {}).get("gateway_resent", 0),
