@@ -377,8 +377,9 @@ def _candidates(loaded: _Loaded, candidate_run_ids: list[int], base: Entry) -> l
 def _savings(
     choice: BaselineChoice, candidate: Decimal | None, baseline: Decimal | None
 ) -> Savings:
-    """A savings rate, or why it is unknown (R5.3, R5.4)."""
-    if not choice.savings_known:
+    """A savings rate, or why it is unknown (R5.3, R5.4). The baseline's own incomplete cost
+    is named as the baseline's, not as a tie's (the baseline is one of its tied models)."""
+    if not choice.savings_known and baseline is not None:
         return Savings(None, "a tied strongest single model has incomplete cost")
     if candidate is None:
         return Savings(None, "the candidate's cost is incomplete")
