@@ -327,17 +327,24 @@ def no_stream_usage_reason(calls: int, subject_calls: int | None) -> str | None:
     )
 
 
-def unpriced_calls_reason(calls: int, subject_calls: int | None) -> str | None:
-    """Why a target's cost is unknown when some of its subject calls have no known cost for a
-    reason other than a stream without usage or a gateway's estimate (said by
-    `no_stream_usage_reason`, `gateway_estimate_reason`): a router's
-    missing or unusable receipt, a served model without a price, a failed call whose usage never
-    came. Each call's cost note names its own reason; None when there is no such call."""
+def unpriced_calls_reason(calls: int, role_calls: int | None, role: str = "subject") -> str | None:
+    """Why a target's cost is unknown when some of its calls of ``role`` have no known cost for
+    a reason the report does not name otherwise (for subject calls: not a stream without usage
+    nor a gateway's estimate, said by `no_stream_usage_reason`, `gateway_estimate_reason`): a
+    router's missing or unusable receipt, a served model without a price, a failed call whose
+    usage never came; for a judge's or a user simulator's calls, any reason, a stream without
+    usage too. Each call's cost note names its own reason; None when there is no such call."""
     if calls <= 0:
         return None
-    subject_calls = subject_calls or calls
+    role_calls = role_calls or calls
+    if role != "subject":
+        return (
+            f"{calls} of {role_calls} {role} calls have no known cost (a stream without usage, "
+            "a failed call, or a served model without a price; each call's cost note names it), "
+            "so the evaluation cost and the total spend are unknown, never counted as $0"
+        )
     return (
-        f"{calls} of {subject_calls} subject calls have no known cost (a failed call, a "
+        f"{calls} of {role_calls} subject calls have no known cost (a failed call, a "
         "router's missing or unusable usage receipt, or a served model without a price; each "
         "call's cost note names it), so the cost is unknown, never counted as $0"
     )

@@ -113,6 +113,14 @@ def usage_unknown_reason(
         ),
         unpriced_calls_reason(unpriced, subject_calls),
         *(
+            unpriced_calls_reason(
+                by_role.get(role, {}).get("cost_unknown", 0) if ended else 0,
+                by_role.get(role, {}).get("calls"),
+                role,
+            )
+            for role in ("judge", "simulator")
+        ),
+        *(
             gateway_resent_reason(
                 notes.get(role, {}).get("gateway_resent", 0),
                 by_role.get(role, {}).get("calls"),

@@ -78,3 +78,21 @@ def test_calls_without_stream_usage_are_not_counted_twice(celery_worker):
     reason = router["usage_unknown_reason"]
     assert reason.startswith("this server reports no usage when streaming")
     assert "have no known cost" not in reason
+
+
+def test_a_judge_without_stream_usage_says_why_the_evaluation_cost_is_unknown(celery_worker):
+    """The judge's streams carry no usage: the judge cost and the total spend are unknown,
+    and the report said "judge unknown" with no reason; the subject cost stays known."""
+    run = both_targets_run({"sim-judge": {"faults": ["no-usage"]}})
+    report = run_report(run=run)
+    for slug in ("sim-strong", "sim-router"):
+        target = target_of(report, slug)
+        judged = Call.objects.filter(cell__run=run, cell__target__slug=slug, role="judge")
+        n = judged.count()
+        assert n and not judged.filter(cost_usd__isnull=False).exists()
+        assert target["subject_cost_usd"] is not None  # the judge is evaluation cost
+        assert target["evaluation_cost_usd"] is None and target["total_spend_usd"] is None
+        reason = target["usage_unknown_reason"]
+        assert reason is not None, "a null judge cost with no reason"
+        assert f"{n} of {n} judge calls have no known cost" in reason
+        assert f"usage: {reason}" in report_text(report)
