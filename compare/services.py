@@ -374,17 +374,25 @@ def _candidates(loaded: _Loaded, candidate_run_ids: list[int], base: Entry) -> l
     return out
 
 
+# What the total savings compare: the subject's and the judge's or user simulator's calls.
+TOTAL_SPEND_WORDS = "total spend (subject and evaluation calls)"
+
+
 def _savings(
-    choice: BaselineChoice, candidate: Decimal | None, baseline: Decimal | None
+    choice: BaselineChoice,
+    candidate: Decimal | None,
+    baseline: Decimal | None,
+    what: str = "cost",
 ) -> Savings:
-    """A savings rate, or why it is unknown (R5.3, R5.4). The baseline's own incomplete cost
-    is named as the baseline's, not as a tie's (the baseline is one of its tied models)."""
+    """A savings rate, or why it is unknown (R5.3, R5.4), naming ``what`` is incomplete (the
+    subject cost, or the total spend). The baseline's own incomplete cost is named as the
+    baseline's, not as a tie's (the baseline is one of its tied models)."""
     if not choice.savings_known and baseline is not None:
         return Savings(None, "a tied strongest single model has incomplete cost")
     if candidate is None:
-        return Savings(None, "the candidate's cost is incomplete")
+        return Savings(None, f"the candidate's {what} is incomplete")
     if baseline is None:
-        return Savings(None, "the baseline's cost is incomplete")
+        return Savings(None, f"the baseline's {what} is incomplete")
     value = savings_pct(candidate, baseline)
     return Savings(value, None if value is not None else "the baseline cost is zero")
 
@@ -479,7 +487,7 @@ def _statistics(
                 attempts=cases.slots,
                 without_result=int(cases.keys.size) - e.with_outcome,
                 subject=subject_savings,
-                total=_savings(choice, e.total_spend, base.total_spend),
+                total=_savings(choice, e.total_spend, base.total_spend, TOTAL_SPEND_WORDS),
                 cache_neutral=_cache_neutral_savings(choice, e, base, tied),
                 savings_interval=interval,
                 verdict=comparison_verdict(

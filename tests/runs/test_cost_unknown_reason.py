@@ -96,3 +96,12 @@ def test_a_judge_without_stream_usage_says_why_the_evaluation_cost_is_unknown(ce
         assert reason is not None, "a null judge cost with no reason"
         assert f"{n} of {n} judge calls have no known cost" in reason
         assert f"usage: {reason}" in report_text(report)
+    # The comparison's total savings say it is the total spend that is incomplete (the subject
+    # costs are complete and their savings stated): "the candidate's cost is incomplete" misled.
+    doc = comparison_build(baseline_run_id=run.pk, candidate_run_ids=[run.pk])
+    [c] = doc["comparisons"]
+    assert c["savings"]["subject_cost_pct"] is not None
+    assert c["savings"]["total_spend_pct"] is None
+    assert c["savings"]["total_spend_unknown_reason"] == (
+        "the candidate's total spend (subject and evaluation calls) is incomplete"
+    )
