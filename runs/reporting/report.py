@@ -62,7 +62,8 @@ from srbench.stats import accuracy, weighted_quality, wilson_interval
 # child's own subject spend; v8: a gateway's re-sent calls leave a total incomplete, a gateway's
 # estimate counted and said per target, a caution where an unchecked gateway answered; v9: a
 # target's empty answers counted and said; v10: calls of unknown cost for a reason not named
-# before, subject, judge or simulator, counted and said in the usage reason).
+# before, subject, judge or simulator, counted and said in the usage reason; the cache-neutral
+# reason names a stream without usage).
 REPORT_CACHE_VERSION = "v10"
 # pg_advisory_xact_lock(class, run id): one computation of a settled run's stored report at a
 # time (`run_report_settled_compute`).

@@ -172,8 +172,8 @@ def _cache_neutral_unknown_reason(
         )
     return (
         f"{unknown} of {subject.get('calls')} subject calls have no cache-neutral cost (a "
-        "missing or unusable usage receipt entry, or an entry whose model has no price; each "
-        "call's cost note names it)"
+        "stream without usage, a missing or unusable usage receipt entry, a model without a "
+        "price, or an entry whose model has no price; each call's cost note names it)"
     )
 
 

@@ -71,3 +71,21 @@ def test_a_server_without_stream_usage_is_named_once_per_target_everywhere(clien
     url = f"/compare/?baseline={baseline.pk}&candidates={candidate.pk}&compare=1"
     html = client.get(url).content.decode()
     assert html.count(PHRASE) == 1, html.count(PHRASE)
+
+
+def test_a_single_models_cache_neutral_cost_unknown_for_want_of_usage_says_so() -> None:
+    """Outside probe "kb": a single model whose streams carried no usage had its cache-neutral
+    cost explained by "a missing or unusable usage receipt entry" only — a router's words."""
+    qs = b.questions({"mmlu-pro": 4})
+    local = b.target("words-local")
+    run = b.run(
+        qs,
+        {local: [True] * 4},
+        costs={local: [None] * 2 + [Decimal("0.001")] * 2},
+        call_fields={local: no_usage(4, without=2)},
+    )
+    [target] = run_report(run=run)["targets"]
+    reason = target["cache_neutral_unknown_reason"]
+    assert target["cache_neutral_cost_usd"] is None
+    assert reason.startswith("2 of 4 subject calls have no cache-neutral cost")
+    assert "a stream without usage" in reason
