@@ -108,3 +108,17 @@ class CompareForm(forms.Form):
     goto = forms.IntegerField(required=False, min_value=1)  # a pager button inside the form
     shown = RunIdsField(required=False)  # the ids whose boxes were on the submitted page
     pick = TickedIdsField(required=False)  # the ticked boxes of that page
+
+    # The one parameter a page sends many times; any other given twice would be half read
+    # (the last value kept), so a link naming one twice is refused by name, as the exports do.
+    REPEATABLE = frozenset({"pick"})
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        getlist = getattr(self.data, "getlist", None)
+        if getlist is not None:
+            for name in self.fields:
+                given = len(getlist(name))
+                if name not in self.REPEATABLE and given > 1:
+                    self.add_error(name, f"given more than once ({given} times); name it once")
+        return cleaned
