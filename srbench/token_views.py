@@ -69,6 +69,13 @@ def token_list(request: HttpRequest) -> HttpResponse:
             name_error=f"Give the token a name of 1 to {NAME_MAX} characters.",
             status=400,
         )
+    if "\x00" in name:
+        # PostgreSQL keeps no NUL in a text field: refused here, not a 500 at the insert.
+        return _page(
+            request,
+            name_error="A token name may not hold a NUL character (\\u0000).",
+            status=400,
+        )
     token, secret = create_token(request.user, name)
     request.session[NEW_TOKEN_SESSION_KEY] = {"id": token.pk, "secret": secret}
     return HttpResponseRedirect(reverse("tokens"), status=303)  # See Other: GET the list

@@ -63,3 +63,20 @@ def test_staff_see_and_revoke_everyones_command_line_tokens(client):
     assert len(rows) == 1 and "cli-user" in rows[0]
     assert client.post(f"/tokens/command-line/{member.pk}/revoke/").status_code == 302
     assert not Token.objects.exists()
+
+
+@pytest.mark.parametrize("name", ["a\x00b", "\x00"])
+def test_a_token_name_holding_nul_is_refused_with_a_clear_error(client, name):
+    """A NUL in the name reached PostgreSQL, which refuses it in a text field: a 500 (outside
+    probe "ka", 2026-12-07). It is refused as any bad name is, and no token is made."""
+    from srbench.models import ApiToken
+
+    member = f.user_create(username="nul-name")
+    client.force_login(member)
+    response = client.post("/tokens/", {"name": name})
+    assert response.status_code == 400
+    assert "NUL" in response.content.decode()
+    assert not ApiToken.objects.filter(user=member).exists()
+    # The page still works and makes a token with a good name.
+    assert client.post("/tokens/", {"name": "ci"}).status_code == 303
+    assert ApiToken.objects.filter(user=member).count() == 1
