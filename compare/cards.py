@@ -286,14 +286,17 @@ def card(index: int, c: CandidateResult, comparison: Comparison) -> dict[str, An
 
 
 def legend_row(i: int, c: CandidateResult, comparison: Comparison) -> dict[str, Any]:
-    """One comparison in the legend under the charts: its number, Δ and interval, savings (and
-    whether they may be wrong, `savings_caution`) and verdict."""
+    """One comparison in the legend under the charts: its number, Δ, its interval and the
+    family-wise one its verdict reads, savings (and whether they may be wrong,
+    `savings_caution`) and verdict."""
     p = c.paired
     return {
         "n": i + 1,
         **_identity(c),
         "delta": signed_text(float(p.delta)),
         "interval": interval_shown(p.lower, p.upper),
+        # The interval the verdict reads (compare.verdict), beside the 95% one (as the CLI).
+        "family": interval_shown(p.family_lower, p.family_upper),
         "savings": percent_html(c.subject.pct),
         "savings_caution": savings_caution(comparison.base, c.entry),
         "neutral": percent_html(c.cache_neutral.pct),

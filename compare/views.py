@@ -39,6 +39,7 @@ from compare.results import STATEMENTS
 from compare.selectors import RunOption, baseline_options, candidate_options, comparable_pool
 from compare.services import CandidatesRefused, ComparisonError, comparison_compute
 from runs.models import Run
+from srbench.figures_text import level_text
 
 PAGE_SIZE = 25  # baseline and candidate tables
 CARDS_PER_PAGE = 25  # result cards (issue 9); charts and exports keep every comparison
@@ -224,4 +225,5 @@ def _results(
         "export_csv": f"{reverse('compare-export-csv')}?{urlencode(query)}",
         "export_json": f"{reverse('compare-export-json')}?{urlencode(query)}",
         "alpha_level": f"{1 - comparison.alpha:.0%}",
+        "family_level": level_text(1 - comparison.alpha / max(len(ordered), 1)),
     }
