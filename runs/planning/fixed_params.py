@@ -48,16 +48,24 @@ def _integer(low: int | None, high: int | None = None) -> Callable[[Any], str | 
     return check
 
 
+def _stop_text(value: Any) -> bool:
+    # PostgreSQL's jsonb keeps no U+0000: a NUL here was a 500 at the target's save.
+    return isinstance(value, str) and bool(value) and "\x00" not in value
+
+
 def _stop(value: Any) -> str | None:
-    if isinstance(value, str) and value:
+    if _stop_text(value):
         return None
     if (
         isinstance(value, list)
         and 0 < len(value) <= MAX_STOP_SEQUENCES
-        and all(isinstance(s, str) and s for s in value)
+        and all(_stop_text(s) for s in value)
     ):
         return None
-    return f"must be a non-empty string or a list of 1 to {MAX_STOP_SEQUENCES} non-empty strings"
+    return (
+        f"must be a non-empty string or a list of 1 to {MAX_STOP_SEQUENCES} non-empty strings, "
+        "none holding NUL (\\u0000)"
+    )
 
 
 def _reasoning_effort(value: Any) -> str | None:
