@@ -42,6 +42,22 @@ class LoginThrottleBackend(AxesStandaloneBackend):
         return super().authenticate(request, username, password, **kw)
 
 
+# The length of the user name Axes keeps with each failure (its models' column).
+AXES_USERNAME_LENGTH = 255
+
+
+def client_username(request: Any, credentials: dict[str, Any] | None) -> str | None:
+    """The user name an attempt names, as Axes reads it (credentials first, then the form),
+    cut to what its record keeps: a longer one (no account has it; ours are at most 150
+    characters) was a 500 at the failure's insert instead of a failed sign-in."""
+    field = settings.AXES_USERNAME_FORM_FIELD
+    if credentials:
+        name = credentials.get(field)
+    else:
+        name = getattr(request, "data", getattr(request, "POST", {})).get(field)
+    return name[:AXES_USERNAME_LENGTH] if isinstance(name, str) else name
+
+
 def lockout_parameters(request: Any, credentials: dict[str, Any] | None) -> list[str]:
     """Per account and per address; a token failure names no account, so only its address
     counts (all token failures sharing the empty account would lock every client at once)."""

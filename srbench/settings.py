@@ -215,6 +215,7 @@ SECURE_CSP = {
 AXES_FAILURE_LIMIT = int(os.environ.get("SRBENCH_LOGIN_FAILURE_LIMIT", "10"))
 AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("SRBENCH_LOGIN_COOLOFF_MINUTES", "15")))
 AXES_LOCKOUT_PARAMETERS = "srbench.security.lockout_parameters"
+AXES_USERNAME_CALLABLE = "srbench.security.client_username"
 AXES_CLIENT_IP_CALLABLE = "srbench.security.client_address"
 AXES_LOCKOUT_CALLABLE = "srbench.security.lockout_response"
 AXES_RESET_ON_SUCCESS = True

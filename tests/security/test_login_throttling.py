@@ -149,3 +149,16 @@ def test_behind_the_trusted_proxy_the_forwarded_address_is_the_clients(settings:
     assert client_address(Request()) == "10.9.9.9"
     settings.SRBENCH_BEHIND_PROXY = True
     assert client_address(Request()) == "192.168.1.7"
+
+
+@pytest.mark.parametrize("url", ["/login/", "/admin/login/"])
+def test_a_user_name_longer_than_the_record_keeps_is_a_failed_sign_in_not_a_500(url: str) -> None:
+    """A user name of 300 characters reached Axes's record of the failure (a 255-character
+    column): "value too long", a 500 on both login pages (outside probe "ka", 2026-12-07). It is
+    an ordinary failed sign-in, recorded under its first 255 characters, and counted."""
+    client = Client(REMOTE_ADDR="10.0.0.9")
+    name = "n" * 300
+    response = login(client, name, "wrong", url)
+    assert response.status_code == 200 and not signed_in(client)
+    assert AccessFailureLog.objects.filter(username=name[:255]).count() == 1
+    assert AccessAttempt.objects.get(username=name[:255]).failures_since_start == 1
