@@ -53,6 +53,7 @@ from srbench.api import (
     Keyset,
     StrictFieldsSerializer,
     error_responses,
+    query_params_check,
     require_no_body_fields,
     require_object,
 )
@@ -69,6 +70,12 @@ CALL_PAGE = Keyset("after", default_limit=100, max_limit=selectors.MAX_DETAIL_PA
 EVENT_PAGE = Keyset(
     "after", default_limit=selectors.MAX_EVENT_PAGE, max_limit=selectors.MAX_EVENT_PAGE, key="seq"
 )
+# What each ledger list reads of its query string (DRF's `format` too); anything else — a
+# `target=` filter these lists do not have — is refused by name, never silently dropped.
+PAGE_PARAMS = ("after", "limit")
+RESULT_PARAMS = frozenset({*PAGE_PARAMS, "format"})
+CALL_PARAMS = frozenset({*PAGE_PARAMS, "active", "format"})
+EVENT_PARAMS = frozenset({*PAGE_PARAMS, "type", WAIT_PARAM, "format"})
 
 
 def plan_summary(frozen: Any) -> dict[str, Any]:
@@ -394,6 +401,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     )
     @action(detail=True, methods=["get"])
     def results(self, request: Request, pk: str | None = None) -> Response:
+        query_params_check(request.query_params, RESULT_PARAMS, PAGE_PARAMS)
         run = self.get_object()
         cells = selectors.results_page(
             run=run, after=RESULT_PAGE.cursor(request), limit=RESULT_PAGE.limit(request)
@@ -409,6 +417,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     )
     @action(detail=True, methods=["get"])
     def calls(self, request: Request, pk: str | None = None) -> Response:
+        query_params_check(request.query_params, CALL_PARAMS, (*PAGE_PARAMS, "active"))
         run = self.get_object()
         calls = selectors.calls_page(
             run=run,
@@ -448,6 +457,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str | None = None) -> Response:
         # ?wait= is validated here; runs.interfaces.events_wait, in front of this view, holds the request.
+        query_params_check(request.query_params, EVENT_PARAMS, (*PAGE_PARAMS, WAIT_PARAM))
         wait_param(request.query_params)
         run = self.get_object()
         events = selectors.events_page(
