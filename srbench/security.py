@@ -50,7 +50,7 @@ def client_username(request: Any, credentials: dict[str, Any] | None) -> str | N
     """The user name an attempt names, as Axes reads it (credentials first, then the form),
     cut to what its record keeps: a longer one (no account has it; ours are at most 150
     characters) was a 500 at the failure's insert instead of a failed sign-in."""
-    field = settings.AXES_USERNAME_FORM_FIELD
+    field = getattr(settings, "AXES_USERNAME_FORM_FIELD", "username")
     if credentials:
         name = credentials.get(field)
     else:

@@ -76,6 +76,8 @@ PAGE_PARAMS = ("after", "limit")
 RESULT_PARAMS = frozenset({*PAGE_PARAMS, "format"})
 CALL_PARAMS = frozenset({*PAGE_PARAMS, "active", "format"})
 EVENT_PARAMS = frozenset({*PAGE_PARAMS, "type", WAIT_PARAM, "format"})
+RUN_FILTERS = ("name", "model", "status", "mode", "profile")
+RUN_LIST_PARAMS = frozenset({"before", "limit", *RUN_FILTERS, "format"})
 
 
 def plan_summary(frozen: Any) -> dict[str, Any]:
@@ -340,11 +342,12 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(
         parameters=[
             *RUN_PAGE.parameters("cursor: runs with a smaller id"),
-            *[OpenApiParameter(p, str) for p in ("name", "model", "status", "mode", "profile")],
+            *[OpenApiParameter(p, str) for p in RUN_FILTERS],
         ],
         responses=RunPageSerializer,
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        query_params_check(request.query_params, RUN_LIST_PARAMS, ("before", "limit", *RUN_FILTERS))
         page, following = RUN_PAGE.rows(self.get_queryset(), request)
         return Response(
             {"results": RunSerializer(page, many=True).data, RUN_PAGE.next_field: following}

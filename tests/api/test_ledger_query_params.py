@@ -60,3 +60,17 @@ def test_what_they_read_still_works(setup, path, query):
     response = api.get(f"/api/v1/runs/{run.pk}/{path}/?{query}")
     assert response.status_code == 200, response.content
     assert "results" in response.json()
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [("search=router", "search"), ("ordering=-id", "ordering"), ("status=x&status=y", "status")],
+)
+def test_the_run_list_refuses_a_parameter_it_does_not_read(setup, query, named):
+    """`GET /api/v1/runs/?search=router` listed every run, the unknown parameter dropped."""
+    api, run = setup
+    response = api.get(f"/api/v1/runs/?{query}")
+    assert response.status_code == 400, response.content
+    assert named in response.json()["detail"]
+    listed = api.get("/api/v1/runs/?status=completed&limit=5&before=0&name=&mode=live")
+    assert listed.status_code == 200 and listed.json()["results"][0]["id"] == run.pk
