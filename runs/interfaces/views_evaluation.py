@@ -81,6 +81,14 @@ def _evaluation_form(request: HttpRequest, data: Any | None) -> EvaluationForm |
         profile = default_profile()
     if profile not in PROFILE_SPLIT:
         return None
+    asked = source.get("dataset")
+    if data is None and asked and dataset is None:
+        # The URL is the page's state and still renders; the link's dataset is not there.
+        messages.warning(
+            request,
+            f"No frozen dataset “{asked[:40]}”: the form shows the {profile} profile's prepared "
+            "benchmarks instead (Datasets lists the frozen ones).",
+        )
     split = PROFILE_SPLIT[profile]  # type: ignore[index]
     seeds = sorted(
         set(source_list(profile=profile, split=split).values_list("seed", flat=True)),
