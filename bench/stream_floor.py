@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -157,6 +158,12 @@ def unloaded_latency(port: int, calls: int = 5) -> float:
     return statistics.median(times)
 
 
+def _uvloop_run() -> Any:
+    import uvloop
+
+    return uvloop.run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cells", type=int, default=4096)
@@ -165,6 +172,14 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=50)
     parser.add_argument("--chunk-gap", type=float, default=0.016)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--loops",
+        nargs="+",
+        choices=("asyncio", "uvloop"),
+        default=["asyncio", "uvloop"],
+        help="the null client's event loops, each round in turn: the engine's (asyncio's "
+        "default) and uvloop's, the lightest this machine has",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="srbench-floor-"))
     config = work / "sim.toml"
@@ -190,12 +205,14 @@ def main() -> None:
         print(
             f"null client vs the lean server: N = {args.cells}, C = {args.concurrency}, "
             f"L = {latency:.3f} s (TTFT {args.ttft} s + {args.chunks} chunks {args.chunk_gap} s "
-            f"apart), ideal {ideal:.2f} s; {os.cpu_count()} cores"
+            f"apart), ideal {ideal:.2f} s; {os.cpu_count()} cores",
+            flush=True,
         )
-        for round_ in range(args.rounds):
+        for round_, loop_name in [(r, name) for r in range(args.rounds) for name in args.loops]:
             server_before, client_before = proc_cpu(server.pid), own_cpu()
             load_before = Path("/proc/loadavg").read_text().split()[0]
-            wall, reads = asyncio.run(drive(port, args.cells, args.concurrency))
+            runner = asyncio.run if loop_name == "asyncio" else _uvloop_run()
+            wall, reads = runner(drive(port, args.cells, args.concurrency))
             server_after, client_after = proc_cpu(server.pid), own_cpu()
             s_user, s_sys = (a - b for a, b in zip(server_after, server_before, strict=True))
             c_user, c_sys = (a - b for a, b in zip(client_after, client_before, strict=True))
@@ -203,14 +220,16 @@ def main() -> None:
             httpx.post(f"http://127.0.0.1:{port}/_sim/reset", timeout=10)
             late = stats["stream_late_ms"]
             print(
-                f"round {round_ + 1}: wall {wall:.2f} s -> efficiency {ideal / wall:.3f}; "
+                f"round {round_ + 1}, {loop_name}: wall {wall:.2f} s -> efficiency "
+                f"{ideal / wall:.3f}; "
                 f"{reads} reads for {stats['chat_requests']} streams; "
                 f"server CPU {s_user + s_sys:.2f} s (user {s_user:.2f}, system {s_sys:.2f}), "
                 f"null client CPU {c_user + c_sys:.2f} s (user {c_user:.2f}, system "
                 f"{c_sys:.2f}); cores the ideal wall would need for these two alone "
                 f"{(s_user + s_sys + c_user + c_sys) / ideal:.2f}; server lateness at a "
                 f"stream's end p50 / p90 {late['p50']:.1f} / {late['p90']:.1f} ms; load "
-                f"{load_before}"
+                f"{load_before}",
+                flush=True,
             )
     finally:
         server.kill()
