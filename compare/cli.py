@@ -15,6 +15,7 @@ import time
 import uuid
 from typing import Any
 
+from compare.headline import headline_sentence
 from runs.interfaces.rejudge_cli import rejudge_follow
 from runs.reporting.official_metrics import METRICS as OFFICIAL_METRICS
 from runs.reporting.official_metrics import metric_value_text
@@ -137,6 +138,8 @@ def compare(options: dict[str, Any]) -> int:
         )
         # THE verdict's reason (compare.verdict): the interval it read, the margin or why none.
         print(f"    {c['verdict']}: {c['verdict_reason']}")
+        # The headline question answered in one sentence, as the demo and the page say it.
+        print(f"    {headline_sentence(doc, c['target'], c['run'])}")
         if c["savings"]["subject_cost_unknown_reason"]:
             print(f"    {c['savings']['subject_cost_unknown_reason']}")
         if c["savings"]["caution"]:  # known savings that may be a gateway's estimate

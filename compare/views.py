@@ -35,6 +35,7 @@ from compare.cards import (
 from compare.charts import charts
 from compare.compatibility import run_comparison_problems
 from compare.forms import CompareForm, ids_format
+from compare.headline import headline_sentence
 from compare.results import STATEMENTS
 from compare.selectors import RunOption, baseline_options, candidate_options, comparable_pool
 from compare.services import CandidatesRefused, ComparisonError, comparison_compute
@@ -203,6 +204,7 @@ def _results(
     except ComparisonError as exc:
         return {"comparison_error": str(exc)}
     ordered = comparison.ordered
+    doc = comparison.as_dict()  # the API's document, which the headline sentence reads
     cards_page = Paginator(range(len(ordered)), CARDS_PER_PAGE).get_page(d["rpage"])
     query = {"baseline": baseline_id, "candidates": ids_format(selection)}
     if d["bt"]:
@@ -214,7 +216,12 @@ def _results(
         "refused": differences_rows(comparison.refused),
         "execution_differences": differences_rows(comparison.execution_differences),
         "cards_page": cards_page,
-        "cards": [card(i, ordered[i], comparison) for i in cards_page.object_list],
+        # Each card answers the headline question in the sentence the demo and the CLI print.
+        "cards": [
+            card(i, ordered[i], comparison)
+            | {"headline": headline_sentence(doc, ordered[i].entry.slug, ordered[i].entry.run.pk)}
+            for i in cards_page.object_list
+        ],
         "charts": charts(chart_points(comparison)),
         "legend": [legend_row(i, c, comparison) for i, c in enumerate(ordered)],
         "tied_links": [
@@ -225,5 +232,6 @@ def _results(
         "export_csv": f"{reverse('compare-export-csv')}?{urlencode(query)}",
         "export_json": f"{reverse('compare-export-json')}?{urlencode(query)}",
         "alpha_level": f"{1 - comparison.alpha:.0%}",
-        "family_level": level_text(1 - comparison.alpha / max(len(ordered), 1)),
+        # The level of the family-wise interval each row shows (the verdict's; one family).
+        "family_level": level_text(1 - ordered[0].paired.family_alpha) if ordered else "",
     }

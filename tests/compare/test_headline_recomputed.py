@@ -14,6 +14,7 @@ page's card, the CLI (`--json` and its table) and the headline sentence."""
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import math
@@ -249,3 +250,10 @@ def test_every_surface_states_the_recomputed_headline(client, capsys):
     assert f"on {r['n']:,} holdout questions" in sentence
     assert f"subject cost {_pct(r['savings'])} lower" in sentence
     assert f"cache-neutral {_pct(r['neutral_savings'])} lower" in sentence
+    # The same sentence on the Compare page's card and in the CLI's table (it was the demo's
+    # only: a newcomer comparing two runs had to assemble it from the figures).
+    card = re.search(
+        rf'<article class="result-card" id="card-{run.pk}-hr-router".*?</article>', page_text, re.S
+    ).group(0)
+    assert sentence in html.unescape(card)
+    assert f"    {sentence}" in cli_text.splitlines()
