@@ -42,15 +42,17 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from srbench.simulator.lean import FAKE_SERVERS  # noqa: E402
+
 DB = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/srbench_bench")
 BROKER = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/12")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 LEDGER_TABLES = ("runs_cell", "runs_call", "runs_callevidence", "runs_runevent")
 
 
-# The fake servers the bench can run (--server): both answer from the same config and answer
-# key with the same bytes per stream (tests/simulator/test_lean_server.py).
-SERVERS = {"simulator": "srbench.simulator", "lean": "srbench.simulator.lean"}
+# The fake servers the bench can run (--server; tests/simulator/test_lean_server.py).
+SERVERS = FAKE_SERVERS
 
 
 def free_port() -> int:

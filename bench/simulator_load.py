@@ -25,6 +25,8 @@ from pathlib import Path
 
 import httpx
 
+from srbench.simulator.lean import FAKE_SERVERS
+
 FIRST_TOKEN = re.compile(rb'"(?:reasoning_)?content":"[^"]')
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -131,12 +133,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--server",
-        choices=("simulator", "lean"),
+        choices=sorted(FAKE_SERVERS),
         default="simulator",
         help="the simulator, or the lean server sending its streams (srbench.simulator.lean)",
     )
     args = parser.parse_args()
-    module = {"simulator": "srbench.simulator", "lean": "srbench.simulator.lean"}[args.server]
+    module = FAKE_SERVERS[args.server]
 
     try:
         import uvloop

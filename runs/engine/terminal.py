@@ -248,34 +248,33 @@ class TerminalSession:
             commands_run=self.commands_run,
         )
 
-    def _planted_detail(self, planted: list[str]) -> dict[str, Any]:
-        """The grade detail of a session not verified because the agent left a module a test
-        script's Python would import at start-up (runs/engine/startup_plants.py)."""
+    def _unverified_detail(self, reason: str, **extra: Any) -> dict[str, Any]:
+        """The grade detail of a session whose test script did not run: `reason` as the
+        verifier's and the reward's source (public: runs/interfaces/public.py shows
+        `verifier_reason`), reward 0."""
         return {
             "grader": "terminal-bench",
             "version": TERMINAL_GRADER_VERSION,
-            "verifier_reason": STARTUP_MODULE_PLANTED,
+            "verifier_reason": reason,
             "verifier_exit_code": None,
             "verifier_output_tail": "",
             "commands_run": self.commands_run,
-            "reward_source": STARTUP_MODULE_PLANTED,
-            "startup_modules": planted[:20],
+            "reward_source": reason,
+            **extra,
         }
 
+    def _planted_detail(self, planted: list[str]) -> dict[str, Any]:
+        """Not verified: the agent left a module a test script's Python would import at
+        start-up (runs/engine/startup_plants.py)."""
+        return self._unverified_detail(STARTUP_MODULE_PLANTED, startup_modules=planted[:20])
+
     def _quota_detail(self) -> dict[str, Any]:
-        """The grade detail of a session that went past its disk budget: the reason is public
-        (runs/interfaces/public.py shows `verifier_reason`)."""
-        return {
-            "grader": "terminal-bench",
-            "version": TERMINAL_GRADER_VERSION,
-            "verifier_reason": DISK_QUOTA_EXCEEDED,
-            "verifier_exit_code": None,
-            "verifier_output_tail": "",
-            "commands_run": self.commands_run,
-            "reward_source": DISK_QUOTA_EXCEEDED,
-            "disk_quota_exceeded": True,
-            "disk_budget_mb": disk_budget_bytes(self.limits) / (1024 * 1024),
-        }
+        """Not verified: the session went past its disk budget."""
+        return self._unverified_detail(
+            DISK_QUOTA_EXCEEDED,
+            disk_quota_exceeded=True,
+            disk_budget_mb=disk_budget_bytes(self.limits) / (1024 * 1024),
+        )
 
 
 def reward_grade(

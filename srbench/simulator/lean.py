@@ -38,6 +38,9 @@ from srbench.simulator.server import (
     generate,
 )
 
+# The fake servers a load benchmark may run (`--server`), by name: the module to run with
+# `python -m`. Both answer from the same config with the same bytes per stream.
+FAKE_SERVERS = {"simulator": "srbench.simulator", "lean": "srbench.simulator.lean"}
 MAX_HEAD = 64 * 1024
 MAX_BODY = 16 * 1024 * 1024
 _CALL_ID = CALL_ID_HEADER.encode()
@@ -276,18 +279,7 @@ class _Connection(asyncio.Protocol):
         elif route == (b"GET", b"/_sim/stats"):
             self.write(_json_response(200, counters.as_json()))
         elif route == (b"GET", b"/_sim/streams"):
-            ends = {c: (last, due) for c, last, due in counters.stream_ends}
-            streams = [
-                {
-                    "call_id": c,
-                    "arrived_at": arrived,
-                    "first_delta_at": first,
-                    "last_delta_at": ends.get(c, (None, None))[0],
-                    "last_delta_due": ends.get(c, (None, None))[1],
-                }
-                for c, arrived, first in counters.stream_marks
-            ]
-            self.write(_json_response(200, {"streams": streams}))
+            self.write(_json_response(200, counters.streams_json()))
         elif route == (b"POST", b"/_sim/reset"):
             self.server.state.counters = Counters()
             self.server.state.cache.clear()

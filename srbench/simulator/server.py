@@ -131,6 +131,23 @@ class Counters:
     # (GET /_sim/arrivals, issue 34).
     call_arrivals: list[tuple[str, float]] = field(default_factory=list)
 
+    def streams_json(self) -> dict[str, Any]:
+        """Per stream that named its call: its arrival, first and last delta and the last's
+        due time, wall-clock (GET /_sim/streams)."""
+        ends = {call_id: (last, due) for call_id, last, due in self.stream_ends}
+        return {
+            "streams": [
+                {
+                    "call_id": call_id,
+                    "arrived_at": arrived,
+                    "first_delta_at": first,
+                    "last_delta_at": ends.get(call_id, (None, None))[0],
+                    "last_delta_due": ends.get(call_id, (None, None))[1],
+                }
+                for call_id, arrived, first in self.stream_marks
+            ]
+        }
+
     def as_json(self) -> dict[str, Any]:
         return {
             "stream_ttft_ms": _summary(self.stream_ttft_ms),
@@ -577,22 +594,7 @@ async def sim_stats(request: Request) -> Response:
 
 
 async def sim_streams(request: Request) -> Response:
-    counters = request.app.state.sim.counters
-    ends = {call_id: (last, due) for call_id, last, due in counters.stream_ends}
-    return JSONResponse(
-        {
-            "streams": [
-                {
-                    "call_id": call_id,
-                    "arrived_at": arrived,
-                    "first_delta_at": first,
-                    "last_delta_at": ends.get(call_id, (None, None))[0],
-                    "last_delta_due": ends.get(call_id, (None, None))[1],
-                }
-                for call_id, arrived, first in counters.stream_marks
-            ]
-        }
-    )
+    return JSONResponse(request.app.state.sim.counters.streams_json())
 
 
 async def sim_arrivals(request: Request) -> Response:

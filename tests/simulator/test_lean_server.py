@@ -130,7 +130,9 @@ def test_paced_and_kept_alive_with_counters(servers: dict[str, str]) -> None:
                 headers={"x-srbench-call-id": f"call-{n}"},
             ) as response:
                 assert response.status_code == 200
-                events = [line for line in response.iter_lines() if line.startswith("data: ")]
+                # SSE lines end at CR/LF only (iter_lines would also split at U+2028).
+                text = response.read().decode()
+                events = [line for line in text.split("\n") if line.startswith("data: ")]
             spans.append(time.monotonic() - started)
             assert events[-1] == "data: [DONE]"
             usage = json.loads(events[-2][6:])["usage"]
