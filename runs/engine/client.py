@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from runs.engine.transport import EnginePool, EngineTransport
+from runs.engine.transport import KEEPALIVE_EXPIRY_S, EnginePool, EngineTransport
 from srbench.canonical import json_text
 
 __all__ = ["EngineClient", "engine_client"]
@@ -67,10 +67,12 @@ class EngineClient(httpx.AsyncClient):
 
 def engine_client(*, timeout: httpx.Timeout, limits: httpx.Limits) -> EngineClient:
     """The engine's HTTP client. No proxies from the environment, no retries (a request that
-    left is never sent again)."""
+    left is never sent again); no connection reused after `KEEPALIVE_EXPIRY_S` idle, whatever
+    `limits` asks (httpx's default of 5 s is the very timeout of common model servers)."""
+    expiry = limits.keepalive_expiry
     pool = EnginePool(
         max_connections=limits.max_connections,
         max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry,
+        keepalive_expiry=KEEPALIVE_EXPIRY_S if expiry is None else min(expiry, KEEPALIVE_EXPIRY_S),
     )
     return EngineClient(timeout=timeout, transport=EngineTransport(pool))

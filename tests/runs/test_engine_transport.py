@@ -196,3 +196,75 @@ def test_the_send_gate_is_shut_for_a_cell_whose_claim_was_found_gone() -> None:
     asyncio.run(holder.lease_check(SimpleNamespace(cell_id=8)))  # type: ignore[arg-type]
     holder.lease_valid_until = time.monotonic() - 1  # past the leases' life: shut for all
     assert not kept_cell()
+
+
+def _crossing_server(close_after_s: float, advertise: bytes = b""):
+    """A keep-alive server whose idle close crosses the client's next request: a request read
+    on a connection idle for `close_after_s` or longer is dropped unanswered, as when the
+    server's close and the request pass each other on the wire. It answers `/n` with the
+    number of connections it has accepted."""
+    accepted = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        loop = asyncio.get_running_loop()
+        answered = None
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                if answered is not None and loop.time() - answered >= close_after_s:
+                    writer.close()
+                    return
+                body = str(accepted).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n%s"
+                    % (advertise, len(body), body)
+                )
+                await writer.drain()
+                answered = loop.time()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            return
+
+    return handler
+
+
+def test_a_connection_is_not_reused_where_a_5s_server_may_be_closing_it() -> None:
+    """The demo's run failed in CI with "server disconnected without a response" (stop 53):
+    the client reused connections for up to httpx's default 5 s, the very keep-alive of uvicorn
+    (vLLM, SGLang, LiteLLM, the test simulator). Here a 5 s server whose close reaches a loaded
+    client a second late drops a request on a connection idle for 4 s or more; a call after
+    4.2 s idle must go on a new connection and be answered."""
+
+    async def test(client: httpx.AsyncClient, base: str) -> None:
+        assert (await client.get(f"{base}/n")).text == "1"
+        await asyncio.sleep(0.3)
+        assert (await client.get(f"{base}/n")).text == "1"  # reused when fresh
+        await asyncio.sleep(4.2)
+        assert (await client.get(f"{base}/n")).text == "2"
+
+    serve(_crossing_server(4.0), test, timeout=httpx.Timeout(5.0))
+
+
+def test_a_servers_advertised_keep_alive_timeout_is_kept_with_a_margin() -> None:
+    """`Keep-Alive: timeout=2` (Apache sends one by default; RFC 9112 leaves it advisory):
+    a connection idle for 1.4 s is not reused, one idle for 0.1 s is; `timeout=1` or less is
+    not reused at all."""
+
+    async def test(client: httpx.AsyncClient, base: str) -> None:
+        assert (await client.get(f"{base}/n")).text == "1"
+        await asyncio.sleep(0.1)
+        assert (await client.get(f"{base}/n")).text == "1"
+        await asyncio.sleep(1.4)
+        assert (await client.get(f"{base}/n")).text == "2"
+
+    serve(
+        _crossing_server(1.2, b"Keep-Alive: timeout=2, max=100\r\n"),
+        test,
+        timeout=httpx.Timeout(5.0),
+    )
+
+    async def at_once(client: httpx.AsyncClient, base: str) -> None:
+        assert [(await client.get(f"{base}/n")).text for _ in range(3)] == ["1", "2", "3"]
+
+    serve(_crossing_server(60, b"Keep-Alive: timeout=1\r\n"), at_once, timeout=httpx.Timeout(5.0))
