@@ -16,6 +16,8 @@ from typing import Any
 
 import httpx
 
+from srbench.keepalive import KEEPALIVE_EXPIRY_S
+
 # Exit codes of every verb: 0 done, 1 the run ended but did not complete, 2 refused or failed
 # (one `error:` line), 3 the API stayed unreachable after the retries below — the server side
 # may have gone on (a run keeps running): the line says how to resume without repeating work.
@@ -210,7 +212,12 @@ class ApiClient:
         if url:
             if not token:
                 raise CliError("a remote --url needs --token or SRBENCH_TOKEN")
-            self.http = httpx.Client(base_url=url.rstrip("/") + "/api/v1/", timeout=timeout)
+            self.http = httpx.Client(
+                base_url=url.rstrip("/") + "/api/v1/",
+                timeout=timeout,
+                # A request that is not repeatable must not cross the server's idle close.
+                limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
+            )
             self.http.headers["Authorization"] = f"Token {token}"
         else:
             import logging

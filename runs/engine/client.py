@@ -19,8 +19,9 @@ from typing import Any
 
 import httpx
 
-from runs.engine.transport import KEEPALIVE_EXPIRY_S, EnginePool, EngineTransport
+from runs.engine.transport import EnginePool, EngineTransport
 from srbench.canonical import json_text
+from srbench.keepalive import KEEPALIVE_EXPIRY_S
 
 __all__ = ["EngineClient", "engine_client"]
 
@@ -68,7 +69,7 @@ class EngineClient(httpx.AsyncClient):
 def engine_client(*, timeout: httpx.Timeout, limits: httpx.Limits) -> EngineClient:
     """The engine's HTTP client. No proxies from the environment, no retries (a request that
     left is never sent again); no connection reused after `KEEPALIVE_EXPIRY_S` idle, whatever
-    `limits` asks (httpx's default of 5 s is the very timeout of common model servers)."""
+    `limits` asks (httpx's default of 5 s is the very idle timeout of common model servers)."""
     expiry = limits.keepalive_expiry
     pool = EnginePool(
         max_connections=limits.max_connections,

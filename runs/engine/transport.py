@@ -14,16 +14,9 @@ short or a malformed response; ``ReadError``/``WriteError`` for a broken connect
 ``ConnectError``/``ConnectTimeout`` when no connection could be made. A request is never sent
 twice: a pooled connection is handed out only idle, unexpired and not closed by its peer.
 
-Unexpired means idle for less than ``KEEPALIVE_EXPIRY_S`` and less than the server's own
-``Keep-Alive: timeout`` less a second. A server closes an idle connection on its own clock
-(uvicorn, and so vLLM and SGLang, after 5 s; llama.cpp's server and Node after 5 s; gunicorn,
-and so a proxy run under gunicorn's uvicorn workers, after 2 s);
-a request written on a connection whose close is already on its way is lost with "server
-disconnected without a response", and a call that left cannot be sent again. The client's
-idle clock starts when it has read the response's end, later than the server's, and a loaded
-worker notices a peer's close only when its loop gets round to it; reusing only well inside
-the common 2 and 5 s leaves time for both. A new loopback connection costs about 0.1 ms; TTFT
-counts from the request's send, after any connect.
+Unexpired means idle for less than ``srbench.keepalive.KEEPALIVE_EXPIRY_S`` (why: that
+module) and less than the server's own ``Keep-Alive: timeout`` less a second. TTFT counts from
+the request's send, after any connect.
 """
 
 from __future__ import annotations
@@ -46,8 +39,6 @@ MAX_CHUNK_LINE = 4096  # a chunk-size line with its extensions
 # A request's extension: a callable asked just before its bytes are written; False holds the
 # request (RequestHeld), which has then not left (the driver's lease check, runs/engine/calls.py).
 SEND_GATE = "srbench_send_gate"
-# The longest a connection is reused after its last response (see the module's docstring).
-KEEPALIVE_EXPIRY_S = 1.0
 # A server's advertised `Keep-Alive: timeout=N` is trusted for at most N less this margin.
 ADVERTISED_MARGIN_S = 1.0
 

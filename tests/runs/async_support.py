@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Awaitable, Callable, Coroutine
+import contextlib
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any
 
 import httpx
@@ -44,3 +46,64 @@ def serve(handler: Handler, test: Exchange, *, timeout: httpx.Timeout) -> None:
             server.close()
 
     run_on_own_loop(main())
+
+
+def crossing_server(close_after_s: float, advertise: bytes = b"") -> Handler:
+    """A keep-alive server whose idle close crosses the client's next request: a request read
+    on a connection idle for `close_after_s` or longer is dropped unanswered, as when the
+    server's close and the request pass each other on the wire. It answers any request with
+    the number of connections it has accepted."""
+    accepted = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        loop = asyncio.get_running_loop()
+        answered = None
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                for line in head.lower().split(b"\r\n"):
+                    if line.startswith(b"content-length:"):
+                        await reader.readexactly(int(line.split(b":")[1]))
+                if answered is not None and loop.time() - answered >= close_after_s:
+                    writer.close()
+                    return
+                body = str(accepted).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n%s"
+                    % (advertise, len(body), body)
+                )
+                await writer.drain()
+                answered = loop.time()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            return
+
+    return handler
+
+
+@contextlib.contextmanager
+def serving_in_thread(handler: Handler) -> Iterator[str]:
+    """An asyncio server answering with `handler` on 127.0.0.1, on a loop of its own in a
+    thread, for a synchronous client; yields its base URL."""
+    loop = asyncio.new_event_loop()
+    started: concurrent.futures.Future[asyncio.Server] = concurrent.futures.Future()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+
+        async def start() -> None:
+            started.set_result(await asyncio.start_server(handler, "127.0.0.1", 0))
+
+        loop.run_until_complete(start())
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    server = started.result(timeout=30)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        loop.call_soon_threadsafe(server.close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from runs.engine.client import engine_client
-from tests.runs.async_support import serve
+from tests.runs.async_support import crossing_server, serve
 
 
 async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -198,37 +198,6 @@ def test_the_send_gate_is_shut_for_a_cell_whose_claim_was_found_gone() -> None:
     assert not kept_cell()
 
 
-def _crossing_server(close_after_s: float, advertise: bytes = b""):
-    """A keep-alive server whose idle close crosses the client's next request: a request read
-    on a connection idle for `close_after_s` or longer is dropped unanswered, as when the
-    server's close and the request pass each other on the wire. It answers `/n` with the
-    number of connections it has accepted."""
-    accepted = 0
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal accepted
-        accepted += 1
-        loop = asyncio.get_running_loop()
-        answered = None
-        try:
-            while True:
-                await reader.readuntil(b"\r\n\r\n")
-                if answered is not None and loop.time() - answered >= close_after_s:
-                    writer.close()
-                    return
-                body = str(accepted).encode()
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n%s"
-                    % (advertise, len(body), body)
-                )
-                await writer.drain()
-                answered = loop.time()
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            return
-
-    return handler
-
-
 def test_a_connection_is_not_reused_where_a_server_may_be_closing_it() -> None:
     """The demo's run failed in CI with "server disconnected without a response" (stop 53):
     the client reused connections for up to httpx's default 5 s, the very keep-alive of uvicorn
@@ -243,7 +212,7 @@ def test_a_connection_is_not_reused_where_a_server_may_be_closing_it() -> None:
         await asyncio.sleep(4.2)
         assert (await client.get(f"{base}/n")).text == "2"
 
-    serve(_crossing_server(4.0), test, timeout=httpx.Timeout(5.0))
+    serve(crossing_server(4.0), test, timeout=httpx.Timeout(5.0))
 
     async def gunicorn(client: httpx.AsyncClient, base: str) -> None:
         assert (await client.get(f"{base}/n")).text == "1"
@@ -251,7 +220,7 @@ def test_a_connection_is_not_reused_where_a_server_may_be_closing_it() -> None:
         assert (await client.get(f"{base}/n")).text == "2"
 
     # gunicorn's 2 s keep-alive (also under its uvicorn workers), seen half a second late.
-    serve(_crossing_server(1.5), gunicorn, timeout=httpx.Timeout(5.0))
+    serve(crossing_server(1.5), gunicorn, timeout=httpx.Timeout(5.0))
 
 
 def test_a_servers_advertised_keep_alive_timeout_is_kept_with_a_margin() -> None:
@@ -267,7 +236,7 @@ def test_a_servers_advertised_keep_alive_timeout_is_kept_with_a_margin() -> None
         assert (await client.get(f"{base}/n")).text == "2"
 
     serve(
-        _crossing_server(1.2, b"Keep-Alive: timeout=2, max=100\r\n"),
+        crossing_server(1.2, b"Keep-Alive: timeout=2, max=100\r\n"),
         test,
         timeout=httpx.Timeout(5.0),
     )
@@ -275,4 +244,4 @@ def test_a_servers_advertised_keep_alive_timeout_is_kept_with_a_margin() -> None
     async def at_once(client: httpx.AsyncClient, base: str) -> None:
         assert [(await client.get(f"{base}/n")).text for _ in range(3)] == ["1", "2", "3"]
 
-    serve(_crossing_server(60, b"Keep-Alive: timeout=1\r\n"), at_once, timeout=httpx.Timeout(5.0))
+    serve(crossing_server(60, b"Keep-Alive: timeout=1\r\n"), at_once, timeout=httpx.Timeout(5.0))
