@@ -49,6 +49,15 @@ def _demo_run(tmp_path, packaged):
     return data, run
 
 
+def _failed_calls(run) -> list[tuple[str, str, str]]:
+    """What a failed run's failed calls said (target, code, error): its stop reason names only
+    the first code."""
+    from runs.models import Call
+
+    calls = Call.objects.filter(cell__run=run).exclude(error_code="")
+    return list(calls.values_list("target__slug", "error_code", "error")[:5])
+
+
 def _strong_correct_as_rolled(run) -> dict[str, int]:
     """Every graded code, grid and agent cell of the strong model is right exactly when the
     simulator's roll says so (computed here from the seed, the model's accuracy and the
@@ -100,7 +109,11 @@ def test_the_demo_evaluates_packaged_data_and_prints_the_subset_with_what_is_mis
     assert data.origins["livecodebench"] == data.origins["terminal-bench"] == "bundled fixture"
     # Packaged SciCode problems have no targets here, so the demo does not invent any.
     assert scicode_test_data(tmp_path, data) is None
-    assert run.status == "completed", (run.stop_reason, celery_worker.warnings())
+    assert run.status == "completed", (
+        run.stop_reason,
+        _failed_calls(run),
+        celery_worker.warnings(),
+    )
 
     report = run_report(run=run)
     not_run = {e["benchmark"]: e for e in report["not_run"]}
@@ -175,7 +188,11 @@ def test_with_scicode_targets_at_hand_all_nine_run_and_the_demo_prints_the_sr_be
     assert data.origins["scicode"] == "bundled fixture"
     assert str(scicode_test_data(tmp_path, data)) == scicode_targets
     _, run = _demo_run(tmp_path, ("arc", "tau3"))
-    assert run.status == "completed", (run.stop_reason, celery_worker.warnings())
+    assert run.status == "completed", (
+        run.stop_reason,
+        _failed_calls(run),
+        celery_worker.warnings(),
+    )
     report = run_report(run=run)
     assert report["not_run"] == []
     strong = _strong_correct_as_rolled(run)
