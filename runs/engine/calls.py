@@ -36,6 +36,7 @@ from runs.engine.sse import SSEError
 from runs.engine.transport import RequestHeld
 from runs.ledger.accounting import (
     CALL_USAGE_COLUMNS,
+    HTTP_ERROR_BODY_CAP,
     NOT_SENT_ERROR,
     worst_case_call_cost,
 )
@@ -61,9 +62,8 @@ KEPT_HEADER_PREFIXES = (
 REPETITION_MIN_BLOCK = 64
 REPETITION_REPEATS = 8
 REPETITION_CHECK_BYTES = 8192
-# An HTTP error body is read to its end up to this size; a call whose bytes_received exceeds it
-# was cut short (recovery then treats its outcome as not fully known).
-HTTP_ERROR_BODY_CAP = 65536
+# An HTTP error body is read to its end up to HTTP_ERROR_BODY_CAP (runs.ledger.accounting, whose
+# rule for a failure's cost reads it); a call whose bytes_received exceeds it was cut short.
 # Fault injection for the kill trials (tests/chaos/test_kill_after_calls.py), never set in
 # production: a comma-separated list of benchmarks. The worker SIGKILLs itself when it is about
 # to finish a cell of one of them — every call of the cell is committed, its grade is not.

@@ -24,11 +24,16 @@ from runs.ledger.usage import (
     usage_buckets,
     usage_buckets_explained,
 )
+from runs.models import CallStatus
 from srbench.money import price_places_error
 
 __all__ = [
     "CALL_USAGE_COLUMNS",
     "CostOutcome",
+    "ERRORS_NOT_BILLED_TEXT",
+    "HTTP_ERROR_BODY_CAP",
+    "KnownFailure",
+    "NO_CALL_SENT_NOTE",
     "KnownSum",
     "NO_STREAM_USAGE_NOTE",
     "NO_STREAM_USAGE_REMEDY",
@@ -37,6 +42,11 @@ __all__ = [
     "CallAccounting",
     "cache_neutral_cost",
     "call_accounting",
+    "errors_billed_by_target",
+    "errors_not_billed_reason",
+    "errors_not_billed_words",
+    "http_error_before_stream",
+    "known_failure_unbilled",
     "call_cost",
     "GATEWAY_ANSWERED_HEADER",
     "GATEWAY_ESTIMATE_NOTE",
@@ -209,6 +219,100 @@ NOT_SENT_USAGE: dict[str, Any] = {
     "cache_neutral_cost_usd": Decimal(0),
     "cost_note": NOT_SENT_NOTE,
 }
+
+
+# A known failure: the server answered with a complete HTTP 4xx/5xx response before any stream
+# byte (error_code ``http_<status>``, the error body read to its end, at most this many bytes:
+# the engine stops reading there, runs/engine/calls.py). It has no usage, so its ledger cost is
+# null. Whether it cost anything is the target's terms, frozen into the run's plan from its
+# registry entry (`Target.errors_billed`, migration runs/0005): when they say error responses
+# are not billed, its effective cost is a known 0 — on every surface (report, live results,
+# comparisons, exports, recovery), by `known_failure_unbilled` alone, applied where the
+# effective costs are read (runs.reporting.reconcile `known_failures`), and always with the
+# assumption said beside the figure (`ERRORS_NOT_BILLED_TEXT`). Its tokens stay unknown: the
+# terms say what is billed, not what the server used. Anything else unknown stays unknown: a
+# target that bills errors or whose plan predates the field, a body cut at the cap, a router
+# that reports internal inference calls, a timeout or a cut stream after the request left.
+HTTP_ERROR_BODY_CAP = 65536
+ERRORS_NOT_BILLED_TEXT = "assumes {target} does not bill error responses (errors_billed = false)"
+
+
+class KnownFailure(NamedTuple):
+    """The ledger's columns of one failed call that the rule reads."""
+
+    status: str
+    http_status: int | None
+    error_code: str
+    bytes_received: int
+    inference_call_count: int | None
+
+
+def http_error_before_stream(call: KnownFailure) -> bool:
+    """A known failure: a complete HTTP 4xx/5xx answer before any stream byte. The engine
+    records such a call ``failed`` with error_code ``http_<status>``, and only when the error
+    body was read to its end (a body cut off at the cap, a disconnect or a timeout while reading
+    it gets another code or more bytes). A router that reports internal inference calls in its
+    error response did work that may be billed."""
+    status = call.http_status
+    return (
+        call.status == CallStatus.FAILED
+        and status is not None
+        and 400 <= status <= 599
+        and call.error_code == f"http_{status}"
+        and call.bytes_received <= HTTP_ERROR_BODY_CAP
+        and not call.inference_call_count
+    )
+
+
+def known_failure_unbilled(call: KnownFailure, errors_billed: bool | None) -> bool:
+    """The one rule of a failed call's cost without usage: a known failure at a target whose
+    frozen ``errors_billed`` is false cost a known 0. ``errors_billed`` None (a plan frozen
+    before the field existed) counts as billing: the cost stays unknown."""
+    return errors_billed is False and http_error_before_stream(call)
+
+
+def errors_billed_by_target(manifest: Mapping[str, Any]) -> dict[str, bool | None]:
+    """Whether each target of a run (subject, judge, user simulator) bills error responses, as
+    frozen in the run's plan (None: the plan predates the field)."""
+    snapshots = [
+        *manifest.get("targets", []),
+        *(manifest.get("judges") or {}).values(),
+        *(manifest.get("simulators") or {}).values(),
+    ]
+    return {s["slug"]: s.get("errors_billed") for s in snapshots}
+
+
+def errors_not_billed_words(targets: Iterable[str]) -> str | None:
+    """The billing assumption behind a zero counted for these targets' error responses, in
+    words (None: no zero was assumed)."""
+    names = sorted(set(targets))
+    if not names:
+        return None
+    return "; ".join(ERRORS_NOT_BILLED_TEXT.format(target=t) for t in names)
+
+
+def errors_not_billed_reason(
+    calls: int, role_calls: int | None, role: str, targets: Iterable[str]
+) -> str | None:
+    """Why a target's calls of ``role`` that failed with an HTTP error before any stream byte
+    count as $0 and leave its tokens unknown (None when there is no such call): said once per
+    target and role, by the report, beside the figures that count them."""
+    if not calls:
+        return None
+    return (
+        f"{calls} of {role_calls or calls} {role} calls failed with an HTTP error before any "
+        f"stream byte and are counted as $0 ({errors_not_billed_words(targets)}); "
+        "their tokens are unknown"
+    )
+
+
+# A target that no call was sent to in a run (none dispatched: a budget that admitted none of
+# its worst cases, a run stopped first): nothing left this machine for it, so its known cost is
+# a known $0, never unknown. Its cost over the planned cells stays unknown (nothing answered).
+NO_CALL_SENT_NOTE = (
+    "no call was sent to this target, so nothing was spent on it: its known cost is $0; "
+    "its tokens and its cost over the planned cells are unknown (nothing was answered)"
+)
 
 
 # A gateway that re-sends a request on its own (LiteLLM's proxy retries a failed upstream call

@@ -499,7 +499,18 @@ class Call(models.Model):
     objects = CallQuerySet.as_manager()
 
     class Meta:
-        indexes = [models.Index(fields=["status"]), models.Index(fields=["cell", "role"])]
+        indexes = [
+            models.Index(fields=["status"]),
+            models.Index(fields=["cell", "role"]),
+            # The known failures whose cost the accounting rule decides
+            # (runs.reporting.reconcile.known_failures): read on every view of a running run's
+            # results, a few rows whatever the run's size.
+            models.Index(
+                fields=["cell"],
+                condition=Q(status=CallStatus.FAILED, http_status__gte=400, cost_usd__isnull=True),
+                name="call_http_error_cost_unknown",
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["cell", "role", "sequence"], name="call_unique_sequence"

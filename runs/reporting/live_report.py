@@ -44,7 +44,7 @@ from runs.models import (
     UsageCorrection,
 )
 from runs.models.live import CELL_SUM_FIELDS
-from runs.reporting.reconcile import NOTE_COUNTS
+from runs.reporting.reconcile import NOTE_COUNTS, RunKnownFailure, known_failures
 from runs.reporting.report import (
     CELL_STATES,
     ReportBatch,
@@ -56,6 +56,7 @@ from runs.reporting.report import (
     report_from_batch,
     run_report_settled_compute,
     timing_shown,
+    unbilled_failures,
 )
 from runs.reporting.report_spend import BUCKETS
 from runs.reporting.report_types import Counts, Report
@@ -105,6 +106,8 @@ def run_report_live_compute(*, run: Run) -> ResultsReport:
     head = refreshed_head(run)
     counts, missing = _live_counts(head.pk)
     sums, spend, seconds, notes = _live_call_sums(head.pk)
+    failures = known_failures(run_ids=[head.pk])
+    _count_unbilled(sums, spend, failures)
     slugs = dict(Target.objects.filter(pk__in={t for _, t, _ in counts}).values_list("pk", "slug"))
     target_ids = {(head.pk, slugs[tid]): tid for _, tid, _ in counts}
     figures, at = _snapshot(head)
@@ -129,6 +132,7 @@ def run_report_live_compute(*, run: Run) -> ResultsReport:
         spend=spend,
         official={},  # the official scorers: given when the run has ended
         notes=notes,  # the gateway's notes, counted as they land (migration 0025)
+        unbilled=unbilled_failures(failures),
     )
     return ResultsReport(report_from_batch(head, batch), live=True, snapshot_at=at)
 
@@ -218,6 +222,34 @@ def _live_call_sums(run_id: int) -> tuple[dict, dict, dict, dict]:
         if any(counts.values()):
             notes[key] = counts
     return sums, run_spend, seconds, notes
+
+
+def _count_unbilled(
+    sums: dict[tuple[int, int, str], dict[str, Any]],
+    spend: dict[int, dict[str, Any]],
+    failures: list[RunKnownFailure],
+) -> None:
+    """The trigger-kept sums hold the ledger's null cost of a known failure; the effective
+    cost every other reader sums is a known 0 when its target's frozen terms do not bill
+    errors (`runs.ledger.accounting.known_failure_unbilled`): counted so here too, so a call
+    has the same cost while the run runs as after."""
+    for f in failures:
+        if not f.unbilled:
+            continue
+        role = sums.get((f.run_id, f.target_id, f.role))
+        if role is not None:
+            role["cost_unknown"] -= 1
+            role["neutral_unknown"] -= 1
+            role["cost"] = role["cost"] if role["cost"] is not None else Decimal(0)
+            role["neutral"] = role["neutral"] if role["neutral"] is not None else Decimal(0)
+        run = spend.get(f.run_id)
+        if run is not None:  # a failed call is waste (WASTE_CALL_STATUSES)
+            run["unknown"] -= 1
+            run["waste_unknown"] -= 1
+            run["known"] = run["known"] if run["known"] is not None else Decimal(0)
+            run["waste_known"] = (
+                run["waste_known"] if run["waste_known"] is not None else Decimal(0)
+            )
 
 
 def snapshot_keep(*, run_id: int) -> datetime | None:

@@ -15,10 +15,10 @@ import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from django.db import connection, transaction
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q
 
 from runs.engine.sse import ChatStreamAccumulator, SSEError, decode_sse
 from runs.ledger.accounting import (
@@ -31,8 +31,12 @@ from runs.ledger.accounting import (
     NOT_SENT_NOTE,
     NOT_SENT_USAGE,
     STREAM_USAGE_ESTIMATE_KEY,
+    KnownFailure,
     PriceError,
     call_accounting,
+    errors_billed_by_target,
+    http_error_before_stream,
+    known_failure_unbilled,
     sum_known,
 )
 from runs.ledger.corrections import version_append, version_appended
@@ -53,6 +57,7 @@ __all__ = [
     "cost_note_counts",
     "effective_call_sums",
     "effective_cell_costs",
+    "known_failures",
     "latest_corrections",
     "usage_reconcile",
 ]
@@ -349,15 +354,81 @@ def _entries_sql() -> str:
     )
 
 
-def _effective_calls_sql(run_ids: Sequence[int]) -> tuple[str, list[int]]:
+class RunKnownFailure(NamedTuple):
+    """A failed call of a run answered with an HTTP error before any stream byte
+    (`runs.ledger.accounting.http_error_before_stream`): where it is (its cell, the cell's
+    target, its role), whose terms apply (``slug``, the call's own target: a judge's for a judge
+    call) and whether those terms make it a known $0 (``unbilled``)."""
+
+    call_id: int
+    run_id: int
+    cell_id: int
+    target_id: int
+    role: str
+    slug: str
+    unbilled: bool
+
+
+def known_failures(*, run_ids: Sequence[int]) -> list[RunKnownFailure]:
+    """The runs' known failures, each judged by `runs.ledger.accounting.known_failure_unbilled`
+    with its target's ``errors_billed`` frozen in that run's plan. The effective costs every
+    reader sums (`_effective_calls_sql`), the live results and recovery all take the $0 from
+    here, so one call has one cost everywhere."""
+    if not run_ids:
+        return []
+    terms = {
+        pk: errors_billed_by_target(
+            {"targets": targets or [], "judges": judges or {}, "simulators": simulators or {}}
+        )
+        for pk, targets, judges, simulators in Run.objects.filter(pk__in=run_ids).values_list(
+            "pk", F("manifest__targets"), F("manifest__judges"), F("manifest__simulators")
+        )
+    }
+    rows = Call.objects.filter(
+        cell__run_id__in=run_ids,
+        status=CallStatus.FAILED,
+        http_status__gte=400,
+        cost_usd__isnull=True,
+    ).values_list(
+        "pk",
+        "cell__run_id",
+        "cell_id",
+        "cell__target_id",
+        "role",
+        "target__slug",
+        "status",
+        "http_status",
+        "error_code",
+        "bytes_received",
+        "inference_call_count",
+    )
+    out = []
+    for pk, run_id, cell_id, target_id, role, slug, status, http, code, received, n in rows:
+        failure = KnownFailure(status, http, code, received, n)
+        if http_error_before_stream(failure):
+            unbilled = known_failure_unbilled(failure, terms[run_id].get(slug))
+            out.append(RunKnownFailure(pk, run_id, cell_id, target_id, role, slug, unbilled))
+    return out
+
+
+def _effective_calls_sql(run_ids: Sequence[int]) -> tuple[str, list[Any]]:
     """The ``WITH`` clause that defines ``eff``: one row per call of the runs with its effective
-    buckets and costs (run_id, target_id of the cell, cell_id, role, status, buckets, costs)."""
+    buckets and costs (run_id, target_id of the cell, cell_id, role, status, buckets, costs).
+    A call's costs are those of the latest correction's entry for it, else its row's; a known
+    failure its target does not bill (`known_failures`) costs a known 0, cache-neutrally too,
+    and keeps its unknown tokens."""
     call_t, cell_t = Call._meta.db_table, Cell._meta.db_table
     correction_t = UsageCorrection._meta.db_table
     marks = ", ".join(["%s"] * len(run_ids))
+    unbilled = [f.call_id for f in known_failures(run_ids=run_ids) if f.unbilled]
     effective = ",\n".join(
         f"CASE WHEN e.call_id IS NULL THEN c.{col} ELSE e.{col} END AS {col}"
-        for col in (*BUCKET_COLUMNS, *MONEY_COLUMNS)
+        for col in BUCKET_COLUMNS
+    )
+    effective += ",\n" + ",\n".join(
+        f"CASE WHEN c.id = ANY(%s::bigint[]) THEN 0 "
+        f"WHEN e.call_id IS NULL THEN c.{col} ELSE e.{col} END AS {col}"
+        for col in MONEY_COLUMNS
     )
     sql = f"""
         WITH latest AS (
@@ -372,7 +443,7 @@ def _effective_calls_sql(run_ids: Sequence[int]) -> tuple[str, list[int]]:
             LEFT JOIN entries e ON e.call_id = c.id
             WHERE cell.run_id IN ({marks})
         )"""
-    return sql, [*run_ids, *run_ids]
+    return sql, [*run_ids, *[unbilled] * len(MONEY_COLUMNS), *run_ids]
 
 
 GroupBy = Literal["target_role", "cell_role"]
@@ -383,6 +454,17 @@ NO_CALL_SUMS: dict[str, Any] = {
     **dict.fromkeys(BUCKET_COLUMNS, 0),
     "cost": Decimal(0),
     "neutral": Decimal(0),
+}
+
+
+# `effective_run_spend`'s row of a run that sent no call: nothing spent, a known 0, nothing
+# wasted.
+NO_CALL_SPEND: dict[str, Any] = {
+    "known": Decimal(0),
+    "unknown": 0,
+    "waste_known": None,
+    "waste_unknown": 0,
+    "waste_calls": 0,
 }
 
 

@@ -23,14 +23,18 @@ from django.db.models import Count, Q
 
 from datasets.benchmarks import ADAPTERS
 from datasets.provenance import UNKNOWN
+from runs.ledger.accounting import NO_CALL_SENT_NOTE
 from runs.ledger.selectors import manifest_head, run_settled_fingerprint, runs_data_provenance
 from runs.models import Call, CallStatus, Cell, CellStatus, Run, RunReport, RunStatus, Target
 from runs.reporting.official_report import official_sections
 from runs.reporting.reconcile import (
+    NO_CALL_SPEND,
     NO_CALL_SUMS,
+    RunKnownFailure,
     cost_note_counts,
     effective_call_sums,
     effective_run_spend,
+    known_failures,
     latest_corrections,
 )
 from runs.reporting.report_spend import (
@@ -63,8 +67,10 @@ from srbench.stats import accuracy, weighted_quality, wilson_interval
 # estimate counted and said per target, a caution where an unchecked gateway answered; v9: a
 # target's empty answers counted and said; v10: calls of unknown cost for a reason not named
 # before, subject, judge or simulator, counted and said in the usage reason; the cache-neutral
-# reason names a stream without usage).
-REPORT_CACHE_VERSION = "v10"
+# reason names a stream without usage; v11: an HTTP error before any stream byte at a target
+# whose frozen errors_billed is false costs a known $0, said in the usage reason, and a target
+# no call was sent to has a known $0, as has a run that sent none).
+REPORT_CACHE_VERSION = "v11"
 # pg_advisory_xact_lock(class, run id): one computation of a settled run's stored report at a
 # time (`run_report_settled_compute`).
 REPORT_LOCK_CLASS = 38001
@@ -363,6 +369,9 @@ class ReportBatch:
     notes: dict[tuple[int, int, str], dict[str, int]] | None = None
     # Per (run, target): completed subject answers that are empty (`_empty_answers`).
     empty: dict[tuple[int, int], int] | None = None
+    # Per (run, target of the cell, role): the known failures counted as $0 by their targets'
+    # frozen terms, and those targets (`unbilled_failures`), said in the usage reason.
+    unbilled: dict[tuple[int, int, str], tuple[int, frozenset[str]]] | None = None
 
     @classmethod
     def read(cls, runs: list[Run]) -> ReportBatch:
@@ -387,7 +396,22 @@ class ReportBatch:
             provenance=runs_data_provenance(runs),
             notes=cost_note_counts(run_ids=run_ids),
             empty=_empty_answers(run_ids),
+            unbilled=unbilled_failures(known_failures(run_ids=run_ids)),
         )
+
+
+def unbilled_failures(
+    failures: list[RunKnownFailure],
+) -> dict[tuple[int, int, str], tuple[int, frozenset[str]]]:
+    """Per (run, target of the cell, role): how many known failures count as a known $0
+    (`runs.ledger.accounting.known_failure_unbilled`) and whose terms said so."""
+    counts: dict[tuple[int, int, str], int] = defaultdict(int)
+    slugs: dict[tuple[int, int, str], set[str]] = defaultdict(set)
+    for f in failures:
+        if f.unbilled:
+            counts[(f.run_id, f.target_id, f.role)] += 1
+            slugs[(f.run_id, f.target_id, f.role)].add(f.slug)
+    return {key: (n, frozenset(slugs[key])) for key, n in counts.items()}
 
 
 def _target_report(
@@ -400,7 +424,13 @@ def _target_report(
     by_role = {role: s for (r, t, role), s in batch.sums.items() if r == run.pk and t == tid}
     # A re-judge child never calls the subject (its answers are `answers_of`'s): a known $0.
     no_subject = bool(run.manifest.get("rejudge"))
-    by_role = {"subject": NO_CALL_SUMS, **by_role} if no_subject else by_role
+    # Nothing sent costs nothing: a target no call was sent to has a known $0 (its cost over
+    # the planned cells stays unknown: none of them is complete).
+    no_call = not by_role and not no_subject and run.mode != Run.Mode.PREVIEW
+    by_role = {"subject": NO_CALL_SUMS, **by_role} if no_subject or no_call else by_role
+    unbilled = {
+        role: v for (r, t, role), v in (batch.unbilled or {}).items() if r == run.pk and t == tid
+    }
     timings = batch.timings.get((run.pk, tid), {})
     notes = {role: n for (r, t, role), n in (batch.notes or {}).items() if r == run.pk and t == tid}
     resent = {role: n["gateway_resent"] for role, n in notes.items()}
@@ -431,7 +461,9 @@ def _target_report(
         ),
         **{k: timings.get(k) for k in TIMING_FIELDS},
         official=batch.official.get((run.pk, snapshot["slug"])),
-        usage_unknown_reason=usage_unknown_reason(snapshot, notes, by_role, ended=run.is_terminal),
+        usage_unknown_reason=NO_CALL_SENT_NOTE
+        if no_call
+        else usage_unknown_reason(snapshot, notes, by_role, unbilled, ended=run.is_terminal),
         usage_caution=usage_caution(snapshot, notes, by_role),
         empty_answers=empty,
         empty_answers_note=empty_answers_note(empty),
@@ -644,7 +676,8 @@ def report_from_batch(run: Run, batch: ReportBatch) -> Report:
         usage_correction=Correction.of(batch.corrections.get(run.pk)),
         spend=run_spend(
             targets,
-            batch.spend.get(run.pk),
+            # A run that sent no call spent nothing (a preview answered nothing: no figure).
+            batch.spend.get(run.pk, None if run.mode == Run.Mode.PREVIEW else NO_CALL_SPEND),
             run.is_terminal,
             sum(
                 n["gateway_resent"]

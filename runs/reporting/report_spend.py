@@ -11,6 +11,7 @@ from typing import Any
 from runs.ledger.accounting import (
     STREAM_USAGE_CHECKED_KEY,
     STREAM_USAGE_ESTIMATE_KEY,
+    errors_not_billed_reason,
     gateway_estimate_reason,
     gateway_resent_reason,
     gateway_unchecked_caution,
@@ -88,13 +89,16 @@ def usage_unknown_reason(
     snapshot: dict[str, Any],
     notes: dict[str, dict[str, int]],
     by_role: dict[str, Any],
+    unbilled: dict[str, tuple[int, frozenset[str]]] | None = None,
     *,
     ended: bool = True,
 ) -> str | None:
     """The target's reasons why tokens and cost are unknown or known only at least, each said
     once, in `runs.ledger.accounting`'s words; None when there is none. Calls of unknown cost
     for another reason than those named are counted once the run has ended (``ended``): before,
-    a call in flight has no cost yet and is no such call."""
+    a call in flight has no cost yet and is no such call. ``unbilled`` (per role): the known
+    failures counted as $0 by their targets' frozen terms and those targets, whose assumption
+    is said beside the figures that count them."""
     subject = notes.get("subject", {})
     subject_calls = by_role.get("subject", {}).get("calls")
     no_usage = subject.get("no_stream_usage", 0)
@@ -119,6 +123,15 @@ def usage_unknown_reason(
                 role,
             )
             for role in ("judge", "simulator")
+        ),
+        *(
+            errors_not_billed_reason(
+                (unbilled or {}).get(role, (0, frozenset()))[0],
+                by_role.get(role, {}).get("calls"),
+                role,
+                (unbilled or {}).get(role, (0, frozenset()))[1],
+            )
+            for role in ("subject", "judge", "simulator")
         ),
         *(
             gateway_resent_reason(

@@ -35,6 +35,7 @@ from django.utils import timezone
 from runs.engine import doorbell
 from runs.engine.finish import calls_settle_unheld
 from runs.engine.reaper import ledger_reap
+from runs.ledger.accounting import errors_not_billed_words
 from runs.ledger.idempotency import IdempotencyKey, IdempotencyKeyReused
 from runs.models import Cell, CellStatus, RecoveryClaim, RecoveryRequest, Run
 from runs.settlement import rejudge
@@ -48,7 +49,6 @@ from runs.settlement.recovery_rules import (
     REJUDGE_NEW_ATTEMPT_TEXT,
     awaits_judge,
     cell_rows,
-    errors_not_billed_words,
     exclusion,
     judge_only_hint,
     judge_only_why,

@@ -5,14 +5,12 @@ build the reviewed plan. Reads only."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, NamedTuple
 
 from django.db.models import Count, Q
 
 from datasets.benchmarks import get_adapter
-from runs.engine.calls import HTTP_ERROR_BODY_CAP
 from runs.engine.finish import EPISODE_INTERRUPTED, LEGACY_SETTLED_ERROR, single_answer
 from runs.models import (
     OPEN_CALL_STATUSES,
@@ -24,7 +22,7 @@ from runs.models import (
     Run,
     RunSummary,
 )
-from runs.reporting.reconcile import effective_call_sums
+from runs.reporting.reconcile import effective_call_sums, known_failures
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
 
 AMBIGUOUS_CALL_STATUSES = (*OPEN_CALL_STATUSES, CallStatus.SENT_UNKNOWN)
@@ -73,7 +71,6 @@ JUDGE_ONLY_HINT = (
     " — review mode 'judge_only': one judge call over the stored answer, no subject call, its "
     "worst case quoted and confirmed up front"
 )
-ERRORS_NOT_BILLED_TEXT = "assumes {target} does not bill error responses (errors_billed = false)"
 
 # A whole-plan refusal, not a cell's exclusion: failed mode of a re-judge child
 # (runs/settlement/recovery.py `_check_rejudge_mode`).
@@ -86,75 +83,21 @@ REJUDGE_NEW_ATTEMPT_TEXT = (
 )
 
 
-def http_error_before_stream(call: Mapping[str, Any]) -> bool:
-    """A known failure: the server answered with a complete HTTP 4xx/5xx response before any
-    stream byte. The engine records such a call as `failed` with error_code ``http_<status>``
-    and only when the error body was read to its end (a body cut off at the cap, a disconnect
-    or a timeout while reading it gets another code or more bytes). A router that reports
-    internal inference calls in its error response did work that may be billed."""
-    status = call["http_status"]
-    return (
-        call["status"] == CallStatus.FAILED
-        and status is not None
-        and 400 <= status <= 599
-        and call["error_code"] == f"http_{status}"
-        and call["bytes_received"] <= HTTP_ERROR_BODY_CAP
-        and not call["inference_call_count"]
-    )
-
-
-def _errors_billed(manifest: Mapping[str, Any]) -> dict[str, bool | None]:
-    """Whether each target bills error responses, as frozen in the run's plan (None: the plan
-    predates the field, so the rule is unknown and treated as billed)."""
-    snapshots = [
-        *manifest.get("targets", []),
-        *manifest.get("judges", {}).values(),
-        *manifest.get("simulators", {}).values(),
-    ]
-    return {s["slug"]: s.get("errors_billed") for s in snapshots}
-
-
-def _known_failures(
-    run: Run,
-) -> tuple[Counter[tuple[int, str]], Counter[int], dict[int, set[str]]]:
-    """Per (cell, role): the known failures known to have cost nothing (their target does not
-    bill error responses); per cell: those whose cost stays unclear (it does, or the plan does
-    not say), and the targets whose frozen ``errors_billed = false`` made the first ones free.
-    Such a call never has usage, so its effective cost is always unknown; the first count is
-    what turns that unknown into a known zero for recovery — an assumption the plan states
-    (`ERRORS_NOT_BILLED_TEXT`) wherever it shows that zero."""
-    billed = _errors_billed(run.manifest)
-    free: Counter[tuple[int, str]] = Counter()
+def _known_failures(run: Run) -> tuple[Counter[int], dict[int, set[str]]]:
+    """Per cell: its known failures whose cost stays unclear (their target bills error
+    responses, or the plan does not say), and the targets whose frozen ``errors_billed =
+    false`` made the others a known $0 — `runs.ledger.accounting.known_failure_unbilled`, the
+    rule every surface reads through the effective costs (`effective_call_sums`), so those are
+    already 0 in the sums here. The plan states that assumption wherever it shows such a zero
+    (`runs.ledger.accounting.errors_not_billed_words`)."""
     unclear: Counter[int] = Counter()
     assumed: dict[int, set[str]] = {}
-    calls = Call.objects.filter(
-        cell__run=run, status=CallStatus.FAILED, http_status__gte=400, cost_usd__isnull=True
-    ).values(
-        "cell_id",
-        "role",
-        "target__slug",
-        "status",
-        "http_status",
-        "error_code",
-        "bytes_received",
-        "inference_call_count",
-    )
-    for call in calls:
-        if http_error_before_stream(call):
-            if billed.get(call["target__slug"]) is False:
-                free[(call["cell_id"], call["role"])] += 1
-                assumed.setdefault(call["cell_id"], set()).add(call["target__slug"])
-            else:
-                unclear[call["cell_id"]] += 1
-    return free, unclear, assumed
-
-
-def errors_not_billed_words(targets: set[str]) -> str | None:
-    """The billing assumption behind a zero counted for these targets' error responses, in
-    words (None: no zero was assumed)."""
-    if not targets:
-        return None
-    return "; ".join(ERRORS_NOT_BILLED_TEXT.format(target=t) for t in sorted(targets))
+    for failure in known_failures(run_ids=[run.pk]):
+        if failure.unbilled:
+            assumed.setdefault(failure.cell_id, set()).add(failure.slug)
+        else:
+            unclear[failure.cell_id] += 1
+    return unclear, assumed
 
 
 def cell_rows(run: Run) -> list[dict[str, Any]]:
@@ -200,10 +143,10 @@ def cell_rows(run: Run) -> list[dict[str, Any]]:
     claimed = dict(
         RecoveryClaim.objects.filter(cell__run=run).values_list("cell_id", "request__child_id")
     )
-    free_failures, billed_failures, assumed = _known_failures(run)
+    billed_failures, assumed = _known_failures(run)
 
     def spend(cell_id: int, roles: list[str]) -> tuple[int, Decimal]:
-        return _spend([sums[(cell_id, r)] for r in roles], free_failures, cell_id, roles)
+        return _spend([sums[(cell_id, r)] for r in roles])
 
     for row in rows:
         row["cost_unknown"], row["known_cost"] = spend(row["pk"], roles_of.get(row["pk"], []))
@@ -217,24 +160,19 @@ def cell_rows(run: Run) -> list[dict[str, Any]]:
     return rows
 
 
-def _spend(
-    sums: list[dict[str, Any]],
-    free_failures: Counter[tuple[int, str]],
-    cell_id: int,
-    roles: list[str],
-) -> tuple[int, Decimal]:
-    """The one rule of what a cell's calls (of `roles`) are known to have cost: (how many of
-    them have a cost that stays unknown, the sum of the known costs). From the ledger's
+def _spend(sums: list[dict[str, Any]]) -> tuple[int, Decimal]:
+    """The one rule of what a cell's calls (of some roles) are known to have cost: (how many
+    of them have a cost that stays unknown, the sum of the known costs). From the ledger's
     effective accounting (`effective_call_sums`), where a call that never connected is a known
-    0 (`runs.ledger.accounting.NOT_SENT_USAGE`); an HTTP error answered before any stream byte
-    by a target whose frozen ``errors_billed`` is false (`_known_failures`) has no usage and
-    counts as a known 0 here; every other unknown (a stream cut mid-way, a timeout after
-    sending, an error at a target that bills errors) stays unknown. (0, 0) is "known to have
-    cost nothing": what failed mode shows as the previous attempt's $0 and what lets a failed
-    judge call leave its cell judge-only (`awaits_judge`)."""
-    unknown = sum(s["cost_unknown"] for s in sums) - sum(free_failures[(cell_id, r)] for r in roles)
+    0 (`runs.ledger.accounting.NOT_SENT_USAGE`) and so is an HTTP error answered before any
+    stream byte by a target whose frozen ``errors_billed`` is false
+    (`runs.ledger.accounting.known_failure_unbilled`); every other unknown (a stream cut
+    mid-way, a timeout after sending, an error at a target that bills errors) stays unknown.
+    (0, 0) is "known to have cost nothing": what failed mode shows as the previous attempt's
+    $0 and what lets a failed judge call leave its cell judge-only (`awaits_judge`)."""
+    unknown = sum(s["cost_unknown"] for s in sums)
     known = sum((s["cost"] for s in sums if s["cost"] is not None), Decimal(0))
-    return max(unknown, 0), known
+    return unknown, known
 
 
 def exclusion(row: dict[str, Any], mode: str) -> str | None:

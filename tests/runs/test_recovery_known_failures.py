@@ -9,7 +9,7 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from runs.engine.calls import HTTP_ERROR_BODY_CAP
+from runs.ledger.accounting import HTTP_ERROR_BODY_CAP
 from runs.models import Call, Cell, RecoveryRequest, Run, Target
 from runs.planning.services import run_create
 from runs.settlement.recovery import recovery_plan, recovery_submit
