@@ -44,6 +44,7 @@ from runs.reporting.official_metrics import NOTE as OFFICIAL_NOTE
 from runs.reporting.official_metrics import csv_cells as official_csv_cells
 from runs.reporting.official_metrics import csv_columns as official_csv_columns
 from srbench.api import (
+    FORMAT_PARAM,
     ApiSchema,
     StrictFieldsSerializer,
     error_responses,
@@ -201,6 +202,14 @@ PAGE_PARAMS = [
     OpenApiParameter("page", int, description="1-based page number"),
     OpenApiParameter("page_size", int, description=f"at most {OPTIONS_PAGE_MAX}"),
 ]
+BASELINE_PARAM = OpenApiParameter("baseline", int, required=True, description="baseline run id")
+
+
+def _options_params_check(request: Request, params: list[OpenApiParameter]) -> None:
+    """The option lists read their documented parameters and `format`, each once; any other
+    (`?search=`, `?candidates=`) is refused by name (srbench.api.query_params_check)."""
+    reads = (*(p.name for p in params), FORMAT_PARAM)
+    query_params_check(request.query_params, frozenset(reads), reads)
 
 
 class CompareBaselinesView(APIView):
@@ -211,6 +220,7 @@ class CompareBaselinesView(APIView):
 
     @extend_schema(parameters=PAGE_PARAMS, responses={200: OptionsPageSerializer})
     def get(self, request: Request) -> Response:
+        _options_params_check(request, PAGE_PARAMS)
         q = request.query_params.get("q", "")[:200]
         return Response(_options_page(request, baseline_options(q)))
 
@@ -222,10 +232,7 @@ class CompareCandidatesView(APIView):
     schema = ApiSchema()
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("baseline", int, required=True, description="baseline run id"),
-            *PAGE_PARAMS,
-        ],
+        parameters=[BASELINE_PARAM, *PAGE_PARAMS],
         responses={
             200: inline_serializer(
                 "ComparisonCandidatesPage",
@@ -241,6 +248,7 @@ class CompareCandidatesView(APIView):
         },
     )
     def get(self, request: Request) -> Response:
+        _options_params_check(request, [BASELINE_PARAM, *PAGE_PARAMS])
         baseline = int_param(request, "baseline", 0, low=1)
         q = request.query_params.get("q", "")[:200]
         pool = comparable_pool(baseline)

@@ -48,6 +48,7 @@ from srbench.api import (
     PagePagination,
     StrictFieldsSerializer,
     error_responses,
+    list_params_check,
 )
 from srbench.digits import ascii_digits
 from srbench.refusals import Refusal
@@ -102,6 +103,28 @@ class JSONLinesRenderer(BaseRenderer):
 
 BENCHMARK_PARAM = OpenApiParameter("benchmark", str, enum=list(ADAPTERS))
 PROFILE_PARAM = OpenApiParameter("profile", str, enum=Profile.values)
+# Each list's filters: documented from these and the only ones it accepts (with its paging
+# parameters and `format`); any other is refused by name (srbench.api.list_params_check).
+SOURCE_FILTERS = [
+    BENCHMARK_PARAM,
+    PROFILE_PARAM,
+    OpenApiParameter("seed", int),
+    OpenApiParameter("split", str, enum=Split.values),
+]
+DATASET_FILTERS = [
+    OpenApiParameter("q", str, description="name contains, or identity sha256 prefix"),
+    PROFILE_PARAM,
+    BENCHMARK_PARAM,
+]
+QUESTION_FILTERS = [
+    BENCHMARK_PARAM,
+    OpenApiParameter("subject", str),
+    OpenApiParameter("q", str, description="text in the id, subject or public payload"),
+]
+
+
+def _names(filters: list[OpenApiParameter]) -> list[str]:
+    return [p.name for p in filters]
 
 
 def _choice(request: Request, name: str, choices: list[str]) -> str | None:
@@ -131,15 +154,9 @@ class SourceViewSet(viewsets.ReadOnlyModelViewSet):
             split=_choice(self.request, "split", Split.values),
         )
 
-    @extend_schema(
-        parameters=[
-            BENCHMARK_PARAM,
-            PROFILE_PARAM,
-            OpenApiParameter("seed", int),
-            OpenApiParameter("split", str, enum=Split.values),
-        ]
-    )
+    @extend_schema(parameters=SOURCE_FILTERS)
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        list_params_check(self, _names(SOURCE_FILTERS))
         return super().list(request, *args, **kwargs)
 
     @extend_schema(
@@ -212,27 +229,16 @@ class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
             return QuestionSerializer
         return DatasetListSerializer
 
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("q", str, description="name contains, or identity sha256 prefix"),
-            PROFILE_PARAM,
-            BENCHMARK_PARAM,
-        ]
-    )
+    @extend_schema(parameters=DATASET_FILTERS)
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        list_params_check(self, _names(DATASET_FILTERS))
         return super().list(request, *args, **kwargs)
 
-    @extend_schema(
-        parameters=[
-            BENCHMARK_PARAM,
-            OpenApiParameter("subject", str),
-            OpenApiParameter("q", str, description="text in the id, subject or public payload"),
-        ],
-        responses=QuestionSerializer(many=True),
-    )
+    @extend_schema(parameters=QUESTION_FILTERS, responses=QuestionSerializer(many=True))
     @action(detail=True, methods=["get"], pagination_class=PagePagination)
     def questions(self, request: Request, pk: str | None = None) -> Response:
         """The dataset's questions in frozen order; public payload only."""
+        list_params_check(self, _names(QUESTION_FILTERS))
         dataset = self.get_object()
         questions = dataset_questions(
             dataset=dataset,
@@ -252,9 +258,16 @@ class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
             )
         }
     )
-    @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, JSONLinesRenderer])
+    @action(
+        detail=True,
+        methods=["get"],
+        renderer_classes=[JSONRenderer, JSONLinesRenderer],
+        pagination_class=None,  # the whole file: no page parameter is read
+    )
     def export(self, request: Request, pk: str | None = None) -> StreamingHttpResponse:
-        """The dataset's public questions as JSON Lines, streamed in frozen order."""
+        """The dataset's public questions as JSON Lines, streamed in frozen order: all of
+        them (no filter; `?format=jsonl` to ask for the type)."""
+        list_params_check(self, ())
         dataset = self.get_object()
         response = StreamingHttpResponse(
             _export_lines(dataset), content_type="application/x-ndjson; charset=utf-8"
@@ -305,6 +318,7 @@ class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
     def totals(self, request: Request) -> Response:
         """Per-profile sums of prepared sets, labelled as neither de-duplicated nor a run
         denominator (R9.6)."""
+        list_params_check(self, ())
         return Response(ProfileTotalSerializer(profile_totals(), many=True).data)
 
 

@@ -25,7 +25,7 @@ from recipes.serializers import (
 from recipes.views import recipe_download_response
 from runs.engine.router_client import route_preview
 from runs.models import Run, Target
-from srbench.api import ApiSchema, KeysetPagePagination, error_responses
+from srbench.api import ApiSchema, KeysetPagePagination, error_responses, list_params_check
 
 RunRecipeSerializer = inline_serializer(
     "RunRecipe",
@@ -62,6 +62,12 @@ class RecipeListView(generics.ListAPIView):
 
     def get_queryset(self):  # type: ignore[no-untyped-def]
         return recipe_list()
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        # No filter: only its paging and `format`; `?run=7` is refused, never answered with
+        # every recipe (srbench.api.list_params_check).
+        list_params_check(self)
+        return super().list(request, *args, **kwargs)
 
 
 @extend_schema(tags=["recipes"])

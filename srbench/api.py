@@ -4,7 +4,7 @@ handler, never mapped by a view — and the one keyset paging rule of every list
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from django.core.exceptions import BadRequest, SuspiciousOperation
@@ -14,13 +14,19 @@ from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, inline_serializer
 from rest_framework import exceptions, serializers, status
+from rest_framework.generics import GenericAPIView
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from srbench.query_params import query_params_problems
 from srbench.refusals import ECHO_MAX_ITEMS, Refusal, echo_text
+
+# DRF's own query parameter (`?format=json`): every GET reads it.
+FORMAT_PARAM: str = api_settings.URL_FORMAT_OVERRIDE or "format"
 
 
 def error_response(*, http_status: int, code: str, error: str, detail: Any = None) -> Response:
@@ -134,16 +140,28 @@ def refuse_unknown_fields(data: Any, known: set[str] | frozenset[str]) -> None:
 
 
 def query_params_check(
-    params: Any, known: set[str] | frozenset[str], single: tuple[str, ...] = ()
+    params: Any, known: set[str] | frozenset[str], single: Iterable[str] = ()
 ) -> None:
-    """The one rule for a GET's query string: a parameter the view does not read is refused
-    (400, named as a body's unknown field is), and so is one of ``single`` given twice — a
-    typo (`candidate=` for `candidates=`, a misspelt margin) silently dropped changed the
-    answer."""
-    refuse_unknown_fields(params, known)
-    repeated = [name for name in single if len(params.getlist(name)) > 1]
-    if repeated:
-        raise exceptions.ValidationError({name: "give it once" for name in repeated})
+    """The one rule for a GET's query string (``srbench.query_params``): a parameter the view
+    does not read is refused (400), named with the ones it reads, and so is one of ``single``
+    given twice — a typo (`candidate=` for `candidates=`, a misspelt margin, `benchmrk=`)
+    silently dropped changed the answer."""
+    problems = query_params_problems(params, known, single)
+    if problems:
+        raise Refusal(
+            "Query string refused: " + "; ".join(f"{k}: {v}" for k, v in problems.items()) + ".",
+            code="invalid",
+            detail={name: [problem] for name, problem in problems.items()},
+        )
+
+
+def list_params_check(view: GenericAPIView, filters: Iterable[str] = ()) -> None:
+    """The same rule for a DRF list view: it reads ``filters``, its paginator's parameters
+    (``query_param_names``) and DRF's ``format``, each at most once."""
+    paginator = view.paginator
+    paging = paginator.query_param_names() if isinstance(paginator, PagePagination) else ()
+    reads = (*filters, *paging, FORMAT_PARAM)
+    query_params_check(view.request.query_params, frozenset(reads), reads)
 
 
 def require_no_body_fields(data: Any) -> None:
@@ -267,6 +285,11 @@ class Keyset:
         self.key = key
 
     @property
+    def param_names(self) -> tuple[str, str]:
+        """The query parameters this cursor reads (for ``query_params_check``)."""
+        return (self.cursor_param, self.limit_param)
+
+    @property
     def next_field(self) -> str:
         return f"next_{self.direction}"
 
@@ -339,14 +362,28 @@ class PagePagination(PageNumberPagination):
     page_size_query_param = "page_size"
     max_page_size = 100
 
+    def query_param_names(self) -> tuple[str, ...]:
+        """What this paginator reads of a query string (``list_params_check``)."""
+        return (self.page_query_param, self.page_size_query_param)
+
 
 class KeysetPagePagination(PagePagination):
     """Page numbers, or with ``before=ID`` (0 = from the top) the :class:`Keyset` ``before``
     rule over ids, newest first, sized by ``page_size``: a DRF paginator for viewset lists."""
 
+    def query_param_names(self) -> tuple[str, ...]:
+        return (*super().query_param_names(), "before")
+
     def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
         self.keyset = "before" in request.query_params
         self.next_before: int | None = None
+        if self.keyset and self.page_query_param in request.query_params:
+            # The page number was dropped: page 3 with before=0 answered the first page.
+            raise Refusal(
+                "Query string refused: page and before are two ways to page; give one.",
+                code="invalid",
+                detail={self.page_query_param: ["not with before (the keyset cursor)"]},
+            )
         if not self.keyset:
             return super().paginate_queryset(queryset, request, view)
         self.request = request

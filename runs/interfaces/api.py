@@ -53,6 +53,7 @@ from srbench.api import (
     Keyset,
     StrictFieldsSerializer,
     error_responses,
+    list_params_check,
     query_params_check,
     require_no_body_fields,
     require_object,
@@ -301,6 +302,11 @@ class TargetViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = Target.objects.all().order_by("slug")
     serializer_class = TargetSerializer
     lookup_field = "slug"
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        # Every target, unpaged and unfiltered: `?kind=mom` is refused, not answered with all.
+        list_params_check(self)
+        return super().list(request, *args, **kwargs)
 
 
 class PlanReviewView(APIView):

@@ -33,9 +33,11 @@ from runs.settlement.recovery import (
 from runs.settlement.recovery_child import recovery_child_doc
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from srbench.api import (
+    FORMAT_PARAM,
     ApiSchema,
     Keyset,
     error_responses,
+    query_params_check,
     refuse_unknown_fields,
     require_object,
 )
@@ -64,6 +66,10 @@ CHILDREN_PAGE = Keyset(
     max_limit=MAX_RECOVERY_PAGE,
     tail=False,
 )
+# What each GET reads of its query string, each once; any other (`?eligble_after=`, a second
+# `mode=`) is refused by name, never dropped (srbench.api.query_params_check).
+PLAN_PARAMS = ("mode", *ELIGIBLE_PAGE.param_names, EXCLUDED_PAGE.cursor_param, FORMAT_PARAM)
+LINEAGE_PARAMS = (*CHILDREN_PAGE.param_names, FORMAT_PARAM)
 RecoveryPlanPageSerializer = inline_serializer(
     "RecoveryPlanPage",
     {
@@ -233,6 +239,7 @@ class RecoveryPlanView(APIView):
         },
     )
     def get(self, request: Request, pk: int) -> Response:
+        query_params_check(request.query_params, frozenset(PLAN_PARAMS), PLAN_PARAMS)
         run = get_object_or_404(Run, pk=pk)
         plan = recovery_plan(run=run, mode=request.query_params.get("mode", ""))
         return Response(
@@ -347,6 +354,7 @@ class LineageView(APIView):
         responses=LineageSerializer,
     )
     def get(self, request: Request, pk: int) -> Response:
+        query_params_check(request.query_params, frozenset(LINEAGE_PARAMS), LINEAGE_PARAMS)
         run = get_object_or_404(Run, pk=pk)
         return Response(
             run_lineage(
