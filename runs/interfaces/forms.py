@@ -24,6 +24,8 @@ from runs.planning.plans import (
     SamplingSerializer,
 )
 from runs.vocabulary.limits import MAX_RUN_SECONDS
+from runs.vocabulary.recovery_modes import RecoveryPlanMode
+from srbench.query_params import query_params_problems
 
 
 class RunFilterForm(forms.Form):
@@ -541,3 +543,36 @@ class EvaluationForm(forms.Form):
         if not turns:
             return None
         return [*turns, {"role": "user", "content": self.cleaned_data["preview_prompt"]}]
+
+
+# The recovery page's two scopes (R15.2, R15.3); a judge-only completion is the page's own
+# section of either review, never a third tab.
+RECOVERY_SCOPES = (
+    (RecoveryPlanMode.UNDISPATCHED, "Continue undispatched cases"),
+    (RecoveryPlanMode.FAILED, "Retry known failed cases as new attempts"),
+)
+
+
+class RecoveryScopeForm(forms.Form):
+    """The scope the recovery page reviews, or its no-JS form submits: one of the two, at most
+    once; none given is undispatched. Any other value was reviewed — and submitted — as
+    undispatched without a word (`?mode=faild` showed the undispatched plan)."""
+
+    mode = forms.ChoiceField(
+        required=False,
+        choices=RECOVERY_SCOPES,
+        error_messages={
+            "invalid_choice": "%(value)s is not a recovery scope of this page: choose "
+            + " or ".join(f"{value} ({label})" for value, label in RECOVERY_SCOPES)
+            + "; judged cells whose judge call never ran are completed from the Judge only "
+            "section of either review. Nothing was reviewed or created."
+        },
+    )
+
+    def clean_mode(self) -> str:
+        # The one query-string rule (srbench.query_params) for a repeated mode; the page's
+        # other fields (cells, key, cursors) are not this form's.
+        repeated = query_params_problems(self.data, set(self.data), ("mode",))
+        if repeated:
+            raise forms.ValidationError(repeated["mode"])
+        return self.cleaned_data["mode"] or RecoveryPlanMode.UNDISPATCHED

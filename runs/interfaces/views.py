@@ -28,7 +28,7 @@ from django_htmx.http import HttpResponseClientRefresh, push_url
 
 from datasets.benchmarks import ADAPTERS
 from datasets.provenance import provenance_summary
-from runs.interfaces.forms import RunFilterForm
+from runs.interfaces.forms import RECOVERY_SCOPES, RecoveryScopeForm, RunFilterForm
 from runs.interfaces.page_actions import run_actions
 from runs.interfaces.public import (
     public_call_content,
@@ -67,10 +67,6 @@ TOKEN_LABELS = (
     ("cached_input", "cache-read input"),
     ("cache_write", "cache-write input"),
     ("output", "output"),
-)
-RECOVERY_SCOPES = (
-    (RecoveryPlanMode.UNDISPATCHED, "Continue undispatched cases"),
-    (RecoveryPlanMode.FAILED, "Retry known failed cases as new attempts"),
 )
 TABS = ("results", "questions", "calls", "evidence", "recipe")
 # Shown wherever in-flight activity is (R10.3), in these words.
@@ -642,13 +638,17 @@ def run_recovery(request: HttpRequest, run_id: int) -> HttpResponse:
     view's POST is the plain-form fallback. Both go through ``recovery_submit`` under an
     idempotency key, so a resubmission returns the same child and nothing is retried here."""
     run = get_object_or_404(Run, pk=run_id)
-    source = request.POST if request.method == "POST" else request.GET
-    mode = source.get("mode", RecoveryPlanMode.UNDISPATCHED)
-    if mode not in dict(RECOVERY_SCOPES):
-        mode = RecoveryPlanMode.UNDISPATCHED
-    error = None
     if request.method == "POST":
         run_action_require(user=request.user, run=run, action="recover")
+    scope = RecoveryScopeForm(request.POST if request.method == "POST" else request.GET)
+    if not scope.is_valid():
+        # No other scope reviewed in its place: the error, the two scopes; nothing created.
+        context = {"nav": "runs", "run": run, "scopes": RECOVERY_SCOPES}
+        context.update(mode_errors=scope.errors, lineage=run_lineage(run=run))
+        return render(request, "runs/recovery.html", context, status=400)
+    mode = scope.cleaned_data["mode"]
+    error = None
+    if request.method == "POST":
         try:
             cells = sorted({int(c) for c in request.POST.getlist("cell")})
         except ValueError:
