@@ -14,6 +14,8 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from srbench.query_params import query_params_problems
+
 # Bounds a hand-made URL ("1-999999999") rather than the product: a comparison of this many
 # runs is already minutes of work.
 MAX_SELECTION = 10_000
@@ -114,11 +116,14 @@ class CompareForm(forms.Form):
     REPEATABLE = frozenset({"pick"})
 
     def clean(self) -> dict[str, Any]:
+        """The API's query-string rule (srbench.query_params): a parameter the page does not
+        read (`?baseline_target=` for `bt`, `?candidate=`) is refused by name with the ones it
+        reads — it was dropped and the page compared without it — and one given twice too."""
         cleaned: dict[str, Any] = super().clean() or {}
-        getlist = getattr(self.data, "getlist", None)
-        if getlist is not None:
-            for name in self.fields:
-                given = len(getlist(name))
-                if name not in self.REPEATABLE and given > 1:
-                    self.add_error(name, f"given more than once ({given} times); name it once")
+        if hasattr(self.data, "getlist"):
+            single = [name for name in self.fields if name not in self.REPEATABLE]
+            for name, problem in query_params_problems(self.data, set(self.fields), single).items():
+                # Named as given, also when it is no field of the form (add_error refuses those).
+                self.errors.setdefault(name, self.error_class()).append(problem)
+                cleaned.pop(name, None)
         return cleaned
