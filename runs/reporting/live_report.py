@@ -232,18 +232,21 @@ def _count_unbilled(
     """The trigger-kept sums hold the ledger's null cost of a known failure; the effective
     cost every other reader sums is a known 0 when its target's frozen terms do not bill
     errors (`runs.ledger.accounting.known_failure_unbilled`): counted so here too, so a call
-    has the same cost while the run runs as after."""
+    has the same cost while the run runs as after. The failures are read just after the sums,
+    not in their snapshot: one that closed in between is not in the sums' unknown counts, so a
+    count is never taken below zero (the next view counts it)."""
     for f in failures:
         if not f.unbilled:
             continue
         role = sums.get((f.run_id, f.target_id, f.role))
-        if role is not None:
+        if role is not None and role["cost_unknown"] > 0 and role["neutral_unknown"] > 0:
             role["cost_unknown"] -= 1
             role["neutral_unknown"] -= 1
             role["cost"] = role["cost"] if role["cost"] is not None else Decimal(0)
             role["neutral"] = role["neutral"] if role["neutral"] is not None else Decimal(0)
         run = spend.get(f.run_id)
-        if run is not None:  # a failed call is waste (WASTE_CALL_STATUSES)
+        # A failed call is waste (WASTE_CALL_STATUSES).
+        if run is not None and run["unknown"] > 0 and run["waste_unknown"] > 0:
             run["unknown"] -= 1
             run["waste_unknown"] -= 1
             run["known"] = run["known"] if run["known"] is not None else Decimal(0)
