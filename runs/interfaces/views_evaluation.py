@@ -233,7 +233,9 @@ def _route_previews(form: EvaluationForm) -> list[dict[str, Any]]:
     chosen = set(form.data.getlist("targets"))
     mom = [t for t in form.targets if t.slug in chosen and t.kind == Target.Kind.MOM]
     if not (data.get("preview_prompt") or "").strip():
-        return [{"error": "Write a prompt to preview its route."}]
+        # A prompt the form refused (a NUL character, too long) is not a missing one.
+        refused = form.errors.get("preview_prompt")
+        return [{"error": " ".join(refused) if refused else "Write a prompt to preview its route."}]
     if not mom:
         return [{"error": "Route preview applies to MoM targets; tick one above."}]
     try:

@@ -263,3 +263,34 @@ def test_a_judged_benchmark_without_its_judge_is_reported_with_the_forms_errors_
     )
     assert [a for a, _ in items] == ["id_judge_simpleqa"], items
     assert Run.objects.count() == 0
+
+
+def test_a_route_preview_of_a_prompt_the_form_refuses_says_why_not_write_one(client, member):
+    """R8.7 (an outside probe, session 8): a preview prompt holding a NUL character was
+    answered "Write a prompt to preview its route." — as if none was written. The field's own
+    refusal is said instead; an empty prompt still asks for one. Nothing reaches a router."""
+    source_prepare(benchmark="mmlu-pro", profile="smoke")
+    f.target_create(slug="sim-strong", name="strong", model="sim-strong")
+    f.target_create(
+        slug="router",
+        kind="mom",
+        model="auto",
+        config_hash="a" * 64,
+        preview_url="http://127.0.0.1:9/api/v1/routing/preview",
+    )
+
+    def preview_row(prompt: str) -> str:
+        data = form_data(
+            benchmarks=["mmlu-pro"], targets=["router"], action="preview", preview_prompt=prompt
+        )
+        page = client.post("/runs/new/", data).content.decode()
+        table = re.search(
+            r'<table class="compact" id="route-preview-results">.*?</table>', page, re.S
+        )
+        assert table, "no route preview results"
+        return html_lib.unescape(re.sub(r"<[^>]+>", " ", table.group(0)))
+
+    refused = preview_row("route\x00me")
+    assert "Null characters are not allowed" in refused, refused
+    assert "Write a prompt" not in refused
+    assert "Write a prompt to preview its route." in preview_row("   ")
