@@ -44,9 +44,11 @@ from datasets.services import (
 )
 from srbench.api import (
     ApiSchema,
+    DetailParamsMixin,
     KeysetPagePagination,
     PagePagination,
     StrictFieldsSerializer,
+    detail_params_check,
     error_responses,
     list_params_check,
 )
@@ -135,7 +137,7 @@ def _choice(request: Request, name: str, choices: list[str]) -> str | None:
 
 
 @extend_schema(tags=["datasets"])
-class SourceViewSet(viewsets.ReadOnlyModelViewSet):
+class SourceViewSet(DetailParamsMixin, viewsets.ReadOnlyModelViewSet):
     """Prepared, frozen question sources (one benchmark under one profile, seed and split)."""
 
     schema = ApiSchema()
@@ -144,6 +146,9 @@ class SourceViewSet(viewsets.ReadOnlyModelViewSet):
     pagination_class = KeysetPagePagination
 
     def get_queryset(self) -> Any:
+        if self.action != "list":
+            # A detail is found by its id alone: the list's filters are not its parameters.
+            return source_list()
         seed = self.request.query_params.get("seed") or None
         if seed is not None and not ascii_digits(seed.removeprefix("-")):
             raise ValidationError({"seed": ["must be an integer"]})
@@ -206,7 +211,7 @@ class SourceViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 @extend_schema(tags=["datasets"])
-class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
+class DatasetViewSet(DetailParamsMixin, viewsets.ReadOnlyModelViewSet):
     """Frozen, content-addressed datasets and their public questions."""
 
     schema = ApiSchema()
@@ -331,6 +336,7 @@ class QuestionViewSet(viewsets.GenericViewSet):
     serializer_class = QuestionSerializer
 
     def retrieve(self, request: Request, pk: str | None = None) -> Response:
+        detail_params_check(request)
         return Response(QuestionSerializer(self.get_object()).data)
 
 

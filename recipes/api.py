@@ -25,7 +25,14 @@ from recipes.serializers import (
 from recipes.views import recipe_download_response
 from runs.engine.router_client import route_preview
 from runs.models import Run, Target
-from srbench.api import ApiSchema, KeysetPagePagination, error_responses, list_params_check
+from srbench.api import (
+    ApiSchema,
+    DetailParamsMixin,
+    KeysetPagePagination,
+    detail_params_check,
+    error_responses,
+    list_params_check,
+)
 
 RunRecipeSerializer = inline_serializer(
     "RunRecipe",
@@ -71,7 +78,7 @@ class RecipeListView(generics.ListAPIView):
 
 
 @extend_schema(tags=["recipes"])
-class RecipeDetailView(generics.RetrieveAPIView):
+class RecipeDetailView(DetailParamsMixin, generics.RetrieveAPIView):
     """One recipe: hashes, ETag, confirmations, the redacted recipe and its redaction list."""
 
     schema = ApiSchema()
@@ -95,6 +102,7 @@ class RecipeDownloadView(APIView):
     schema = ApiSchema()
 
     def get(self, request: Request, pk: int) -> HttpResponse:
+        detail_params_check(request)
         return recipe_download_response(get_object_or_404(recipe_list(), pk=pk))
 
 
@@ -106,6 +114,7 @@ class RunRecipeView(APIView):
     schema = ApiSchema()
 
     def get(self, request: Request, run_id: int) -> Response:
+        detail_params_check(request)
         run = get_object_or_404(Run, pk=run_id)
         availability = run_recipe_availability(run=run)
         document: dict[str, Any] = {

@@ -164,6 +164,26 @@ def list_params_check(view: GenericAPIView, filters: Iterable[str] = ()) -> None
     query_params_check(view.request.query_params, frozenset(reads), reads)
 
 
+def detail_params_check(request: Request, reads: Iterable[str] = ()) -> None:
+    """The same rule for a detail — one object (or one document of it) found by its path: it
+    reads ``reads`` (a regrade's `task`, an export's `as`; most read none) and DRF's ``format``,
+    each at most once. A list's filter on a detail (`sources/5/?benchmark=arc`) is refused by
+    name: it was dropped, or worse applied, answering 404 for a source that exists."""
+    names = (*reads, FORMAT_PARAM)
+    query_params_check(request.query_params, frozenset(names), names)
+
+
+class DetailParamsMixin:
+    """A DRF view's ``retrieve`` (``GET <list>/<id>/``) under ``detail_params_check``: it reads
+    ``detail_params`` and ``format``, checked before the object is looked up."""
+
+    detail_params: tuple[str, ...] = ()
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        detail_params_check(request, self.detail_params)
+        return super().retrieve(request, *args, **kwargs)  # type: ignore[misc]
+
+
 def require_no_body_fields(data: Any) -> None:
     """For an action that takes no body: none, or `{}`. Reading `request.data` to pass it here
     also puts the body through the parser's checks (size, depth, Unicode, content type)."""

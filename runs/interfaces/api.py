@@ -50,8 +50,10 @@ from runs.reporting.stored_report import run_report_served
 from srbench.api import (
     BIGINT_MAX,
     ApiSchema,
+    DetailParamsMixin,
     Keyset,
     StrictFieldsSerializer,
+    detail_params_check,
     error_responses,
     list_params_check,
     query_params_check,
@@ -295,7 +297,7 @@ ExportSerializer = inline_serializer(
 )
 
 
-class TargetViewSet(viewsets.ReadOnlyModelViewSet):
+class TargetViewSet(DetailParamsMixin, viewsets.ReadOnlyModelViewSet):
     """Registered targets (read-only for everyone; operators edit them in the admin)."""
 
     schema = ApiSchema()
@@ -320,7 +322,7 @@ class PlanReviewView(APIView):
         return Response(plan_summary(plan_freeze(data=request.data)))
 
 
-class RunViewSet(viewsets.ReadOnlyModelViewSet):
+class RunViewSet(DetailParamsMixin, viewsets.ReadOnlyModelViewSet):
     schema = ApiSchema()
     serializer_class = RunSerializer
 
@@ -402,6 +404,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["get"])
     def report(self, request: Request, pk: str | None = None) -> Response:
         # The report kept at run end, named by `report_version` (issue 38 item 1).
+        detail_params_check(request)
         return Response(run_report_served(run=self.get_object()))
 
     @extend_schema(
@@ -443,6 +446,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     )
     @action(detail=True, methods=["get"], url_path=r"calls/(?P<call_id>\d+)")
     def call(self, request: Request, pk: str | None = None, call_id: str | None = None) -> Response:
+        detail_params_check(request)
         run = self.get_object()
         call = selectors.call_full(run=run, call_id=int_param_value("call_id", call_id))
         if call is None:
@@ -587,6 +591,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         from runs.engine.doorbell import regrade_issued
         from runs.settlement.regrade import judge_cost_quote, regrade_doc, regrade_queued_doc
 
+        detail_params_check(request, ("task",))
         task_id = request.query_params.get("task")
         if not task_id:
             latest = run.regrades.order_by("-version").first()
@@ -646,6 +651,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         """The per-question answer matrix of a completed dev-split run (R14.4). No model call."""
         from runs.reporting.export import export_csv, export_matrix
 
+        detail_params_check(request, ("as",))
         as_ = request.query_params.get("as") or "json"
         if as_ not in ("json", "csv"):
             raise ValidationError({"as": "expected json or csv"})

@@ -27,7 +27,7 @@ from runs.preflight.checks import (
     preflight_quote,
     target_preflight,
 )
-from srbench.api import ApiSchema, error_response, error_responses
+from srbench.api import ApiSchema, detail_params_check, error_response, error_responses
 from srbench.money import money_text
 
 
@@ -103,6 +103,7 @@ class TargetPreflightView(APIView):
     )
     def get(self, request: Request, slug: str) -> Response:
         """The quote of a preflight (nothing sent) and the target's latest preflight."""
+        detail_params_check(request)
         target = get_object_or_404(Target, slug=slug)
         latest = target.preflights.order_by("-created_at", "-pk").first()
         return Response({"quote": preflight_quote(target=target), "latest": preflight_json(latest)})
