@@ -202,7 +202,8 @@ PAGE_PARAMS = [
     OpenApiParameter("page", int, description="1-based page number"),
     OpenApiParameter("page_size", int, description=f"at most {OPTIONS_PAGE_MAX}"),
 ]
-BASELINE_PARAM = OpenApiParameter("baseline", int, required=True, description="baseline run id")
+BASELINE_WHAT = "the baseline run id"
+BASELINE_PARAM = OpenApiParameter("baseline", int, required=True, description=BASELINE_WHAT)
 
 
 def _options_params_check(request: Request, params: list[OpenApiParameter]) -> None:
@@ -249,7 +250,7 @@ class CompareCandidatesView(APIView):
     )
     def get(self, request: Request) -> Response:
         _options_params_check(request, [BASELINE_PARAM, *PAGE_PARAMS])
-        baseline = int_param(request, "baseline", 0, low=1)
+        baseline = int_param(request, "baseline", None, low=1, what=BASELINE_WHAT)
         q = request.query_params.get("q", "")[:200]
         pool = comparable_pool(baseline)
         if baseline not in pool and not Run.objects.filter(pk=baseline).exists():
@@ -586,7 +587,7 @@ class CSVRenderer(BaseRenderer):
 
 
 EXPORT_PARAMS = [
-    OpenApiParameter("baseline", int, required=True, description="baseline run id"),
+    OpenApiParameter("baseline", int, required=True, description=BASELINE_WHAT),
     OpenApiParameter(
         "candidates",
         str,
@@ -615,7 +616,7 @@ class CompareExportView(APIView):
 
     def _selection(self, request: Request) -> tuple[int, list[int]]:
         query_params_check(request.query_params, EXPORT_PARAM_NAMES, EXPORT_SINGLE_PARAMS)
-        baseline = int_param(request, "baseline", 0, low=1)
+        baseline = int_param(request, "baseline", None, low=1, what=BASELINE_WHAT)
         try:
             candidates = ids_parse(request.query_params.get("candidates", ""))
         except ValueError as exc:

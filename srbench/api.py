@@ -250,11 +250,27 @@ BIGINT_MAX = 2**63 - 1
 
 
 def int_param(
-    request: Request, name: str, default: int, *, low: int = 0, high: int | None = None
+    request: Request,
+    name: str,
+    default: int | None,
+    *,
+    low: int = 0,
+    high: int | None = None,
+    what: str = "",
 ) -> int:
-    """An integer query parameter within ``low``..``high`` (a bigint by default), else 400."""
+    """An integer query parameter within ``low``..``high`` (a bigint by default), else 400.
+    ``default`` None: the parameter is required (``what`` says what it names), and absent or
+    empty it is refused (400) — never read as 0 (`compare/candidates/` without a baseline
+    answered 404 "unknown run: 0")."""
     raw = request.query_params.get(name)
     if raw in (None, ""):
+        if default is None:
+            problem = f"required: give {what or 'an integer'}"
+            raise Refusal(
+                f"Query string refused: {name} is {problem}.",
+                code="invalid",
+                detail={name: [problem]},
+            )
         return default
     try:
         value = int(raw)

@@ -64,6 +64,34 @@ def test_baselines_and_candidates(api, setup):
     assert api.get("/api/v1/compare/candidates/?baseline=999999999").status_code == 404
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/compare/candidates/",
+        "/api/v1/compare/candidates/?baseline=",
+        "/api/v1/compare/candidates/?q=x",
+        "/api/v1/compare/export.json?candidates=1",
+        "/api/v1/compare/export.csv?baseline=&candidates=1",
+    ],
+)
+def test_no_baseline_is_a_400_saying_it_is_required_not_unknown_run_0(api, path):
+    """R11.1–R11.2: without a baseline the candidates (and the exports) answered 404 "unknown
+    run: 0" — a run the client never named. The baseline is required: 400, in words."""
+    response = api.get(path, HTTP_ACCEPT="application/json")
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["code"] == "invalid"
+    assert body["error"] == "Query string refused: baseline is required: give the baseline run id."
+    assert body["detail"] == {"baseline": ["required: give the baseline run id"]}
+
+
+@pytest.mark.parametrize("baseline", ["x", "1.5", "-3", "0", "99999999999999999999"])
+def test_a_baseline_that_is_no_run_id_is_a_400(api, baseline):
+    response = api.get(f"/api/v1/compare/candidates/?baseline={baseline}")
+    assert response.status_code == 400, response.content
+    assert "baseline" in response.json()["detail"]
+
+
 def test_post_compare_reports_refused_pairs_inside_the_result(api, setup):
     baseline, cands, refused = setup
     response = api.post(
