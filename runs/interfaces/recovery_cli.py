@@ -217,8 +217,26 @@ def _tree_line(child: dict[str, Any], text: str) -> str:
     return f"child:    {'  ' * (depth - 1)}{text}  (from run {child['parent']})"
 
 
+def _lineage_whole(client: Any, run_id: int) -> dict[str, Any]:
+    """The run's lineage with every run below it. The API pages the children (25 by default:
+    the first page alone was printed as the whole tree), so each page is read in turn from
+    its `next_children_after`; the answer is the first page's, with every child, no cursor."""
+    path = f"runs/{run_id}/lineage/"
+    data = client.json("GET", path, params={"limit": PAGE})
+    children = list(data["children"])
+    cursor = data.get("next_children_after")
+    while cursor is not None:
+        page = client.json("GET", path, params={"children_after": cursor, "limit": PAGE})
+        children += page["children"]
+        following = page.get("next_children_after")
+        if following is not None and following <= cursor:
+            raise CliError(f"the lineage's pages did not advance past child run {cursor}")
+        cursor = following
+    return {**data, "children": children, "next_children_after": None}
+
+
 def _lineage(options: dict[str, Any]) -> int:
-    data = client_from(options).json("GET", f"runs/{options['run_id']}/lineage/")
+    data = _lineage_whole(client_from(options), options["run_id"])
 
     def line(r: dict[str, Any]) -> str:
         p = r["progress"]
