@@ -25,6 +25,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from runs.interfaces.events_wait import MAX_WAIT_SECONDS, WAIT_PARAM, wait_param
+from runs.interfaces.public import with_effective_costs
 from runs.interfaces.serializers import (
     CallDetailSerializer,
     CallSummarySerializer,
@@ -437,6 +438,7 @@ class RunViewSet(DetailParamsMixin, viewsets.ReadOnlyModelViewSet):
             limit=CALL_PAGE.limit(request),
             active=request.query_params.get("active", "").lower() in ("1", "true", "yes"),
         )
+        with_effective_costs(calls, run_id=run.pk)
         return Response(CALL_PAGE.body(CallSummarySerializer(calls, many=True).data, calls))
 
     @extend_schema(
@@ -451,6 +453,7 @@ class RunViewSet(DetailParamsMixin, viewsets.ReadOnlyModelViewSet):
         call = selectors.call_full(run=run, call_id=int_param_value("call_id", call_id))
         if call is None:
             raise NotFound("No such call in this run.")
+        with_effective_costs([call], run_id=run.pk)
         # A judge call's request and reply are withheld there, as on the call page (R9.3).
         return Response(CallDetailSerializer(call).data)
 

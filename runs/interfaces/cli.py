@@ -468,6 +468,18 @@ def _runs(options: dict[str, Any]) -> int:
     return 0
 
 
+def call_cost_text(call: dict[str, Any]) -> str:
+    """A call's cost as the report counts it (the API's ``effective_cost_usd``) and, when that is
+    not the recorded one, why, with the recorded one beside it."""
+    text = f"cost {usd(call['effective_cost_usd'])}"
+    if call["effective_cost_note"]:
+        text += (
+            f" (as the report counts it: {call['effective_cost_note']}; "
+            f"recorded {usd(call['cost_usd'])})"
+        )
+    return text
+
+
 def _show(options: dict[str, Any]) -> int:
     client = client_from(options)
     run_id = options["run_id"]
@@ -483,7 +495,7 @@ def _show(options: dict[str, Any]) -> int:
         rows = [
             f"{c['id']:>8} cell {c['cell']:<7} {c['role']:<9} {c['status']:<12} {c['live']['stage']:<9} "
             f"{c['live']['elapsed_seconds']:.1f}s  {c['live']['bytes_received']} B  "
-            f"last activity {c['live']['last_activity_at'] or 'none'}  cost {usd(c['cost_usd'])}"
+            f"last activity {c['live']['last_activity_at'] or 'none'}  {call_cost_text(c)}"
             for c in data["results"]
         ]
         tail = f"\nnext: --after {data['next_after']}" if data["results"] else ""

@@ -22,6 +22,11 @@ Grades pass through an allow-list per grader, so a field a grader adds later sta
 it is named here. Members get their verdict and its reasons in words that count what was missed
 without naming it ("2 of 5 expected actions missing"). Shown as stored: a cell's status,
 correct, scored and the subject's own final answer (all the answer-matrix export reads).
+
+A call's cost is shown twice, both labelled: as the ledger recorded it (``cost_usd``,
+``cache_neutral_cost_usd``, ``cost_note``: the evidence, never rewritten) and as every report
+counts it (``effective_*``, `with_effective_costs`: after a usage correction, or a known $0 for
+an HTTP error its target does not bill), so a call has one cost on every surface.
 """
 
 from __future__ import annotations
@@ -29,10 +34,13 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runs.reporting.reconcile import call_effective_costs
+
 __all__ = [
+    "EFFECTIVE_COST_FIELDS",
     "JUDGE_WITHHELD",
     "grade_reasons",
     "public_call_content",
@@ -42,6 +50,7 @@ __all__ = [
     "public_grade",
     "public_headers",
     "public_transcript",
+    "with_effective_costs",
 ]
 
 JUDGE_WITHHELD = (
@@ -422,6 +431,25 @@ def public_call_content(call: Any) -> dict[str, Any]:
         "tool_calls": None if withheld else call.tool_calls,
         "response_headers": public_headers(call.response_headers),
     }
+
+
+# The attributes `with_effective_costs` sets on each call, in `CallEffectiveCost`'s order.
+EFFECTIVE_COST_FIELDS = (
+    "effective_cost_usd",
+    "effective_cache_neutral_cost_usd",
+    "effective_cost_note",
+)
+
+
+def with_effective_costs(calls: Sequence[Any], *, run_id: int) -> None:
+    """The calls of a run, each given the costs the report counts for it
+    (`runs.reporting.reconcile.call_effective_costs`, the report's own rule) as
+    :data:`EFFECTIVE_COST_FIELDS`, beside its recorded ``cost_usd``: every per-call view (Calls
+    tab, call page, question page, the API's calls and call, so ``show --calls``) reads them."""
+    costs = call_effective_costs(run_id=run_id, call_ids=[c.pk for c in calls])
+    for call in calls:
+        for name, value in zip(EFFECTIVE_COST_FIELDS, costs[call.pk], strict=True):
+            setattr(call, name, value)
 
 
 # --- agent episodes ----------------------------------------------------------------------------

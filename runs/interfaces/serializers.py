@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from runs.interfaces.public import (
+    EFFECTIVE_COST_FIELDS,
     grade_reasons,
     public_call_content,
     public_cell_error,
@@ -215,8 +216,19 @@ class CallSummarySerializer(serializers.ModelSerializer):
     cell = serializers.IntegerField(source="cell_id")
     benchmark = serializers.CharField(source="cell.benchmark")
     live = serializers.SerializerMethodField()
-    cost_usd = MoneyField()
-    cache_neutral_cost_usd = MoneyField()
+    cost_usd = MoneyField(help_text="as the ledger recorded it (null: unknown; see cost_note)")
+    cache_neutral_cost_usd = MoneyField(help_text="as the ledger recorded it")
+    # As every report counts the call (runs.interfaces.public.with_effective_costs).
+    effective_cost_usd = MoneyField(
+        help_text="the cost the run's report counts for this call: the recorded one, a usage "
+        "correction's, or a known 0 for an HTTP error its target does not bill"
+    )
+    effective_cache_neutral_cost_usd = MoneyField(help_text="likewise, cache-neutral")
+    effective_cost_note = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="why the effective cost is not the recorded one (null: it is)",
+    )
     ttft_ms = MillisecondsField()
     duration_ms = MillisecondsField()
 
@@ -244,6 +256,7 @@ class CallSummarySerializer(serializers.ModelSerializer):
             "error",
             "live",
             *USAGE_FIELDS,
+            *EFFECTIVE_COST_FIELDS,
         ]
 
     def get_live(self, call: Call) -> dict[str, Any]:

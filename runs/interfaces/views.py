@@ -35,6 +35,7 @@ from runs.interfaces.public import (
     public_cell,
     public_cell_error,
     public_event_payload,
+    with_effective_costs,
 )
 from runs.interfaces.questions import episode_context, is_agent, question_filters
 from runs.ledger import selectors
@@ -432,6 +433,8 @@ def _calls_context(request: HttpRequest, run: Run) -> dict[str, Any]:
             c.finish_reason,
         ),
     )
+    # Each shown call's cost as the report counts it, beside the recorded one.
+    with_effective_costs(list(context["page"].object_list), run_id=run.pk)
     open_id = query_int(request.GET.get("call"))
     if open_id:
         call = selectors.call_full(run=run, call_id=open_id)
@@ -506,7 +509,9 @@ TAB_CONTEXT = {
 def _call_context(call: Any) -> dict[str, Any]:
     """Full call content (R13.1, on demand), as a member may see it (runs.interfaces.public, the same rule
     as the API): a judge call shows neither its request nor its reply (R9.3); the verdict the
-    grader read is in the question's grade."""
+    grader read is in the question's grade. Its cost as the report counts it, beside the
+    recorded one (`with_effective_costs`)."""
+    with_effective_costs([call], run_id=call.cell.run_id)
     return {
         "call": call,
         "shown": public_call_content(call),
@@ -547,6 +552,7 @@ def run_question(request: HttpRequest, run_id: int, cell_id: int) -> HttpRespons
     if found is None:
         raise Http404("No such question result in this run.")
     cell, calls = found
+    with_effective_costs(calls, run_id=run.pk)
     adapter = ADAPTERS[cell.benchmark]
     return render(
         request,

@@ -35,6 +35,7 @@ from runs.ledger.accounting import (
     PriceError,
     call_accounting,
     errors_billed_by_target,
+    errors_not_billed_words,
     http_error_before_stream,
     known_failure_unbilled,
     sum_known,
@@ -53,6 +54,8 @@ __all__ = [
     "RULES_VERSION",
     "ReconcileRefused",
     "ReconcileResult",
+    "CallEffectiveCost",
+    "call_effective_costs",
     "correction_summary",
     "cost_note_counts",
     "effective_call_sums",
@@ -342,14 +345,14 @@ def correction_summary(correction: UsageCorrection | None) -> dict[str, Any] | N
 _ENTRY_COLUMNS_PG = (
     '"call_id" bigint, "input_tokens" bigint, "cached_input_tokens" bigint, '
     '"cache_write_tokens" bigint, "output_tokens" bigint, "cost_usd" numeric, '
-    '"cache_neutral_cost_usd" numeric'
+    '"cache_neutral_cost_usd" numeric, "outcome" text, "reason" text'
 )
 
 
 def _entries_sql() -> str:
-    """One row per corrected call of each run's latest correction."""
+    """One row per corrected call of each run's latest correction, with its version."""
     return (
-        "SELECT x.* FROM latest l CROSS JOIN LATERAL jsonb_to_recordset("
+        "SELECT l.version, x.* FROM latest l CROSS JOIN LATERAL jsonb_to_recordset("
         f"l.corrections -> 'calls') AS x({_ENTRY_COLUMNS_PG})"
     )
 
@@ -369,10 +372,13 @@ class RunKnownFailure(NamedTuple):
     unbilled: bool
 
 
-def known_failures(*, run_ids: Sequence[int]) -> list[RunKnownFailure]:
-    """The runs' known failures, each judged by `runs.ledger.accounting.known_failure_unbilled`
-    with its target's ``errors_billed`` frozen in that run's plan. The effective costs every
-    reader sums (`_effective_calls_sql`), the live results and recovery all take the $0 from
+def known_failures(
+    *, run_ids: Sequence[int], call_ids: Sequence[int] | None = None
+) -> list[RunKnownFailure]:
+    """The runs' known failures (``call_ids``: only among those calls), each judged by
+    `runs.ledger.accounting.known_failure_unbilled` with its target's ``errors_billed`` frozen
+    in that run's plan. The effective costs every reader sums (`_effective_calls_sql`), the
+    per-call views (`call_effective_costs`), the live results and recovery all take the $0 from
     here, so one call has one cost everywhere."""
     if not run_ids:
         return []
@@ -389,6 +395,7 @@ def known_failures(*, run_ids: Sequence[int]) -> list[RunKnownFailure]:
         status=CallStatus.FAILED,
         http_status__gte=400,
         cost_usd__isnull=True,
+        **({} if call_ids is None else {"pk__in": call_ids}),
     ).values_list(
         "pk",
         "cell__run_id",
@@ -411,16 +418,25 @@ def known_failures(*, run_ids: Sequence[int]) -> list[RunKnownFailure]:
     return out
 
 
-def _effective_calls_sql(run_ids: Sequence[int]) -> tuple[str, list[Any]]:
-    """The ``WITH`` clause that defines ``eff``: one row per call of the runs with its effective
-    buckets and costs (run_id, target_id of the cell, cell_id, role, status, buckets, costs).
+def _effective_calls_sql(
+    run_ids: Sequence[int],
+    *,
+    call_ids: Sequence[int] | None = None,
+    unbilled: Sequence[int] | None = None,
+) -> tuple[str, list[Any]]:
+    """The ``WITH`` clause that defines ``eff``: one row per call of the runs (``call_ids``:
+    only those) with its effective buckets and costs (run_id, target_id of the cell, cell_id,
+    role, status, buckets, costs; call_id and the correction's version, outcome and reason).
     A call's costs are those of the latest correction's entry for it, else its row's; a known
-    failure its target does not bill (`known_failures`) costs a known 0, cache-neutrally too,
-    and keeps its unknown tokens."""
+    failure its target does not bill (`known_failures`; ``unbilled``: their ids, when the
+    caller has read them) costs a known 0, cache-neutrally too, and keeps its unknown tokens."""
     call_t, cell_t = Call._meta.db_table, Cell._meta.db_table
     correction_t = UsageCorrection._meta.db_table
     marks = ", ".join(["%s"] * len(run_ids))
-    unbilled = [f.call_id for f in known_failures(run_ids=run_ids) if f.unbilled]
+    if unbilled is None:
+        failures = known_failures(run_ids=run_ids, call_ids=call_ids)
+        unbilled = [f.call_id for f in failures if f.unbilled]
+    among = "" if call_ids is None else "AND c.id = ANY(%s::bigint[])"
     effective = ",\n".join(
         f"CASE WHEN e.call_id IS NULL THEN c.{col} ELSE e.{col} END AS {col}"
         for col in BUCKET_COLUMNS
@@ -432,18 +448,21 @@ def _effective_calls_sql(run_ids: Sequence[int]) -> tuple[str, list[Any]]:
     )
     sql = f"""
         WITH latest AS (
-            SELECT uc.run_id, uc.corrections FROM {correction_t} uc
+            SELECT uc.run_id, uc.version, uc.corrections FROM {correction_t} uc
             WHERE uc.run_id IN ({marks}) AND uc.version = (
                 SELECT MAX(v.version) FROM {correction_t} v WHERE v.run_id = uc.run_id)
         ),
         entries AS ({_entries_sql()}),
         eff AS (
-            SELECT cell.run_id, cell.target_id, cell.id AS cell_id, c.role, c.status, {effective}
+            SELECT cell.run_id, cell.target_id, cell.id AS cell_id, c.role, c.status, {effective},
+                c.id AS call_id, e.version AS correction_version,
+                e.outcome AS correction_outcome, e.reason AS correction_reason
             FROM {call_t} c JOIN {cell_t} cell ON cell.id = c.cell_id
             LEFT JOIN entries e ON e.call_id = c.id
-            WHERE cell.run_id IN ({marks})
+            WHERE cell.run_id IN ({marks}) {among}
         )"""
-    return sql, [*run_ids, *[unbilled] * len(MONEY_COLUMNS), *run_ids]
+    params = [*run_ids, *[list(unbilled)] * len(MONEY_COLUMNS), *run_ids]
+    return sql, params if call_ids is None else [*params, list(call_ids)]
 
 
 GroupBy = Literal["target_role", "cell_role"]
@@ -605,3 +624,46 @@ def effective_cell_costs(*, run_ids: Sequence[int], role: str) -> list[tuple[int
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, role])
         return cursor.fetchall()
+
+
+class CallEffectiveCost(NamedTuple):
+    """One call's costs as every reader counts them (`_effective_calls_sql`, the report's own
+    rule) and, when they are not simply the ledger row's, why (``note``, else None)."""
+
+    cost_usd: Decimal | None
+    cache_neutral_cost_usd: Decimal | None
+    note: str | None
+
+
+def _effective_note(failure: RunKnownFailure | None, row: Sequence[Any]) -> str | None:
+    version, outcome, reason = row
+    if failure is not None and failure.unbilled:
+        return (
+            "an HTTP error answer before any stream byte, not billed "
+            f"({errors_not_billed_words([failure.slug])}); its tokens are unknown"
+        )
+    if version is None or outcome == "verified":
+        return None
+    return f"corrected by usage correction v{version}" + (f" ({reason})" if reason else "")
+
+
+def call_effective_costs(*, run_id: int, call_ids: Sequence[int]) -> dict[int, CallEffectiveCost]:
+    """The effective costs of these calls of a run, for the per-call views (Calls tab, call
+    page, question page, the API's calls and call, ``show --calls``): read with the report's
+    own SQL, so a call shows the cost the report counts for it, the recorded one beside it."""
+    if not call_ids:
+        return {}
+    failures = {f.call_id: f for f in known_failures(run_ids=[run_id], call_ids=call_ids)}
+    unbilled = [pk for pk, f in failures.items() if f.unbilled]
+    effective, params = _effective_calls_sql([run_id], call_ids=call_ids, unbilled=unbilled)
+    sql = f"""{effective}
+        SELECT call_id, cost_usd, cache_neutral_cost_usd, correction_version,
+            correction_outcome, correction_reason
+        FROM eff"""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    return {
+        pk: CallEffectiveCost(cost, neutral, _effective_note(failures.get(pk), rest))
+        for pk, cost, neutral, *rest in rows
+    }
