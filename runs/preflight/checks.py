@@ -32,9 +32,18 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from runs.ledger.accounting import PriceError, call_accounting, sum_known, worst_case_call_cost
+from runs.ledger.accounting import (
+    KnownFailure,
+    PriceError,
+    call_accounting,
+    errors_not_billed_words,
+    known_failure_unbilled,
+    sum_known,
+    worst_case_call_cost,
+)
 from runs.ledger.selectors import target_api_key
-from runs.models import Target
+from runs.ledger.usage import HEADER_CALL_COUNT, header_count
+from runs.models import CallStatus, Target
 from runs.models.preflight import (
     PreflightCall,
     PreflightCallStatus,
@@ -226,6 +235,8 @@ class _Session:
             self.headers[MAX_CALLS_HEADER] = str(target.max_inference_calls)
         self.sequence = 0
         self.rows: list[PreflightCall] = []
+        # The rows `known_failure_unbilled` makes a known 0, judged when each was settled.
+        self.unbilled: set[int] = set()
 
     def run(self) -> None:
         preflight = self.preflight
@@ -251,11 +262,10 @@ class _Session:
         preflight.save()
 
     def _row_cost(self, row: PreflightCall) -> Decimal | None:
-        """A refusal before any stream byte is known to cost nothing under the target's terms
-        (`Target.errors_billed` off), as for a run's calls; any other unknown stays unknown."""
-        if row.cost_usd is None and row.http_status not in (None, 200):
-            return None if self.target.errors_billed else Decimal(0)
-        return row.cost_usd
+        """A known failure the target's terms do not bill is a known 0, judged in `_settle` by
+        the one rule (`runs.ledger.accounting.known_failure_unbilled`), as for a run's calls;
+        any other unknown stays unknown."""
+        return Decimal(0) if row.pk in self.unbilled else row.cost_usd
 
     def send(self, calls: list[PlannedCall], *, staggered: bool = False) -> list[WireResult]:
         """Commit a row per call, then send each once. ``staggered``: the first alone, the
@@ -329,6 +339,21 @@ class _Session:
             row.cost_note = (accounting.note or "")[:200]
         if row.cost_usd is None and row.http_status not in (None, 200):
             row.cost_note = row.cost_note or f"HTTP {row.http_status} before any stream byte"
+        # The one rule of an unbilled error answer, read off the wire now: a `PreflightCall` has
+        # no error_code, bytes_received nor inference_call_count column (the preflight's ledger
+        # predates the rule), so the decision cannot be re-made from the stored row later; the
+        # row keeps its null cost and says the assumption, the preflight's total counts the 0.
+        failure = KnownFailure(
+            CallStatus.FAILED if row.status == PreflightCallStatus.FAILED else CallStatus.COMPLETED,
+            row.http_status,
+            result.error_code,
+            result.bytes_received,
+            header_count(result.headers.get(HEADER_CALL_COUNT, "")),
+        )
+        if row.cost_usd is None and known_failure_unbilled(failure, self.target.errors_billed):
+            self.unbilled.add(row.pk)
+            words = errors_not_billed_words([self.target.slug])
+            row.cost_note = f"{row.cost_note}; counted as $0 ({words})"[:200]
         row.finished_at = timezone.now()
         row.save()
 

@@ -40,6 +40,11 @@ class WireResult:
     content: str = ""
     error: str = ""
     incomplete_reason: str = ""
+    # The answer's body bytes read, and ``http_<status>`` once an error answer's body was read to
+    # its end (a cut, a timeout or more than MAX_BODY leaves it empty): the columns
+    # `runs.ledger.accounting.known_failure_unbilled` reads, as the engine records them.
+    bytes_received: int = 0
+    error_code: str = ""
     # The concurrency probe's first stream had already ended when the others were sent: that
     # level shows nothing about cutting.
     ended_before_next: bool = False
@@ -81,6 +86,7 @@ def _read_stream(response: httpx.Response, out: WireResult) -> None:
     accumulator = ChatStreamAccumulator()
     try:
         for chunk in response.iter_raw():
+            out.bytes_received += len(chunk)
             events = decoder.feed(chunk)
             if events:
                 out.first_event.set()
@@ -100,9 +106,12 @@ def _read_plain(response: httpx.Response, out: WireResult) -> None:
     body = b""
     for chunk in response.iter_bytes():
         body += chunk
+        out.bytes_received = len(body)  # decoded: never fewer than the engine's raw count
         if len(body) > MAX_BODY:
             out.error = "answer larger than 1 MiB"
             return
+    if response.status_code != 200:
+        out.error_code = f"http_{response.status_code}"
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):

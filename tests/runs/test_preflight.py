@@ -7,11 +7,15 @@ no call is ever sent twice (counted at the server, by the call id each request c
 
 from __future__ import annotations
 
+import http.server
+import json
+import threading
 from decimal import Decimal
 
 import httpx
 import pytest
 
+from runs.ledger.accounting import HTTP_ERROR_BODY_CAP
 from runs.models.preflight import PreflightCall, TargetPreflight
 from runs.preflight.checks import PreflightRefused, preflight_quote, target_preflight
 from runs.preflight.findings import NO_STREAM_USAGE
@@ -217,3 +221,65 @@ def test_an_unpriced_target_quotes_an_unknown_worst_case():
 )
 def test_a_stated_context_is_a_size_the_column_holds_or_unknown(error, stated):
     assert stated_context(error) == stated
+
+
+class _Refusing(http.server.BaseHTTPRequestHandler):
+    """Refuses every chat request with a whole HTTP 429 JSON answer before any stream byte;
+    ``padding`` bytes make its body longer, ``headers`` are added to it."""
+
+    padding = 0
+    extra: dict[str, str] = {}  # noqa: RUF012 (set per test on a subclass)
+
+    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        body = json.dumps(
+            {"error": {"message": "rate limited", "padding": "x" * self.padding}}
+        ).encode()
+        self.send_response(429)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        for name, value in self.extra.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 (no /props, no /models)
+        self.send_error(404)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("padding", "extra", "known"),
+    [
+        (0, {}, True),  # a whole refusal at a target that does not bill errors: a known 0
+        (HTTP_ERROR_BODY_CAP, {}, False),  # past the engine's error body cap: not a known failure
+        (0, {"x-vsr-inference-call-count": "2"}, False),  # a router that did work
+    ],
+)
+def test_the_preflight_counts_a_refusal_by_the_one_rule_of_an_unbilled_error(padding, extra, known):
+    """session 9 (helper ld): the preflight's total counts a call answered by an HTTP error
+    before any stream byte at a target whose errors_billed is false as a known 0 only by
+    `runs.ledger.accounting.known_failure_unbilled`, the rule of a run's calls; before, any
+    non-200 without usage counted 0, a refusal the run's report calls unknown among them."""
+    handler = type("Handler", (_Refusing,), {"padding": padding, "extra": extra})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        target = _target(url)
+        assert target.errors_billed is False
+        preflight = _run(target)
+    finally:
+        server.shutdown()
+        server.server_close()
+    rows = list(preflight.calls.all())
+    assert rows and {(r.http_status, r.cost_usd) for r in rows} == {(429, None)}
+    if known:
+        assert (preflight.cost_usd, preflight.known_cost_usd) == (0, 0)
+        assert all("errors_billed = false" in r.cost_note for r in rows)
+    else:
+        assert (preflight.cost_usd, preflight.known_cost_usd) == (None, 0)
+        assert not any("errors_billed" in r.cost_note for r in rows)
