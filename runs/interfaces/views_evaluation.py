@@ -235,7 +235,13 @@ def _route_previews(form: EvaluationForm) -> list[dict[str, Any]]:
     if not (data.get("preview_prompt") or "").strip():
         # A prompt the form refused (a NUL character, too long) is not a missing one.
         refused = form.errors.get("preview_prompt")
-        return [{"error": " ".join(refused) if refused else "Write a prompt to preview its route."}]
+        return [
+            {
+                "error": " ".join(map(str, refused))
+                if refused
+                else "Write a prompt to preview its route."
+            }
+        ]
     if not mom:
         return [{"error": "Route preview applies to MoM targets; tick one above."}]
     try:
