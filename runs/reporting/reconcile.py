@@ -382,33 +382,39 @@ def known_failures(
     here, so one call has one cost everywhere."""
     if not run_ids:
         return []
+    rows = list(
+        Call.objects.filter(
+            cell__run_id__in=run_ids,
+            status=CallStatus.FAILED,
+            http_status__gte=400,
+            cost_usd__isnull=True,
+            **({} if call_ids is None else {"pk__in": call_ids}),
+        ).values_list(
+            "pk",
+            "cell__run_id",
+            "cell_id",
+            "cell__target_id",
+            "role",
+            "target__slug",
+            "status",
+            "http_status",
+            "error_code",
+            "bytes_received",
+            "inference_call_count",
+        )
+    )
+    if not rows:
+        return []  # the common case: no plan is read (a manifest is megabytes at 100,000 cases)
     terms = {
         pk: errors_billed_by_target(
             {"targets": targets or [], "judges": judges or {}, "simulators": simulators or {}}
         )
-        for pk, targets, judges, simulators in Run.objects.filter(pk__in=run_ids).values_list(
+        for pk, targets, judges, simulators in Run.objects.filter(
+            pk__in={row[1] for row in rows}
+        ).values_list(
             "pk", F("manifest__targets"), F("manifest__judges"), F("manifest__simulators")
         )
     }
-    rows = Call.objects.filter(
-        cell__run_id__in=run_ids,
-        status=CallStatus.FAILED,
-        http_status__gte=400,
-        cost_usd__isnull=True,
-        **({} if call_ids is None else {"pk__in": call_ids}),
-    ).values_list(
-        "pk",
-        "cell__run_id",
-        "cell_id",
-        "cell__target_id",
-        "role",
-        "target__slug",
-        "status",
-        "http_status",
-        "error_code",
-        "bytes_received",
-        "inference_call_count",
-    )
     out = []
     for pk, run_id, cell_id, target_id, role, slug, status, http, code, received, n in rows:
         failure = KnownFailure(status, http, code, received, n)
