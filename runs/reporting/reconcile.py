@@ -424,6 +424,11 @@ def known_failures(
     return out
 
 
+def _unbilled_ids(failures: Sequence[RunKnownFailure] | None) -> list[int] | None:
+    """The ids of the known failures counted as a known 0 (None: not read yet)."""
+    return None if failures is None else [f.call_id for f in failures if f.unbilled]
+
+
 def _effective_calls_sql(
     run_ids: Sequence[int],
     *,
@@ -493,7 +498,12 @@ NO_CALL_SPEND: dict[str, Any] = {
 }
 
 
-def effective_call_sums(*, run_ids: Sequence[int], group_by: GroupBy) -> list[dict[str, Any]]:
+def effective_call_sums(
+    *,
+    run_ids: Sequence[int],
+    group_by: GroupBy,
+    failures: Sequence[RunKnownFailure] | None = None,
+) -> list[dict[str, Any]]:
     """Sums of the effective usage of the runs' calls, grouped in SQL.
 
     A call's usage and costs come from the latest correction of its run when that correction
@@ -502,11 +512,12 @@ def effective_call_sums(*, run_ids: Sequence[int], group_by: GroupBy) -> list[di
     cell, role). Each row carries ``calls``, ``usage_unknown``, ``cost_unknown``,
     ``neutral_unknown``, the sums of the four buckets, ``cost`` and ``neutral``; sums over only
     unknown values are None, and a sum is complete only when its ``*_unknown`` is 0.
+    ``failures``: the runs' `known_failures`, when the caller has read them.
     """
     if not run_ids:
         return []
     keys = {"target_role": "target_id", "cell_role": "cell_id"}[group_by]
-    effective, params = _effective_calls_sql(run_ids)
+    effective, params = _effective_calls_sql(run_ids, unbilled=_unbilled_ids(failures))
     sql = f"""
         {effective}
         SELECT run_id, {keys}, role, COUNT(*),
@@ -577,14 +588,16 @@ def cost_note_counts(*, run_ids: Sequence[int]) -> dict[tuple[int, int, str], di
 WASTE_CALL_STATUSES = (CallStatus.FAILED, CallStatus.SENT_UNKNOWN)
 
 
-def effective_run_spend(*, run_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+def effective_run_spend(
+    *, run_ids: Sequence[int], failures: Sequence[RunKnownFailure] | None = None
+) -> dict[int, dict[str, Any]]:
     """Per run: the sum of the known effective costs of all its calls (``known``) and of its
     failed and unknown-outcome calls (``waste_known``), with how many costs each leaves
     unknown (``unknown``, ``waste_unknown``) and ``waste_calls``. A sum over no known cost is
-    None; a run with no calls is absent."""
+    None; a run with no calls is absent. ``failures``: as `effective_call_sums`'."""
     if not run_ids:
         return {}
-    effective, params = _effective_calls_sql(run_ids)
+    effective, params = _effective_calls_sql(run_ids, unbilled=_unbilled_ids(failures))
     waste = "status IN (" + ", ".join(["%s"] * len(WASTE_CALL_STATUSES)) + ")"
     sql = f"""
         {effective}
@@ -660,7 +673,7 @@ def call_effective_costs(*, run_id: int, call_ids: Sequence[int]) -> dict[int, C
     if not call_ids:
         return {}
     failures = {f.call_id: f for f in known_failures(run_ids=[run_id], call_ids=call_ids)}
-    unbilled = [pk for pk, f in failures.items() if f.unbilled]
+    unbilled = _unbilled_ids(list(failures.values()))
     effective, params = _effective_calls_sql([run_id], call_ids=call_ids, unbilled=unbilled)
     sql = f"""{effective}
         SELECT call_id, cost_usd, cache_neutral_cost_usd, correction_version,

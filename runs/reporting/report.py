@@ -194,13 +194,16 @@ def empty_answers_note(empty: int | None) -> str | None:
     )
 
 
-def _call_sums(run_ids: list[int]) -> dict[tuple[int, int, str], dict[str, Any]]:
+def _call_sums(
+    run_ids: list[int], failures: list[RunKnownFailure]
+) -> dict[tuple[int, int, str], dict[str, Any]]:
     """Per (run, target of the cell, role): sums of buckets and costs, and how many are unknown.
 
     Effective usage (R2.2): the latest usage correction overrides a call where it has an entry.
     """
     sums: dict[tuple[int, int, str], dict[str, Any]] = {}
-    for r in effective_call_sums(run_ids=run_ids, group_by="target_role"):
+    rows = effective_call_sums(run_ids=run_ids, group_by="target_role", failures=failures)
+    for r in rows:
         sums[(r.pop("run_id"), r.pop("target_id"), r.pop("role"))] = r
     return sums
 
@@ -381,22 +384,23 @@ class ReportBatch:
             Target.objects.filter(pk__in={t for _, t, _ in counts}).values_list("pk", "slug")
         )
         target_ids = {(run_id, slugs[tid]): tid for run_id, tid, _ in counts}
+        failures = known_failures(run_ids=run_ids)  # read once: the sums, the spend, the words
         return cls(
             counts=counts,
             scores=_question_scores(run_ids),
-            sums=_call_sums(run_ids),
+            sums=_call_sums(run_ids, failures),
             missing=_cells_without_subject_call(run_ids),
             timings=call_timings(run_ids),
             routing=mom_routing(runs),
             target_ids=target_ids,
             corrections=latest_corrections(run_ids=run_ids),
-            spend=effective_run_spend(run_ids=run_ids),
+            spend=effective_run_spend(run_ids=run_ids, failures=failures),
             # The official scorers beside the sr-bench score (issue 22 point 5).
             official=official_sections(runs, target_ids),
             provenance=runs_data_provenance(runs),
             notes=cost_note_counts(run_ids=run_ids),
             empty=_empty_answers(run_ids),
-            unbilled=unbilled_failures(known_failures(run_ids=run_ids)),
+            unbilled=unbilled_failures(failures),
         )
 
 

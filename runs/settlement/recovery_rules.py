@@ -22,7 +22,7 @@ from runs.models import (
     Run,
     RunSummary,
 )
-from runs.reporting.reconcile import effective_call_sums, known_failures
+from runs.reporting.reconcile import RunKnownFailure, effective_call_sums, known_failures
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
 
 AMBIGUOUS_CALL_STATUSES = (*OPEN_CALL_STATUSES, CallStatus.SENT_UNKNOWN)
@@ -83,7 +83,9 @@ REJUDGE_NEW_ATTEMPT_TEXT = (
 )
 
 
-def _known_failures(run: Run) -> tuple[Counter[int], dict[int, set[str]]]:
+def _known_failures(
+    failures: list[RunKnownFailure],
+) -> tuple[Counter[int], dict[int, set[str]]]:
     """Per cell: its known failures whose cost stays unclear (their target bills error
     responses, or the plan does not say), and the targets whose frozen ``errors_billed =
     false`` made the others a known $0 — `runs.ledger.accounting.known_failure_unbilled`, the
@@ -92,7 +94,7 @@ def _known_failures(run: Run) -> tuple[Counter[int], dict[int, set[str]]]:
     (`runs.ledger.accounting.errors_not_billed_words`)."""
     unclear: Counter[int] = Counter()
     assumed: dict[int, set[str]] = {}
-    for failure in known_failures(run_ids=[run.pk]):
+    for failure in failures:
         if failure.unbilled:
             assumed.setdefault(failure.cell_id, set()).add(failure.slug)
         else:
@@ -133,9 +135,10 @@ def cell_rows(run: Run) -> list[dict[str, Any]]:
             ),
         )
     ]
+    failures = known_failures(run_ids=[run.pk])  # read once: the sums and the words
     sums: dict[tuple[int, str], dict[str, Any]] = {
         (r["cell_id"], r["role"]): r
-        for r in effective_call_sums(run_ids=[run.pk], group_by="cell_role")
+        for r in effective_call_sums(run_ids=[run.pk], group_by="cell_role", failures=failures)
     }
     roles_of: dict[int, list[str]] = {}
     for cell_id, role in sums:
@@ -143,7 +146,7 @@ def cell_rows(run: Run) -> list[dict[str, Any]]:
     claimed = dict(
         RecoveryClaim.objects.filter(cell__run=run).values_list("cell_id", "request__child_id")
     )
-    billed_failures, assumed = _known_failures(run)
+    billed_failures, assumed = _known_failures(failures)
 
     def spend(cell_id: int, roles: list[str]) -> tuple[int, Decimal]:
         return _spend([sums[(cell_id, r)] for r in roles])
