@@ -38,6 +38,8 @@ from runs.ledger.accounting import (
     CALL_USAGE_COLUMNS,
     HTTP_ERROR_BODY_CAP,
     NOT_SENT_ERROR,
+    KnownFailure,
+    known_failure_unbilled,
     worst_case_call_cost,
 )
 from runs.ledger.hooks import live_snapshot_keep
@@ -562,8 +564,18 @@ class Caller(LeaseHolder):
         )
         fields["error_code"], fields["error"] = error_code, error
         failure = None if ok else {"error_code": error_code, "error": error[:500]}
+        unbilled = not ok and known_failure_unbilled(
+            KnownFailure(
+                fields["status"],
+                fields["http_status"],
+                error_code,
+                fields["bytes_received"],
+                fields.get("inference_call_count"),
+            ),
+            target.errors_billed,
+        )
         close = store.CloseCall(
-            call_id, fields, bytes(stream.raw), self.reserved.pop(call_id, None), failure
+            call_id, fields, bytes(stream.raw), self.reserved.pop(call_id, None), failure, unbilled
         )
         self.closing.setdefault(cell_id, []).append(self.ledger.enqueue(close))
         return CallOutcome(

@@ -357,9 +357,7 @@ def start_reaper_thread(interval: float) -> threading.Thread:
                     # The database is back: nobody could renew a lease while it was away, so
                     # every held cell gets one more before this pass may settle it (the drivers
                     # that held their writes through the outage renew first).
-                    extended = store.leases_extend(
-                        lease_seconds=settings.SRBENCH_CELL_LEASE_SECONDS
-                    )
+                    extended = leases_extend(lease_seconds=settings.SRBENCH_CELL_LEASE_SECONDS)
                     log.warning(
                         "recovery pass: the database answers again; %s leases extended", extended
                     )
@@ -382,3 +380,21 @@ def start_reaper_thread(interval: float) -> threading.Thread:
     thread = threading.Thread(target=loop, name="srbench-reaper", daemon=True)
     thread.start()
     return thread
+
+
+def leases_extend(*, lease_seconds: float) -> int:
+    """Give every running cell at least one more lease from now, run by run under each run's
+    row lock: after the database was unreachable no worker could renew, and the drivers that
+    held their writes through it must get the first word on their cells, not the recovery
+    pass. Returns how many cells it extended."""
+    until = timezone.now() + timedelta(seconds=lease_seconds)
+    extended = 0
+    for run_id in sorted(set(Cell.objects.running().values_list("run_id", flat=True))):
+        with transaction.atomic(durable=True):
+            store.run_lock(run_id)
+            extended += (
+                Cell.objects.running()
+                .filter(run_id=run_id, lease_expires_at__lt=until)
+                .update(lease_expires_at=until)
+            )
+    return extended

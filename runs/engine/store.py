@@ -67,6 +67,7 @@ class TargetInfo:
     # Why the target's stream usage is a gateway's estimate, as the plan froze it ("" when the
     # target check showed nothing so): such calls' tokens and cost are unknown.
     stream_usage_estimate: str = ""
+    errors_billed: bool | None = None  # as the plan froze it (None: the plan predates it)
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ def _target_info(target: Target, snapshot: dict[str, Any], prices: dict[str, Any
         target_id=target.pk,
         api=snapshot.get("api", WireApi.OPENAI),
         stream_usage_estimate=snapshot.get(STREAM_USAGE_ESTIMATE_KEY) or "",
+        errors_billed=snapshot.get("errors_billed"),
     )
 
 
@@ -293,6 +295,7 @@ class CloseCall:
     raw: bytes
     reserved: Decimal | None
     failure: dict[str, Any] | None
+    unbilled: bool = False  # a known $0 (`known_failure_unbilled`): its reservation released
 
 
 @dataclass(frozen=True)
@@ -480,6 +483,7 @@ def _closes_apply(
     budget_delta = Decimal(0)
     for _, op in closes:
         cost = op.fields.get("cost_usd")
+        cost = Decimal(0) if cost is None and op.unbilled else cost
         if max_cost is not None and cost is not None and op.reserved is not None:
             budget_delta += cost - op.reserved
         if op.failure is not None:
@@ -651,24 +655,6 @@ def run_note(*, run_id: int, event: tuple[str, dict[str, Any]]) -> None:
     with transaction.atomic(durable=True):
         run_lock(run_id)
         events_append(run_id=run_id, events=[event])
-
-
-def leases_extend(*, lease_seconds: float) -> int:
-    """Give every running cell at least one more lease from now, run by run under each run's
-    row lock: after the database was unreachable no worker could renew, and the drivers that
-    held their writes through it must get the first word on their cells, not the recovery
-    pass. Returns how many cells it extended."""
-    until = timezone.now() + timedelta(seconds=lease_seconds)
-    extended = 0
-    for run_id in sorted(set(Cell.objects.running().values_list("run_id", flat=True))):
-        with transaction.atomic(durable=True):
-            run_lock(run_id)
-            extended += (
-                Cell.objects.running()
-                .filter(run_id=run_id, lease_expires_at__lt=until)
-                .update(lease_expires_at=until)
-            )
-    return extended
 
 
 CANCEL_STOP = "cancellation was requested"

@@ -220,3 +220,43 @@ def test_a_run_that_sent_no_call_spent_a_known_0_and_a_preview_gives_no_figure()
     assert preview["targets"][0]["known_cost_usd"] is None
     assert preview["spend"]["known_total_spend_usd"] is None
     assert not (preview["targets"][0]["usage_unknown_reason"] or "").startswith("no call")
+
+
+@pytest.mark.worker
+def test_the_budget_releases_the_reservation_of_a_failure_that_cost_a_known_0(celery_worker):
+    """The budget counts what the report counts: a 429 before any byte at a target that does not
+    bill errors reserved its worst case before it was sent and, once known to cost $0, gives the
+    reservation back: the run's committed budget is the known spend (SPEC R1.2, R5)."""
+    ops = f.user_create(username="ops", staff=True)
+    models = {"sim-strong": {**FAST, "faults": ["429"]}, "sim-weak": FAST}
+    with es.simulator(BENCHMARKS, models=models) as url:
+        es.sim_targets(url)
+        run, _ = run_create(
+            owner=ops,
+            plan={
+                "name": "rate limited on a budget",
+                "dataset": es.fixture_dataset(BENCHMARKS).pk,
+                "targets": ["sim-strong", "sim-weak"],
+                "failure_policy": "continue",
+                "limits": {
+                    "concurrency": 1,
+                    "idle_timeout_s": 5,
+                    "total_timeout_s": 20,
+                    "max_cost_usd": "100",
+                },
+            },
+        )
+        wait_until(lambda: es.terminal(run), timeout=90)
+
+    run.refresh_from_db()
+    strong_calls = Call.objects.filter(cell__run=run, target__slug="sim-strong")
+    weak_calls = list(Call.objects.filter(cell__run=run, target__slug="sim-weak"))
+    assert strong_calls.exists() and set(strong_calls.values_list("error_code", flat=True)) == {
+        "http_429"
+    }
+    # Each refusal reserved its worst case before it left (the ledger keeps what it reserved).
+    assert all(c.reserved_cost_usd and c.reserved_cost_usd > 0 for c in strong_calls)
+    assert weak_calls and all(c.status == "completed" for c in weak_calls)
+    weak = sum((priced(c, es.PRICES["sim-weak"]) for c in weak_calls), Decimal(0))
+    # Computed here: the known spend is sim-weak's calls; the refusals cost $0.
+    assert run.budget_committed_usd == weak
