@@ -195,9 +195,11 @@ def sandbox_run(
     `collect`: sandbox paths (in `/app` or a writable directory) of files to return in
     `SandboxResult.collected`; `collect_max_bytes` caps their archive (past it, a file may
     come back cut short).
-    `site_files`: file name -> host file, added read-only to the site-packages of the sandbox's
-    Python (`sandbox_python`), which reads a `.pth` there at every start, whatever `PYTHONPATH`
-    or `-E`/`-I` say.
+    `site_files`: file name -> host file, added read-only to every site directory of every
+    Python the sandbox holds (the virtualenv's, its base, the system's and any other under
+    `/usr`), which reads a `.pth` there at every start, whatever `PYTHONPATH` or `-E`/`-I` say;
+    each base installation also gets a `pyvenv.cfg` so that none reads a user site
+    (runs/engine/sandbox_pythons.py).
     """
     if not argv:
         raise ValueError("argv must not be empty")

@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from runs.engine.sandbox_pythons import PYVENV_CFG, runtime_installations, site_overlays
+
 __all__ = [
     "DEFAULT_DISK_MB",
     "DISK_MB_ENV",
@@ -261,47 +263,47 @@ def _prlimit_args(tools: Mapping[str, str], limits: SandboxLimits, uid: int | No
     ]
 
 
-# The system Python's site directory on Debian (`/usr/bin/python3`), seen read-only through
-# the sandbox's /usr: site files go there too.
-SYSTEM_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")
-
-
-def _site_dirs() -> list[tuple[Path, str]]:
-    """(host path, sandbox path) of each site directory a sandboxed Python reads at start: the
-    site-packages of `sandbox_python`, and the system Python's where there is one."""
+def _venv_site_dirs() -> dict[str, Path]:
+    """The site directory of `sandbox_python` when it is a virtualenv's: sandbox path -> host
+    path (its base installation and the system's are among `runtime_installations`)."""
     host = Path(sysconfig.get_path("purelib")).resolve()
-    base, venv = _python_layout()
+    _base, venv = _python_layout()
     if venv is not None and host.is_relative_to(venv):
-        dirs = [(host, str(PurePosixPath(SANDBOX_VENV) / host.relative_to(venv)))]
-    else:
-        dirs = [(host, str(host))]
-    if SYSTEM_DIST_PACKAGES.is_dir() and SYSTEM_DIST_PACKAGES.resolve() != host:
-        dirs.append((SYSTEM_DIST_PACKAGES.resolve(), str(SYSTEM_DIST_PACKAGES)))
-    return dirs
+        return {str(PurePosixPath(SANDBOX_VENV) / host.relative_to(venv)): host}
+    return {}
 
 
 def _site_file_args(site_files: Mapping[str, Path]) -> list[str]:
-    """`site_files` (name -> host file) added to each site directory of the sandbox's Pythons,
-    which they read at start whatever their environment says: a read-only tmpfs over the
-    directory, holding a bind of each entry of the real one plus these files (a new file cannot
-    be mounted inside the read-only runtime itself)."""
+    """`site_files` (name -> host file) added to each site directory of every Python of the
+    sandbox, which reads them at start whatever its environment says, and a `pyvenv.cfg` beside
+    each base installation so that none reads a user site (runs/engine/sandbox_pythons.py): a
+    read-only tmpfs over the directory, holding a bind of each entry of the real one plus these
+    files (a new file cannot be mounted inside the read-only runtime itself)."""
     if not site_files:
         return []
     for name in site_files:
-        if "/" in name or name in ("", ".", ".."):
+        if "/" in name or name in ("", ".", "..", PYVENV_CFG):
             raise ValueError(f"a site file's name must be a plain file name: {name!r}")
+    installations = runtime_installations(str(_python_layout()[0]))
+    venv_dirs = _venv_site_dirs()
     args = []
-    for host, inside in _site_dirs():
+    for inside, added in site_overlays(installations, venv_dirs, site_files).items():
+        if inside == "/":
+            # The sandbox's own root tmpfs (for /bin/python3): the files go straight in.
+            for name, path in sorted(added.items()):
+                args += ["--ro-bind", str(path), f"/{name}"]
+            continue
+        host = venv_dirs.get(inside, Path(inside))
         args += ["--tmpfs", inside]
         for entry in sorted(os.listdir(host)):
-            if entry in site_files:
+            if entry in added:
                 continue
             source = host / entry
             if source.is_symlink():
                 args += ["--symlink", os.readlink(source), f"{inside}/{entry}"]
             else:
                 args += ["--ro-bind", str(source), f"{inside}/{entry}"]
-        for name, path in sorted(site_files.items()):
+        for name, path in sorted(added.items()):
             args += ["--ro-bind", str(path), f"{inside}/{name}"]
         args += ["--remount-ro", inside]
     return args

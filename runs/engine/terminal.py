@@ -57,7 +57,8 @@ REWARD_MAX_BYTES = 4096
 # test script); no pytest plugin but those the task names (upstream's verifier has pytest and
 # its own plugin only; an autoloaded plugin would also find entry points on any path the tests
 # add; the guard sets it again in the pytest process); no user site, which a Python outside a
-# virtualenv reads under HOME, the agent's /app.
+# virtualenv reads under HOME, the agent's /app (also refused whatever the environment says:
+# the sandbox gives every base installation a pyvenv.cfg, runs/engine/sandbox_pythons.py).
 VERIFIER_SITE = Path(__file__).resolve().with_name("verifier_site")
 VERIFIER_SITE_INSIDE = "/srbench/verifier-site"  # named in srbench-verifier.pth
 VERIFIER_PTH = "srbench-verifier.pth"

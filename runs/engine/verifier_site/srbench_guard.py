@@ -54,11 +54,19 @@ PYTEST_NAMES = frozenset({"pytest", "_pytest", "py"})
 UNDER_PYTEST = "SRBENCH_VERIFIER_UNDER_PYTEST"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _IMPORT_SYSTEM = os.path.join(os.path.dirname(os.__file__), "importlib")
+# The runtime's top-level links and binds (/bin -> usr/bin, /lib -> usr/lib): read-only.
+_RUNTIME_TOP = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # The read-only places whose modules need no guard: the runtime, the tests, this directory.
+# Never "/" itself: a Python started as /bin/python3 has that prefix (the sandbox's pyvenv.cfg
+# at the root refuses it a user site; runs/engine/sandbox_pythons.py).
 _READ_ONLY = tuple(
     sorted(
-        {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, "/usr", TESTS_DIR}
-        | {_HERE}
+        (
+            {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, "/usr", TESTS_DIR}
+            | {_HERE}
+            | set(_RUNTIME_TOP)
+        )
+        - {"/"}
     )
 )
 
