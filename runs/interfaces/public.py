@@ -26,7 +26,9 @@ correct, scored and the subject's own final answer (all the answer-matrix export
 A call's cost is shown twice, both labelled: as the ledger recorded it (``cost_usd``,
 ``cache_neutral_cost_usd``, ``cost_note``: the evidence, never rewritten) and as every report
 counts it (``effective_*``, `with_effective_costs`: after a usage correction, or a known $0 for
-an HTTP error its target does not bill), so a call has one cost on every surface.
+an HTTP error its target does not bill), so a call has one cost on every surface. Likewise its
+token buckets: recorded (``input_tokens`` …) and as the report counts them
+(``effective_input_tokens`` …: a usage correction's).
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ from runs.reporting.reconcile import call_effective_costs
 
 __all__ = [
     "EFFECTIVE_COST_FIELDS",
+    "EFFECTIVE_TOKEN_FIELDS",
     "JUDGE_WITHHELD",
+    "call_usage_rows",
     "grade_reasons",
     "public_call_content",
     "public_cell",
@@ -433,23 +437,53 @@ def public_call_content(call: Any) -> dict[str, Any]:
     }
 
 
-# The attributes `with_effective_costs` sets on each call, in `CallEffectiveCost`'s order.
+# The attributes `with_effective_costs` sets on each call, in `CallEffectiveCost`'s order:
+# the costs and their note, then the four token buckets (beside the recorded ``*_tokens``).
 EFFECTIVE_COST_FIELDS = (
     "effective_cost_usd",
     "effective_cache_neutral_cost_usd",
     "effective_cost_note",
 )
+EFFECTIVE_TOKEN_FIELDS = (
+    "effective_input_tokens",
+    "effective_cached_input_tokens",
+    "effective_cache_write_tokens",
+    "effective_output_tokens",
+)
 
 
 def with_effective_costs(calls: Sequence[Any], *, run_id: int) -> None:
-    """The calls of a run, each given the costs the report counts for it
+    """The calls of a run, each given the costs and tokens the report counts for it
     (`runs.reporting.reconcile.call_effective_costs`, the report's own rule) as
-    :data:`EFFECTIVE_COST_FIELDS`, beside its recorded ``cost_usd``: every per-call view (Calls
-    tab, call page, question page, the API's calls and call, so ``show --calls``) reads them."""
+    :data:`EFFECTIVE_COST_FIELDS` and :data:`EFFECTIVE_TOKEN_FIELDS`, beside its recorded
+    ``cost_usd`` and ``*_tokens``: every per-call view (Calls tab, call page, question page,
+    the API's calls and call, so ``show --calls``) reads them."""
     costs = call_effective_costs(run_id=run_id, call_ids=[c.pk for c in calls])
+    names = (*EFFECTIVE_COST_FIELDS, *EFFECTIVE_TOKEN_FIELDS)
     for call in calls:
-        for name, value in zip(EFFECTIVE_COST_FIELDS, costs[call.pk], strict=True):
+        for name, value in zip(names, costs[call.pk], strict=True):
             setattr(call, name, value)
+
+
+_BUCKET_LABELS = (
+    ("uncached input", "input_tokens", None),
+    ("cache-read input", "cached_input_tokens", "cached_reported"),
+    ("cache-write input", "cache_write_tokens", "cache_write_reported"),
+    ("output", "output_tokens", None),
+)
+
+
+def call_usage_rows(call: Any) -> list[tuple[str, int | None, int | None, bool]]:
+    """A call's four buckets for its page, after `with_effective_costs`: (label, recorded as
+    shown — a cache bucket the server did not report is unknown, not 0 —, as the report counts
+    it, whether the two differ: a usage correction changed it)."""
+    rows = []
+    for label, bucket, reported in _BUCKET_LABELS:
+        recorded = getattr(call, bucket)
+        counted = getattr(call, f"effective_{bucket}")
+        shown = None if reported and getattr(call, reported) is False else recorded
+        rows.append((label, shown, counted, counted != recorded))
+    return rows
 
 
 # --- agent episodes ----------------------------------------------------------------------------

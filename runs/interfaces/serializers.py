@@ -11,6 +11,7 @@ from rest_framework import serializers
 
 from runs.interfaces.public import (
     EFFECTIVE_COST_FIELDS,
+    EFFECTIVE_TOKEN_FIELDS,
     grade_reasons,
     public_call_content,
     public_cell_error,
@@ -229,6 +230,21 @@ class CallSummarySerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="why the effective cost is not the recorded one (null: it is)",
     )
+    effective_input_tokens = serializers.IntegerField(
+        read_only=True,
+        allow_null=True,
+        help_text="the uncached input tokens the run's report counts for this call: the "
+        "recorded ones or a usage correction's (null: unknown)",
+    )
+    effective_cached_input_tokens = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="likewise, cache-read input"
+    )
+    effective_cache_write_tokens = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="likewise, cache-write input"
+    )
+    effective_output_tokens = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="likewise, output (reasoning included)"
+    )
     ttft_ms = MillisecondsField()
     duration_ms = MillisecondsField()
 
@@ -257,6 +273,7 @@ class CallSummarySerializer(serializers.ModelSerializer):
             "live",
             *USAGE_FIELDS,
             *EFFECTIVE_COST_FIELDS,
+            *EFFECTIVE_TOKEN_FIELDS,
         ]
 
     def get_live(self, call: Call) -> dict[str, Any]:

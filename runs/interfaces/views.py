@@ -31,6 +31,7 @@ from datasets.provenance import provenance_summary
 from runs.interfaces.forms import RECOVERY_SCOPES, RecoveryScopeForm, RunFilterForm
 from runs.interfaces.page_actions import run_actions
 from runs.interfaces.public import (
+    call_usage_rows,
     public_call_content,
     public_cell,
     public_cell_error,
@@ -515,18 +516,7 @@ def _call_context(call: Any) -> dict[str, Any]:
     return {
         "call": call,
         "shown": public_call_content(call),
-        "buckets": [
-            ("uncached input", call.input_tokens),
-            (
-                "cache-read input",
-                call.cached_input_tokens if call.cached_reported is not False else None,
-            ),
-            (
-                "cache-write input",
-                call.cache_write_tokens if call.cache_write_reported is not False else None,
-            ),
-            ("output", call.output_tokens),
-        ],
+        "buckets": call_usage_rows(call),
         "live": selectors.call_live_view(call),
     }
 

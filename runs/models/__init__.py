@@ -14,6 +14,8 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q
 
+from runs.models.correction_entries import UsageCorrectionEntry  # noqa: F401
+
 # Defined in its own module to keep this one small; imported here so Django registers it with
 # `runs` and callers find it beside `UsageCorrection`.
 from runs.models.evidence import CODECS, EvidenceCodec

@@ -43,7 +43,15 @@ from runs.ledger.accounting import (
 from runs.ledger.corrections import version_append, version_appended
 from runs.ledger.events import events_append
 from runs.ledger.usage import mom_evidence
-from runs.models import TERMINAL_RUN_STATUSES, Call, CallStatus, Cell, Run, UsageCorrection
+from runs.models import (
+    TERMINAL_RUN_STATUSES,
+    Call,
+    CallStatus,
+    Cell,
+    Run,
+    UsageCorrection,
+    UsageCorrectionEntry,
+)
 from runs.models.evidence import EvidenceUnreadable, evidence_decode
 from runs.reporting.report_types import Correction
 from srbench.canonical import sha256_bytes, sha256_hex
@@ -342,18 +350,13 @@ def correction_summary(correction: UsageCorrection | None) -> dict[str, Any] | N
 # Effective usage, in SQL
 
 
-_ENTRY_COLUMNS_PG = (
-    '"call_id" bigint, "input_tokens" bigint, "cached_input_tokens" bigint, '
-    '"cache_write_tokens" bigint, "output_tokens" bigint, "cost_usd" numeric, '
-    '"cache_neutral_cost_usd" numeric, "outcome" text, "reason" text'
-)
-
-
-def _entries_sql() -> str:
-    """One row per corrected call of each run's latest correction, with its version."""
+def _entries_sql(among: str) -> str:
+    """One row per corrected call of each run's latest correction (``among``: only the calls
+    of the id array given), with its version: the correction's rows, read by call."""
+    columns = ", ".join(f"x.{col}" for col in (*BUCKET_COLUMNS, *MONEY_COLUMNS))
     return (
-        "SELECT l.version, x.* FROM latest l CROSS JOIN LATERAL jsonb_to_recordset("
-        f"l.corrections -> 'calls') AS x({_ENTRY_COLUMNS_PG})"
+        f"SELECT l.version, x.call_id, {columns}, x.outcome, x.reason FROM latest l "
+        f"JOIN {UsageCorrectionEntry._meta.db_table} x ON x.correction_id = l.id {among}"
     )
 
 
@@ -459,11 +462,11 @@ def _effective_calls_sql(
     )
     sql = f"""
         WITH latest AS (
-            SELECT uc.run_id, uc.version, uc.corrections FROM {correction_t} uc
+            SELECT uc.id, uc.run_id, uc.version FROM {correction_t} uc
             WHERE uc.run_id IN ({marks}) AND uc.version = (
                 SELECT MAX(v.version) FROM {correction_t} v WHERE v.run_id = uc.run_id)
         ),
-        entries AS ({_entries_sql()}),
+        entries AS ({_entries_sql("" if call_ids is None else "AND x.call_id = ANY(%s::bigint[])")}),
         eff AS (
             SELECT cell.run_id, cell.target_id, cell.id AS cell_id, c.role, c.status, {effective},
                 c.id AS call_id, e.version AS correction_version,
@@ -472,8 +475,10 @@ def _effective_calls_sql(
             LEFT JOIN entries e ON e.call_id = c.id
             WHERE cell.run_id IN ({marks}) {among}
         )"""
-    params = [*run_ids, *[list(unbilled)] * len(MONEY_COLUMNS), *run_ids]
-    return sql, params if call_ids is None else [*params, list(call_ids)]
+    if call_ids is None:
+        return sql, [*run_ids, *[list(unbilled)] * len(MONEY_COLUMNS), *run_ids]
+    ids = list(call_ids)
+    return sql, [*run_ids, ids, *[list(unbilled)] * len(MONEY_COLUMNS), *run_ids, ids]
 
 
 GroupBy = Literal["target_role", "cell_role"]
@@ -646,12 +651,17 @@ def effective_cell_costs(*, run_ids: Sequence[int], role: str) -> list[tuple[int
 
 
 class CallEffectiveCost(NamedTuple):
-    """One call's costs as every reader counts them (`_effective_calls_sql`, the report's own
-    rule) and, when they are not simply the ledger row's, why (``note``, else None)."""
+    """One call's costs and token buckets as every reader counts them (`_effective_calls_sql`,
+    the report's own rule; unknown: None) and, when the costs are not simply the ledger row's,
+    why (``note``, else None)."""
 
     cost_usd: Decimal | None
     cache_neutral_cost_usd: Decimal | None
     note: str | None
+    input_tokens: int | None
+    cached_input_tokens: int | None
+    cache_write_tokens: int | None
+    output_tokens: int | None
 
 
 def _effective_note(failure: RunKnownFailure | None, row: Sequence[Any]) -> str | None:
@@ -667,22 +677,23 @@ def _effective_note(failure: RunKnownFailure | None, row: Sequence[Any]) -> str 
 
 
 def call_effective_costs(*, run_id: int, call_ids: Sequence[int]) -> dict[int, CallEffectiveCost]:
-    """The effective costs of these calls of a run, for the per-call views (Calls tab, call
-    page, question page, the API's calls and call, ``show --calls``): read with the report's
-    own SQL, so a call shows the cost the report counts for it, the recorded one beside it."""
+    """The effective costs and tokens of these calls of a run, for the per-call views (Calls
+    tab, call page, question page, the API's calls and call, ``show --calls``): read with the
+    report's own SQL, so a call shows what the report counts for it, the recorded one beside
+    it. A page reads only its own calls' correction entries (by index)."""
     if not call_ids:
         return {}
     failures = {f.call_id: f for f in known_failures(run_ids=[run_id], call_ids=call_ids)}
     unbilled = _unbilled_ids(list(failures.values()))
     effective, params = _effective_calls_sql([run_id], call_ids=call_ids, unbilled=unbilled)
     sql = f"""{effective}
-        SELECT call_id, cost_usd, cache_neutral_cost_usd, correction_version,
-            correction_outcome, correction_reason
+        SELECT call_id, cost_usd, cache_neutral_cost_usd, {", ".join(BUCKET_COLUMNS)},
+            correction_version, correction_outcome, correction_reason
         FROM eff"""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     return {
-        pk: CallEffectiveCost(cost, neutral, _effective_note(failures.get(pk), rest))
+        pk: CallEffectiveCost(cost, neutral, _effective_note(failures.get(pk), rest[4:]), *rest[:4])
         for pk, cost, neutral, *rest in rows
     }
