@@ -77,6 +77,8 @@ def preflight_json(preflight: TargetPreflight | None) -> dict[str, Any] | None:
                 "cached_input_tokens": c.cached_input_tokens,
                 "output_tokens": c.output_tokens,
                 "cost_usd": money_text(c.cost_usd),
+                # What the preflight's total counts for it (a known 0 for an unbilled error).
+                "effective_cost_usd": money_text(c.effective_cost_usd),
                 "cost_note": c.cost_note or None,
                 "worst_case_usd": money_text(c.worst_case_usd),
                 "error": c.error or None,

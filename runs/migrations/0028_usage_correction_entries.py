@@ -76,7 +76,7 @@ class Migration(migrations.Migration):
                     "cache_neutral_cost_usd",
                     models.DecimalField(decimal_places=18, max_digits=40, null=True),
                 ),
-                ("outcome", models.CharField(max_length=16)),
+                ("outcome", models.CharField(max_length=16, null=True)),
                 ("reason", models.TextField(null=True)),
                 (
                     "call",

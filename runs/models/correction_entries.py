@@ -29,7 +29,7 @@ class UsageCorrectionEntry(AppendOnlyModel):
     output_tokens = models.BigIntegerField(null=True)
     cost_usd = models.DecimalField(max_digits=40, decimal_places=18, null=True)
     cache_neutral_cost_usd = models.DecimalField(max_digits=40, decimal_places=18, null=True)
-    outcome = models.CharField(max_length=16)
+    outcome = models.CharField(max_length=16, null=True)
     reason = models.TextField(null=True)
 
     class Meta:

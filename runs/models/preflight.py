@@ -17,6 +17,8 @@ registers it with `runs` while the app registry loads.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -122,6 +124,10 @@ class PreflightCall(models.Model):
     output_tokens = models.BigIntegerField(null=True, blank=True)
     cost_usd = models.DecimalField(max_digits=40, decimal_places=18, null=True, blank=True)
     cost_note = models.CharField(max_length=200, blank=True)
+    # An HTTP error answer its target does not bill: `runs.ledger.accounting.known_failure_unbilled`
+    # decided it off the wire when the row settled (the row has no column the rule reads), so
+    # its cost counts a known 0 while `cost_usd` stays the recorded unknown.
+    error_unbilled = models.BooleanField(default=False)
     content = StoredTextField(blank=True)
     error = StoredTextField(blank=True)
     sent_at = models.DateTimeField()
@@ -149,3 +155,10 @@ class PreflightCall(models.Model):
 
     def __str__(self) -> str:
         return f"preflight call {self.preflight_id}#{self.sequence} ({self.purpose})"
+
+    @property
+    def effective_cost_usd(self) -> Decimal | None:
+        """The cost the preflight's total counts for this call, as a run's report counts a
+        run's call (`runs.reporting.reconcile.call_effective_costs`): a known 0 for an error
+        answer its target does not bill, else the recorded cost (unknown stays None)."""
+        return Decimal(0) if self.error_unbilled else self.cost_usd

@@ -235,8 +235,6 @@ class _Session:
             self.headers[MAX_CALLS_HEADER] = str(target.max_inference_calls)
         self.sequence = 0
         self.rows: list[PreflightCall] = []
-        # The rows `known_failure_unbilled` makes a known 0, judged when each was settled.
-        self.unbilled: set[int] = set()
 
     def run(self) -> None:
         preflight = self.preflight
@@ -255,17 +253,11 @@ class _Session:
         except Exception as exc:  # recorded, never re-sent: the rows say what left
             preflight.status = PreflightStatus.FAILED
             preflight.error = f"{type(exc).__name__}: {exc}"[:1000]
-        costs = [self._row_cost(row) for row in self.rows]
+        costs = [row.effective_cost_usd for row in self.rows]
         spent = sum_known(costs)
         preflight.cost_usd, preflight.known_cost_usd = spent.total, spent.known_sum
         preflight.finished_at = timezone.now()
         preflight.save()
-
-    def _row_cost(self, row: PreflightCall) -> Decimal | None:
-        """A known failure the target's terms do not bill is a known 0, judged in `_settle` by
-        the one rule (`runs.ledger.accounting.known_failure_unbilled`), as for a run's calls;
-        any other unknown stays unknown."""
-        return Decimal(0) if row.pk in self.unbilled else row.cost_usd
 
     def send(self, calls: list[PlannedCall], *, staggered: bool = False) -> list[WireResult]:
         """Commit a row per call, then send each once. ``staggered``: the first alone, the
@@ -341,8 +333,9 @@ class _Session:
             row.cost_note = row.cost_note or f"HTTP {row.http_status} before any stream byte"
         # The one rule of an unbilled error answer, read off the wire now: a `PreflightCall` has
         # no error_code, bytes_received nor inference_call_count column (the preflight's ledger
-        # predates the rule), so the decision cannot be re-made from the stored row later; the
-        # row keeps its null cost and says the assumption, the preflight's total counts the 0.
+        # predates the rule), so the decision is stored (`error_unbilled`); the row keeps its
+        # null cost and says the assumption, the total and every page count the 0
+        # (`PreflightCall.effective_cost_usd`).
         failure = KnownFailure(
             CallStatus.FAILED if row.status == PreflightCallStatus.FAILED else CallStatus.COMPLETED,
             row.http_status,
@@ -351,7 +344,7 @@ class _Session:
             header_count(result.headers.get(HEADER_CALL_COUNT, "")),
         )
         if row.cost_usd is None and known_failure_unbilled(failure, self.target.errors_billed):
-            self.unbilled.add(row.pk)
+            row.error_unbilled = True
             words = errors_not_billed_words([self.target.slug])
             row.cost_note = f"{row.cost_note}; counted as $0 ({words})"[:200]
         row.finished_at = timezone.now()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import threading
 from decimal import Decimal
 
@@ -283,3 +284,33 @@ def test_the_preflight_counts_a_refusal_by_the_one_rule_of_an_unbilled_error(pad
     else:
         assert (preflight.cost_usd, preflight.known_cost_usd) == (None, 0)
         assert not any("errors_billed" in r.cost_note for r in rows)
+
+
+def test_the_admin_preflight_page_shows_each_call_at_the_cost_its_total_counts(client):
+    """session 9 (helper rc): the admin's preflight page listed a refused call's recorded cost
+    ("unknown") under a total that counted it a known 0 by `known_failure_unbilled`, where the
+    run's per-call views show the 0 (`call_effective_costs`). Each row now shows the cost the
+    total counts, the recorded one beside it; the API's preflight says both too."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        target = _target(f"http://127.0.0.1:{server.server_address[1]}")
+        preflight = _run(target)
+    finally:
+        server.shutdown()
+        server.server_close()
+    rows = list(preflight.calls.order_by("sequence"))
+    assert rows and {(r.http_status, r.cost_usd) for r in rows} == {(429, None)}
+    assert (preflight.cost_usd, preflight.known_cost_usd) == (0, 0)
+
+    client.force_login(f.user_create(username="op", staff=True))
+    page = client.get(f"/admin/runs/target/{target.pk}/preflight/").content.decode()
+    cells = re.findall(r'<td class="preflight-call-cost">(.*?)</td>', page)
+    assert len(cells) == len(rows)
+    for cell in cells:
+        assert cell == "0 (counted as the total counts it; recorded: unknown)", cell
+    read = client.get(f"/api/v1/targets/{target.slug}/preflight/").json()["latest"]
+    assert [(c["effective_cost_usd"], c["cost_usd"]) for c in read["calls"]] == [("0", None)] * len(
+        rows
+    )
