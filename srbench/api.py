@@ -184,6 +184,33 @@ class DetailParamsMixin:
         return super().retrieve(request, *args, **kwargs)  # type: ignore[misc]
 
 
+# The methods that change things: a query string they do not read is refused before they act.
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def unsafe_params_refusal(request: HttpRequest, view_func: Any) -> Refusal | None:
+    """The same rule for a write (POST, PUT, PATCH, DELETE) to an API view: it reads the
+    query parameters its class names in ``unsafe_query_params`` (none reads one today) and
+    DRF's ``format``, each at most once; anything else is refused before the view runs, so
+    nothing is written. A write reads its body, and `runs/N/recover/?dry_run=1` spent money
+    for a client who believed it asked for a dry run. Applied to every DRF view under /api/
+    by `srbench.middleware.UnsafeQueryParamsMiddleware`; None: nothing to refuse."""
+    view_class = getattr(view_func, "cls", None)
+    if request.method not in UNSAFE_METHODS or view_class is None or not request.GET:
+        return None
+    names = (*getattr(view_class, "unsafe_query_params", ()), FORMAT_PARAM)
+    problems = query_params_problems(request.GET, frozenset(names), names)
+    if not problems:
+        return None
+    return Refusal(
+        f"Query string refused, nothing was done ({request.method} reads its body): "
+        + "; ".join(f"{k}: {v}" for k, v in problems.items())
+        + ".",
+        code="invalid",
+        detail={name: [problem] for name, problem in problems.items()},
+    )
+
+
 def require_no_body_fields(data: Any) -> None:
     """For an action that takes no body: none, or `{}`. Reading `request.data` to pass it here
     also puts the body through the parser's checks (size, depth, Unicode, content type)."""

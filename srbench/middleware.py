@@ -8,6 +8,8 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import JsonResponse
 from whitenoise.middleware import WhiteNoiseMiddleware  # type: ignore[import-untyped]
 
+from srbench.api import unsafe_params_refusal
+
 
 class PortalLoginRequiredMiddleware(LoginRequiredMiddleware):
     """Login required on every page; the API answers 401/403 as JSON through DRF instead of
@@ -17,6 +19,26 @@ class PortalLoginRequiredMiddleware(LoginRequiredMiddleware):
         if request.path_info.startswith("/api/"):
             return None
         return super().process_view(request, view_func, view_args, view_kwargs)
+
+
+class UnsafeQueryParamsMiddleware:
+    """Every write to the API (POST, PUT, PATCH, DELETE) refuses a query parameter it does not
+    read, with 400 and the parameter named, before its view runs (`srbench.api.
+    unsafe_params_refusal`, on the GETs' one rule, srbench/query_params.py)."""
+
+    def __init__(self, get_response):  # type: ignore[no-untyped-def]
+        self.get_response = get_response
+
+    def __call__(self, request):  # type: ignore[no-untyped-def]
+        return self.get_response(request)
+
+    def process_view(self, request, view_func, view_args, view_kwargs):  # type: ignore[no-untyped-def]
+        if not request.path_info.startswith("/api/"):
+            return None
+        refusal = unsafe_params_refusal(request, view_func)
+        if refusal is None:
+            return None
+        return JsonResponse(refusal.document(), status=refusal.http_status)
 
 
 # C0 controls and DEL: never part of an address the portal or the API hands out.

@@ -109,6 +109,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "srbench.middleware.PortalLoginRequiredMiddleware",
+    # A write to the API with a query parameter it does not read: 400 before its view acts.
+    "srbench.middleware.UnsafeQueryParamsMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
