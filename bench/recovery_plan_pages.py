@@ -11,6 +11,9 @@ a scratch database (migrated; the rows stay), e.g.
     DATABASE_URL=postgres://…/srbench_bench_recovery .venv/bin/python bench/recovery_plan_pages.py
 
 Not part of `make bench` (bench/run_all.py) yet. A second invocation reuses the run it built.
+After the pages it times what every page pays before it reads the plan: the ledger's state
+(`run_settled_fingerprint`, `recovery_plan_key`) and the reconciliation a review runs
+(`recovery_reconcile`). Target (PERFORMANCE.md): every page ≤ 100 ms.
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ import report_scale as rs  # noqa: E402  (sets up Django)
 from django.contrib.auth import get_user_model  # noqa: E402
 
 from datasets.models import FrozenDataset  # noqa: E402
+from runs.ledger.selectors import run_settled_fingerprint  # noqa: E402
 from runs.models import Run, Target  # noqa: E402
+from runs.settlement.recovery import recovery_reconcile  # noqa: E402
+from runs.settlement.recovery_store import recovery_plan_key  # noqa: E402
 
 NAME = "recovery-plan-pages"
 
@@ -80,6 +86,17 @@ def main() -> None:
         assert response.status_code == 200, response.content[:300]
         after = response.json()["next_excluded_after"]
         print(f"recovery plan page {page} of 1,000: {seconds * 1000:8.1f} ms  ({rs.load()})")
+    for name, step in (
+        ("run_settled_fingerprint", lambda: run_settled_fingerprint(run)),
+        ("recovery_plan_key", lambda: recovery_plan_key(run, "undispatched")),
+        ("recovery_reconcile", lambda: recovery_reconcile(run=run)),
+    ):
+        times = []
+        for _ in range(5):
+            started = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - started)
+        print(f"{name}: median {sorted(times)[2] * 1000:6.1f} ms of 5  ({rs.load()})")
 
 
 if __name__ == "__main__":

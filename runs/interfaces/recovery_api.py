@@ -24,13 +24,9 @@ from runs.ledger import selectors
 from runs.ledger.idempotency import IDEMPOTENCY_HEADER, IdempotencyKey, key_value, replay_response
 from runs.models import Run
 from runs.settlement.lineage import run_lineage
-from runs.settlement.recovery import (
-    MAX_RECOVERY_PAGE,
-    recovery_plan,
-    recovery_plan_page,
-    recovery_submit,
-)
+from runs.settlement.recovery import recovery_plan_read, recovery_submit
 from runs.settlement.recovery_child import recovery_child_doc
+from runs.settlement.recovery_pages import MAX_RECOVERY_PAGE
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from srbench.api import (
     FORMAT_PARAM,
@@ -241,14 +237,14 @@ class RecoveryPlanView(APIView):
     def get(self, request: Request, pk: int) -> Response:
         query_params_check(request.query_params, frozenset(PLAN_PARAMS), PLAN_PARAMS)
         run = get_object_or_404(Run, pk=pk)
-        plan = recovery_plan(run=run, mode=request.query_params.get("mode", ""))
+        cursors = {
+            "eligible_after": ELIGIBLE_PAGE.cursor(request),
+            "excluded_after": EXCLUDED_PAGE.cursor(request),
+            "limit": ELIGIBLE_PAGE.limit(request),
+        }
+        mode = request.query_params.get("mode", "")
         return Response(
-            recovery_plan_page(
-                plan,
-                eligible_after=ELIGIBLE_PAGE.cursor(request),
-                excluded_after=EXCLUDED_PAGE.cursor(request),
-                limit=ELIGIBLE_PAGE.limit(request),
-            )
+            recovery_plan_read(run=run, mode=mode, read=lambda pages: pages.page(**cursors))
         )
 
 

@@ -12,7 +12,6 @@ Reading never starts, restarts or resubmits anything; the only writes are Start 
 from __future__ import annotations
 
 import uuid
-from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -55,10 +54,10 @@ from runs.reporting.reconcile import correction_summary, latest_corrections
 from runs.reporting.report import incomplete_reasons
 from runs.reporting.report_types import Report
 from runs.settlement.lineage import run_lineage
-from runs.settlement.recovery import recovery_plan, recovery_submit
+from runs.settlement.recovery import recovery_plan_read, recovery_submit
+from runs.settlement.recovery_pages import PlanPages
 from runs.settlement.recovery_rules import REASONS, recovery_offer
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
-from srbench.money import money_text
 from srbench.refusals import Refusal
 from srbench.stats import renormalised_weights
 
@@ -605,26 +604,29 @@ def _recovery_context(request: HttpRequest, run: Run, mode: str) -> tuple[dict[s
         "may_act": may_act_on_run(request.user, run),
     }
     try:
-        plan = recovery_plan(run=run, mode=mode)
+        read = lambda pages: _recovery_plan_context(request, mode, pages)  # noqa: E731
+        context.update(recovery_plan_read(run=run, mode=mode, read=read))
     except Refusal as exc:
         context["refusal"] = exc.message
         return context, exc.http_status
-    eligible = Paginator(plan["eligible_cells"], PAGE_SIZE)
-    excluded = Paginator(plan["excluded"], PAGE_SIZE)
-    reasons: dict[str, int] = {}
-    for e in plan["excluded"]:
-        reasons[e["reason"]] = reasons.get(e["reason"], 0) + 1
-    previous = [e.get("previous_attempt_cost_usd") for e in plan["eligible_cells"]]
-    context.update(
-        plan=plan,
-        eligible_page=eligible.get_page(request.GET.get("page")),
-        excluded_page=excluded.get_page(request.GET.get("excluded_page")),
-        excluded_by_reason=[(r, REASONS[r], n) for r, n in sorted(reasons.items())],
-        previous_attempts_cost=money_text(sum((Decimal(p) for p in previous if p), Decimal(0)))
+    return context, 200
+
+
+def _recovery_plan_context(request: HttpRequest, mode: str, pages: PlanPages) -> dict[str, Any]:
+    """The plan's part of the recovery page: its summary, one numbered page of each list (read
+    from the kept plan O(page) rows at a time), the exclusions counted by reason."""
+    reasons = pages.summary["counts"]["excluded_by_reason"]
+    return {
+        "plan": pages.for_template(),
+        "eligible_page": Paginator(pages.eligible, PAGE_SIZE).get_page(request.GET.get("page")),
+        "excluded_page": Paginator(pages.excluded, PAGE_SIZE).get_page(
+            request.GET.get("excluded_page")
+        ),
+        "excluded_by_reason": [(r, REASONS[r], n) for r, n in sorted(reasons.items())],
+        "previous_attempts_cost": pages.previous_attempts_cost
         if mode == RecoveryPlanMode.FAILED
         else None,
-    )
-    return context, 200
+    }
 
 
 @require_http_methods(["GET", "POST"])

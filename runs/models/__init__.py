@@ -22,7 +22,12 @@ from runs.models.evidence import CODECS, EvidenceCodec
 from runs.models.fields import StoredCharField, StoredJSONField, StoredTextField
 from runs.models.live import LiveCallSums, LiveCellSums, LiveSnapshot  # noqa: F401
 from runs.models.regrade import Regrade  # noqa: F401
-from runs.models.summaries import RunReport, RunSummary, StoredRecoveryPlan  # noqa: F401
+from runs.models.summaries import (  # noqa: F401
+    RunReport,
+    RunSummary,
+    StoredRecoveryPlan,
+    StoredRecoveryPlanChunk,
+)
 from runs.models.wire import WireApi
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from runs.vocabulary.run_modes import RunMode

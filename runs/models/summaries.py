@@ -103,15 +103,44 @@ class StoredRecoveryPlan(models.Model):
     computation. One row per (run, mode): the newest state only. Derived: deleting it costs
     one computation, nothing else. A submission never reads it — it recomputes the plan under
     the parent's lock and checks the reviewed hash (`recovery_submit`).
+
+    This row holds the plan without its per-cell lists (`summary_json`: a few KB whatever the
+    run's size, with the counts a page states over the whole plan); the lists are its
+    `StoredRecoveryPlanChunk` rows, so a page reads O(page) rows, not the whole plan (a plan
+    of 100,000 cells is ~25 MB of JSON: 0.4–0.6 s a page read whole). A row is never updated:
+    a new state is a new row (new id), so chunks read by a plan's id are that plan's.
     """
 
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="+")
     mode = models.CharField(max_length=16)
     fingerprint = models.CharField(max_length=64)
     computed_at = models.DateTimeField(auto_now=True)
-    plan_json = models.TextField()
+    summary_json = models.TextField()
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["run", "mode"], name="stored_recovery_plan_run_mode")
+        ]
+
+
+class StoredRecoveryPlanChunk(models.Model):
+    """Up to `recovery_store.CHUNK_CELLS` consecutive items of one list of a kept plan
+    (`plan_list`: the plan's key, "eligible_cells" or "excluded"), ascending by cell id as the
+    plan lists them, `seq` 0, 1, … from the list's start. A page after cell X is the first
+    chunks whose `last_cell` > X (a keyset read on the unique index below); the page-numbered
+    recovery page reads chunk `offset // CHUNK_CELLS` on the other. Text, not jsonb: the items
+    are served with their keys in the order the plan computed them."""
+
+    plan = models.ForeignKey(StoredRecoveryPlan, on_delete=models.CASCADE, related_name="+")
+    plan_list = models.CharField(max_length=16)
+    seq = models.IntegerField()
+    last_cell = models.BigIntegerField()
+    items_json = models.TextField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["plan", "plan_list", "last_cell"], name="recovery_chunk_last_cell"
+            ),
+            models.UniqueConstraint(fields=["plan", "plan_list", "seq"], name="recovery_chunk_seq"),
         ]

@@ -14,7 +14,7 @@ from runs.reporting.reconcile import effective_call_sums
 from srbench.api import Keyset
 from srbench.money import money_text
 
-# R13.3 with R13.1: lists are read ≤ 100 at a time (runs.settlement.recovery.MAX_RECOVERY_PAGE).
+# R13.3 with R13.1: lists are read ≤ 100 at a time (runs.settlement.recovery_pages.MAX_RECOVERY_PAGE).
 MAX_LINEAGE_PAGE = 100
 # A run's descendants, ascending by id, null when none follows (srbench.api.Keyset's one rule).
 CHILDREN_PAGE = Keyset("after", tail=False)

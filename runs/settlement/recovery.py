@@ -23,8 +23,8 @@ from a review of a ledger that has changed since.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from collections import Counter
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -39,8 +39,9 @@ from runs.ledger.accounting import errors_not_billed_words
 from runs.ledger.idempotency import IdempotencyKey, IdempotencyKeyReused
 from runs.models import Cell, CellStatus, RecoveryClaim, RecoveryRequest, Run
 from runs.settlement import rejudge
-from runs.settlement.lineage import MAX_LINEAGE_PAGE, run_known_spend
+from runs.settlement.lineage import run_known_spend
 from runs.settlement.recovery_child import judge_only_recovery_child, recovery_child_create
+from runs.settlement.recovery_pages import PlanPages
 from runs.settlement.recovery_rules import (
     JUDGE_ONLY,
     JUDGE_ONLY_CLASS_TEXT,
@@ -54,35 +55,31 @@ from runs.settlement.recovery_rules import (
     judge_only_why,
 )
 from runs.settlement.recovery_store import (
+    KeptPlanGone,
+    recovery_plan_kept,
     recovery_plan_key,
     recovery_plan_store,
-    recovery_plan_stored,
     recovery_plans_forget,
 )
 from runs.settlement.rejudge import ChildRunRefused
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
-from srbench.api import Keyset
 from srbench.canonical import sha256_hex
 from srbench.money import money_text, usd_text
 from srbench.refusals import echo_items, echo_text
 
 __all__ = [
-    "MAX_RECOVERY_PAGE",
     "recovery_plan",
-    "recovery_plan_page",
+    "recovery_plan_pages",
+    "recovery_plan_read",
     "recovery_reconcile",
     "recovery_submit",
     "run_known_spend",
 ]
 
 PLAN_VERSION = 1
-# R13.3 with R13.1: candidates and exclusions are read ≤ 100 at a time.
-MAX_RECOVERY_PAGE = MAX_LINEAGE_PAGE
 Mode = Literal["undispatched", "failed", "judge_only"]
 MODES = tuple(RecoveryPlanMode)
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
-# A plan's cells, ascending by id, as the plan stands (srbench.api.Keyset, the one cursor rule).
-PLAN_PAGE = Keyset("after", key="cell", tail=False)
 
 
 # --- reconciliation (R15.1) --------------------------------------------------------------------
@@ -291,16 +288,53 @@ def recovery_plan(
     cells; by default all eligible cells are selected.
 
     The default plan of a settled run is computed once per state of its ledger and then read
-    back (`runs.settlement.recovery_store`): a reviewer pages through it. The key is read
-    before and after computing, and the plan kept only when both agree."""
+    back (`runs.settlement.recovery_store`): a reviewer pages through it (`recovery_plan_pages`
+    reads a page of it; this reads it whole)."""
+    key = _reviewed_key(run, mode, selected_cells)
+    if key is not None and (kept := recovery_plan_kept(run_id=run.pk, mode=mode, key=key)):
+        try:
+            return kept.whole()
+        except KeptPlanGone:
+            pass
+    return _plan_computed(run, mode, selected_cells, key)
+
+
+def recovery_plan_pages(*, run: Run, mode: str) -> PlanPages:
+    """The default plan of `mode` (every eligible cell selected) as its pages read it: the
+    plan kept for the ledger's state, read O(page) rows a page, or computed now (and kept
+    when the run is settled). A page read from it may raise `KeptPlanGone` (the kept plan was
+    replaced meanwhile): ask again (`recovery_plan_read`)."""
+    key = _reviewed_key(run, mode, None)
+    if key is not None and (kept := recovery_plan_kept(run_id=run.pk, mode=mode, key=key)):
+        return kept
+    return PlanPages.of(_plan_computed(run, mode, None, key))
+
+
+def recovery_plan_read[T](*, run: Run, mode: str, read: Callable[[PlanPages], T]) -> T:
+    """`read` of the default plan of `mode` (a page of it: `PlanPages.page`): from the kept
+    plan when there is one, once more when it was replaced between its reads (`KeptPlanGone`)."""
+    try:
+        return read(recovery_plan_pages(run=run, mode=mode))
+    except KeptPlanGone:
+        return read(recovery_plan_pages(run=run, mode=mode))
+
+
+def _reviewed_key(run: Run, mode: str, selected_cells: list[int] | None) -> str | None:
+    """Check the review may be made, reconcile, and name the ledger's state (None: a
+    selection, or a run not settled — its plan is computed)."""
     _check_mode(mode)
     if run.mode != Run.Mode.LIVE:
         raise ChildRunRefused("not_live", "only live runs can be recovered", http_status=422)
     _check_rejudge_mode(run, mode)
     recovery_reconcile(run=run)
-    key = None if selected_cells is not None else recovery_plan_key(run, mode)
-    if key is not None and (kept := recovery_plan_stored(run_id=run.pk, mode=mode, key=key)):
-        return kept
+    return None if selected_cells is not None else recovery_plan_key(run, mode)
+
+
+def _plan_computed(
+    run: Run, mode: str, selected_cells: list[int] | None, key: str | None
+) -> dict[str, Any]:
+    """The plan computed from the ledger; kept under `key` when the key read before and after
+    computing agree."""
     rows = cell_rows(run)
     plan = _finish_plan(_plan_content(run, mode, rows), selected_cells)
     plan["judge_only"] = None if mode == JUDGE_ONLY else _judge_only_summary(run, rows)
@@ -322,46 +356,6 @@ def _check_rejudge_mode(run: Run, mode: str) -> None:
             http_status=422,
             detail={"parent_run": marker["parent_run"], "modes": ["undispatched"]},
         )
-
-
-def recovery_plan_page(
-    plan: dict[str, Any],
-    *,
-    eligible_after: int = 0,
-    excluded_after: int = 0,
-    limit: int = MAX_RECOVERY_PAGE,
-) -> dict[str, Any]:
-    """A plan with its candidate and exclusion lists cut to one page each (R13.3); the cursor
-    is the cell id, by the API's one keyset rule (a plan is read as it stands: null when no
-    cell follows). Totals and reasons are counted over the whole plan."""
-    limit = max(1, min(limit, MAX_RECOVERY_PAGE))
-
-    def page(items: list[dict[str, Any]], after: int) -> tuple[list[dict[str, Any]], int | None]:
-        # The lists ascend by cell id (`cell_rows`): the page starts where `after` would go.
-        start = bisect_right(items, after, key=lambda i: i["cell"])
-        rows = items[start : start + limit]
-        return rows, PLAN_PAGE.next_cursor(rows, more=len(items) - start > limit)
-
-    eligible, next_eligible = page(plan["eligible_cells"], eligible_after)
-    excluded, next_excluded = page(plan["excluded"], excluded_after)
-    # `selected_cells` is every eligible id by default: each page carried all of them (600 KB a
-    # page of 100 at 100,000 cells). Its count is here; the ids are the eligible pages'.
-    summary = {
-        k: v for k, v in plan.items() if k not in ("eligible_cells", "excluded", "selected_cells")
-    }
-    return {
-        **summary,
-        "selected_cells_count": len(plan["selected_cells"]),
-        "counts": {
-            "eligible": len(plan["eligible_cells"]),
-            "excluded": len(plan["excluded"]),
-            "excluded_by_reason": dict(Counter(e["reason"] for e in plan["excluded"])),
-        },
-        "eligible_cells": eligible,
-        "next_eligible_after": next_eligible,
-        "excluded": excluded,
-        "next_excluded_after": next_excluded,
-    }
 
 
 # --- submission (R15.3, R15.4) -------------------------------------------------------------------

@@ -11,22 +11,50 @@ cell is excluded) and the plan code's version. A run that is not settled has no 
 plan is computed on every read. Kept rows are only ever read under the key computed now, so a
 ledger that moved on is never answered from its old plan; and a submission never reads them
 (`recovery_submit` recomputes under the parent's lock and checks the reviewed hash).
+
+How it is kept: one small row (`StoredRecoveryPlan.summary_json`: the plan without its lists,
+the counts a page states, the key order to put a whole plan back together) and the lists in
+chunks of `CHUNK_CELLS` items (`StoredRecoveryPlanChunk`), so a page reads the summary and at
+most two chunks a list (a keyset read on `last_cell`), whatever the plan's size: the plan kept
+as one text was ~25 MB at 100,000 cells, read and parsed whole for each page of 100 (0.4–0.6 s).
+A kept plan is written in one transaction and never updated, so the chunks read by its id are
+all of it or — when a new state replaced it between the two reads — none: a read that finds
+none where the summary says items follow raises `KeptPlanGone`, and the caller computes.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from typing import Any
 
+from django.db import IntegrityError, transaction
 from django.db.models import Count, Max
 
 from runs.ledger.selectors import run_settled_fingerprint
-from runs.models import RecoveryRequest, Run, StoredRecoveryPlan
+from runs.models import RecoveryRequest, Run, StoredRecoveryPlan, StoredRecoveryPlanChunk
+from runs.settlement.recovery_pages import (
+    ELIGIBLE,
+    EXCLUDED,
+    PLAN_LISTS,
+    SELECTED,
+    PlanItems,
+    PlanPages,
+    plan_summary,
+    previous_attempts_cost,
+)
 from srbench.canonical import sha256_hex
 
-# Bump whenever what a plan computes changes (its rules, its fields, its wording), so plans
-# kept by the code before are not served by the code after.
-RECOVERY_PLAN_CACHE_VERSION = "recovery-plan-v1"
+# Bump whenever what a plan computes changes (its rules, its fields, its wording), or how it
+# is kept, so plans kept by the code before are not served by the code after.
+RECOVERY_PLAN_CACHE_VERSION = "recovery-plan-v2"
+# Items of one list per chunk row: a page of ≤ 100 after any cell lies in two chunks.
+CHUNK_CELLS = 100
+
+
+class KeptPlanGone(Exception):
+    """The kept plan was replaced between reading its summary and reading its items."""
 
 
 def recovery_plan_key(run: Run, mode: str) -> str | None:
@@ -42,26 +70,135 @@ def recovery_plan_key(run: Run, mode: str) -> str | None:
     return sha256_hex([str(p) for p in parts])
 
 
-def recovery_plan_stored(*, run_id: int, mode: str, key: str) -> dict[str, Any] | None:
-    """The plan kept for this run and mode under `key`; None when none is, or the kept one
-    names another state of the ledger."""
-    text = (
+class KeptItems(PlanItems):
+    """One list of a kept plan, read from its chunks a page at a time."""
+
+    def __init__(self, plan_id: int, plan_list: str, length: int, last_cell: int | None) -> None:
+        self.plan_id = plan_id
+        self.plan_list = plan_list
+        self.length = length
+        self.last_cell = last_cell
+
+    def __len__(self) -> int:
+        return self.length
+
+    def _chunks(self) -> Any:
+        return StoredRecoveryPlanChunk.objects.filter(
+            plan_id=self.plan_id, plan_list=self.plan_list
+        )
+
+    def _items(self, texts: list[str], expected: bool) -> list[dict[str, Any]]:
+        if expected and not texts:
+            raise KeptPlanGone(self.plan_id)
+        return [item for text in texts for item in json.loads(text)]
+
+    def following(self, after: int, n: int) -> list[dict[str, Any]]:
+        """The first `n` items whose cell > `after`: the first chunk holding one gives ≥ 1,
+        each next chunk CHUNK_CELLS more (a page of 100 and the one past it: two chunks)."""
+        texts = list(
+            self._chunks()
+            .filter(last_cell__gt=after)
+            .order_by("last_cell")
+            .values_list("items_json", flat=True)[: 1 + math.ceil((n - 1) / CHUNK_CELLS)]
+        )
+        expected = self.last_cell is not None and self.last_cell > after
+        return [i for i in self._items(texts, expected) if i["cell"] > after][:n]
+
+    def slice(self, index: slice) -> list[dict[str, Any]]:
+        """Items by position (the recovery page's numbered pages, a paginator's slice)."""
+        start, stop, _ = index.indices(self.length)
+        if start >= stop:
+            return []
+        first = start // CHUNK_CELLS
+        texts = list(
+            self._chunks()
+            .filter(seq__gte=first, seq__lte=(stop - 1) // CHUNK_CELLS)
+            .order_by("seq")
+            .values_list("items_json", flat=True)
+        )
+        offset = first * CHUNK_CELLS
+        return self._items(texts, True)[start - offset : stop - offset]
+
+    def all(self) -> list[dict[str, Any]]:
+        return self.slice(slice(0, self.length))
+
+
+@dataclass(frozen=True)
+class KeptPlan(PlanPages):
+    """A kept plan's pages, and the whole plan put back together (`whole`: O(plan))."""
+
+    keys: tuple[str, ...] = ()
+
+    def whole(self) -> dict[str, Any]:
+        """The plan as computed: its fields in their order, its lists whole, and every
+        eligible cell selected (only a plan of all eligible cells is kept)."""
+        assert isinstance(self.eligible, KeptItems) and isinstance(self.excluded, KeptItems)
+        lists = {ELIGIBLE: self.eligible.all(), EXCLUDED: self.excluded.all()}
+        lists[SELECTED] = [e["cell"] for e in lists[ELIGIBLE]]
+        return {k: lists[k] if k in lists else self.summary[k] for k in self.keys}
+
+
+def recovery_plan_kept(*, run_id: int, mode: str, key: str) -> KeptPlan | None:
+    """The plan kept for this run and mode under `key`, read a page at a time; None when none
+    is, or the kept one names another state of the ledger."""
+    row = (
         StoredRecoveryPlan.objects.filter(run_id=run_id, mode=mode, fingerprint=key)
-        .values_list("plan_json", flat=True)
+        .values_list("pk", "summary_json")
         .first()
     )
-    return None if text is None else json.loads(text)
+    if row is None:
+        return None
+    kept = json.loads(row[1])
+    counts = kept["summary"]["counts"]
+    lists = {
+        name: KeptItems(row[0], name, counts[count], kept["last_cells"][name])
+        for name, count in ((ELIGIBLE, "eligible"), (EXCLUDED, "excluded"))
+    }
+    return KeptPlan(
+        summary=kept["summary"],
+        eligible=lists[ELIGIBLE],
+        excluded=lists[EXCLUDED],
+        previous_attempts_cost=kept["previous_attempts_cost"],
+        keys=tuple(kept["keys"]),
+    )
+
+
+def _chunk_rows(plan_id: int, plan: dict[str, Any]) -> list[StoredRecoveryPlanChunk]:
+    return [
+        StoredRecoveryPlanChunk(
+            plan_id=plan_id,
+            plan_list=name,
+            seq=seq,
+            last_cell=chunk[-1]["cell"],
+            items_json=json.dumps(chunk),
+        )
+        for name in PLAN_LISTS
+        for seq, chunk in enumerate(
+            plan[name][i : i + CHUNK_CELLS] for i in range(0, len(plan[name]), CHUNK_CELLS)
+        )
+    ]
 
 
 def recovery_plan_store(*, run_id: int, mode: str, key: str, plan: dict[str, Any]) -> None:
-    """Keep a plan under `key`, replacing the run's plan of this mode (one statement: two
-    reviewers computing at once both write, the last wins — both computed the same state)."""
-    StoredRecoveryPlan.objects.bulk_create(
-        [StoredRecoveryPlan(run_id=run_id, mode=mode, fingerprint=key, plan_json=json.dumps(plan))],
-        update_conflicts=True,
-        unique_fields=["run", "mode"],
-        update_fields=["fingerprint", "plan_json", "computed_at"],
-    )
+    """Keep a plan of all eligible cells under `key`, replacing the run's plan of this mode,
+    in one transaction. Two reviewers computing at once both computed the state each read:
+    the one that commits second finds the first's row and keeps nothing (the next review of a
+    newer state replaces it)."""
+    summary = {
+        "summary": plan_summary(plan),
+        "keys": list(plan),
+        "last_cells": {name: plan[name][-1]["cell"] if plan[name] else None for name in PLAN_LISTS},
+        "previous_attempts_cost": previous_attempts_cost(plan[ELIGIBLE]),
+    }
+    try:
+        with transaction.atomic():
+            StoredRecoveryPlan.objects.filter(run_id=run_id, mode=mode).delete()
+            row = StoredRecoveryPlan.objects.create(
+                run_id=run_id, mode=mode, fingerprint=key, summary_json=json.dumps(summary)
+            )
+            StoredRecoveryPlanChunk.objects.bulk_create(_chunk_rows(row.pk, plan), batch_size=200)
+    except IntegrityError:
+        pass
 
 
 def recovery_plans_forget(*, run_id: int) -> None:
