@@ -38,6 +38,7 @@ from runs.engine.reaper import ledger_reap
 from runs.ledger.accounting import errors_not_billed_words
 from runs.ledger.idempotency import IdempotencyKey, IdempotencyKeyReused
 from runs.models import Cell, CellStatus, RecoveryClaim, RecoveryRequest, Run
+from runs.reporting.report import refreshed_head
 from runs.settlement import rejudge
 from runs.settlement.lineage import run_known_spend
 from runs.settlement.recovery_child import judge_only_recovery_child, recovery_child_create
@@ -321,11 +322,21 @@ def recovery_plan_read[T](*, run: Run, mode: str, read: Callable[[PlanPages], T]
 
 def _reviewed_key(run: Run, mode: str, selected_cells: list[int] | None) -> str | None:
     """Check the review may be made, reconcile, and name the ledger's state (None: a
-    selection, or a run not settled — its plan is computed)."""
+    selection, or a run not settled — its plan is computed).
+
+    A settled run (`recovery_plan_key` is not None: terminal, no running cell, no call in
+    flight) has nothing to reconcile — no lease of its to reap, no open call to settle — so
+    its key read first spares each page of a kept plan the reconciliation's writes (≈ 30 ms
+    at 100,000 cells); a run that is not settled is reconciled and its key read after. Either
+    way the plan reads the run's row as it is now (the reconciliation re-reads it whole;
+    here all but the frozen manifest, megabytes at 100,000 cases)."""
     _check_mode(mode)
     if run.mode != Run.Mode.LIVE:
         raise ChildRunRefused("not_live", "only live runs can be recovered", http_status=422)
     _check_rejudge_mode(run, mode)
+    if selected_cells is None and (key := recovery_plan_key(run, mode)) is not None:
+        refreshed_head(run)
+        return key
     recovery_reconcile(run=run)
     return None if selected_cells is not None else recovery_plan_key(run, mode)
 
