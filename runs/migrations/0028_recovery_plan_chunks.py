@@ -12,12 +12,15 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunSQL(
-            "DELETE FROM runs_storedrecoveryplan", reverse_sql=migrations.RunSQL.noop
-        ),
         migrations.RemoveField(
             model_name="storedrecoveryplan",
             name="plan_json",
+        ),
+        # Emptied after the old column goes and before the new one comes, both ways: the
+        # column added back going backwards is NOT NULL too.
+        migrations.RunSQL(
+            "DELETE FROM runs_storedrecoveryplan",
+            reverse_sql="DELETE FROM runs_storedrecoveryplan",
         ),
         migrations.AddField(
             model_name="storedrecoveryplan",
