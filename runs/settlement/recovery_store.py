@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Max
 
 from runs.ledger.selectors import run_settled_fingerprint
@@ -163,20 +163,21 @@ def recovery_plan_kept(*, run_id: int, mode: str, key: str) -> KeptPlan | None:
     )
 
 
-def _chunk_rows(plan_id: int, plan: dict[str, Any]) -> list[StoredRecoveryPlanChunk]:
-    return [
-        StoredRecoveryPlanChunk(
-            plan_id=plan_id,
-            plan_list=name,
-            seq=seq,
-            last_cell=chunk[-1]["cell"],
-            items_json=json.dumps(chunk),
-        )
-        for name in PLAN_LISTS
-        for seq, chunk in enumerate(
-            plan[name][i : i + CHUNK_CELLS] for i in range(0, len(plan[name]), CHUNK_CELLS)
-        )
-    ]
+CHUNK_COLUMNS = ("plan_id", "plan_list", "seq", "last_cell", "items_json")
+
+
+def _chunks_write(plan_id: int, plan: dict[str, Any]) -> None:
+    """The plan's lists in chunks, by COPY: 1,000 rows of ~25 KB at 100,000 cells took 1.8 s
+    through `bulk_create` and 0.18 s so (the computation they are kept from takes seconds)."""
+    table = StoredRecoveryPlanChunk._meta.db_table
+    with connection.cursor() as cursor:
+        copy = f"COPY {table} ({', '.join(CHUNK_COLUMNS)}) FROM STDIN"
+        with cursor.cursor.copy(copy) as rows:
+            for name in PLAN_LISTS:
+                items = plan[name]
+                for seq, start in enumerate(range(0, len(items), CHUNK_CELLS)):
+                    chunk = items[start : start + CHUNK_CELLS]
+                    rows.write_row((plan_id, name, seq, chunk[-1]["cell"], json.dumps(chunk)))
 
 
 def recovery_plan_store(*, run_id: int, mode: str, key: str, plan: dict[str, Any]) -> None:
@@ -196,7 +197,7 @@ def recovery_plan_store(*, run_id: int, mode: str, key: str, plan: dict[str, Any
             row = StoredRecoveryPlan.objects.create(
                 run_id=run_id, mode=mode, fingerprint=key, summary_json=json.dumps(summary)
             )
-            StoredRecoveryPlanChunk.objects.bulk_create(_chunk_rows(row.pk, plan), batch_size=200)
+            _chunks_write(row.pk, plan)
     except IntegrityError:
         pass
 
