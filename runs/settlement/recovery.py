@@ -326,7 +326,7 @@ def _reviewed_key(run: Run, mode: str, selected_cells: list[int] | None) -> str 
 
     A settled run (`recovery_plan_key` is not None: terminal, no running cell, no call in
     flight) has nothing to reconcile — no lease of its to reap, no open call to settle — so
-    its key read first spares each page of a kept plan the reconciliation's writes (≈ 30 ms
+    its key read first spares each page of a kept plan the reconciliation (≈ 40–70 ms
     at 100,000 cells); a run that is not settled is reconciled and its key read after. Either
     way the plan reads the run's row as it is now (the reconciliation re-reads it whole;
     here all but the frozen manifest, megabytes at 100,000 cases)."""
