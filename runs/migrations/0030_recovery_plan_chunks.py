@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0027_call_http_error_index"),
+        ("runs", "0029_preflight_call_error_unbilled"),
     ]
 
     operations = [
