@@ -31,7 +31,7 @@ import numpy.typing as npt
 from compare.models import CaseFigures
 from runs.ledger.selectors import runs_settled_fingerprints
 from runs.models import Cell, CellStatus, Run, RunReport, Target
-from runs.reporting.reconcile import effective_cell_costs
+from runs.reporting.effective import effective_cell_costs
 from runs.reporting.report import report_key, run_report_row, run_reports_compute
 from runs.reporting.report_types import Report
 from srbench.canonical import sha256_hex

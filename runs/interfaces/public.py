@@ -39,7 +39,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runs.reporting.reconcile import call_effective_costs
+from runs.reporting.effective import call_effective_costs
 
 __all__ = [
     "EFFECTIVE_COST_FIELDS",
@@ -454,7 +454,7 @@ EFFECTIVE_TOKEN_FIELDS = (
 
 def with_effective_costs(calls: Sequence[Any], *, run_id: int) -> None:
     """The calls of a run, each given the costs and tokens the report counts for it
-    (`runs.reporting.reconcile.call_effective_costs`, the report's own rule) as
+    (`runs.reporting.effective.call_effective_costs`, the report's own rule) as
     :data:`EFFECTIVE_COST_FIELDS` and :data:`EFFECTIVE_TOKEN_FIELDS`, beside its recorded
     ``cost_usd`` and ``*_tokens``: every per-call view (Calls tab, call page, question page,
     the API's calls and call, so ``show --calls``) reads them."""

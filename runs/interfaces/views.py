@@ -44,13 +44,14 @@ from runs.ledger.permissions import may_act_on_run, run_action_require
 from runs.models import CellStatus, Run, RunStatus, Target
 from runs.models.live import CELL_SUM_FIELDS
 from runs.planning.services import run_cancel
+from runs.reporting.effective import latest_corrections
 from runs.reporting.live_report import (
     SNAPSHOT_SECONDS,
     LiveSection,
     live_section,
     run_results_compute,
 )
-from runs.reporting.reconcile import correction_summary, latest_corrections
+from runs.reporting.reconcile import correction_summary
 from runs.reporting.report import incomplete_reasons
 from runs.reporting.report_types import Report
 from runs.settlement.lineage import run_lineage

@@ -228,7 +228,7 @@ NOT_SENT_USAGE: dict[str, Any] = {
 # registry entry (`Target.errors_billed`, migration runs/0005): when they say error responses
 # are not billed, its effective cost is a known 0 — on every surface (report, live results,
 # comparisons, exports, recovery), by `known_failure_unbilled` alone, applied where the
-# effective costs are read (runs.reporting.reconcile `known_failures`), and always with the
+# effective costs are read (runs.reporting.effective `known_failures`), and always with the
 # assumption said beside the figure (`ERRORS_NOT_BILLED_TEXT`). Its tokens stay unknown: the
 # terms say what is billed, not what the server used. Anything else unknown stays unknown: a
 # target that bills errors or whose plan predates the field, a body cut at the cap, a router

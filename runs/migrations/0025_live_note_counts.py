@@ -2,7 +2,7 @@
 target of the cell, role, waste) how many calls' cost notes say the stream carried no usage,
 that the usage is a gateway's estimate, that a gateway re-sent the request upstream, and how
 many a LiteLLM gateway answered (its kept header) — the four counts of
-`runs.reporting.reconcile.NOTE_COUNTS`, which the full report reads from the calls. A running
+`runs.reporting.effective.NOTE_COUNTS`, which the full report reads from the calls. A running
 run's report read none of them until the run ended: its spend was not said to be a lower bound
 and no caution was shown. Migration 0011's call triggers and its apply function are replaced
 by the same ones with these four columns; the existing sums are backfilled under the locks

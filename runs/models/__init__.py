@@ -510,7 +510,7 @@ class Call(models.Model):
             models.Index(fields=["status"]),
             models.Index(fields=["cell", "role"]),
             # The known failures whose cost the accounting rule decides
-            # (runs.reporting.reconcile.known_failures): read on every view of a running run's
+            # (runs.reporting.effective.known_failures): read on every view of a running run's
             # results, a few rows whatever the run's size.
             models.Index(
                 fields=["cell"],

@@ -5,7 +5,7 @@ A correction's JSON holds every corrected call of the run; a page of 100 calls t
 own entries from it expanded the whole document (10,000 entries) once per call of the page:
 2 s a page. The database writes the rows from the JSON as the correction is inserted (a
 trigger, runs/migrations/0028_usage_correction_entries.py), so they cannot drift from it, and
-they are append-only like it; `runs.reporting.reconcile._effective_calls_sql` (the one rule
+they are append-only like it; `runs.reporting.effective._effective_calls_sql` (the one rule
 every reader sums) reads them. The JSON stays the correction's document.
 """
 

@@ -81,7 +81,7 @@ class LiveCellSums(models.Model):
 class LiveCallSums(models.Model):
     """Per (run, target of the cell, role, waste): calls, and per usage bucket, cost and
     duration the sum over the calls where it is known and how many those are. ``waste`` is a
-    failed or unknown-outcome call (`runs.reporting.reconcile.WASTE_CALL_STATUSES`)."""
+    failed or unknown-outcome call (`runs.reporting.effective.WASTE_CALL_STATUSES`)."""
 
     # No database constraint: a constraint check would take a share lock on the run row at
     # commit, which is what the sums are applied without (migration 0011).
@@ -109,7 +109,7 @@ class LiveCallSums(models.Model):
     cache_neutral_cost_usd_known = models.BigIntegerField(default=0)
     duration_ms = models.DecimalField(max_digits=50, decimal_places=20, default=0)
     duration_ms_known = models.BigIntegerField(default=0)
-    # The calls whose cost notes say each of `runs.reporting.reconcile.NOTE_COUNTS` (migration
+    # The calls whose cost notes say each of `runs.reporting.effective.NOTE_COUNTS` (migration
     # 0025): a running run's report counts the gateway's notes as they land. A database default
     # too: a statement written before them (migration 0011's backfill) counts none.
     no_stream_usage = models.BigIntegerField(default=0, db_default=0)

@@ -159,6 +159,6 @@ class PreflightCall(models.Model):
     @property
     def effective_cost_usd(self) -> Decimal | None:
         """The cost the preflight's total counts for this call, as a run's report counts a
-        run's call (`runs.reporting.reconcile.call_effective_costs`): a known 0 for an error
+        run's call (`runs.reporting.effective.call_effective_costs`): a known 0 for an error
         answer its target does not bill, else the recorded cost (unknown stays None)."""
         return Decimal(0) if self.error_unbilled else self.cost_usd

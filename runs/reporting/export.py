@@ -24,10 +24,10 @@ from datasets.official import ARC_SCORER_VERSION
 from datasets.provenance import UNKNOWN
 from runs.ledger.selectors import runs_data_provenance
 from runs.models import Cell, Run, RunStatus
+from runs.reporting.effective import effective_call_sums
 from runs.reporting.official_metrics import NOTE as OFFICIAL_NOTE
 from runs.reporting.official_metrics import official_metrics
 from runs.reporting.official_prompting_report import has_official, run_prompting
-from runs.reporting.reconcile import effective_call_sums
 from runs.reporting.stored_report import run_report_served
 from srbench.money import money_text
 from srbench.refusals import Refusal

@@ -44,7 +44,7 @@ from runs.models import (
     UsageCorrection,
 )
 from runs.models.live import CELL_SUM_FIELDS
-from runs.reporting.reconcile import NOTE_COUNTS, RunKnownFailure, known_failures
+from runs.reporting.effective import NOTE_COUNTS, RunKnownFailure, known_failures
 from runs.reporting.report import (
     CELL_STATES,
     ReportBatch,
@@ -168,7 +168,7 @@ def _known(total: Any, known: int) -> Any:
 
 
 def _live_call_sums(run_id: int) -> tuple[dict, dict, dict, dict]:
-    """Per (run, target, role) the sums `runs.reporting.reconcile.effective_call_sums` gives; per run the
+    """Per (run, target, role) the sums `runs.reporting.effective.effective_call_sums` gives; per run the
     spend `effective_run_spend` gives; per (run, target) Σ request seconds (`call_timings`);
     per (run, target, role) the note counts `cost_note_counts` gives (a group where none
     says anything absent, as there)."""

@@ -26,8 +26,7 @@ from datasets.provenance import UNKNOWN
 from runs.ledger.accounting import NO_CALL_SENT_NOTE
 from runs.ledger.selectors import manifest_head, run_settled_fingerprint, runs_data_provenance
 from runs.models import Call, CallStatus, Cell, CellStatus, Run, RunReport, RunStatus, Target
-from runs.reporting.official_report import official_sections
-from runs.reporting.reconcile import (
+from runs.reporting.effective import (
     NO_CALL_SPEND,
     NO_CALL_SUMS,
     RunKnownFailure,
@@ -37,6 +36,7 @@ from runs.reporting.reconcile import (
     known_failures,
     latest_corrections,
 )
+from runs.reporting.official_report import official_sections
 from runs.reporting.report_spend import (
     run_spend,
     target_spend,
@@ -368,7 +368,7 @@ class ReportBatch:
     provenance: dict[int, dict[str, str]] | None = None
     # Per (run, target, role): calls whose cost notes say their stream carried no usage
     # object, that its usage is a gateway's estimate, that a gateway re-sent them
-    # (`runs.reporting.reconcile.cost_note_counts`).
+    # (`runs.reporting.effective.cost_note_counts`).
     notes: dict[tuple[int, int, str], dict[str, int]] | None = None
     # Per (run, target): completed subject answers that are empty (`_empty_answers`).
     empty: dict[tuple[int, int], int] | None = None

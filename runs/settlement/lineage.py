@@ -10,7 +10,7 @@ from django.db import connection
 from django.db.models import Count, Q
 
 from runs.models import Cell, CellStatus, RecoveryRequest, Run, RunStatus
-from runs.reporting.reconcile import effective_call_sums
+from runs.reporting.effective import effective_call_sums
 from srbench.api import Keyset
 from srbench.money import money_text
 

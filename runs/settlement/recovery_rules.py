@@ -22,7 +22,7 @@ from runs.models import (
     Run,
     RunSummary,
 )
-from runs.reporting.reconcile import RunKnownFailure, effective_call_sums, known_failures
+from runs.reporting.effective import RunKnownFailure, effective_call_sums, known_failures
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
 
 AMBIGUOUS_CALL_STATUSES = (*OPEN_CALL_STATUSES, CallStatus.SENT_UNKNOWN)

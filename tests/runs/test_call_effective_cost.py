@@ -23,7 +23,8 @@ from rest_framework.test import APIClient
 import tests.runs.test_reconcile as rec
 from runs.models import Call, Target
 from runs.planning.services import run_create
-from runs.reporting.reconcile import effective_call_sums, usage_reconcile
+from runs.reporting.effective import effective_call_sums
+from runs.reporting.reconcile import usage_reconcile
 from runs.reporting.report import run_report
 from srbench.money import money_text, usd_text
 from tests import factories as f

@@ -2,7 +2,7 @@
 R2.2, R13.1; session 9, helper rc).
 
 After a usage correction the report sums the corrected buckets of a call (its latest
-correction's entry, else the ledger row: `runs.reporting.reconcile._effective_calls_sql`), but
+correction's entry, else the ledger row: `runs.reporting.effective._effective_calls_sql`), but
 the per-call views — the API's calls list and call detail, the Calls tab and the call page —
 showed only the row's recorded buckets: the report counted 20 cached and 30 output tokens for a
 call whose page said 0 and 10. Each call now carries ``effective_*_tokens`` beside the recorded
@@ -25,7 +25,8 @@ from rest_framework.test import APIClient
 import tests.runs.test_reconcile as rec
 from datasets.models import Question
 from runs.models import Call, UsageCorrectionEntry
-from runs.reporting.reconcile import _effective_calls_sql, effective_call_sums, usage_reconcile
+from runs.reporting.effective import _effective_calls_sql, effective_call_sums
+from runs.reporting.reconcile import usage_reconcile
 from tests import factories as f
 from tests.compare import builders as b
 

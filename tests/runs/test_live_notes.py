@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from runs.ledger import accounting
 from runs.models import Call, LiveCallSums
+from runs.reporting.effective import NOTE_COUNTS, cost_note_counts
 from runs.reporting.live_report import run_results_compute
-from runs.reporting.reconcile import NOTE_COUNTS, cost_note_counts
 from runs.reporting.report import run_report_compute
 from tests.compare import builders as b
 from tests.runs.test_live_sums import sums_doc
