@@ -54,7 +54,7 @@ from runs.reporting.live_report import (
 from runs.reporting.reconcile import correction_summary
 from runs.reporting.report import incomplete_reasons
 from runs.reporting.report_types import Report
-from runs.settlement.lineage import run_lineage
+from runs.settlement.lineage import recovery_page_lineage
 from runs.settlement.recovery import recovery_plan_read, recovery_submit
 from runs.settlement.recovery_pages import PlanPages
 from runs.settlement.recovery_rules import REASONS, recovery_offer
@@ -597,7 +597,7 @@ def _recovery_context(request: HttpRequest, run: Run, mode: str) -> tuple[dict[s
         "run": run,
         "mode": mode,
         "scopes": RECOVERY_SCOPES,
-        "lineage": run_lineage(run=run),
+        "lineage": recovery_page_lineage(run=run),
         # Generated when this page rendered: the no-JS form resubmitted with it finds the
         # same child instead of creating a second one.
         "idempotency_key": uuid.uuid4().hex,
@@ -643,7 +643,7 @@ def run_recovery(request: HttpRequest, run_id: int) -> HttpResponse:
     if not scope.is_valid():
         # No other scope reviewed in its place: the error, the two scopes; nothing created.
         context = {"nav": "runs", "run": run, "scopes": RECOVERY_SCOPES}
-        context.update(mode_errors=scope.errors, lineage=run_lineage(run=run))
+        context.update(mode_errors=scope.errors, lineage=recovery_page_lineage(run=run))
         return render(request, "runs/recovery.html", context, status=400)
     mode = scope.cleaned_data["mode"]
     error = None
