@@ -52,6 +52,9 @@ def test_baselines_and_candidates(api, setup):
     doc = api.get("/api/v1/compare/baselines/").json()
     assert [r["id"] for r in doc["results"]] == [baseline.pk]
     assert doc["results"][0]["baseline_targets"] == ["base"]
+    # The offer reads timestamps as seconds since the epoch (compare.selectors.RunOption): the
+    # time it shows is still the run's, to the microsecond.
+    assert doc["results"][0]["created_at"] == baseline.created_at.isoformat()
     assert api.get("/api/v1/compare/baselines/?q=nothing-like-this").json()["count"] == 0
     # A search for "#²" ("²" is a digit to str.isdigit, int() refuses it): no match, no error.
     assert api.get("/api/v1/compare/baselines/?q=%23%C2%B2").json()["count"] == 0
