@@ -25,7 +25,8 @@ import dataclasses
 import json
 from typing import Any
 
-from runs.engine.sse import ChatStreamAccumulator, ChatStreamResult
+from runs.engine.chat_result import ChatStreamResult
+from runs.engine.sse import ChatStreamAccumulator
 from runs.models import WireApi
 
 __all__ = [
@@ -168,6 +169,8 @@ class AnthropicStreamAccumulator(ChatStreamAccumulator):
     """Consumes a Messages API stream into a :class:`ChatStreamResult`. ``message_stop`` counts
     as the chat stream's ``[DONE]`` (one, nothing after it), so completeness is the same rule."""
 
+    COMMON_CHUNKS = False  # Messages API events are not chat chunks
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._block_tools: dict[int, int] = {}  # content block index → tool call index
@@ -186,8 +189,8 @@ class AnthropicStreamAccumulator(ChatStreamAccumulator):
             message = event.get("message") or {}
             self._usage(message.get("usage"), number)
             model = message.get("model")
-            if isinstance(model, str) and model and model not in self._models:
-                self._models.append(model)
+            if isinstance(model, str) and model and model not in self.models_list:
+                self.models_list.append(model)
         elif kind == "content_block_start":
             self._block_start(event, number)
         elif kind == "content_block_delta":

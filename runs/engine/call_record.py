@@ -41,6 +41,16 @@ class Stream:
     kept: dict[str, str] = field(default_factory=dict)
     error_code: str = ""
     error: str = ""
+    # Where the SSE bytes the chunk sink kept but has not read yet begin in `raw` (None: all
+    # read). After the first token the sink reads a stream in batches (calls.chunk_sink).
+    unread_from: int | None = None
+
+    def catch_up(self) -> None:
+        """Read the SSE bytes kept but not read yet; raises the decoder's SSEError."""
+        start = self.unread_from
+        if start is not None:
+            self.unread_from = None
+            self.acc.feed_events(self.decoder.feed_plain(bytes(self.raw[start:])))
 
 
 def router_fields(

@@ -171,28 +171,45 @@ UNREAD_ACCOUNTING: dict[str, Any] = {
 
 def chunk_sink(stream: Stream, max_chars: int) -> Callable[[bytes, float], bool]:
     """What is done with each chunk of the body, as it arrives at ``read_at``: True when
-    an output guard ended the read (its error set on `stream`)."""
+    an output guard ended the read (its error set on `stream`).
+
+    Until the first token every read is read at once (TTFT is its arrival). After it, reads
+    are kept and read in one batch when a guard could next fire: every
+    REPETITION_CHECK_BYTES, past the character cap (a character costs at least a byte, so
+    fewer bytes than the cap cannot breach it) or the byte cap, and at the stream's end
+    (`Stream.catch_up`) — the same checks on the same text as reading each read at once, for
+    a fraction of the Python steps a read (issue 38 item 2; docs/decisions.md)."""
     raw, acc, decoder = stream.raw, stream.acc, stream.decoder
     byte_cap = stream_byte_cap(max_chars)  # checked per chunk; the message only on a breach
     next_repetition_check = REPETITION_CHECK_BYTES
+    batch_until = min(next_repetition_check - 1, max_chars, byte_cap)
 
     def on_chunk(chunk: bytes, read_at: float) -> bool:
-        nonlocal next_repetition_check
+        nonlocal next_repetition_check, batch_until
         raw.extend(chunk)
+        size = len(raw)
+        if size <= batch_until and acc.first_token_at is not None:
+            if stream.unread_from is None:
+                stream.unread_from = size - len(chunk)
+            return False
         acc.read_at = read_at
-        acc.feed_events(decoder.feed_plain(chunk))
-        if acc.content_chars + acc.reasoning_chars > max_chars or len(raw) > byte_cap:
+        if stream.unread_from is None:
+            acc.feed_events(decoder.feed_plain(chunk))
+        else:
+            stream.catch_up()
+        if acc.content_chars + acc.reasoning_chars > max_chars or size > byte_cap:
             violation = output_cap_violation(
                 content_chars=acc.content_chars,
                 reasoning_chars=acc.reasoning_chars,
-                received_bytes=len(raw),
+                received_bytes=size,
                 max_output_chars=max_chars,
             )
             if violation:
                 stream.error_code, stream.error = "output_cap", violation
                 return True
-        if len(raw) >= next_repetition_check:
-            next_repetition_check = len(raw) + REPETITION_CHECK_BYTES
+        if size >= next_repetition_check:
+            next_repetition_check = size + REPETITION_CHECK_BYTES
+            batch_until = min(next_repetition_check - 1, max_chars, byte_cap)
             if repeated_tail_block(
                 acc.content, min_block=REPETITION_MIN_BLOCK, repeats=REPETITION_REPEATS
             ):
@@ -535,6 +552,7 @@ class Caller(LeaseHolder):
                 if on_chunk(chunk, net.read_at if stamped else time.monotonic()):
                     break
         if not stream.error_code:  # not stopped by a guard
+            stream.catch_up()
             stream.acc.feed_events(stream.decoder.close())
 
     def _close(
@@ -542,6 +560,11 @@ class Caller(LeaseHolder):
     ) -> CallOutcome:
         """Queue the call's record (outcome and evidence): the cell's next call or finish
         waits for it or names it (`closing`), nobody else needs it written first."""
+        try:
+            stream.catch_up()  # a read that ended early (timeout, disconnect) kept some unread
+        except SSEError as exc:
+            if not stream.error_code:
+                stream.error_code, stream.error = transport_error(exc, self.limits)
         result = stream.acc.result()
         if not stream.error_code and not result.complete:
             stream.error_code = "incomplete_stream"

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
+from runs.engine.chat_result import ChatStreamResult, ToolCall
+from runs.engine.sse_fast import apply_common, json_object, plain_values
 from runs.vocabulary.stream_reasons import EMPTY_STREAM
 
 __all__ = [
@@ -30,12 +30,10 @@ __all__ = [
     "DONE_SENTINEL",
     "KNOWN_FINISH_REASONS",
     "ChatStreamAccumulator",
-    "ChatStreamResult",
     "SSEDecoder",
     "SSEError",
     "SSEEvent",
     "SSELimitError",
-    "ToolCall",
     "decode_sse",
 ]
 
@@ -139,6 +137,12 @@ class SSEDecoder:
         if not chunk:
             return []
         buf = self._buf
+        if not self._bom_checked and not buf and len(chunk) >= len(_BOM):
+            # A stream's first bytes: the BOM check needs no buffer (the general path below
+            # would read the whole first read line by line).
+            self._bom_checked = True
+            if chunk.startswith(_BOM):
+                chunk = chunk[len(_BOM) :]
         if (
             not buf
             and self._bom_checked
@@ -196,6 +200,10 @@ class SSEDecoder:
         Only called at an event boundary on a chunk without CR, so "\n\n" is exactly "a line
         end, then a blank line". A one-line ``data:`` event (what chat streams send) comes out
         as its text (a plain event); any other event goes through the line rules."""
+        if self._last_id is None:
+            plain = plain_values(chunk, min(self.max_line_bytes, self.max_event_bytes - 1))
+            if plain is not None:
+                return plain  # type: ignore[return-value]
         events: list[SSEEvent | str] = []
         pos = 0
         end = chunk.find(b"\n\n")
@@ -372,42 +380,6 @@ def decode_sse(
 # Chat completion stream
 
 
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    index: int
-    id: str | None
-    type: str | None
-    name: str
-    arguments: str
-
-
-@dataclass(frozen=True, slots=True)
-class ChatStreamResult:
-    """What one streamed chat completion said, and whether the stream proves it finished.
-
-    ``complete`` needs exactly one ``[DONE]``, nothing after it, a finish_reason from
-    :data:`KNOWN_FINISH_REASONS` and no error. ``truncated`` (finish_reason ``length``) is a
-    complete call whose answer was cut off: a wrong answer, not a failed call.
-    """
-
-    content: str
-    reasoning: str
-    tool_calls: tuple[ToolCall, ...]
-    finish_reason: str | None
-    served_model: str | None
-    models_seen: tuple[str, ...]
-    usage: dict[str, Any] | None
-    done_count: int
-    events_after_done: int
-    event_count: int
-    first_token_at: float | None
-    ttft_s: float | None
-    error: str | None
-    complete: bool
-    truncated: bool
-    incomplete_reason: str | None
-
-
 @dataclass(slots=True)
 class _ToolCallParts:
     index: int
@@ -430,6 +402,10 @@ class ChatStreamAccumulator:
     other work of the event loop): then that moment is the mark (issue 25).
     """
 
+    # Whether a plain event may be read as a chat chunk by sse_fast (a subclass reading
+    # another wire format says no).
+    COMMON_CHUNKS = True
+
     def __init__(
         self,
         *,
@@ -438,13 +414,13 @@ class ChatStreamAccumulator:
     ) -> None:
         self._clock = clock
         self.started_at = clock() if started_at is None else started_at
-        self._content: list[str] = []
-        self._reasoning: list[str] = []
+        self.content_parts: list[str] = []
+        self.reasoning_parts: list[str] = []
         self._tools: dict[int, _ToolCallParts] = {}
         self.content_chars = 0
         self.reasoning_chars = 0
         self.finish_reason: str | None = None
-        self._models: list[str] = []
+        self.models_list: list[str] = []
         self.usage: dict[str, Any] | None = None
         self.done_count = 0
         self.events_after_done = 0
@@ -455,12 +431,16 @@ class ChatStreamAccumulator:
         self._unterminated = False
 
     def feed_events(self, events: Iterable[SSEEvent | str]) -> None:
-        """Consume events; a ``str`` is a plain event's text (:meth:`SSEDecoder.feed_plain`)."""
+        """Consume events; a ``str`` is a plain event's text (:meth:`SSEDecoder.feed_plain`),
+        a common chat chunk read by ``sse_fast.apply_common`` where it can."""
+        common = self.COMMON_CHUNKS
         for event in events:
-            if event.__class__ is str:
-                self.consume_data(event)  # type: ignore[arg-type]
-            else:
-                self.consume(event)  # type: ignore[arg-type]
+            if not isinstance(event, str):
+                self.consume(event)
+            elif not (common and not self.done_count and self.error is None) or not (
+                apply_common(self, event)
+            ):
+                self.consume_data(event)
 
     def consume(self, event: SSEEvent) -> None:
         if event.terminated and event.decode_error is None and event.event != "error":
@@ -485,7 +465,7 @@ class ChatStreamAccumulator:
         if self._settled(data):
             return
         try:
-            chunk = _json_object(data)
+            chunk = json_object(data)
         except json.JSONDecodeError as exc:
             self._fail(f"malformed JSON in event #{number}: {exc.msg} at {exc.pos}: {_clip(data)}")
             return
@@ -519,8 +499,8 @@ class ChatStreamAccumulator:
             self._fail(f"error object in event #{number}: {_clip(json.dumps(chunk['error']))}")
             return
         model = chunk.get("model")
-        if isinstance(model, str) and model and model not in self._models:
-            self._models.append(model)
+        if isinstance(model, str) and model and model not in self.models_list:
+            self.models_list.append(model)
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             # The include_usage chunk is normally the last one; if several carry usage, the
@@ -567,13 +547,13 @@ class ChatStreamAccumulator:
             self._fail(f"event #{number}: delta reasoning is not a string")
             return False
         if content:
-            self._content.append(content)
+            self.content_parts.append(content)
             self.content_chars += len(content)
         if reasoning:
-            self._reasoning.append(reasoning)
+            self.reasoning_parts.append(reasoning)
             self.reasoning_chars += len(reasoning)
         if (content or reasoning) and self.first_token_at is None:
-            self.first_token_at = self._clock() if self.read_at is None else self.read_at
+            self.mark_first_token()
         tool_calls = delta.get("tool_calls")
         if tool_calls is None:
             return True
@@ -617,20 +597,23 @@ class ChatStreamAccumulator:
                 parts.arguments.append(arguments)
         return True
 
+    def mark_first_token(self) -> None:
+        self.first_token_at = self._clock() if self.read_at is None else self.read_at
+
     def _fail(self, message: str) -> None:
         if self.error is None:
             self.error = message
 
     @property
     def content(self) -> str:
-        return "".join(self._content)
+        return "".join(self.content_parts)
 
     @property
     def reasoning(self) -> str:
-        return "".join(self._reasoning)
+        return "".join(self.reasoning_parts)
 
     def result(self) -> ChatStreamResult:
-        served_model = self._models[0] if len(self._models) == 1 else None
+        served_model = self.models_list[0] if len(self.models_list) == 1 else None
         reason: str | None = None
         if self.error is not None:
             reason = self.error
@@ -663,7 +646,7 @@ class ChatStreamAccumulator:
             # Chunks naming different models leave the served model unknown: pricing by either
             # one would be a guess.
             served_model=served_model,
-            models_seen=tuple(self._models),
+            models_seen=tuple(self.models_list),
             usage=self.usage,
             done_count=self.done_count,
             events_after_done=self.events_after_done,
@@ -675,20 +658,6 @@ class ChatStreamAccumulator:
             truncated=complete and self.finish_reason == "length",
             incomplete_reason=reason,
         )
-
-
-_FAST_DECODE = msgspec.json.Decoder().decode
-
-
-def _json_object(data: str) -> Any:
-    """``json.loads(data)``, read by msgspec first (2-3x less CPU; exact big integers). Where
-    msgspec reads a text its value is json.loads's, types included (a differential test in
-    tests/runs/test_engine_hotpath.py); what it refuses goes through ``json.loads`` itself, so
-    results and errors are exactly its own (docs/decisions.md)."""
-    try:
-        return _FAST_DECODE(data)
-    except (msgspec.DecodeError, ValueError, RecursionError):
-        return json.loads(data)
 
 
 def _is_done(data: str) -> bool:

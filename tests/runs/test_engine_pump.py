@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runs.engine import sse, transport
+from runs.engine import sse, sse_fast, transport
 from runs.engine.call_record import Stream
 from runs.engine.calls import Activity, Caller, chunk_sink, transport_error
 from runs.engine.sse import ChatStreamAccumulator, SSEDecoder, SSEError, SSEEvent
@@ -445,7 +445,7 @@ class ReferenceAccumulator(ChatStreamAccumulator):
             self._fail(f"error event #{number}: {sse._clip(event.data)}")
             return
         try:
-            chunk = sse._json_object(event.data)
+            chunk = sse_fast.json_object(event.data)
         except json.JSONDecodeError as exc:
             clip = sse._clip(event.data)
             self._fail(f"malformed JSON in event #{number}: {exc.msg} at {exc.pos}: {clip}")
@@ -495,9 +495,9 @@ def test_plain_events_decode_and_accumulate_exactly_as_event_objects(
 
 def test_a_chat_stream_comes_as_plain_text_and_each_event_counts_once() -> None:
     decoder = SSEDecoder()
-    first = decoder.feed_plain(PIECES[1])  # the first bytes: the BOM check's general path
+    first = decoder.feed_plain(PIECES[1])  # the first bytes: plain too (issue 38)
     got = decoder.feed_plain(PIECES[0] + b"id: 7\n\n" + PIECES[0])
-    assert [type(e) for e in [*first, *got]] == [SSEEvent, str, SSEEvent]
+    assert [type(e) for e in [*first, *got]] == [str, str, SSEEvent]
     assert got[1].id == "7"  # after an id, an object that carries it
     acc = ChatStreamAccumulator(started_at=0.0)
     acc.feed_events([*first, *got])

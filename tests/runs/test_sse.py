@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runs.engine.chat_result import ChatStreamResult
 from runs.engine.guards import output_cap_violation, repeated_tail_block, stream_byte_cap
 from runs.engine.sse import (
     ChatStreamAccumulator,
-    ChatStreamResult,
     SSEDecoder,
     SSEEvent,
     SSELimitError,
