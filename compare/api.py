@@ -30,8 +30,9 @@ from rest_framework.views import APIView
 
 from compare.forms import MAX_SELECTION, ids_format, ids_parse
 from compare.selectors import (
+    BaselineOffer,
     RunOption,
-    baseline_options,
+    baseline_offer,
     candidate_options,
     comparable_pool,
 )
@@ -176,7 +177,7 @@ def _option_doc(o: RunOption) -> dict[str, Any]:
     }
 
 
-def _options_page(request: Request, options: list[RunOption]) -> dict[str, Any]:
+def _options_page(request: Request, options: list[RunOption] | BaselineOffer) -> dict[str, Any]:
     size = int_param(request, "page_size", OPTIONS_PAGE_SIZE, low=1, high=OPTIONS_PAGE_MAX)
     page = int_param(request, "page", 1, low=1)
     start = (page - 1) * size
@@ -223,7 +224,7 @@ class CompareBaselinesView(APIView):
     def get(self, request: Request) -> Response:
         _options_params_check(request, PAGE_PARAMS)
         q = request.query_params.get("q", "")[:200]
-        return Response(_options_page(request, baseline_options(q)))
+        return Response(_options_page(request, baseline_offer(q)))
 
 
 class CompareCandidatesView(APIView):

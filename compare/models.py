@@ -65,6 +65,14 @@ class PlanCases(models.Model):
     head = models.JSONField()
     # The Compare page's offer groups runs by it (`compare.plan_cases.offer_fingerprint`).
     fingerprint = models.CharField(max_length=32, db_index=True)
+    # What step 1 of the page reads of the head in SQL, a page at a time (`compare.plan_cases.
+    # offer_facts`): the number of targets (null: not computed yet, a row kept before these
+    # columns), the single-model slugs in target order, the lowered slugs and models a search
+    # matches, and a key of the normalised prices (null when the run prices a model two ways).
+    offer_targets = models.IntegerField(null=True)
+    offer_singles = models.JSONField(default=list)
+    offer_terms = models.JSONField(default=list)
+    offer_prices = models.CharField(max_length=64, null=True)
 
     def __str__(self) -> str:
         return f"planned cases of run {self.run_id}"

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ import numpy.typing as npt
 from django.db.models import CharField, JSONField, OuterRef, Subquery
 from django.db.models.expressions import RawSQL
 
-from compare.compatibility import COMPARED_FIELDS, EXECUTION_LIMITS
+from compare.compatibility import COMPARED_FIELDS, EXECUTION_LIMITS, model_prices
 from compare.models import PlanCases
 from runs.ledger.hooks import runs_ended_newest
 from runs.ledger.selectors import MANIFEST_WITHOUT_CASES, without_case_list
@@ -33,7 +34,12 @@ __all__ = [
     "case_set_digest",
     "kept_fingerprint",
     "kept_head",
+    "offer_facts",
+    "offer_facts_fill",
     "offer_fingerprint",
+    "offer_price_table",
+    "offer_single_slugs",
+    "offer_targets",
     "plan_cases",
     "planned_cases",
     "runs_without_plan_cases",
@@ -83,6 +89,88 @@ def case_set_digest(cases: Sequence[Any]) -> str:
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
+# --- what the Compare page's offer reads of a head ------------------------------------------
+
+
+def offer_targets(raw: Any) -> list[dict[str, Any]]:
+    """A head's targets as the offer reads them (a damaged value: none)."""
+    return raw if isinstance(raw, list) else []
+
+
+def offer_single_slugs(targets: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The slugs of the single-model targets, in target order."""
+    return tuple(t["slug"] for t in targets if t.get("kind") == "single")
+
+
+def offer_price_table(raw: Any) -> dict[str, frozenset[tuple[str, Any]]] | None:
+    """model → frozen normalised price row; None when the run prices one model two ways (then
+    it is comparable with no other run). The same normalisation as runs_differences ("3" and
+    "3.0" are one price), so the offer and the re-verification never disagree about prices."""
+    table, conflicts = model_prices({"prices": raw if isinstance(raw, dict) else {}})
+    if conflicts:
+        return None
+    return {model: frozenset(row.items()) for model, row in table.items()}
+
+
+def _exact(value: Any) -> str | None:
+    """One spelling per finite decimal value (3, 3.0 and 3.00 alike; no rounding); None for
+    anything else (NaN is not even equal to itself)."""
+    if not isinstance(value, Decimal) or not value.is_finite():
+        return None
+    if not value:
+        return "0"
+    sign, digits, exponent = value.as_tuple()
+    kept = list(digits)
+    while kept[-1] == 0:
+        kept.pop()
+        exponent = int(exponent) + 1
+    return f"{'-' if sign else ''}{''.join(map(str, kept))}e{exponent}"
+
+
+def _price_key(run_id: int, table: dict[str, frozenset[tuple[str, Any]]]) -> str:
+    """Equal keys: equal price tables, so the runs are comparable on prices. A table with a
+    value that is not a finite decimal gets a key of its own run (never equal to another's):
+    its group is then matched in Python, by the values themselves (`compare.selectors`)."""
+    rows = []
+    for model, row in sorted(table.items()):
+        spelled = sorted((str(k), _exact(v)) for k, v in row)
+        if any(v is None for _, v in spelled):
+            return f"run {run_id}"
+        rows.append([model, spelled])
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+
+
+def offer_facts(run_id: int, head: Mapping[str, Any]) -> dict[str, Any]:
+    """The `PlanCases.offer_*` columns of a run's head: what step 1 of the Compare page filters,
+    groups and searches by in SQL (`compare.selectors.baseline_offer`)."""
+    targets = offer_targets(head.get("targets"))
+    table = offer_price_table(head.get("prices"))
+    return {
+        "offer_targets": len(targets),
+        "offer_singles": list(offer_single_slugs(targets)),
+        # What option_matches searches besides the name and id: each target's slug and model.
+        "offer_terms": sorted(
+            {str(t.get(k, "")).lower() for t in targets for k in ("slug", "model")}
+        ),
+        "offer_prices": None if table is None else _price_key(run_id, table),
+    }
+
+
+_OFFER_FIELDS = ("offer_targets", "offer_singles", "offer_terms", "offer_prices")
+
+
+def offer_facts_fill(unpacked: Sequence[int], without_facts: Sequence[int]) -> None:
+    """Keep the offer's facts of runs that have none: ``unpacked`` runs' cases are packed (the
+    facts with them), ``without_facts`` rows were kept before the facts were."""
+    if unpacked:
+        plan_cases(list(Run.objects.defer("manifest").filter(pk__in=unpacked)))
+    rows = list(PlanCases.objects.filter(run_id__in=without_facts).only("run_id", "head"))
+    for row in rows:
+        for name, value in offer_facts(row.run_id, row.head).items():
+            setattr(row, name, value)
+    PlanCases.objects.bulk_update(rows, _OFFER_FIELDS)
+
+
 def _pack(run_id: int, cases: Sequence[Any], head: dict[str, Any], fingerprint: str) -> PlanCases:
     names = sorted({str(c[2]) for c in cases})
     position = {b: i for i, b in enumerate(names)}
@@ -94,6 +182,7 @@ def _pack(run_id: int, cases: Sequence[Any], head: dict[str, Any], fingerprint: 
         cases=packed.tobytes(),
         head=head,
         fingerprint=fingerprint,
+        **offer_facts(run_id, head),
     )
 
 

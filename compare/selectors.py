@@ -14,29 +14,41 @@ built from the same manifest fields (``COMPARED_FIELDS``), grouped rather than p
   are checked inside a group through a per-model index of prices (no all-pairs loop when, as
   usual, a group prices each model one way).
 
-Queries per call are constant, whatever the number of runs.
+Queries per call are constant, whatever the number of runs. Step 1 (choose a baseline) is
+counted and paged by the database (`BaselineOffer`, issue 38): the offer's facts of each run are
+kept beside its packed cases (`PlanCases.offer_*`), group sizes are one window count, and options
+are built for the page's runs only; step 2 reads the baseline's group (`comparable_pool`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, overload
 
-from django.db.models import F, FloatField, Q, Value
-from django.db.models.functions import Cast, Coalesce, Extract
+from django.db import connection
+from django.db.models import Count, F, FloatField, Q, Value, Window
+from django.db.models.functions import Cast, Coalesce, Extract, Lower
 
-from compare.compatibility import model_prices
-from compare.plan_cases import kept_fingerprint, kept_head, offer_fingerprint
-from runs.models import CELL_OUTCOMES, TERMINAL_RUN_STATUSES, Cell, CellStatus, Run
+from compare.plan_cases import (
+    kept_fingerprint,
+    kept_head,
+    offer_facts_fill,
+    offer_fingerprint,
+    offer_price_table,
+    offer_single_slugs,
+    offer_targets,
+)
+from runs.models import CELL_OUTCOMES, TERMINAL_RUN_STATUSES, Cell, CellStatus, Run, Target
 from srbench.digits import ascii_digits
 
 __all__ = [
     "RunOption",
-    "baseline_options",
+    "BaselineOffer",
+    "baseline_offer",
     "candidate_options",
     "comparable_pool",
     "option_matches",
@@ -139,22 +151,13 @@ def _frozen(rows: list[tuple[int, str]]) -> dict[int, _Frozen]:
         with _FROZEN_LOCK:
             if len(_FROZEN) > _FROZEN_MAX:
                 _FROZEN.clear()
-            for pk, plan, fp, targets, prices in read:
-                targets = targets if isinstance(targets, list) else []
-                singles = tuple(t["slug"] for t in targets if t.get("kind") == "single")
-                frozen = _Frozen(fp, targets, _prices(prices), singles)
+            for pk, plan, fp, raw_targets, prices in read:
+                targets = offer_targets(raw_targets)
+                singles = offer_single_slugs(targets)
+                frozen = _Frozen(fp, targets, offer_price_table(prices), singles)
                 _FROZEN[(pk, plan)] = frozen
                 out[pk] = frozen
     return out
-
-
-def _prices(raw: Any) -> dict[str, frozenset[tuple[str, Any]]] | None:
-    # The same normalisation as runs_differences ("3" and "3.0" are one price), reused so the
-    # offer and the re-verification can never disagree about prices.
-    table, conflicts = model_prices({"prices": raw if isinstance(raw, dict) else {}})
-    if conflicts:
-        return None
-    return {model: frozenset(row.items()) for model, row in table.items()}
 
 
 # A run's summary counts of the cell states that are not an outcome (runs.models.CELL_OUTCOMES).
@@ -186,10 +189,20 @@ def _baseline_targets(options: list[RunOption], maybe_lacking: set[int]) -> None
         )
 
 
+class _Priced(Protocol):
+    """A run's id and normalised prices (an option, or a price table's representative)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def prices(self) -> dict[str, frozenset[tuple[str, Any]]] | None: ...
+
+
 class _PriceIndex:
     """Per group: model → price → run ids, to find the runs one run's prices conflict with."""
 
-    def __init__(self, members: Iterable[RunOption]):
+    def __init__(self, members: Iterable[_Priced]):
         self.by_model: dict[str, dict[frozenset[tuple[str, Any]], set[int]]] = defaultdict(
             lambda: defaultdict(set)
         )
@@ -207,7 +220,7 @@ class _PriceIndex:
         no member's prices conflict with another's."""
         return not self.conflicting_runs and all(len(p) == 1 for p in self.by_model.values())
 
-    def incompatible_with(self, option: RunOption) -> set[int] | None:
+    def incompatible_with(self, option: _Priced) -> set[int] | None:
         """Run ids of the group whose prices disagree with ``option``'s; None means all."""
         if option.prices is None:
             return None
@@ -232,12 +245,10 @@ def comparable_pool(baseline_id: int | None = None) -> dict[int, RunOption]:
     groups are never comparable with it. Step 2 of the page then counts price conflicts and
     reads the cells' summaries of its group only (issue 38: 10,000 runs took the page to 1 s).
     What a run's manifest gives its option is read once per process (`_frozen`)."""
-    eligible = Run.objects.filter(
-        mode=Run.Mode.LIVE, status__in=TERMINAL_RUN_STATUSES, parent__isnull=True
-    )
+    eligible = _eligible()
     # One row per run: what the offer shows, and its summary's count of cells without an
     # outcome (-1: no summary row, so its cells are read).
-    counted = Coalesce(sum((F(c) for c in _WITHOUT_OUTCOME), Value(0)), Value(-1))
+    counted = _without_outcome_count()
     epoch = Cast(Extract("created_at", "epoch"), FloatField())
     columns = ("id", "plan_sha256", "name", "created_epoch", "status", "without_outcome")
     if baseline_id is None:
@@ -284,13 +295,206 @@ def comparable_pool(baseline_id: int | None = None) -> dict[int, RunOption]:
     return pool
 
 
-def baseline_options(q: str = "", *, pool: dict[int, RunOption] | None = None) -> list[RunOption]:
-    """Step 1 (R11.1): runs with a single model that has a result for every planned case and
-    at least one comparable candidate; newest first, narrowed by the search."""
-    pool = comparable_pool() if pool is None else pool
-    offered = [o for o in pool.values() if o.can_be_baseline and option_matches(o, q)]
-    # The pool is in creation order already (`comparable_pool`); newest first is its reverse.
-    return offered[::-1]
+# --- step 1: the baseline offer, a page at a time -------------------------------------------
+
+
+class _Table(NamedTuple):
+    """One price table of a fingerprint group: its key, members, and one member to read."""
+
+    fingerprint: str
+    key: str | None
+    members: int
+    id: int
+    prices: dict[str, frozenset[tuple[str, Any]]] | None = None
+
+
+def _eligible() -> Any:
+    """The runs that can take part in a comparison at all (`run_comparison_problems`)."""
+    return Run.objects.filter(
+        mode=Run.Mode.LIVE, status__in=TERMINAL_RUN_STATUSES, parent__isnull=True
+    )
+
+
+def _offer_base() -> tuple[str, tuple[Any, ...]]:
+    """SQL of every eligible run with its kept offer facts, its summary's count of cells
+    without an outcome (-1: no summary row) and its fingerprint group's size."""
+    rows = (
+        _eligible()
+        .filter(plan_cases__isnull=False)
+        .values("id", "created_at", "plan_sha256", "name", "status")
+        .annotate(
+            fp=F("plan_cases__fingerprint"),
+            prices=F("plan_cases__offer_prices"),
+            n_targets=F("plan_cases__offer_targets"),
+            singles=F("plan_cases__offer_singles"),
+            terms=F("plan_cases__offer_terms"),
+            name_lower=Lower("name"),
+            lacking=_without_outcome_count(),
+            group_size=Window(Count("id"), partition_by=[F("plan_cases__fingerprint")]),
+        )
+        .order_by()
+    )
+    sql, params = rows.query.sql_with_params()
+    return sql, tuple(params)
+
+
+def _without_outcome_count() -> Coalesce:
+    # A run's summary count of cells without an outcome; -1: no summary row, its cells are read.
+    return Coalesce(sum((F(c) for c in _WITHOUT_OUTCOME), Value(0)), Value(-1))
+
+
+def _reach(tables: list[_Table]) -> dict[tuple[str, str | None], int]:
+    """Per price table of the groups with more than one (or a run pricing a model two ways):
+    how many other runs of its group a member is comparable with. Tables are matched by the
+    prices of one member each, through the same index the candidates are (`_PriceIndex`)."""
+    heads = list(Run.objects.filter(pk__in=[t.id for t in tables]).values_list("pk", "plan_sha256"))
+    frozen = _frozen(heads)
+    by_group: dict[str, list[_Table]] = defaultdict(list)
+    for t in tables:
+        by_group[t.fingerprint].append(t._replace(prices=frozen[t.id].prices))
+    out = {}
+    for fingerprint, group in by_group.items():
+        index = _PriceIndex(group)
+        for t in group:
+            bad = index.incompatible_with(t)
+            out[fingerprint, t.key] = (
+                0 if bad is None else sum(o.members for o in group if o.id not in bad) - 1
+            )
+    return out
+
+
+class BaselineOffer(Sequence[RunOption]):
+    """Step 1 (R11.1) as a sequence the page's paginator and the API slice: runs with a single
+    model that has a result for every planned case and at least one comparable candidate (or
+    another target of their own: `RunOption.can_be_baseline`), newest first, narrowed by the
+    search (`option_matches`: name, id, a target's slug or model). Counted and paged by the
+    database from the kept offer facts (`PlanCases.offer_*`), so a page builds options for its
+    own runs only (issue 38: 10,000 runs' options cost step 1 85–300 ms)."""
+
+    def __init__(self, q: str = "") -> None:
+        self.q = q.strip().lower()
+        self._count: int | None = None
+        self._sql: tuple[str, list[Any]] | None = None
+
+    def _prepare(self) -> tuple[str, list[Any]]:
+        if self._sql is not None:
+            return self._sql
+        missing = _eligible().filter(
+            Q(plan_cases__isnull=True) | Q(plan_cases__offer_targets__isnull=True)
+        )
+        gaps = list(missing.values_list("pk", "plan_cases__run_id"))
+        if gaps:  # ended before its cases were packed, or packed before the facts were kept
+            offer_facts_fill([p for p, kept in gaps if kept is None], [k for _, k in gaps if k])
+        base, params = _offer_base()
+        groups = f"""
+            WITH b AS ({base}),
+            t AS (SELECT fp, prices, count(*) AS n, min(id) AS rep FROM b GROUP BY fp, prices)
+            SELECT fp, prices, n, rep FROM t WHERE fp IN (
+                SELECT fp FROM t GROUP BY fp HAVING count(*) > 1 OR bool_or(prices IS NULL))"""
+        with connection.cursor() as cursor:
+            cursor.execute(groups, params)
+            reach = _reach([_Table(*row) for row in cursor.fetchall()])
+        self._sql = _offer_sql(base, list(params), reach, self.q)
+        return self._sql
+
+    def __len__(self) -> int:
+        if self._count is None:
+            sql, params = self._prepare()
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT count(*) FROM ({sql}) AS offer", params)
+                self._count = cursor.fetchone()[0]
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> RunOption: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[RunOption]: ...
+
+    def __getitem__(self, index: int | slice) -> RunOption | list[RunOption]:
+        if isinstance(index, int):
+            found = self[index : index + 1] if index >= 0 else self[index:][:1]
+            if not found:
+                raise IndexError(index)
+            return found[0]
+        start, stop, step = index.indices(len(self))
+        if stop <= start:
+            return []
+        sql, params = self._prepare()
+        page = f"{sql} ORDER BY b.created_at DESC, b.id DESC LIMIT %s OFFSET %s"
+        with connection.cursor() as cursor:
+            cursor.execute(page, [*params, stop - start, start])
+            return _options(cursor.fetchall())[::step]
+
+
+def _offer_sql(
+    base: str, params: list[Any], reach: dict[tuple[str, str | None], int], q: str
+) -> tuple[str, list[Any]]:
+    """The offered runs' rows (unordered): the offer rule of `RunOption.can_be_baseline` and the
+    search of `option_matches`, in SQL. A run's comparable count is its group's size less one,
+    or its price table's reach where its group prices a model two ways (`_reach`)."""
+    digits = q.lstrip("#")
+    by_id = int(digits) if ascii_digits(digits) and int(digits) < 2**63 else None
+    cell, target = Cell._meta.db_table, Target._meta.db_table
+    sql = f"""
+        WITH b AS ({base}),
+        x AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS x(fp, prices, reach))
+        SELECT b.id, b.plan_sha256, b.name, extract(epoch FROM b.created_at)::float8, b.status,
+               coalesce(x.reach, b.group_size - 1) AS compatible, b.lacking
+        FROM b LEFT JOIN x ON x.fp = b.fp AND x.prices IS NOT DISTINCT FROM b.prices
+        WHERE jsonb_array_length(b.singles) > 0
+          AND (b.n_targets > 1 OR coalesce(x.reach, b.group_size - 1) > 0)
+          AND (b.lacking = 0 OR EXISTS (
+              SELECT 1 FROM jsonb_array_elements_text(b.singles) AS s(slug)
+              WHERE NOT EXISTS (
+                  SELECT 1 FROM "{cell}" c JOIN "{target}" t ON t.id = c.target_id
+                  WHERE c.run_id = b.id AND t.kind = %s AND t.slug = s.slug
+                    AND NOT (c.status = ANY(%s)))))
+          AND (%s = '' OR b.id = %s OR strpos(b.name_lower, %s) > 0 OR EXISTS (
+              SELECT 1 FROM jsonb_array_elements_text(b.terms) AS w(term)
+              WHERE strpos(w.term, %s) > 0))"""
+    keys = list(reach)
+    return sql, [
+        *params,
+        [fp for fp, _ in keys],
+        [key for _, key in keys],
+        [reach[k] for k in keys],
+        Target.Kind.SINGLE,
+        list(CELL_OUTCOMES),
+        q,
+        by_id,
+        q,
+        q,
+    ]
+
+
+def _options(rows: list[tuple[Any, ...]]) -> list[RunOption]:
+    """The options of one page's rows: frozen parts per process, baseline targets read."""
+    frozen = _frozen([(r[0], r[1]) for r in rows])
+    options, maybe_lacking = [], set()
+    for pk, _plan, name, created_epoch, status, compatible, without_outcome in rows:
+        options.append(
+            RunOption(
+                id=pk,
+                name=name,
+                created_epoch=created_epoch,
+                status=status,
+                targets=frozen[pk].targets,
+                fingerprint=frozen[pk].fingerprint,
+                prices=frozen[pk].prices,
+                single_slugs=frozen[pk].single_slugs,
+                compatible_count=compatible,
+            )
+        )
+        if without_outcome != 0:
+            maybe_lacking.add(pk)
+    _baseline_targets(options, maybe_lacking)
+    return options
+
+
+def baseline_offer(q: str = "") -> BaselineOffer:
+    """Step 1 (R11.1): the runs offered as a baseline, newest first, narrowed by the search."""
+    return BaselineOffer(q)
 
 
 def candidate_options(

@@ -37,7 +37,7 @@ from compare.compatibility import run_comparison_problems
 from compare.forms import CompareForm, ids_format
 from compare.headline import headline_sentence
 from compare.results import STATEMENTS
-from compare.selectors import RunOption, baseline_options, candidate_options, comparable_pool
+from compare.selectors import RunOption, baseline_offer, candidate_options, comparable_pool
 from compare.services import CandidatesRefused, ComparisonError, comparison_compute
 from runs.models import Run
 from srbench.figures_text import level_text
@@ -130,15 +130,10 @@ def compare_page(request: HttpRequest) -> HttpResponse:
         )
     d = form.cleaned_data
     baseline_id: int | None = d["baseline"]
-    # Step 2 needs the baseline's group only; step 1 offers every run.
-    pool = comparable_pool(baseline_id)
-    if baseline_id is not None and ("op" in request.GET or d["goto"]):
-        return _apply(form, pool, request)
-
     ctx: dict[str, Any] = {"nav": "compare", "statements": STATEMENTS, "d": d}
     if baseline_id is None:
-        offered = baseline_options(d["bq"] or "", pool=pool)
-        page = Paginator(offered, PAGE_SIZE).get_page(d["bpage"])
+        # Step 1 is counted and paged by the database: options only for the page's runs.
+        page = Paginator(baseline_offer(d["bq"] or ""), PAGE_SIZE).get_page(d["bpage"])
         ctx.update(
             step=1,
             baselines=page,
@@ -146,6 +141,10 @@ def compare_page(request: HttpRequest) -> HttpResponse:
         )
         return render(request, "compare/compare.html", ctx)
 
+    # Step 2 needs the baseline's fingerprint group only.
+    pool = comparable_pool(baseline_id)
+    if "op" in request.GET or d["goto"]:
+        return _apply(form, pool, request)
     option = pool.get(baseline_id)
     offered_all = candidate_options(baseline_id, pool=pool)
     matching = candidate_options(baseline_id, d["q"], pool=pool) if d["q"] else offered_all
