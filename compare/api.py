@@ -177,10 +177,15 @@ def _option_doc(o: RunOption) -> dict[str, Any]:
     }
 
 
-def _options_page(request: Request, options: list[RunOption] | BaselineOffer) -> dict[str, Any]:
+def _page_window(request: Request) -> tuple[int, int, int]:
+    """(page, page size, first index) of an options page."""
     size = int_param(request, "page_size", OPTIONS_PAGE_SIZE, low=1, high=OPTIONS_PAGE_MAX)
     page = int_param(request, "page", 1, low=1)
-    start = (page - 1) * size
+    return page, size, (page - 1) * size
+
+
+def _options_page(request: Request, options: list[RunOption] | BaselineOffer) -> dict[str, Any]:
+    page, size, start = _page_window(request)
     return {
         "count": len(options),
         "page": page,
@@ -224,7 +229,9 @@ class CompareBaselinesView(APIView):
     def get(self, request: Request) -> Response:
         _options_params_check(request, PAGE_PARAMS)
         q = request.query_params.get("q", "")[:200]
-        return Response(_options_page(request, baseline_offer(q)))
+        _, size, start = _page_window(request)
+        offer = baseline_offer(q, window=(start, start + size))  # its rows come with the count
+        return Response(_options_page(request, offer))
 
 
 class CompareCandidatesView(APIView):

@@ -30,9 +30,10 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol, overload
 
 from django.db import connection
-from django.db.models import Count, F, FloatField, Q, Value, Window
+from django.db.models import F, FloatField, Func, Q, Value
 from django.db.models.functions import Cast, Coalesce, Extract, Lower
 
+from compare.models import PlanCases
 from compare.plan_cases import (
     kept_fingerprint,
     kept_head,
@@ -315,32 +316,27 @@ def _eligible() -> Any:
     )
 
 
-def _offer_base() -> tuple[str, tuple[Any, ...]]:
-    """SQL of every eligible run with its kept offer facts, its summary's count of cells
-    without an outcome (-1: no summary row) and its fingerprint group's size."""
-    rows = (
-        _eligible()
-        .filter(plan_cases__isnull=False)
-        .values("id", "created_at", "plan_sha256", "name", "status")
-        .annotate(
-            fp=F("plan_cases__fingerprint"),
-            prices=F("plan_cases__offer_prices"),
-            n_targets=F("plan_cases__offer_targets"),
-            singles=F("plan_cases__offer_singles"),
-            terms=F("plan_cases__offer_terms"),
-            name_lower=Lower("name"),
-            lacking=_without_outcome_count(),
-            group_size=Window(Count("id"), partition_by=[F("plan_cases__fingerprint")]),
-        )
-        .order_by()
-    )
-    sql, params = rows.query.sql_with_params()
-    return sql, tuple(params)
-
-
 def _without_outcome_count() -> Coalesce:
     # A run's summary count of cells without an outcome; -1: no summary row, its cells are read.
     return Coalesce(sum((F(c) for c in _WITHOUT_OUTCOME), Value(0)), Value(-1))
+
+
+def _offer_base(search: bool) -> tuple[str, tuple[Any, ...]]:
+    """SQL of every eligible run with its kept offer facts (none where they are not kept yet)
+    and its summary's count of cells without an outcome (-1: no summary row). Narrow rows: the
+    name and search terms only for a search."""
+    facts: dict[str, Any] = {
+        "fp": F("plan_cases__fingerprint"),
+        "prices": F("plan_cases__offer_prices"),
+        "n_targets": F("plan_cases__offer_targets"),
+        "n_singles": Func(F("plan_cases__offer_singles"), function="jsonb_array_length"),
+        "lacking": _without_outcome_count(),
+    }
+    if search:
+        facts |= {"terms": F("plan_cases__offer_terms"), "name_lower": Lower("name")}
+    rows = _eligible().values("id", "created_at").annotate(**facts).order_by()
+    sql, params = rows.query.sql_with_params()
+    return sql, tuple(params)
 
 
 def _reach(tables: list[_Table]) -> dict[tuple[str, str | None], int]:
@@ -363,47 +359,75 @@ def _reach(tables: list[_Table]) -> dict[tuple[str, str | None], int]:
     return out
 
 
+def _price_tables(base: str, params: tuple[Any, ...]) -> list[_Table]:
+    """Each price table of the groups that have more than one (or a run pricing a model two
+    ways): its group, key, number of runs and one run's id."""
+    groups = f"""
+        WITH b AS MATERIALIZED ({base}),
+        t AS (SELECT fp, prices, count(*) AS n, min(id) AS rep FROM b
+              WHERE n_targets IS NOT NULL GROUP BY fp, prices)
+        SELECT fp, prices, n, rep FROM t WHERE fp IN (
+            SELECT fp FROM t GROUP BY fp HAVING count(*) > 1 OR bool_or(prices IS NULL))"""
+    with connection.cursor() as cursor:
+        cursor.execute(groups, params)
+        return [_Table(*row) for row in cursor.fetchall()]
+
+
+def _offer_facts_keep() -> None:
+    """Keep the offer facts of the eligible runs that have none: ended before their cases were
+    packed, or packed before the facts were kept."""
+    gaps = _eligible().filter(
+        Q(plan_cases__isnull=True) | Q(plan_cases__offer_targets__isnull=True)
+    )
+    rows = list(gaps.values_list("pk", "plan_cases__run_id"))
+    offer_facts_fill([pk for pk, kept in rows if kept is None], [k for _, k in rows if k])
+
+
+class _Read(NamedTuple):
+    """One read of the offer: how many runs it offers, the runs whose facts are not kept,
+    the groups priced more than one way that the read had no reach for, and a window's rows."""
+
+    total: int
+    missing: int
+    unmatched: int
+    rows: list[tuple[Any, ...]]
+
+
 class BaselineOffer(Sequence[RunOption]):
     """Step 1 (R11.1) as a sequence the page's paginator and the API slice: runs with a single
     model that has a result for every planned case and at least one comparable candidate (or
     another target of their own: `RunOption.can_be_baseline`), newest first, narrowed by the
     search (`option_matches`: name, id, a target's slug or model). Counted and paged by the
     database from the kept offer facts (`PlanCases.offer_*`), so a page builds options for its
-    own runs only (issue 38: 10,000 runs' options cost step 1 85–300 ms)."""
+    own runs only (issue 38: 10,000 runs' options cost step 1 85–300 ms).
 
-    def __init__(self, q: str = "") -> None:
+    ``window``: the slice the caller will ask for; the count is read with its rows, in one
+    query (a page past the end costs a second)."""
+
+    def __init__(self, q: str = "", *, window: tuple[int, int] = (0, 0)) -> None:
         self.q = q.strip().lower()
-        self._count: int | None = None
-        self._sql: tuple[str, list[Any]] | None = None
+        self._reach: dict[tuple[str, str | None], int] = {}
+        self._read: dict[tuple[int, int], _Read] = {}
+        self._window = window
 
-    def _prepare(self) -> tuple[str, list[Any]]:
-        if self._sql is not None:
-            return self._sql
-        missing = _eligible().filter(
-            Q(plan_cases__isnull=True) | Q(plan_cases__offer_targets__isnull=True)
-        )
-        gaps = list(missing.values_list("pk", "plan_cases__run_id"))
-        if gaps:  # ended before its cases were packed, or packed before the facts were kept
-            offer_facts_fill([p for p, kept in gaps if kept is None], [k for _, k in gaps if k])
-        base, params = _offer_base()
-        groups = f"""
-            WITH b AS ({base}),
-            t AS (SELECT fp, prices, count(*) AS n, min(id) AS rep FROM b GROUP BY fp, prices)
-            SELECT fp, prices, n, rep FROM t WHERE fp IN (
-                SELECT fp FROM t GROUP BY fp HAVING count(*) > 1 OR bool_or(prices IS NULL))"""
-        with connection.cursor() as cursor:
-            cursor.execute(groups, params)
-            reach = _reach([_Table(*row) for row in cursor.fetchall()])
-        self._sql = _offer_sql(base, list(params), reach, self.q)
-        return self._sql
+    def _rows(self, start: int, stop: int) -> _Read:
+        for (begun, ended), read in self._read.items():
+            if begun == start and ended >= stop:  # the window read with the count covers it
+                return read._replace(rows=read.rows[: stop - start])
+        if (start, stop) not in self._read:
+            base, params = _offer_base(bool(self.q))
+            read = _offer_read(base, params, self._reach, self.q, start, stop)
+            if read.missing:  # some run's facts are not kept yet: keep them, once
+                _offer_facts_keep()
+            if read.unmatched or read.missing:
+                self._reach = _reach(_price_tables(base, params))
+                read = _offer_read(base, params, self._reach, self.q, start, stop)
+            self._read[start, stop] = read
+        return self._read[start, stop]
 
     def __len__(self) -> int:
-        if self._count is None:
-            sql, params = self._prepare()
-            with connection.cursor() as cursor:
-                cursor.execute(f"SELECT count(*) FROM ({sql}) AS offer", params)
-                self._count = cursor.fetchone()[0]
-        return self._count
+        known = next(iter(self._read.values()), None)
+        return (known or self._rows(*self._window)).total
 
     @overload
     def __getitem__(self, index: int) -> RunOption: ...
@@ -420,59 +444,86 @@ class BaselineOffer(Sequence[RunOption]):
         start, stop, step = index.indices(len(self))
         if stop <= start:
             return []
-        sql, params = self._prepare()
-        page = f"{sql} ORDER BY b.created_at DESC, b.id DESC LIMIT %s OFFSET %s"
-        with connection.cursor() as cursor:
-            cursor.execute(page, [*params, stop - start, start])
-            return _options(cursor.fetchall())[::step]
+        return _options(self._rows(start, stop).rows)[::step]
 
 
-def _offer_sql(
-    base: str, params: list[Any], reach: dict[tuple[str, str | None], int], q: str
-) -> tuple[str, list[Any]]:
-    """The offered runs' rows (unordered): the offer rule of `RunOption.can_be_baseline` and the
-    search of `option_matches`, in SQL. A run's comparable count is its group's size less one,
-    or its price table's reach where its group prices a model two ways (`_reach`)."""
+def _offer_read(
+    base: str,
+    params: tuple[Any, ...],
+    reach: dict[tuple[str, str | None], int],
+    q: str,
+    start: int,
+    stop: int,
+) -> _Read:
+    """One query: the offer's count and checks, and the rows of ``[start, stop)`` newest first
+    (id, plan, name, created epoch, status, comparable count, summary's cells without outcome).
+    The offer rule of `RunOption.can_be_baseline` and the search of `option_matches`, in SQL.
+    A run's comparable count is its group's size less one where the group has one price table,
+    else its table's reach (`_reach`; a group without one is counted in ``unmatched``)."""
     digits = q.lstrip("#")
     by_id = int(digits) if ascii_digits(digits) and int(digits) < 2**63 else None
     cell, target = Cell._meta.db_table, Target._meta.db_table
-    sql = f"""
-        WITH b AS ({base}),
-        x AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS x(fp, prices, reach))
-        SELECT b.id, b.plan_sha256, b.name, extract(epoch FROM b.created_at)::float8, b.status,
-               coalesce(x.reach, b.group_size - 1) AS compatible, b.lacking
-        FROM b LEFT JOIN x ON x.fp = b.fp AND x.prices IS NOT DISTINCT FROM b.prices
-        WHERE jsonb_array_length(b.singles) > 0
-          AND (b.n_targets > 1 OR coalesce(x.reach, b.group_size - 1) > 0)
-          AND (b.lacking = 0 OR EXISTS (
-              SELECT 1 FROM jsonb_array_elements_text(b.singles) AS s(slug)
-              WHERE NOT EXISTS (
-                  SELECT 1 FROM "{cell}" c JOIN "{target}" t ON t.id = c.target_id
-                  WHERE c.run_id = b.id AND t.kind = %s AND t.slug = s.slug
-                    AND NOT (c.status = ANY(%s)))))
-          AND (%s = '' OR b.id = %s OR strpos(b.name_lower, %s) > 0 OR EXISTS (
+    plans, runs = PlanCases._meta.db_table, Run._meta.db_table
+    search = """
+          AND (b.id = %s OR strpos(b.name_lower, %s) > 0 OR EXISTS (
               SELECT 1 FROM jsonb_array_elements_text(b.terms) AS w(term)
               WHERE strpos(w.term, %s) > 0))"""
+    sql = f"""
+        WITH b AS MATERIALIZED ({base}),
+        g AS (SELECT fp, count(*) AS size,
+                     min(prices COLLATE "C") <> max(prices COLLATE "C")
+                     OR bool_or(prices IS NULL) AS priced_apart
+              FROM b WHERE n_targets IS NOT NULL GROUP BY fp),
+        x AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS x(fp, prices, reach)),
+        o AS MATERIALIZED (
+            SELECT b.id, b.created_at, coalesce(x.reach, g.size - 1) AS compatible, b.lacking
+            FROM b JOIN g ON g.fp = b.fp
+            LEFT JOIN x ON x.fp = b.fp AND x.prices IS NOT DISTINCT FROM b.prices
+            WHERE b.n_singles > 0 AND (NOT g.priced_apart OR x.fp IS NOT NULL)
+              AND (b.n_targets > 1 OR coalesce(x.reach, g.size - 1) > 0)
+              AND (b.lacking = 0 OR EXISTS (
+                  SELECT 1 FROM "{plans}" p, jsonb_array_elements_text(p.offer_singles) AS s(slug)
+                  WHERE p.run_id = b.id AND NOT EXISTS (
+                      SELECT 1 FROM "{cell}" c JOIN "{target}" t ON t.id = c.target_id
+                      WHERE c.run_id = b.id AND t.kind = %s AND t.slug = s.slug
+                        AND NOT (c.status = ANY(%s)))))
+              {search if q else ""}),
+        page AS (SELECT * FROM o ORDER BY created_at DESC, id DESC LIMIT %s OFFSET %s)
+        SELECT (SELECT count(*) FROM o), (SELECT count(*) FROM b WHERE n_targets IS NULL),
+               (SELECT count(*) FROM g WHERE priced_apart AND NOT (fp = ANY(%s::text[]))),
+               r.id, r.plan_sha256, r.name, extract(epoch FROM r.created_at)::float8, r.status,
+               page.compatible, page.lacking
+        FROM (SELECT 1) AS one LEFT JOIN page ON true LEFT JOIN "{runs}" r ON r.id = page.id
+        ORDER BY page.created_at DESC, page.id DESC"""
     keys = list(reach)
-    return sql, [
-        *params,
-        [fp for fp, _ in keys],
-        [key for _, key in keys],
-        [reach[k] for k in keys],
-        Target.Kind.SINGLE,
-        list(CELL_OUTCOMES),
-        q,
-        by_id,
-        q,
-        q,
-    ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql,
+            [
+                *params,
+                [fp for fp, _ in keys],
+                [key for _, key in keys],
+                [reach[k] for k in keys],
+                Target.Kind.SINGLE,
+                list(CELL_OUTCOMES),
+                *([by_id, q, q] if q else []),
+                stop - start,
+                start,
+                sorted({fp for fp, _ in keys}),
+            ],
+        )
+        found = cursor.fetchall()
+    total, missing, unmatched = found[0][:3]
+    return _Read(total, missing, unmatched, [row[3:] for row in found if row[3] is not None])
 
 
 def _options(rows: list[tuple[Any, ...]]) -> list[RunOption]:
-    """The options of one page's rows: frozen parts per process, baseline targets read."""
+    """The options of one page's rows (id, plan, name, created epoch, status, comparable count,
+    summary's count of cells without an outcome), in order: frozen parts per process, baseline
+    targets read."""
     frozen = _frozen([(r[0], r[1]) for r in rows])
-    options, maybe_lacking = [], set()
-    for pk, _plan, name, created_epoch, status, compatible, without_outcome in rows:
+    options = []
+    for pk, _plan, name, created_epoch, status, compatible, _lacking in rows:
         options.append(
             RunOption(
                 id=pk,
@@ -486,15 +537,14 @@ def _options(rows: list[tuple[Any, ...]]) -> list[RunOption]:
                 compatible_count=compatible,
             )
         )
-        if without_outcome != 0:
-            maybe_lacking.add(pk)
-    _baseline_targets(options, maybe_lacking)
+    _baseline_targets(options, {r[0] for r in rows if r[6] != 0})
     return options
 
 
-def baseline_offer(q: str = "") -> BaselineOffer:
-    """Step 1 (R11.1): the runs offered as a baseline, newest first, narrowed by the search."""
-    return BaselineOffer(q)
+def baseline_offer(q: str = "", *, window: tuple[int, int] = (0, 0)) -> BaselineOffer:
+    """Step 1 (R11.1): the runs offered as a baseline, newest first, narrowed by the search;
+    ``window``: the slice that will be read (its rows come with the count)."""
+    return BaselineOffer(q, window=window)
 
 
 def candidate_options(

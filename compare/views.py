@@ -133,7 +133,9 @@ def compare_page(request: HttpRequest) -> HttpResponse:
     ctx: dict[str, Any] = {"nav": "compare", "statements": STATEMENTS, "d": d}
     if baseline_id is None:
         # Step 1 is counted and paged by the database: options only for the page's runs.
-        page = Paginator(baseline_offer(d["bq"] or ""), PAGE_SIZE).get_page(d["bpage"])
+        shown = ((d["bpage"] or 1) - 1) * PAGE_SIZE  # its rows are read with the count
+        offer = baseline_offer(d["bq"] or "", window=(shown, shown + PAGE_SIZE))
+        page = Paginator(offer, PAGE_SIZE).get_page(d["bpage"])
         ctx.update(
             step=1,
             baselines=page,

@@ -84,6 +84,8 @@ def many_kinds_of_runs():
         b.run(qs4, {base: [True, None, False, True]}),
         b.run(qs4, {base: [True, True, True, True], dear: [True, True, True, True]}),
         b.run(qs2, {cand: [True, True]}),  # alone in its group
+        # A price that is not a number equal to itself: comparable with no run (runs_differences).
+        b.run(qs4, {b.target("o-nan", prices={"m-strong": {"input": "NaN"}}): [True] * 4}),
         b.run(qs2, {router: [True, True], weak: [True, False]}, status="interrupted"),
     ]
     # A recovery child of a comparable run, planned like it (never offered: not top-level).
@@ -159,6 +161,8 @@ def test_step_one_builds_only_the_options_it_shows(client):
     assert {pk for pk, _plan in selectors._FROZEN} == {r.pk for r in runs[3:]}
     html = client.get("/compare/?bpage=2").content.decode()
     assert re.findall(r'<tr data-run="(\d+)">', html) == [str(r.pk) for r in runs[2::-1]]
+    # A page past the end is the last page, as Django's paginator makes it.
+    assert client.get("/compare/?bpage=99").content.decode().count("<tr data-run=") == 3
 
 
 def test_runs_packed_before_the_offer_facts_are_filled_once(many_kinds_of_runs, api):
