@@ -17,12 +17,25 @@ tests/runs/test_sse_fast.py, feeds the same streams through both).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
-if TYPE_CHECKING:
-    from runs.engine.sse import ChatStreamAccumulator
+
+class Accumulating(Protocol):
+    """What apply_common writes: runs.engine.sse.ChatStreamAccumulator's state."""
+
+    event_count: int
+    models_list: list[str]
+    usage: dict[str, Any] | None
+    content_parts: list[str]
+    content_chars: int
+    reasoning_parts: list[str]
+    reasoning_chars: int
+    first_token_at: float | None
+    finish_reason: str | None
+
+    def mark_first_token(self) -> None: ...
 
 
 def plain_values(chunk: bytes, limit: int) -> tuple[list[str], int] | None:
@@ -79,7 +92,7 @@ class _Chunk(msgspec.Struct, gc=False):
 _CHUNK = msgspec.json.Decoder(_Chunk).decode
 
 
-def apply_common(acc: ChatStreamAccumulator, data: str) -> bool:
+def apply_common(acc: Accumulating, data: str) -> bool:
     """Apply one plain event's ``data`` to ``acc`` if it is a common chunk — valid JSON of the
     expected types, no error, no tool-call delta — exactly as ``acc.consume_data`` would; False
     (``acc`` untouched) otherwise. Only called while ``acc`` has seen no [DONE] and no error."""
