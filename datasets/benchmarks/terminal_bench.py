@@ -115,8 +115,11 @@ class TerminalBenchAdapter(BenchmarkAdapter):
     kind = "agent"
     episode = "terminal"
     # runs/engine/terminal.py reads it from here; /3: a session that left a start-up module
-    # where a test script's PYTHONPATH could reach it is not verified (startup_plants.py).
-    grader_version = "terminal-local/3"
+    # where a test script's PYTHONPATH could reach it is not verified (startup_plants.py); /4:
+    # a test script's Python is guarded under -S too, and one started from a virtualenv it made
+    # or under a name in a writable place is refused, the session not verified
+    # (sandbox_pythons.py).
+    grader_version = "terminal-local/4"
     loader_version = "terminal-bench/1"
     licence_note = (
         "Terminal-Bench task format (harbor-framework/terminal-bench-2), Apache-2.0. Official "

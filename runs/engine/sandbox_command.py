@@ -21,7 +21,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from runs.engine.sandbox_pythons import PYVENV_CFG, runtime_installations, site_overlays
+from runs.engine.sandbox_pythons import (
+    PYVENV_CFG,
+    TOP_LEVEL,
+    StartupRule,
+    interpreter_binds,
+    runtime_installations,
+    site_overlays,
+)
+from runs.engine.startup_plants import EDITABLE_PREFIX, MODULE_SUFFIXES, STARTUP_MODULES
 
 __all__ = [
     "DEFAULT_DISK_MB",
@@ -273,21 +281,43 @@ def _venv_site_dirs() -> dict[str, Path]:
     return {}
 
 
+def _pth_lines(site_files: Mapping[str, Path]) -> list[str]:
+    """The `import` lines of the `.pth` site files, as `site` would run them."""
+    return [
+        line
+        for name, path in sorted(site_files.items())
+        if name.endswith(".pth")
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.startswith(("import ", "import\t"))
+    ]
+
+
 def _site_file_args(site_files: Mapping[str, Path]) -> list[str]:
     """`site_files` (name -> host file) added to each site directory of every Python of the
     sandbox, which reads them at start whatever its environment says, and a `pyvenv.cfg` beside
     each base installation so that none reads a user site (runs/engine/sandbox_pythons.py): a
     read-only tmpfs over the directory, holding a bind of each entry of the real one plus these
-    files (a new file cannot be mounted inside the read-only runtime itself)."""
+    files (a new file cannot be mounted inside the read-only runtime itself). Then each base
+    interpreter is run through a wrapper (by the path it was started by, never from a writable
+    place) and its `encodings` runs the `.pth` lines first, so that `-S` is guarded too."""
     if not site_files:
         return []
     for name in site_files:
         if "/" in name or name in ("", ".", "..", PYVENV_CFG):
             raise ValueError(f"a site file's name must be a plain file name: {name!r}")
-    installations = runtime_installations(str(_python_layout()[0]))
+    base, venv = _python_layout()
+    installations = runtime_installations(str(base))
+    read_only = ["/usr", *(f"/{name}" for name in TOP_LEVEL), str(base)]
+    if venv is not None:
+        read_only.append(SANDBOX_VENV)
+    startup = StartupRule(STARTUP_MODULES, MODULE_SUFFIXES, EDITABLE_PREFIX)
+    hidden, file_binds = interpreter_binds(
+        installations, read_only, _pth_lines(site_files), startup
+    )
     venv_dirs = _venv_site_dirs()
+    overlays = site_overlays(installations, venv_dirs, site_files, hidden)
     args = []
-    for inside, added in site_overlays(installations, venv_dirs, site_files).items():
+    for inside, added in overlays.items():
         if inside == "/":
             # The sandbox's own root tmpfs (for /bin/python3): the files go straight in.
             for name, path in sorted(added.items()):
@@ -295,8 +325,9 @@ def _site_file_args(site_files: Mapping[str, Path]) -> list[str]:
             continue
         host = venv_dirs.get(inside, Path(inside))
         args += ["--tmpfs", inside]
+        top = {name.split("/")[0] for name in added}
         for entry in sorted(os.listdir(host)):
-            if entry in added:
+            if entry in top:
                 continue
             source = host / entry
             if source.is_symlink():
@@ -304,8 +335,12 @@ def _site_file_args(site_files: Mapping[str, Path]) -> list[str]:
             else:
                 args += ["--ro-bind", str(source), f"{inside}/{entry}"]
         for name, path in sorted(added.items()):
+            if "/" in name:  # beneath a directory of ours, which the sandbox's uid may enter
+                args += ["--perms", "0755", "--dir", f"{inside}/{name.rsplit('/', 1)[0]}"]
             args += ["--ro-bind", str(path), f"{inside}/{name}"]
         args += ["--remount-ro", inside]
+    for inside, path in file_binds:
+        args += ["--ro-bind", str(path), inside]
     return args
 
 

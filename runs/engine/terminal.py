@@ -26,6 +26,7 @@ from datasets.benchmarks import get_adapter
 from runs.engine.sandbox import DISK_QUOTA_EXCEEDED, SNAPSHOT_NAME, sandbox_run
 from runs.engine.sandbox_command import SandboxLimits, disk_budget_bytes
 from runs.engine.sandbox_files import fresh_directory, write_sandbox_files
+from runs.engine.sandbox_pythons import PYTHON_START_REFUSED, REFUSED_ENV
 from runs.engine.startup_plants import STARTUP_MODULE_PLANTED, startup_plants
 
 TERMINAL_GRADER_VERSION = get_adapter("terminal-bench").grader_version
@@ -62,8 +63,14 @@ REWARD_MAX_BYTES = 4096
 VERIFIER_SITE = Path(__file__).resolve().with_name("verifier_site")
 VERIFIER_SITE_INSIDE = "/srbench/verifier-site"  # named in srbench-verifier.pth
 VERIFIER_PTH = "srbench-verifier.pth"
+# Every base interpreter of the verifier's sandbox runs through a wrapper that refuses a start
+# under a name in a writable place (a virtualenv the test script made, `exec -a /app/…`) and
+# notes it here: the session is then not verified (runs/engine/sandbox_pythons.py).
+REFUSED_DIR = f"{LOGS_INSIDE}/srbench"
+REFUSED_PATH = f"{REFUSED_DIR}/refused-pythons.txt"
 VERIFIER_ENV = {
     "TEST_DIR": TESTS_INSIDE,
+    REFUSED_ENV: REFUSED_PATH,
     "PYTHONNOUSERSITE": "1",
     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
 }
@@ -208,7 +215,10 @@ class TerminalSession:
         A session whose `/app` holds a module a test script's Python would import at start-up
         from there (`encodings`, `sitecustomize`, … where a path root could be) is not verified:
         reward 0, `verifier_reason` and `reward_source` "startup_module_planted"
-        (runs/engine/startup_plants.py). A session that exceeded its disk quota is not
+        (runs/engine/startup_plants.py). A verification in which a Python was started under a
+        name in a writable place (refused by the sandbox's wrapper: a virtualenv the test script
+        made, `exec -a /app/bin/python3`) is not a verdict: reward 0, `verifier_reason` and
+        `reward_source` "python_start_refused", the names in `refused_pythons`. A session that exceeded its disk quota is not
         verified: reward 0, `verifier_reason` and `reward_source` "disk_quota_exceeded". A
         verifier that exceeds it scores 0 too."""
         if self.disk_quota_exceeded:
@@ -228,8 +238,8 @@ class TerminalSession:
                 workdir=self.workdir,
                 save=False,
                 ro_binds={TESTS_INSIDE: tests_dir, VERIFIER_SITE_INSIDE: VERIFIER_SITE},
-                writable_dirs=[f"{LOGS_INSIDE}/verifier"],
-                collect=[REWARD_PATH],
+                writable_dirs=[f"{LOGS_INSIDE}/verifier", REFUSED_DIR],
+                collect=[REWARD_PATH, REFUSED_PATH],
                 env=VERIFIER_ENV,
                 site_files={VERIFIER_PTH: VERIFIER_SITE / VERIFIER_PTH},
             )
@@ -240,7 +250,7 @@ class TerminalSession:
             return 0, self._quota_detail() | {
                 "verifier_output_tail": output_tail(result.stdout + result.stderr)[-1500:]
             }
-        return reward_grade(
+        reward, detail = reward_grade(
             self.secret["test_command"],
             result.collected.get(REWARD_PATH),
             reason=result.reason,
@@ -248,6 +258,17 @@ class TerminalSession:
             output=result.stdout + result.stderr,
             commands_run=self.commands_run,
         )
+        refused = result.collected.get(REFUSED_PATH)
+        if refused:
+            # The test script's own outcome is not the verdict: a Python it started could not
+            # be guarded. Never a pass, and said as such.
+            names = refused.decode("utf-8", "replace").split()
+            return 0, detail | {
+                "verifier_reason": PYTHON_START_REFUSED,
+                "reward_source": PYTHON_START_REFUSED,
+                "refused_pythons": sorted(set(names))[:20],
+            }
+        return reward, detail
 
     def _unverified_detail(self, reason: str, **extra: Any) -> dict[str, Any]:
         """The grade detail of a session whose test script did not run: `reason` as the

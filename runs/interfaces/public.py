@@ -39,6 +39,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runs.engine.sandbox_pythons import PYTHON_START_REFUSED
 from runs.reporting.effective import call_effective_costs
 
 __all__ = [
@@ -353,6 +354,11 @@ def grade_reasons(public: Mapping[str, Any] | None) -> list[str]:
             words.append(
                 "not verified: the agent left a module the test script's Python would import "
                 "at start-up (e.g. encodings, sitecustomize)"
+            )
+        elif public.get("verifier_reason") == PYTHON_START_REFUSED:
+            words.append(
+                "not verified: the test script started a Python the verifier cannot guard (from a "
+                "virtualenv made in the sandbox, or under a name in a writable place)"
             )
         elif public.get("verifier_reason") not in (None, "ok"):
             words.append(f"the verifier stopped: {public['verifier_reason']}")

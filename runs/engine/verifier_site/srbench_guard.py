@@ -58,17 +58,16 @@ _IMPORT_SYSTEM = os.path.join(os.path.dirname(os.__file__), "importlib")
 _RUNTIME_TOP = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # The read-only places whose modules need no guard: the runtime, the tests, this directory.
 # Never "/" itself: a Python started as /bin/python3 has that prefix (the sandbox's pyvenv.cfg
-# at the root refuses it a user site; runs/engine/sandbox_pythons.py).
-_READ_ONLY = tuple(
-    sorted(
-        (
-            {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, "/usr", TESTS_DIR}
-            | {_HERE}
-            | set(_RUNTIME_TOP)
-        )
-        - {"/"}
-    )
-)
+# at the root refuses it a user site; runs/engine/sandbox_pythons.py). Read at each use, not
+# when this file is loaded: the guard may be loaded by `encodings` (runs/engine/sandbox_pythons.py),
+# before `site` sets a virtualenv's sys.prefix (the sandbox's own virtualenv, read-only; the
+# sandbox refuses to start a Python from one the test script made in a writable place).
+_FIXED = {"/usr", TESTS_DIR, _HERE, *_RUNTIME_TOP}
+
+
+def _read_only_roots() -> tuple[str, ...]:
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    return tuple(sorted((prefixes | _FIXED) - {"/"}))
 
 
 def _within(path: str, root: str) -> bool:
@@ -76,7 +75,7 @@ def _within(path: str, root: str) -> bool:
 
 
 def _read_only(path: str) -> bool:
-    return any(_within(path, root) for root in _READ_ONLY)
+    return any(_within(path, root) for root in _read_only_roots())
 
 
 def read_only_entries() -> list[str]:
