@@ -180,10 +180,14 @@ def _host_file(name: str, text: str, mode: int = 0o644) -> Path:
     directory.chmod(0o755)
     path = directory / name
     if not path.exists() or path.read_text() != text or path.stat().st_mode & 0o777 != mode:
-        partial = path.with_name(path.name + ".new")
-        partial.write_text(text)
-        partial.chmod(mode)
-        partial.replace(path)
+        # A partial file of this writer's own: two sandboxes start at once (the worker runs
+        # as many as it has cores), and a shared partial name let one move the other's away
+        # between its write and its chmod (FileNotFoundError, a failed cell).
+        fd, partial = tempfile.mkstemp(dir=directory, prefix=path.name + ".", suffix=".new")
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.chmod(partial, mode)
+        os.replace(partial, path)
     return path
 
 
