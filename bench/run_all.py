@@ -49,6 +49,7 @@ STEPS = (
         ("--cells", "4096", "--chunk-gap", "0.016", "--concurrency", "1024", "--server", "lean"),
     ),
     Step("stream_floor.py", ("--cells", "4096", "--chunk-gap", "0.016", "--concurrency", "1024")),
+    Step("read_path.py", ()),
     Step("scale_out.py", ("--cells", "3000", "--workers", "1", "2", "4")),
     Step("cli_path.py", ("--rounds", "3")),
     Step("side_by_side.py", ("--rounds", "2")),

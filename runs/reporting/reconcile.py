@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import transaction
 
-from runs.engine.sse import ChatStreamAccumulator, SSEError, decode_sse
+from runs.engine.sse import ChatStreamAccumulator, SSEDecoder, SSEError
 from runs.ledger.accounting import (
     NO_STREAM_USAGE_NOTE,
     NO_STREAM_USAGE_REMEDY,
@@ -123,7 +123,10 @@ def _reconcile_call(
         return _unverifiable(call_id, "evidence bytes do not match their recorded sha256")
     accumulator = ChatStreamAccumulator(clock=lambda: 0.0)
     try:
-        accumulator.feed_events(decode_sse([raw]))
+        # As the engine read it: plain events as text (the common-chunk shortcut's input).
+        decoder = SSEDecoder()
+        accumulator.feed_events(decoder.feed_plain(raw))
+        accumulator.feed_events(decoder.close())
     except SSEError as exc:
         return _unverifiable(call_id, f"evidence is not a decodable event stream: {exc}")
     result = accumulator.result()
