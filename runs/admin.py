@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -20,7 +22,9 @@ from runs.models.preflight import PreflightCall, PreflightStatus, TargetPrefligh
 from runs.planning.fixed_params import fixed_params_errors
 from runs.planning.services import target_set_api_key
 from runs.preflight.checks import PreflightRefused, preflight_quote, target_preflight
+from runs.reporting.effective import CallEffectiveCost, call_effective_costs
 from srbench.admin_base import ViewOnlyAdmin
+from srbench.money import usd_text
 
 
 class TargetAdminForm(forms.ModelForm):
@@ -175,9 +179,57 @@ class CellAdmin(ViewOnlyAdmin):
 
 @admin.register(models.Call)
 class CallAdmin(ViewOnlyAdmin):
-    list_display = ["id", "cell", "role", "sequence", "status", "served_model", "cost_usd"]
+    """Each call at the cost the run's report counts for it (`call_effective_costs`: after a
+    usage correction, the corrected one; a known-unbilled failure, 0) beside the recorded one."""
+
+    list_display = [
+        "id",
+        "cell",
+        "role",
+        "sequence",
+        "status",
+        "served_model",
+        "counted_cost",
+        "recorded_cost",
+    ]
     list_filter = ["status", "role"]
     exclude = ["request"]
+    readonly_fields = ["counted_cost"]
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return _CallChangeList
+
+    @admin.display(description="counted cost")
+    def counted_cost(self, call: models.Call) -> str:
+        counted = getattr(call, "counted", None)
+        if counted is None:
+            counted = _counted_costs([call.pk]).get(call.pk)
+        cost = None if counted is None else counted.cost_usd
+        note = "" if counted is None or not counted.note else f" ({counted.note})"
+        return usd_text(cost) + note
+
+    @admin.display(description="recorded cost", ordering="cost_usd")
+    def recorded_cost(self, call: models.Call) -> str:
+        return usd_text(call.cost_usd)
+
+
+def _counted_costs(call_ids: list[int]) -> dict[int, CallEffectiveCost]:
+    """What each call's run's report counts for it, one query per run of the calls."""
+    by_run: dict[int, list[int]] = defaultdict(list)
+    for pk, run_id in models.Call.objects.filter(pk__in=call_ids).values_list("pk", "cell__run_id"):
+        by_run[run_id].append(pk)
+    counted: dict[int, CallEffectiveCost] = {}
+    for run_id, ids in by_run.items():
+        counted |= call_effective_costs(run_id=run_id, call_ids=ids)
+    return counted
+
+
+class _CallChangeList(ChangeList):
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        counted = _counted_costs([call.pk for call in self.result_list])
+        for call in self.result_list:
+            call.counted = counted.get(call.pk)
 
 
 @admin.register(models.CallEvidence)
