@@ -258,6 +258,7 @@ BENCH_CHAIN = [
     # issue 38 item 2: against the lean server, and the machine's floor (session 8)
     "bench/engine_throughput.py --cells 4096 --chunk-gap 0.016 --concurrency 1024 --server lean",
     "bench/stream_floor.py --cells 4096 --chunk-gap 0.016 --concurrency 1024",
+    "bench/read_path.py",  # issue 38 item 2: the read path's CPU a call (session 11)
     "bench/scale_out.py --cells 3000 --workers 1 2 4",  # issue 38 item 4, added since
     "bench/cli_path.py --rounds 3",
     "bench/side_by_side.py --rounds 2",

@@ -293,6 +293,34 @@ def _tau3_reasons(g: Mapping[str, Any]) -> list[str]:
     return words
 
 
+def _terminal_reasons(public: Mapping[str, Any]) -> list[str]:
+    passed = public.get("reward") == 1
+    words = ["the task's tests passed" if passed else "the task's tests did not pass"]
+    if public.get("verifier_reason") == "disk_quota_exceeded":
+        words.append("the session went past its disk budget: disk quota exceeded")
+    elif public.get("verifier_reason") == "startup_module_planted":
+        words.append(
+            "not verified: the agent left a module the test script's Python would import "
+            "at start-up (e.g. encodings, sitecustomize)"
+        )
+    elif public.get("verifier_reason") == PYTHON_START_REFUSED:
+        words.append(
+            "not verified: the test script started a Python the verifier cannot guard (from a "
+            "virtualenv made in the sandbox, or under a name in a writable place)"
+        )
+    elif public.get("verifier_reason") not in (None, "ok"):
+        words.append(f"the verifier stopped: {public['verifier_reason']}")
+    if public.get("reward_source") == "missing":
+        words.append("the verifier wrote no reward")
+    if public.get("agent_stopped") == "agent_timeout":
+        limit = public.get("agent_timeout_s")
+        words.append(
+            "the agent was stopped at the task's agent timeout"
+            + (f" ({limit:g} s)" if isinstance(limit, int | float) else "")
+        )
+    return words
+
+
 def grade_reasons(public: Mapping[str, Any] | None) -> list[str]:
     """The verdict's reasons in words, from the public grade only (so they cannot say more)."""
     if not public:
@@ -346,31 +374,7 @@ def grade_reasons(public: Mapping[str, Any] | None) -> list[str]:
                 words.append(f"{_n(n, 'sub-step')} {outcome.replace('_', ' ')}")
         return words
     if grader == "terminal-bench":
-        passed = public.get("reward") == 1
-        words = ["the task's tests passed" if passed else "the task's tests did not pass"]
-        if public.get("verifier_reason") == "disk_quota_exceeded":
-            words.append("the session went past its disk budget: disk quota exceeded")
-        elif public.get("verifier_reason") == "startup_module_planted":
-            words.append(
-                "not verified: the agent left a module the test script's Python would import "
-                "at start-up (e.g. encodings, sitecustomize)"
-            )
-        elif public.get("verifier_reason") == PYTHON_START_REFUSED:
-            words.append(
-                "not verified: the test script started a Python the verifier cannot guard (from a "
-                "virtualenv made in the sandbox, or under a name in a writable place)"
-            )
-        elif public.get("verifier_reason") not in (None, "ok"):
-            words.append(f"the verifier stopped: {public['verifier_reason']}")
-        if public.get("reward_source") == "missing":
-            words.append("the verifier wrote no reward")
-        if public.get("agent_stopped") == "agent_timeout":
-            limit = public.get("agent_timeout_s")
-            words.append(
-                "the agent was stopped at the task's agent timeout"
-                + (f" ({limit:g} s)" if isinstance(limit, int | float) else "")
-            )
-        return words
+        return _terminal_reasons(public)
     if grader == "tau3":
         return _tau3_reasons(public)
     return ["the details of this grader are not shown"]
