@@ -11,10 +11,11 @@ from celery import shared_task
 from celery.signals import worker_ready
 from django.conf import settings
 
-from runs.engine.doorbell import RUN_DRIVE_TASK, RUN_REGRADE_TASK
+from runs.engine.doorbell import RECOVERY_PLANS_TASK, RUN_DRIVE_TASK, RUN_REGRADE_TASK
 from runs.engine.driver import drive
 from runs.engine.gc_policy import worker_gc_policy
 from runs.engine.reaper import start_reaper_thread
+from runs.settlement.recovery import recovery_plans_keep
 from runs.settlement.regrade import run_regrade
 
 
@@ -33,6 +34,15 @@ def run_regrade_task(run_id: int) -> dict[str, int | bool]:
     Its result (kept by the result backend) names the regrade for `GET …/regrade/?task=`."""
     result = run_regrade(run_id=run_id, sandbox=True)
     return {"run": run_id, "regrade": result.regrade.pk, "created": result.created}
+
+
+@shared_task(name=RECOVERY_PLANS_TASK, ignore_result=True)
+def recovery_plans_keep_task(run_id: int) -> None:
+    """Keep the recovery plans of a run that ended without completing, for its first review
+    (runs.settlement.recovery.recovery_plans_keep). Reads the ledger, calls no model; safe to
+    deliver twice or never (a plan kept under the ledger's state is not computed again, and a
+    review computes one that is missing)."""
+    recovery_plans_keep(run_id=run_id)
 
 
 @worker_ready.connect

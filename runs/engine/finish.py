@@ -11,6 +11,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from runs.engine import doorbell
 from runs.engine.exact_text import exact_answers, exact_texts, may_differ
 from runs.engine.judge_only import judge_only_answers
 from runs.ledger.events import events_append
@@ -121,6 +122,10 @@ def run_finish_if_done(*, run_id: int) -> str | None:
         )
         events_append(run_id=run_id, events=events)
     run_report_keep(run_id=run_id)
+    if status != RunStatus.COMPLETED and run.mode == Run.Mode.LIVE:
+        # Cells may be left to recover: a worker keeps the plans a review will read (after
+        # the commit of a transaction the caller may hold, so it reads this end).
+        transaction.on_commit(lambda: doorbell.recovery_plans_dispatch(run_id=run_id))
     return status
 
 
