@@ -26,6 +26,7 @@ from runs.settlement.recovery_store import (
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from tests import factories as f
 from tests.conftest import purge_broker
+from tests.runs.recovery_support import plan_computations
 from tests.runs.test_recovery_plan_kept import interrupted_parent
 
 pytestmark = pytest.mark.django_db
@@ -41,16 +42,7 @@ def _clean_broker():
 
 @pytest.fixture
 def computations(monkeypatch) -> list[int]:
-    """The run id of every plan computation (`recovery_rules.cell_rows`, counted only)."""
-    seen: list[int] = []
-    real = recovery.cell_rows
-
-    def counted(run: Run):
-        seen.append(run.pk)
-        return real(run)
-
-    monkeypatch.setattr(recovery, "cell_rows", counted)
-    return seen
+    return plan_computations(monkeypatch)
 
 
 def mixed_parent(owner) -> Run:

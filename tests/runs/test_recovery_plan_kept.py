@@ -6,17 +6,12 @@ from the old one. The parent is built directly in the ledger; no model is called
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
-from django.utils import timezone
 
-from datasets.models import Question
 from runs.models import Cell, Run
-from runs.settlement import recovery
 from tests import factories as f
-from tests.compare import builders as b
 from tests.conftest import purge_broker
+from tests.runs.recovery_support import plan_computations, recovery_parent
 
 pytestmark = pytest.mark.django_db
 
@@ -32,46 +27,12 @@ def _clean_broker():
 
 @pytest.fixture
 def computations(monkeypatch) -> list[int]:
-    """The run id of every plan computation: each reads the parent's cells once
-    (`recovery_rules.cell_rows`); the real function runs, only counted."""
-    seen: list[int] = []
-    real = recovery.cell_rows
-
-    def counted(run: Run):
-        seen.append(run.pk)
-        return real(run)
-
-    monkeypatch.setattr(recovery, "cell_rows", counted)
-    return seen
+    return plan_computations(monkeypatch)
 
 
 def interrupted_parent(owner) -> Run:
     """An interrupted live run of QUESTIONS cells, none dispatched: all eligible (undispatched)."""
-    target = b.target("m-strong")
-    stem = f"kept-{timezone.now().timestamp()}"
-    qs = Question.objects.bulk_create(
-        Question(
-            benchmark="mmlu-pro",
-            native_id=f"{stem}-{i}",
-            subject="s",
-            payload={"question": f"Q{i}?", "options": ["a", "b", "c", "d"]},
-            content_sha256=hashlib.sha256(f"{stem}-{i}".encode()).hexdigest(),
-        )
-        for i in range(QUESTIONS)
-    )
-    run = f.run_create(
-        manifest=b.manifest(qs, [target], name="kept"),
-        status="interrupted",
-        mode="live",
-        owner=owner,
-        started_at=timezone.now(),
-        finished_at=timezone.now(),
-    )
-    Cell.objects.bulk_create(
-        Cell(run=run, question=q, target=target, benchmark=q.benchmark) for q in qs
-    )
-    run.target = target
-    return run
+    return recovery_parent(owner, questions=QUESTIONS)
 
 
 def every_page(client, run: Run) -> tuple[list[dict], set[str]]:

@@ -9,23 +9,19 @@ computation made now, field by field.
 
 from __future__ import annotations
 
-import hashlib
 import time
-import uuid
 from pathlib import Path
 
 import pytest
-from django.utils import timezone
 
-from datasets.models import Question
 from runs.engine import doorbell
 from runs.engine.finish import run_finish_if_done
-from runs.models import Cell, CellStatus, Run, StoredRecoveryPlan
+from runs.models import CellStatus, Run, StoredRecoveryPlan
 from runs.settlement import recovery
 from runs.vocabulary.recovery_modes import RecoveryPlanMode
 from tests import factories as f
-from tests.compare import builders as b
 from tests.conftest import WorkerProcess, purge_broker
+from tests.runs.recovery_support import plan_computations, recovery_parent
 
 QUESTIONS = 120
 MODES = sorted(RecoveryPlanMode)
@@ -33,47 +29,11 @@ MODES = sorted(RecoveryPlanMode)
 
 @pytest.fixture
 def computations(monkeypatch) -> list[int]:
-    """The run id of every plan computation in this process (each reads the run's cells once,
-    `recovery_rules.cell_rows`); the real function runs, only counted."""
-    seen: list[int] = []
-    real = recovery.cell_rows
-
-    def counted(run: Run):
-        seen.append(run.pk)
-        return real(run)
-
-    monkeypatch.setattr(recovery, "cell_rows", counted)
-    return seen
+    return plan_computations(monkeypatch)
 
 
-def parent(owner, *, status: str, cell_status: str = CellStatus.PENDING, mode: str = "live") -> Run:
-    """A run of QUESTIONS MMLU-Pro cells on one target, built in the ledger (no model call)."""
-    stem = f"ends-{uuid.uuid4().hex[:12]}"
-    target = b.target(f"m-{stem}")
-    qs = Question.objects.bulk_create(
-        Question(
-            benchmark="mmlu-pro",
-            native_id=f"{stem}-{i}",
-            subject="s",
-            payload={"question": f"Q{i}?", "options": ["a", "b", "c", "d"]},
-            content_sha256=hashlib.sha256(f"{stem}-{i}".encode()).hexdigest(),
-        )
-        for i in range(QUESTIONS)
-    )
-    ended = status not in ("queued", "running")
-    run = f.run_create(
-        manifest=b.manifest(qs, [target], name="ends"),
-        status=status,
-        mode=mode,
-        owner=owner,
-        started_at=timezone.now(),
-        finished_at=timezone.now() if ended else None,
-    )
-    Cell.objects.bulk_create(
-        Cell(run=run, question=q, target=target, benchmark=q.benchmark, status=cell_status)
-        for q in qs
-    )
-    return run
+def parent(owner, **fields) -> Run:
+    return recovery_parent(owner, questions=QUESTIONS, **fields)
 
 
 def assert_kept_as_computed(run: Run) -> None:
