@@ -99,8 +99,15 @@ def manifest(qs: list[Question], targets: list[Target]) -> dict[str, Any]:
 
 
 def build_run(
-    qs: list[Question], targets: list[Target], dataset: FrozenDataset, owner: Any, seed: int
+    qs: list[Question],
+    targets: list[Target],
+    dataset: FrozenDataset,
+    owner: Any,
+    seed: int,
+    failed_every: int = 0,
 ) -> Run:
+    """A completed run of `qs` × `targets`, one completed call a cell; with `failed_every` = k,
+    every k-th cell (and its call, an HTTP 500 at a known cost) failed instead."""
     doc = manifest(qs, targets)
     now = timezone.now()
     run = Run.objects.create(
@@ -115,6 +122,10 @@ def build_run(
     )
     rng = np.random.default_rng(seed)
     correct = rng.random(len(qs) * len(targets)) < 0.6
+
+    def failed(n: int) -> bool:
+        return bool(failed_every) and n % failed_every == failed_every - 1
+
     cells = Cell.objects.bulk_create(
         (
             Cell(
@@ -122,10 +133,10 @@ def build_run(
                 question=q,
                 target=t,
                 benchmark=q.benchmark,
-                status="completed",
-                correct=bool(correct[k * len(qs) + i]),
-                scored=True,
-                final_answer="B",
+                status="failed" if failed(k * len(qs) + i) else "completed",
+                correct=None if failed(k * len(qs) + i) else bool(correct[k * len(qs) + i]),
+                scored=not failed(k * len(qs) + i),
+                final_answer="" if failed(k * len(qs) + i) else "B",
             )
             for k, t in enumerate(targets)
             for i, q in enumerate(qs)
@@ -141,7 +152,8 @@ def build_run(
                 sequence=0,
                 target=c.target,
                 request={},
-                status="completed",
+                status="failed" if failed(i) else "completed",
+                error_code="http_500" if failed(i) else "",
                 sent_at=now,
                 served_model="m",
                 finish_reason="stop",
