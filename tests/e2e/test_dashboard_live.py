@@ -14,6 +14,7 @@ import re
 
 import pytest
 from django.utils import timezone
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 
 from datasets.benchmarks import ADAPTERS
@@ -36,11 +37,26 @@ def frozen_selection(run: Run) -> set[str]:
     return {*run.manifest["benchmarks"], *(e["benchmark"] for e in run.manifest.get("not_run", []))}
 
 
-def partial_counts(page) -> dict[str, int]:
-    return page.locator("tr.partial-row").evaluate_all(
-        """rows => Object.fromEntries(rows.map((r) => [r.dataset.benchmark,
-            Number(r.querySelector('.partial-completed').textContent)]))"""
-    )
+def partial_state(page) -> dict | None:
+    """One read of the run page, in one script, so a reload between two reads cannot mix two
+    pages: the partial counts, whether the partial section, a bold score or the per-benchmark
+    table shows. None when the page navigated during the read (the run ended and the page
+    reloaded onto its report: "Execution context was destroyed")."""
+    try:
+        return page.evaluate(
+            """() => ({
+                partial: document.querySelector('#partial-results') !== null,
+                counts: Object.fromEntries([...document.querySelectorAll('tr.partial-row')].map(
+                    (r) => [r.dataset.benchmark,
+                            Number(r.querySelector('.partial-completed').textContent)])),
+                score: document.querySelectorAll('p.score strong').length,
+                table: document.querySelectorAll('table.per-benchmark').length,
+            })"""
+        )
+    except PlaywrightError as exc:
+        if "context was destroyed" in str(exc) or "navigat" in str(exc):
+            return None
+        raise
 
 
 @pytest.mark.worker
@@ -68,14 +84,17 @@ def test_partial_results_rise_while_the_run_runs_and_the_score_waits_for_the_end
         seen: list[dict[str, int]] = []
         deadline = timezone.now() + timezone.timedelta(seconds=90)
         while timezone.now() < deadline:
-            if page.locator("#partial-results").count() == 0:
+            state = partial_state(page)
+            if state is None:  # reloading onto the final report: read the new page
+                page.wait_for_load_state()
+                continue
+            if not state["partial"]:
                 break  # the run ended and the page reloaded onto the final report
-            counts = partial_counts(page)
+            counts = state["counts"]
             if counts and (not seen or counts != seen[-1]):
                 seen.append(counts)
-                # While it runs: no bold score, no accuracy over planned cases.
-                assert page.locator("p.score strong").count() == 0
-                assert page.locator("table.per-benchmark").count() == 0
+                # While it runs: no bold score, no accuracy over planned cases (same read).
+                assert state["score"] == 0 and state["table"] == 0, state
                 if len(seen) == 2:
                     screenshot(page, "live-partial-results")
             page.wait_for_timeout(300)
