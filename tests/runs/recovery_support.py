@@ -37,9 +37,11 @@ def recovery_parent(
     status: str = "interrupted",
     cell_status: str = CellStatus.PENDING,
     mode: str = "live",
+    slots: int = 1,
 ) -> Run:
-    """A run of `questions` MMLU-Pro cells on a target of its own, each in `cell_status` (by
-    default never dispatched: eligible for an undispatched recovery); `run.target` is set."""
+    """A run of `questions` MMLU-Pro questions × `slots` attempt slots on a target of its own,
+    each cell in `cell_status` (by default never dispatched: eligible for an undispatched
+    recovery); `run.target` is set."""
     stem = f"parent-{uuid.uuid4().hex[:12]}"
     target = b.target(f"m-{stem}")
     qs = Question.objects.bulk_create(
@@ -54,7 +56,7 @@ def recovery_parent(
     )
     ended = status not in ("queued", "running")
     run = f.run_create(
-        manifest=b.manifest(qs, [target], name="parent"),
+        manifest=b.manifest(qs, [target], slots=slots, name="parent"),
         status=status,
         mode=mode,
         owner=owner,
@@ -62,8 +64,19 @@ def recovery_parent(
         finished_at=timezone.now() if ended else None,
     )
     Cell.objects.bulk_create(
-        Cell(run=run, question=q, target=target, benchmark=q.benchmark, status=cell_status)
-        for q in qs
+        (
+            Cell(
+                run=run,
+                question=q,
+                target=target,
+                benchmark=q.benchmark,
+                slot=s,
+                status=cell_status,
+            )
+            for q in qs
+            for s in range(slots)
+        ),
+        batch_size=5000,
     )
     run.target = target
     return run

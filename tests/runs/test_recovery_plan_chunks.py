@@ -52,8 +52,9 @@ def mixed_parent(owner) -> Run:
     run = interrupted_parent(owner)
     cells = list(Cell.objects.filter(run=run).order_by("pk"))
     Cell.objects.filter(pk__in=[c.pk for c in cells[::3]]).update(status=CellStatus.COMPLETED)
-    for cell in cells[1::5]:
-        if cell.pk % 3:
+    for k in range(1, len(cells), 5):
+        cell = cells[k]
+        if k % 3:  # not one of the completed (every third by position, not by id)
             f.call_create(
                 cell=cell, target=run.target, status="failed", output_tokens=10, cost_usd="0.0002"
             )

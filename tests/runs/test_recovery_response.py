@@ -5,18 +5,15 @@ directly in the ledger (its cells never dispatched); no model is called."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import pytest
-from django.utils import timezone
 
-from datasets.models import Question
 from runs.models import Cell, Run
 from srbench.canonical import sha256_hex
 from tests import factories as f
 from tests.cli_support import bench
-from tests.compare import builders as b
+from tests.runs.recovery_support import recovery_parent
 
 pytestmark = pytest.mark.django_db
 
@@ -29,34 +26,7 @@ BODY_MAX = 4_000
 def _large_parent(owner) -> tuple[Run, list[int]]:
     """An interrupted live run of QUESTIONS questions × SLOTS attempt slots, none dispatched:
     every cell is eligible for an undispatched recovery. Returns it and its cell ids."""
-    target = b.target("m-strong")
-    stem = f"big-{timezone.now().timestamp()}"
-    qs = Question.objects.bulk_create(
-        Question(
-            benchmark="mmlu-pro",
-            native_id=f"{stem}-{i}",
-            subject="s",
-            payload={"question": f"Q{i}?", "options": ["a", "b", "c", "d"]},
-            content_sha256=hashlib.sha256(f"{stem}-{i}".encode()).hexdigest(),
-        )
-        for i in range(QUESTIONS)
-    )
-    run = f.run_create(
-        manifest=b.manifest(qs, [target], slots=SLOTS, name="large"),
-        status="interrupted",
-        mode="live",
-        owner=owner,
-        started_at=timezone.now(),
-        finished_at=timezone.now(),
-    )
-    Cell.objects.bulk_create(
-        (
-            Cell(run=run, question=q, target=target, benchmark=q.benchmark, slot=s)
-            for q in qs
-            for s in range(SLOTS)
-        ),
-        batch_size=5000,
-    )
+    run = recovery_parent(owner, questions=QUESTIONS, slots=SLOTS)
     return run, sorted(Cell.objects.filter(run=run).values_list("pk", flat=True))
 
 
