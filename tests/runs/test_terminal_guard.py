@@ -6,7 +6,9 @@ ledger."""
 
 from __future__ import annotations
 
+import math
 import signal
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -340,22 +342,30 @@ def test_a_run_whose_worker_is_killed_mid_run_ends_interrupted_with_nothing_open
         run = plan_run(concurrency=8, slots=2)
         wait_until(lambda: Call.objects.filter(cell__run=run).exists(), timeout=60)
         run_drive.apply_async(args=[run.pk], queue="survivor")
-        # Killed after the first cells finished, while its calls are mid-stream: a call sent
-        # in the last half second (each lasts seconds at 4 tokens/s). Any open call was not
-        # enough: the first cells finish together with the victim's calls of the same wave,
-        # whose closes could commit between this check and the kill (then nothing of it is
-        # open and the run rightly completes).
-        wait_until(
-            lambda: (
-                Cell.objects.filter(run=run, status="completed").exists()
-                and Call.objects.filter(cell__run=run, status__in=["sent", "streaming"])
-                .filter(worker__contains=f":{victim.process.pid}:")
-                .filter(sent_at__gte=timezone.now() - timedelta(seconds=0.5))
-                .exists()
-            ),
-            timeout=90,
-            interval=0.05,
+        # Killed after the first cells finished, while its calls are mid-stream: a call this
+        # poll first saw open in the last half second (each lasts seconds at 4 tokens/s; its
+        # request leaves when its open commits, which is when a poll can first see it). Any
+        # open call was not enough: the first cells finish together with the victim's calls of
+        # the same wave, whose closes could commit between this check and the kill (then
+        # nothing of it is open and the run rightly completes). Nor is the call's `sent_at`
+        # (its opening transaction's start): on a busy machine the open committed more than
+        # half a second after it, and no call was ever fresh by it (CI, load 3).
+        victim_open = Call.objects.filter(
+            cell__run=run,
+            status__in=["sent", "streaming"],
+            worker__contains=f":{victim.process.pid}:",
         )
+        first_seen = dict.fromkeys(victim_open.values_list("pk", flat=True), -math.inf)
+
+        def victim_mid_stream_after_a_finish() -> bool:
+            now = time.monotonic()
+            open_now = list(victim_open.values_list("pk", flat=True))
+            for pk in open_now:
+                first_seen.setdefault(pk, now)
+            fresh = any(now - first_seen[pk] <= 0.5 for pk in open_now)
+            return fresh and Cell.objects.filter(run=run, status="completed").exists()
+
+        wait_until(victim_mid_stream_after_a_finish, timeout=90, interval=0.05)
         victim.stop(signal.SIGKILL)
         status, open_at_end, running_at_end = first_terminal_snapshot(run, timeout=120)
         stats = es.sim_stats(url)
