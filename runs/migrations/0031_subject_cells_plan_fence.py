@@ -7,10 +7,9 @@ turned that into an anti-join and, on a table whose statistics did not yet know 
 new database until autovacuum's first ANALYZE, and the bench's), planned it as a scan of every
 subject call of the table per new call (the index on (cell_id, role, sequence) read by role
 alone; the cell matched as a join filter): a batch of n opens cost n × (calls already in the
-table). Seen with auto_explain in `bench/engine_throughput.py` at C = 1,024: a 128-row open
-took 350-410 ms in its trigger, a 768-row one 401 ms at the run's fourth wave; PostgreSQL's CPU
-for the run 13-15 s instead of 3 when the opens went 128 a transaction (docs/performance.md,
-session 13).
+table). Seen with auto_explain in `bench/engine_throughput.py` at C = 1,024 with the opens
+written 128 a transaction: 350-410 ms in the trigger for 128 opens late in the run, and
+PostgreSQL's CPU for the run 13-15 s instead of 3 (docs/performance.md, session 13).
 
 `OFFSET 0` keeps each sub-select a sub-plan run once per new (or removed) call with its cell as
 the parameter — an index lookup of that cell's subject calls, whatever the statistics say. The
